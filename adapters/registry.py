@@ -1,0 +1,59 @@
+"""Maps framework names to adapter classes, validating each adapter when it is loaded.
+
+Adapters outside this repository register under the entry-point group
+`kl_conformance.adapters` (name = "module:Class"). Listing names never imports a framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+
+from conformance.adapters.base import Adapter, Api
+from conformance.errors import UsageError
+
+BUILTIN = {
+    "torch": "conformance.adapters.torch:TorchAdapter",
+}
+ENTRY_POINT_GROUP = "kl_conformance.adapters"
+
+
+def known_adapters() -> dict[str, str]:
+    """Every adapter name with its "module:Class" path, built-in and from entry points."""
+    found = dict(BUILTIN)
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def get_adapter(name: str) -> Adapter:
+    """Instantiate and validate the adapter called `name` (its framework is not imported yet)."""
+    known = known_adapters()
+    if name not in known:
+        raise UsageError(f"unknown framework {name!r}", where="--framework",
+                         fix=f"use one of {sorted(known)}")
+    module_name, _, class_name = known[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    validate_adapter(cls, source=module_name)
+    return cls()
+
+
+def validate_adapter(cls: type, source: str) -> None:
+    """Check an adapter class has every piece the runner needs, as pluggy checks plugins."""
+    def bad(problem: str, fix: str) -> UsageError:
+        return UsageError(problem, file=source, where=getattr(cls, "__name__", str(cls)), fix=fix)
+
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+        raise bad("is not a subclass of conformance.adapters.base.Adapter", "derive the adapter from Adapter")
+    for attr in ("name", "apis", "known_devices"):
+        if not hasattr(cls, attr):
+            raise bad(f"missing class attribute {attr!r}", f"define {attr} on the adapter class")
+    for method in ("load", "version", "devices", "run"):
+        if getattr(cls, method) is getattr(Adapter, method):
+            raise bad(f"does not implement {method}()", f"implement {method}() (see adapters/base.py)")
+    if not cls.apis or not all(isinstance(api, Api) for api in cls.apis):
+        raise bad("apis must be a non-empty tuple of Api", "list each API as Api('package.path.name', ...)")
+    names = [api.name for api in cls.apis]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise bad(f"duplicate API names {duplicates}", "give each API row a unique dotted name")

@@ -1,0 +1,77 @@
+"""PyTorch adapter: torch.nn.functional.kl_div and torch.nn.KLDivLoss on cpu and cuda.
+
+Quirks live here: the legacy size_average/reduce arguments are passed through as
+given, because torch's own mapping of them is what is under test
+(https://pytorch.org/docs/stable/generated/torch.nn.functional.kl_div.html).
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, call_observed, layout_buffer
+from conformance.model import Case, Observation
+
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+
+
+class TorchAdapter(Adapter):
+    name = "torch"
+    apis = (
+        Api("torch.nn.functional.kl_div", grads=("input", "target"), legacy_args=True),
+        Api("torch.nn.KLDivLoss", grads=("input", "target"), legacy_args=True),
+    )
+    known_devices = ("cpu", "cuda")
+
+    def __init__(self) -> None:
+        self.torch = None
+        self._prepared: tuple[str, str, object, object] | None = None
+
+    def load(self) -> None:
+        try:
+            import torch
+        except ImportError as exc:
+            raise FrameworkUnavailable(f"cannot import torch: {exc}") from None
+        self.torch = torch
+
+    def version(self) -> str:
+        return self.torch.__version__
+
+    def devices(self) -> tuple[str, ...]:
+        return ("cpu", "cuda") if self.torch.cuda.is_available() else ("cpu",)
+
+    def device_name(self, device: str) -> str:
+        if device == "cuda":
+            return self.torch.cuda.get_device_name()
+        return platform.processor() or platform.machine()
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        x, t = self._tensors(case, device)
+        p = case.params
+        kwargs = dict(size_average=p.size_average, reduce=p.reduce, reduction=p.reduction, log_target=p.log_target)
+        if api.name == "torch.nn.functional.kl_div":
+            call = lambda: self.torch.nn.functional.kl_div(x, t, **kwargs)
+        else:
+            call = lambda: self.torch.nn.KLDivLoss(**kwargs)(x, t)
+        return call_observed(call, self._to_numpy)
+
+    def _tensors(self, case: Case, device: str):
+        """Build the inputs once per (case, device) and share them across APIs."""
+        if self._prepared is None or self._prepared[:2] != (case.id, device):
+            self._prepared = (case.id, device, self._tensor(case.input, case.dtype.input, case.layout, device),
+                              self._tensor(case.target, case.dtype.target, case.layout, device))
+        return self._prepared[2], self._prepared[3]
+
+    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str):
+        buffer, view = layout_buffer(values, layout)
+        tensor = self.torch.from_numpy(np.array(buffer, order="C")).to(  # ascontiguousarray would make 0-d 1-d
+            device=device, dtype=getattr(self.torch, dtype))
+        return view(tensor)
+
+    def _to_numpy(self, result):
+        if not isinstance(result, self.torch.Tensor):
+            raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
+        dtype = str(result.dtype).removeprefix("torch.")
+        return result.detach().to("cpu", self.torch.float64).numpy(), dtype, tuple(result.shape)

@@ -1,0 +1,184 @@
+"""The deterministic case generator: the spec's parameter grid x shapes x dtypes x value families.
+
+The default suite is a pairwise covering design over all factors (every pair of
+levels appears in some case), plus every edge family in full over reduction x
+log_target x dtype, a well-posed sweep, and the error cases. `exhaustive` yields
+the whole cartesian product. Values depend only on (seed, case id), never on the
+order or the company a case is generated in. Cases are produced lazily.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_integers
+from conformance.cases.ids import CaseKey, build_id
+from conformance.model import Case, DtypePair, Params, Spec
+from conformance.reference.rounding import round_to_dtype
+
+DEFAULT_SEED = 20261122
+FULL_SHAPE = (4, 6)  # the shape edge families and sweeps run on: a batch of 4 distributions over 6 classes
+
+
+@dataclass(frozen=True)
+class ShapeLevel:
+    """One level of the shape factor: input shape, target shape and memory layout."""
+
+    input: tuple[int, ...]
+    target: tuple[int, ...]
+    layout: str = "contiguous"
+
+
+SHAPES = (
+    ShapeLevel((), ()),                       # 0-d
+    ShapeLevel((7,), (7,)),                   # 1-d: one distribution
+    ShapeLevel((4, 6), (4, 6)),               # 2-d batch
+    ShapeLevel((2, 3, 2, 4), (2, 3, 2, 4)),   # 4-d
+    ShapeLevel((0, 5), (0, 5)),               # empty batch
+    ShapeLevel((3, 0), (3, 0)),               # empty distributions
+    ShapeLevel((4, 6), (6,)),                 # target broadcast over the batch
+    ShapeLevel((6,), (4, 6)),                 # input broadcast over the batch
+    ShapeLevel((1, 6), (4, 6)),               # size-1 batch dimension broadcast
+    ShapeLevel((4, 6), (4, 6), "transposed"),
+    ShapeLevel((4, 6), (4, 6), "strided"),
+)
+FULL_SHAPE_LEVEL = ShapeLevel(FULL_SHAPE, FULL_SHAPE)
+
+# Error cases (spec: errors): one fault each.
+BAD_REDUCTIONS = ("avg", "elementwise_mean", "SUM")
+BAD_DTYPES = (DtypePair("int64", "int64"), DtypePair("float32", "int64"), DtypePair("int32", "float32"),
+              DtypePair("bool", "bool"))
+BAD_SHAPES = (ShapeLevel((4, 6), (4, 5)), ShapeLevel((3,), (4,)))
+
+
+def parameter_levels(spec: Spec) -> dict[str, list[Any]]:
+    """The factor levels the spec defines: reductions, log_target, legacy pairs, dtypes."""
+    legacy = [(None, None)] + [(row["size_average"], row["reduce"]) for row in spec.data["signature"]["legacy"]["mapping"]]
+    dtypes = [DtypePair(d, d) for d in spec.floating_dtypes]
+    dtypes += [DtypePair(row["input"], row["target"]) for row in spec.data["dtypes"]["promotion"]
+               if row["input"] in spec.floating_dtypes and row["target"] in spec.floating_dtypes]
+    return {
+        "reduction": list(spec.reductions),
+        "log_target": list(spec.data["signature"]["parameters"]["log_target"]["values"]),
+        "legacy": legacy,
+        "shape": list(SHAPES),
+        "dtype": dtypes,
+        "family": list(FAMILIES),
+    }
+
+
+def _is_valid(assignment: dict[str, Any]) -> bool:
+    """Constraints between factor levels: a family's supported log_target values."""
+    family, log_target = assignment.get("family"), assignment.get("log_target")
+    return family is None or log_target is None or log_target in FAMILIES[family].log_targets
+
+
+def pairwise_design(levels: dict[str, Sequence[Any]], rng: np.random.Generator) -> list[dict[str, Any]]:
+    """A greedy (AETG-style) covering array of strength 2: every valid pair of levels appears.
+
+    Deterministic for a given `rng` state.
+    """
+    names = list(levels)
+    index = {name: list(range(len(levels[name]))) for name in names}
+    uncovered = {
+        ((a, i), (b, j))
+        for ai, a in enumerate(names) for b in names[ai + 1:]
+        for i in index[a] for j in index[b]
+        if _is_valid({a: levels[a][i], b: levels[b][j]})
+    }
+    rows = []
+    while uncovered:
+        (a, i), (b, j) = min(uncovered)
+        row = {a: i, b: j}
+        rest = [n for n in names if n not in row]
+        rng.shuffle(rest)
+        for name in rest:
+            def gain(k: int) -> int:
+                return sum(((name, k), (other, row[other])) in uncovered or ((other, row[other]), (name, k)) in uncovered
+                           for other in row)
+            candidates = [k for k in index[name]
+                          if _is_valid({**{n: levels[n][v] for n, v in row.items()}, name: levels[name][k]})]
+            row[name] = max(candidates, key=lambda k: (gain(k), -k))
+        for x, y in itertools.combinations(names, 2):
+            uncovered.discard(((x, row[x]), (y, row[y])))
+        rows.append({n: levels[n][row[n]] for n in names})
+    return rows
+
+
+def _key(reduction, log_target, legacy, shape: ShapeLevel, dtype: DtypePair, family: str) -> CaseKey:
+    size_average, reduce = legacy
+    return CaseKey(Params(reduction, log_target, size_average, reduce), shape.input, shape.target,
+                   shape.layout, dtype, family)
+
+
+def default_keys(spec: Spec, seed: int) -> Iterator[CaseKey]:
+    """Keys of the default suite: pairwise design, edge families in full, well-posed sweep, errors."""
+    levels = parameter_levels(spec)
+    for row in pairwise_design(levels, np.random.default_rng(seed)):
+        yield _key(row["reduction"], row["log_target"], row["legacy"], row["shape"], row["dtype"], row["family"])
+    same_dtypes = [d for d in levels["dtype"] if not d.is_mixed]
+    for family in EDGE + WELL_POSED:
+        for reduction, log_target, dtype in itertools.product(levels["reduction"], levels["log_target"], same_dtypes):
+            if log_target in FAMILIES[family].log_targets:
+                yield _key(reduction, log_target, (None, None), FULL_SHAPE_LEVEL, dtype, family)
+    yield from error_keys(spec)
+
+
+def error_keys(spec: Spec) -> Iterator[CaseKey]:
+    """One case per fault the spec names under `errors`."""
+    ok = DtypePair("float32", "float32")
+    for reduction in BAD_REDUCTIONS:
+        yield _key(reduction, False, (None, None), FULL_SHAPE_LEVEL, ok, "softmax")
+    for dtype in BAD_DTYPES:
+        for reduction in ("none", "sum"):
+            yield _key(reduction, False, (None, None), FULL_SHAPE_LEVEL, dtype, "integers")
+    for shape in BAD_SHAPES:
+        yield _key("sum", False, (None, None), shape, ok, "softmax")
+
+
+def exhaustive_keys(spec: Spec) -> Iterator[CaseKey]:
+    """Every valid combination of every factor level, then the error cases."""
+    levels = parameter_levels(spec)
+    names = list(levels)
+    for combo in itertools.product(*(levels[n] for n in names)):
+        row = dict(zip(names, combo))
+        if _is_valid(row):
+            yield _key(row["reduction"], row["log_target"], row["legacy"], row["shape"], row["dtype"], row["family"])
+    yield from error_keys(spec)
+
+
+def generate_cases(spec: Spec, seed: int = DEFAULT_SEED, exhaustive: bool = False) -> Iterator[Case]:
+    """The generated suite, lazily, without duplicate ids."""
+    seen: set[str] = set()
+    for key in (exhaustive_keys(spec) if exhaustive else default_keys(spec, seed)):
+        case_id = build_id(key)
+        if case_id in seen:
+            continue
+        seen.add(case_id)
+        yield build_case(key, seed)
+
+
+def case_rng(seed: int, case_id: str) -> np.random.Generator:
+    """The RNG of one case: a function of (seed, id) alone."""
+    return np.random.default_rng([seed, zlib.crc32(case_id.encode("utf-8"))])
+
+
+def build_case(key: CaseKey, seed: int) -> Case:
+    """Draw the values of `key` and round them to its dtypes."""
+    case_id = build_id(key)
+    rng = case_rng(seed, case_id)
+    if key.family == "integers":
+        x, t = draw_integers(rng, key.input_shape, key.target_shape)
+    else:
+        x, t = FAMILIES[key.family].draw(rng, key.input_shape, key.target_shape, key.params.log_target)
+    return Case(
+        id=case_id, params=key.params,
+        input=round_to_dtype(np.asarray(x, dtype=np.float64), key.dtype.input),
+        target=round_to_dtype(np.asarray(t, dtype=np.float64), key.dtype.target),
+        dtype=key.dtype, family=key.family, layout=key.layout,
+    )

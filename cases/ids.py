@@ -1,0 +1,81 @@
+"""Builds and parses generated case ids; ids are API (profiles, baselines and notes key on them).
+
+Format: ``fwd/{reduction}/log_target={0|1}/{shape}/{dtype}/{family}/s{n}``, e.g.
+``fwd/sum/log_target=0/4x6/float32/onehot/s0``. The reduction may carry legacy
+arguments, ``mean(size_average=0,reduce=1)``; a shape may be ``input:target`` when
+they differ and may end in ``.T`` or ``.strided`` for non-contiguous views; 0-d is
+``scalar``; mixed dtypes are ``input:target``. Changing this format is a breaking change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from conformance.model import DtypePair, Params
+
+_LAYOUT_SUFFIX = {"contiguous": "", "transposed": ".T", "strided": ".strided"}
+_ID = re.compile(
+    r"^fwd/(?P<reduction>[A-Za-z_]*)(?:\((?P<legacy>[a-z_=01,]*)\))?/log_target=(?P<lt>[01])/"
+    r"(?P<shape>[0-9x]+|scalar)(?::(?P<tshape>[0-9x]+|scalar))?(?P<layout>\.T|\.strided)?/"
+    r"(?P<dtype>[a-z0-9]+)(?::(?P<tdtype>[a-z0-9]+))?/(?P<family>[a-z_0-9]+)/s(?P<sample>[0-9]+)$"
+)
+
+
+@dataclass(frozen=True)
+class CaseKey:
+    """Every field a generated case id encodes."""
+
+    params: Params
+    input_shape: tuple[int, ...]
+    target_shape: tuple[int, ...]
+    layout: str
+    dtype: DtypePair
+    family: str
+    sample: int = 0
+
+
+def format_shape(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def parse_shape(token: str) -> tuple[int, ...]:
+    return () if token == "scalar" else tuple(int(d) for d in token.split("x"))
+
+
+def format_reduction(params: Params) -> str:
+    legacy = [f"{name}={int(value)}" for name, value in
+              (("size_average", params.size_average), ("reduce", params.reduce)) if value is not None]
+    return params.reduction + (f"({','.join(legacy)})" if legacy else "")
+
+
+def build_id(key: CaseKey) -> str:
+    """The id of a generated case."""
+    shape = format_shape(key.input_shape)
+    if key.target_shape != key.input_shape:
+        shape += ":" + format_shape(key.target_shape)
+    return "/".join((
+        "fwd", format_reduction(key.params), f"log_target={int(key.params.log_target)}",
+        shape + _LAYOUT_SUFFIX[key.layout], str(key.dtype), key.family, f"s{key.sample}",
+    ))
+
+
+def parse_id(case_id: str) -> CaseKey:
+    """Inverse of `build_id`; raises ValueError naming the expected format."""
+    m = _ID.match(case_id)
+    if not m:
+        raise ValueError(f"{case_id!r} is not a generated case id "
+                         "(fwd/REDUCTION/log_target=0|1/SHAPE/DTYPE/FAMILY/sN)")
+    legacy = dict(item.split("=") for item in m["legacy"].split(",")) if m["legacy"] else {}
+    params = Params(
+        reduction=m["reduction"], log_target=m["lt"] == "1",
+        size_average=bool(int(legacy["size_average"])) if "size_average" in legacy else None,
+        reduce=bool(int(legacy["reduce"])) if "reduce" in legacy else None,
+    )
+    input_shape = parse_shape(m["shape"])
+    layout = {"": "contiguous", ".T": "transposed", ".strided": "strided"}[m["layout"] or ""]
+    return CaseKey(
+        params=params, input_shape=input_shape,
+        target_shape=parse_shape(m["tshape"]) if m["tshape"] else input_shape, layout=layout,
+        dtype=DtypePair(m["dtype"], m["tdtype"] or m["dtype"]), family=m["family"], sample=int(m["sample"]),
+    )

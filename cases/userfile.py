@@ -1,0 +1,149 @@
+"""Loads user case files: YAML lists of hand-written cases, e.g. regressions from bug reports.
+
+Each entry: `id`, `input`, `target` (nested lists of numbers; .inf, -.inf, .nan
+allowed), and optionally `dtype` (a name, or {input: NAME, target: NAME}),
+`reduction`, `log_target`, `size_average`, `reduce`, `layout`, `grad`, `note`.
+Every problem is reported with the file, the case id and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conformance.errors import CaseFileError
+from conformance.model import Case, DtypePair, Params
+from conformance.reference.rounding import INTEGER_DTYPES, is_representable, round_to_dtype
+from conformance.specload import parse_yaml
+
+FIELDS = ("id", "input", "target", "dtype", "reduction", "log_target", "size_average", "reduce", "layout", "grad", "note")
+REQUIRED = ("id", "input", "target")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+KNOWN_DTYPES = FLOAT_DTYPES + INTEGER_DTYPES
+LAYOUTS = ("contiguous", "transposed", "strided")
+GRADS = ("input", "target")
+
+
+def load_case_file(path: str | Path) -> list[Case]:
+    """Parse and validate one case file.
+
+    Raises
+    ------
+    CaseFileError
+        naming the file, the case id (or entry index) and the field.
+    """
+    shown = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CaseFileError(f"cannot read the case file ({exc.strerror})", file=shown,
+                            fix="pass --cases with the path of a readable YAML file") from None
+    data = parse_yaml(text, shown, CaseFileError)
+    if not isinstance(data, list) or not data:
+        raise CaseFileError(f"expected a non-empty YAML list of cases, got {type(data).__name__}", file=shown,
+                            fix="write the file as a list: '- id: my-case' followed by its fields")
+    cases, seen = [], set()
+    for index, entry in enumerate(data):
+        case = _parse_entry(entry, index, shown)
+        if case.id in seen:
+            raise CaseFileError(f"duplicate id {case.id!r}", file=shown, where=f"case {case.id!r}",
+                                fix="give every case a unique id")
+        seen.add(case.id)
+        cases.append(case)
+    return cases
+
+
+def _parse_entry(entry: Any, index: int, shown: str) -> Case:
+    where = f"entry {index}"
+    if not isinstance(entry, dict):
+        raise CaseFileError(f"expected a mapping, got {type(entry).__name__}", file=shown, where=where,
+                            fix="each list item needs fields such as 'id:', 'input:' and 'target:'")
+    case_id = entry.get("id")
+    if not isinstance(case_id, str) or not case_id.strip():
+        raise CaseFileError(f"field 'id' must be a non-empty string, got {case_id!r}", file=shown, where=where,
+                            fix="add 'id: some-name' to the case")
+    where = f"case {case_id!r}"
+
+    def fail(field: str, problem: str, fix: str) -> CaseFileError:
+        return CaseFileError(problem, file=shown, where=f"{where}, field {field!r}", fix=fix)
+
+    unknown = sorted(set(entry) - set(FIELDS))
+    if unknown:
+        raise fail(unknown[0], f"unknown field {unknown[0]!r}", f"use only the fields {list(FIELDS)}")
+    for name in REQUIRED:
+        if name not in entry:
+            raise fail(name, f"missing field {name!r}", f"add '{name}:' to the case")
+
+    dtype = _parse_dtype(entry.get("dtype", "float32"), fail)
+    reduction = entry.get("reduction", "mean")
+    if not isinstance(reduction, str):
+        raise fail("reduction", f"must be a string, got {reduction!r}", "write e.g. 'reduction: batchmean'")
+    flags = {}
+    for name, allowed_none in (("log_target", False), ("size_average", True), ("reduce", True)):
+        value = entry.get(name, False if not allowed_none else None)
+        if not (isinstance(value, bool) or (allowed_none and value is None)):
+            allowed = "true, false or null" if allowed_none else "true or false"
+            raise fail(name, f"must be {allowed}, got {value!r}", f"write '{name}: {allowed.split(',')[0]}'")
+        flags[name] = value
+    layout = entry.get("layout", "contiguous")
+    if layout not in LAYOUTS:
+        raise fail("layout", f"unknown layout {layout!r}", f"use one of {list(LAYOUTS)}")
+    grad = entry.get("grad", [])
+    if not isinstance(grad, list) or any(g not in GRADS for g in grad):
+        raise fail("grad", f"must be a list drawn from {list(GRADS)}, got {grad!r}", "write e.g. 'grad: [input]'")
+    note = entry.get("note", "")
+    if not isinstance(note, str):
+        raise fail("note", f"must be a string, got {note!r}", "quote the note")
+
+    x = _parse_tensor(entry["input"], dtype.input, f"{where}, field 'input'", shown)
+    t = _parse_tensor(entry["target"], dtype.target, f"{where}, field 'target'", shown)
+    if layout == "transposed" and (x.ndim < 2 or t.ndim < 2):
+        raise fail("layout", "'transposed' needs tensors of at least 2 dimensions", "use 'contiguous' or 'strided'")
+    if layout == "strided" and (x.ndim < 1 or t.ndim < 1):
+        raise fail("layout", "'strided' needs tensors of at least 1 dimension", "use 'contiguous'")
+    params = Params(reduction, flags["log_target"], flags["size_average"], flags["reduce"])
+    parts = ("forward",) + tuple(f"grad_{g}" for g in grad)
+    return Case(id=case_id, params=params, input=x, target=t, dtype=dtype, family="user", layout=layout,
+                parts=parts, source=shown)
+
+
+def _parse_dtype(value: Any, fail) -> DtypePair:
+    if isinstance(value, str):
+        names = {"input": value, "target": value}
+    elif isinstance(value, dict) and set(value) == {"input", "target"}:
+        names = value
+    else:
+        raise fail("dtype", f"expected a dtype name or {{input: NAME, target: NAME}}, got {value!r}",
+                   f"use one of {list(KNOWN_DTYPES)}")
+    for side, name in names.items():
+        if name not in KNOWN_DTYPES:
+            raise fail("dtype", f"unknown dtype {name!r} for {side}", f"use one of {list(KNOWN_DTYPES)}")
+    return DtypePair(names["input"], names["target"])
+
+
+def _parse_tensor(value: Any, dtype: str, where: str, shown: str) -> np.ndarray:
+    """A nested list (or a number, for 0-d) to a float64 array; ragged lists and non-numbers are errors."""
+    def check(node: Any, depth: int, path: str) -> None:
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                check(item, depth + 1, f"{path}[{i}]")
+            kinds = {isinstance(item, list) for item in node}
+            lengths = {len(item) for item in node if isinstance(item, list)}
+            if len(kinds) > 1 or len(lengths) > 1:
+                raise CaseFileError(f"ragged tensor at {path or 'top level'}: rows differ in length or nesting",
+                                    file=shown, where=where, fix="give every row the same number of elements")
+        elif isinstance(node, bool) and dtype != "bool":
+            raise CaseFileError(f"boolean {node!r} at {path or 'top level'} in a {dtype} tensor", file=shown,
+                                where=where, fix="write numbers, or set dtype: bool")
+        elif not isinstance(node, (int, float)):
+            raise CaseFileError(f"{node!r} at {path or 'top level'} is not a number", file=shown, where=where,
+                                fix="write numbers; use .inf, -.inf and .nan for the special values")
+
+    check(value, 0, "")
+    array = np.asarray(value, dtype=np.float64)
+    if dtype in INTEGER_DTYPES and not is_representable(array, dtype):
+        raise CaseFileError(f"values not representable in {dtype} (fractions or non-finite values)", file=shown,
+                            where=where, fix=f"write integers for dtype {dtype}" + (" (0 or 1)" if dtype == "bool" else ""))
+    return round_to_dtype(array, dtype)

@@ -1,0 +1,189 @@
+"""The command line: `kl-conformance run | cases | report`; also `python -m conformance`.
+
+Exit codes: 0 done (divergences are findings, not failures); 1 with --strict when
+an undocumented divergence was found; 2 bad usage, a bad spec, case file or
+results directory (one message naming the file, the place and the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import sys
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from conformance.adapters.registry import known_adapters
+from conformance.cases.generate import DEFAULT_SEED, build_case, generate_cases
+from conformance.cases.ids import parse_id
+from conformance.cases.userfile import load_case_file
+from conformance.errors import ConformanceError, UsageError
+from conformance.model import Case, Result, Spec
+from conformance.report.merge import load_runs, merge_runs, write_report
+from conformance.runner import run_conformance
+from conformance.specload import load_spec
+
+EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE = 0, 1, 2
+DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2 too; keep our one-line shape
+        self.print_usage(sys.stderr)
+        raise UsageError(message, where="command line", fix=f"see `{self.prog} --help`")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kl-conformance", description="Spec-driven conformance harness for kl_div.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
+    parser.add_argument("--spec", help="spec file (default: the spec shipped with the harness)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add_case_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"draw of the generated values (default {DEFAULT_SEED})")
+        p.add_argument("--suite", choices=("default", "exhaustive", "none"), default="default",
+                       help="generated suite: pairwise design plus edge families (default), the full product, or none")
+        p.add_argument("--exhaustive", dest="suite", action="store_const", const="exhaustive",
+                       help="same as --suite exhaustive")
+        p.add_argument("--cases", action="append", default=[], metavar="FILE", help="user case file (repeatable)")
+        p.add_argument("--only", action="append", default=[], metavar="ID",
+                       help="run only case ids matching this glob (repeatable)")
+
+    run = sub.add_parser("run", help="run cases through a framework and write results and a report")
+    run.add_argument("--framework", required=True, help="adapter name, e.g. torch")
+    run.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
+    run.add_argument("--device", action="append", default=[], help="device (repeatable; default all present)")
+    run.add_argument("--out", default="reports/run", help="output directory (default reports/run)")
+    run.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is found")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    add_case_options(run)
+
+    cases = sub.add_parser("cases", help="list the case ids a run would use")
+    cases.add_argument("--count", action="store_true", help="print only the number of cases")
+    add_case_options(cases)
+
+    report = sub.add_parser("report", help="merge run directories into one report")
+    report.add_argument("runs", nargs="+", metavar="DIR", help="run directories (each with results.jsonl)")
+    report.add_argument("--out", required=True, help="directory for the merged report")
+    report.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is present")
+    return parser
+
+
+def select_cases(spec: Spec, args: argparse.Namespace) -> Iterator[Case]:
+    """Generated and user cases, filtered by --only; user files are validated before anything runs."""
+    user = [case for path in args.cases for case in load_case_file(path)]
+    exact = [p for p in args.only if not any(ch in p for ch in "*?[")]
+    if args.only and exact == args.only and args.suite != "none":
+        # exact generated ids: rebuild them directly, whichever suite they came from
+        seen_user = {c.id for c in user}
+        for case_id in exact:
+            if case_id in seen_user:
+                continue
+            try:
+                key = parse_id(case_id)
+            except ValueError as exc:
+                raise UsageError(str(exc), where="--only", fix="copy the id from a report or `kl-conformance cases`") from None
+            yield build_case(key, args.seed)
+        yield from (c for c in user if c.id in exact)
+        return
+    generated = () if args.suite == "none" else generate_cases(spec, args.seed, exhaustive=args.suite == "exhaustive")
+    for case in _chain(generated, user):
+        if not args.only or any(fnmatch.fnmatchcase(case.id, p) for p in args.only):
+            yield case
+
+
+def _chain(*iterables):
+    for it in iterables:
+        yield from it
+
+
+def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
+    count = 0
+    for case in select_cases(spec, args):
+        count += 1
+        if not args.count:
+            print(case.id)
+    if args.count:
+        print(count)
+    return EXIT_OK
+
+
+def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
+    if args.framework not in known_adapters():
+        raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
+                         fix=f"use one of {sorted(known_adapters())}")
+    cases = list(select_cases(spec, args))  # validates case files and ids before any output is written
+    if not cases:
+        raise UsageError("no case matches the selection", where="--only / --cases / --suite",
+                         fix="check the ids with `kl-conformance cases`")
+    show_details = bool(args.only) and len(cases) <= DETAIL_LIMIT
+    progress = _progress_bar(len(cases)) if (sys.stderr.isatty() and not args.no_progress) else None
+    run_info = {"seed": args.seed, "suite": args.suite, "case_files": args.cases, "only": args.only,
+                "command": " ".join(sys.argv)}
+    summary = run_conformance(
+        spec, args.framework, cases, args.out, apis=args.api, devices=args.device, run_info=run_info,
+        progress=progress, on_result=_print_details if show_details else None,
+    )
+    if progress is not None:
+        sys.stderr.write("\n")
+    rows, manifests = load_runs([summary.out_dir])
+    report = write_report(summary.out_dir, rows, manifests)
+    if summary.not_run:
+        print(f"{args.framework}: not run: {summary.not_run}. Report: {report}")
+        return EXIT_OK
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
+    print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
+          f"{summary.divergences} divergences. Report: {report}")
+    return _strict_exit(args.strict, rows)
+
+
+def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = merge_runs(args.runs, out)
+    rows, _ = load_runs([out]) if (out / "results.jsonl").exists() else load_runs(args.runs)
+    print(f"merged {len(args.runs)} runs, {len(rows)} results. Report: {path}")
+    return _strict_exit(args.strict, rows)
+
+
+def _strict_exit(strict: bool, rows: Sequence[Result]) -> int:
+    undocumented = sum(1 for r in rows if r.verdict.is_divergence and not r.documented)
+    return EXIT_DIVERGENCE if strict and undocumented else EXIT_OK
+
+
+def _print_details(case: Case, result: Result) -> None:
+    """For a rerun of a few cases: everything needed to see the divergence."""
+    with np.printoptions(precision=17, threshold=64):
+        print(f"case {case.id}\n  params: {case.params}\n  dtype: {case.dtype}  layout: {case.layout}")
+        print(f"  input:  {case.input!r}\n  target: {case.target!r}")
+        print(f"  {result.framework} / {result.api} / {result.device}: {result.verdict.value}"
+              + (f" ({result.cause})" if result.cause else ""))
+        if result.message:
+            print(f"  {result.message}")
+        if result.warnings:
+            print(f"  warnings: {list(result.warnings)}")
+
+
+def _progress_bar(total: int):
+    def show(done: int) -> None:
+        width = 30
+        filled = int(width * done / max(total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} cases")
+        sys.stderr.flush()
+    return show
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        spec = load_spec(args.spec)
+        return {"run": cmd_run, "cases": cmd_cases, "report": cmd_report}[args.command](spec, args)
+    except ConformanceError as exc:
+        if debug:
+            raise
+        print(f"kl-conformance: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,127 @@
+"""Classifies an observation against the spec's expectation: the verdict and why.
+
+Order of checks: unsupported, errors, shape, dtype, non-finite pattern, then
+values within the bound. Messages follow numpy.testing: the non-finite pattern
+first, then counts, where, how bad. Never imports a framework or the reference.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from conformance.model import RULE_NAMES, Expected, Judgement, Observation, Spec, Verdict
+
+# Spec paths most likely to explain a divergence, most specific first.
+_CAUSE_PRIORITY = (
+    "dtypes.promotion",
+    "signature.legacy",
+    "reductions.batchmean.divisor",
+    "reductions.batchmean.empty_batch",
+    "reductions.mean.empty",
+    "reductions.sum.empty",
+    "pointwise.conventions.log_target_neg_inf",
+    "pointwise.conventions.target_zero",
+    "pointwise.conventions.target_negative",
+    "pointwise.conventions.nan_propagation",
+    "pointwise.conventions.infinities",
+    "shapes.broadcasting",
+)
+
+
+def classify(expected: Expected, observed: Observation, spec: Spec) -> Judgement:
+    """The verdict for one observation.
+
+    Parameters
+    ----------
+    expected : what the reference computed from the spec for the case.
+    observed : what the adapter saw.
+    spec : for the warning patterns (spec: warnings.expected).
+    """
+    if observed.unsupported is not None:
+        return Judgement(Verdict.UNSUPPORTED, observed.unsupported)
+    missing = missing_warnings(expected, observed, spec)
+    judgement = _judge(expected, observed)
+    return Judgement(judgement.verdict, judgement.message, judgement.max_abs_err, judgement.bound,
+                     judgement.cause, missing)
+
+
+def _judge(expected: Expected, observed: Observation) -> Judgement:
+    raised = f"{observed.exception_type}: {observed.exception_message}"
+    if expected.error_id is not None:
+        cause = f"errors.{expected.error_id}"
+        if not observed.raised:
+            return Judgement(Verdict.ERROR, f"error: returned a value; spec expects {expected.error_type} "
+                                            f"({cause})", cause=cause)
+        if observed.exception_type != expected.error_type:
+            return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects {expected.error_type} "
+                                            f"({cause})", cause=cause)
+        return Judgement(Verdict.PASS, f"raised {observed.exception_type} as expected ({cause})", cause=cause)
+    if observed.raised:
+        return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects a value", cause=_cause(expected, None))
+
+    if tuple(observed.shape) != tuple(expected.shape):
+        return Judgement(Verdict.SHAPE, f"shape: got {tuple(observed.shape)}, expected {tuple(expected.shape)}",
+                         cause=_cause(expected, None, default="shapes.output"))
+    if observed.dtype != expected.result_dtype:
+        return Judgement(Verdict.DTYPE, f"dtype: got {observed.dtype}, expected {expected.result_dtype}",
+                         cause="dtypes.promotion" if "dtypes.promotion" in expected.rules else "dtypes.precision")
+
+    got = np.asarray(observed.value, dtype=np.float64)
+    want, bound = expected.value, expected.bound
+    pattern_differs = ((np.isnan(got) != np.isnan(want)) | (np.isposinf(got) != np.isposinf(want))
+                       | (np.isneginf(got) != np.isneginf(want)))
+    if pattern_differs.any():
+        where = np.argwhere(pattern_differs)
+        first = tuple(where[0])
+        message = (f"nonfinite: {len(where)} of {got.size} elements differ in NaN/inf pattern; "
+                   f"first {_index(first)}: got {_num(got[first])}, expected {_num(want[first])}")
+        return Judgement(Verdict.NONFINITE, message, cause=_cause(expected, pattern_differs))
+
+    finite = np.isfinite(want)
+    with np.errstate(invalid="ignore"):
+        err = np.where(finite, np.abs(got - want), 0.0)
+        ratio = np.where(finite, err / np.where(bound > 0, bound, np.finfo(np.float64).tiny), 0.0)
+    if got.size == 0:
+        return Judgement(Verdict.PASS, "", 0.0, 0.0)
+    worst = np.unravel_index(int(np.argmax(ratio)), got.shape)
+    max_abs_err, worst_bound = float(err.max()), float(bound[worst])
+    outside = err > bound
+    if outside.any():
+        message = (f"value: {int(outside.sum())} of {got.size} elements outside bound; worst {_index(worst)}: "
+                   f"got {_num(got[worst])}, expected {_num(want[worst])}, "
+                   f"|err| {err[worst]:.3g} > bound {worst_bound:.3g}")
+        return Judgement(Verdict.VALUE, message, max_abs_err, worst_bound, cause=_cause(expected, outside))
+    return Judgement(Verdict.PASS, "", max_abs_err, worst_bound)
+
+
+def missing_warnings(expected: Expected, observed: Observation, spec: Spec) -> tuple[str, ...]:
+    """Ids of expected warnings that no observed warning matches (spec: warnings; advisory only)."""
+    patterns = {row["id"]: row.get("match") for row in spec.data["warnings"]["expected"]}
+    missing = []
+    for warning_id in expected.warnings:
+        pattern = patterns.get(warning_id)
+        if pattern and not any(re.search(pattern, text) for text in observed.warnings):
+            missing.append(warning_id)
+    return tuple(missing)
+
+
+def _cause(expected: Expected, bad: np.ndarray | None, default: str = "pointwise.formula") -> str:
+    """The spec path that most likely explains a divergence at the `bad` elements."""
+    rules = set(expected.rules)
+    if bad is not None and expected.rule_map is not None and bad.shape == expected.rule_map.shape:
+        codes = np.unique(expected.rule_map[bad])
+        rules = {RULE_NAMES[c] for c in codes.tolist()} | (rules - set(RULE_NAMES))
+    for path in _CAUSE_PRIORITY:
+        if path in rules:
+            return path
+    return default
+
+
+def _index(index: tuple) -> str:
+    return "[" + ", ".join(str(int(i)) for i in index) + "]"
+
+
+def _num(x: float) -> str:
+    return repr(float(x))

@@ -1,0 +1,87 @@
+"""Explains a divergence by the spec choice the framework behaves as.
+
+The spec lists, for each convention, every choice the reference can compute. For a
+diverging observation, this module recomputes the expectation under each
+alternative choice (and each pair of them) and reports the first under which the
+observation passes: "pointwise.conventions.target_zero = ieee". Per-framework
+profiles of documented deviations build on the same alternatives.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass
+from typing import Iterator
+
+from conformance.compare import classify
+from conformance.model import Case, Observation, Spec, Verdict
+from conformance.reference.forward import expected_forward
+from conformance.specload import spec_hash
+
+# (spec path of the choice, key under which its alternatives are listed), relative to the spec root.
+CHOICE_POINTS = (
+    ("pointwise.conventions.target_zero.choice", "pointwise.conventions.target_zero.choices"),
+    ("pointwise.conventions.target_negative.choice", "pointwise.conventions.target_negative.choices"),
+    ("pointwise.conventions.log_target_neg_inf.choice", "pointwise.conventions.log_target_neg_inf.choices"),
+    ("pointwise.conventions.infinities.choice", "pointwise.conventions.infinities.choices"),
+    ("reductions.batchmean.divisor", "reductions.batchmean.divisors"),
+    ("signature.legacy.precedence", "signature.legacy.precedences"),
+)
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One departure from the spec: the value at `path` set to `choice`."""
+
+    path: str
+    choice: str
+
+    def __str__(self) -> str:
+        return f"{self.path.removesuffix('.choice')} = {self.choice}"
+
+
+def alternatives(spec: Spec) -> list[Alternative]:
+    """Every single departure the spec allows the reference to compute."""
+    found = []
+    for path, choices_path in CHOICE_POINTS:
+        current = _get(spec.data, path)
+        found += [Alternative(path, c) for c in _get(spec.data, choices_path) if c != current]
+    return found
+
+
+def with_alternatives(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
+    """A copy of `spec` with the given choices changed."""
+    data = copy.deepcopy(dict(spec.data))
+    for alt in alts:
+        *parents, leaf = alt.path.split(".")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[leaf] = alt.choice
+    return Spec(data=data, source=f"{spec.source} with {', '.join(map(str, alts))}", hash=spec_hash(data))
+
+
+def explain(case: Case, observed: Observation, spec: Spec, max_combined: int = 2) -> tuple[Alternative, ...] | None:
+    """The smallest set of alternative choices under which `observed` passes, or None."""
+    if observed.raised or observed.unsupported is not None:
+        return None
+    for alts in _candidate_sets(spec, max_combined):
+        if classify(expected_forward(case, with_alternatives(spec, alts)), observed, spec).verdict is Verdict.PASS:
+            return alts
+    return None
+
+
+def _candidate_sets(spec: Spec, max_combined: int) -> Iterator[tuple[Alternative, ...]]:
+    singles = alternatives(spec)
+    for size in range(1, max_combined + 1):
+        for combo in itertools.combinations(singles, size):
+            if len({a.path for a in combo}) == size:
+                yield combo
+
+
+def _get(data, dotted: str):
+    node = data
+    for key in dotted.split("."):
+        node = node[key]
+    return node

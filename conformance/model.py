@@ -1,0 +1,294 @@
+"""The types that flow through the harness: spec -> Case -> Expected -> Observation -> Result.
+
+Depends only on the standard library and NumPy; imports nothing from the project.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+PARTS = ("forward",)  # gradients add grad_input / grad_target (issue 4)
+
+# Spec paths of the pointwise rules, indexed by the codes in Expected.rule_map.
+RULE_NAMES = (
+    "pointwise.formula",
+    "pointwise.conventions.target_zero",
+    "pointwise.conventions.target_negative",
+    "pointwise.conventions.log_target_neg_inf",
+    "pointwise.conventions.nan_propagation",
+    "pointwise.conventions.infinities",
+)
+
+
+class Verdict(str, enum.Enum):
+    """How an observation compares with the spec; values are written to results files."""
+
+    PASS = "pass"
+    VALUE = "value"
+    NONFINITE = "nonfinite"
+    SHAPE = "shape"
+    DTYPE = "dtype"
+    ERROR = "error"
+    UNSUPPORTED = "unsupported"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+
+    @property
+    def is_divergence(self) -> bool:
+        return self not in (Verdict.PASS, Verdict.UNSUPPORTED)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The validated spec document, with the lookups the harness needs."""
+
+    data: Mapping[str, Any] = field(repr=False)
+    source: str
+    hash: str
+
+    def convention(self, name: str) -> str:
+        return self.data["pointwise"]["conventions"][name]["choice"]
+
+    @property
+    def reductions(self) -> tuple[str, ...]:
+        return tuple(self.data["signature"]["parameters"]["reduction"]["values"])
+
+    @property
+    def floating_dtypes(self) -> tuple[str, ...]:
+        return tuple(self.data["dtypes"]["floating"])
+
+    @property
+    def rejected_dtypes(self) -> tuple[str, ...]:
+        return tuple(self.data["dtypes"]["rejected"])
+
+    def unit_roundoff(self, dtype: str) -> float:
+        return float(self.data["dtypes"]["unit_roundoff"][dtype])
+
+    def smallest_subnormal(self, dtype: str) -> float:
+        return float(self.data["dtypes"]["smallest_subnormal"][dtype])
+
+    def result_dtype(self, input_dtype: str, target_dtype: str) -> str:
+        """Promoted floating dtype of a call (spec: dtypes.promotion)."""
+        if input_dtype == target_dtype:
+            return input_dtype
+        for row in self.data["dtypes"]["promotion"]:
+            if {row["input"], row["target"]} == {input_dtype, target_dtype}:
+                return row["result"]
+        raise KeyError(f"spec: dtypes.promotion has no row for {input_dtype!r} with {target_dtype!r}")
+
+    def legacy_reduction(self, size_average: bool | None, reduce: bool | None) -> str:
+        """Reduction named by the deprecated pair (spec: signature.legacy.mapping)."""
+        for row in self.data["signature"]["legacy"]["mapping"]:
+            if row["size_average"] == size_average and row["reduce"] == reduce:
+                return row["reduction"]
+        raise KeyError(f"spec: signature.legacy.mapping has no row for size_average={size_average!r}, reduce={reduce!r}")
+
+    def error_exception(self, error_id: str) -> str:
+        for row in self.data["errors"]:
+            if row["id"] == error_id:
+                return row["exception"]
+        raise KeyError(f"spec: errors has no entry {error_id!r}")
+
+    @property
+    def error_order(self) -> tuple[str, ...]:
+        return tuple(row["id"] for row in self.data["errors"])
+
+    @property
+    def expected_warning_ids(self) -> tuple[str, ...]:
+        return tuple(row["id"] for row in self.data["warnings"]["expected"])
+
+    def tolerance_factor(self) -> float:
+        return float(self.data["tolerance"]["pointwise"]["factor"])
+
+
+@dataclass(frozen=True)
+class Params:
+    """The keyword arguments of one call."""
+
+    reduction: str = "mean"
+    log_target: bool = False
+    size_average: bool | None = None
+    reduce: bool | None = None
+
+    @property
+    def has_legacy(self) -> bool:
+        return self.size_average is not None or self.reduce is not None
+
+
+@dataclass(frozen=True)
+class DtypePair:
+    """Dtypes of input and target; equal for most cases."""
+
+    input: str
+    target: str
+
+    @property
+    def is_mixed(self) -> bool:
+        return self.input != self.target
+
+    def __str__(self) -> str:
+        return self.input if not self.is_mixed else f"{self.input}:{self.target}"
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One call to make: parameters, inputs and how to lay them out.
+
+    `input` and `target` are float64 arrays whose values are exactly representable
+    in their dtypes (integer-valued for integer dtypes).
+    """
+
+    id: str
+    params: Params
+    input: np.ndarray = field(repr=False)
+    target: np.ndarray = field(repr=False)
+    dtype: DtypePair
+    family: str
+    layout: str = "contiguous"
+    parts: tuple[str, ...] = ("forward",)
+    source: str = "generated"
+
+
+@dataclass(frozen=True, eq=False)
+class Expected:
+    """What the spec predicts for a case: a value with its bound, or an error.
+
+    `value` and `bound` are float64 arrays in the result shape; `rules` names the
+    spec paths that shaped the value beyond the plain formula, and `rule_map`
+    (for unreduced results) says, per element, which convention applied.
+    """
+
+    result_dtype: str | None
+    shape: tuple[int, ...] | None = None
+    value: np.ndarray | None = field(default=None, repr=False)
+    bound: np.ndarray | None = field(default=None, repr=False)
+    error_id: str | None = None
+    error_type: str | None = None
+    warnings: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()
+    rule_map: np.ndarray | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Observation:
+    """What an adapter saw: a value, or an exception, plus warnings and time."""
+
+    value: np.ndarray | None = field(default=None, repr=False)
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    exception_type: str | None = None
+    exception_message: str | None = None
+    warnings: tuple[str, ...] = ()
+    elapsed_s: float = 0.0
+    unsupported: str | None = None
+
+    @property
+    def raised(self) -> bool:
+        return self.exception_type is not None
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a case runs: (framework, api, device)."""
+
+    framework: str
+    api: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.framework}/{self.api}/{self.device}"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The comparator's finding for one observation."""
+
+    verdict: Verdict
+    message: str = ""
+    max_abs_err: float | None = None
+    bound: float | None = None
+    cause: str = ""
+    missing_warnings: tuple[str, ...] = ()
+
+
+RESULT_FIELDS = (
+    "case_id", "family", "reduction", "log_target", "framework", "framework_version", "api", "device",
+    "dtype", "part", "verdict", "documented", "max_abs_err", "bound", "cause", "message", "warnings",
+    "missing_warnings", "elapsed_s", "source", "spec_hash", "harness_version", "python_version",
+    "numpy_version", "device_name",
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    """One row of results.jsonl: a judged (case, framework, api, device, part)."""
+
+    case_id: str
+    family: str
+    reduction: str
+    log_target: bool
+    framework: str
+    framework_version: str
+    api: str
+    device: str
+    dtype: str
+    part: str
+    verdict: Verdict
+    documented: bool
+    max_abs_err: float | None
+    bound: float | None
+    cause: str
+    message: str
+    warnings: tuple[str, ...]
+    missing_warnings: tuple[str, ...]
+    elapsed_s: float
+    source: str
+    spec_hash: str
+    harness_version: str
+    python_version: str
+    numpy_version: str
+    device_name: str
+
+    @property
+    def target(self) -> Target:
+        return Target(self.framework, self.api, self.device)
+
+    def to_json(self) -> str:
+        row = {name: getattr(self, name) for name in RESULT_FIELDS}
+        row["verdict"] = self.verdict.value
+        row["warnings"] = list(self.warnings)
+        row["missing_warnings"] = list(self.missing_warnings)
+        for key in ("max_abs_err", "bound"):
+            row[key] = _finite_or_text(row[key])
+        return json.dumps(row, sort_keys=False, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Result":
+        row = json.loads(text)
+        missing = [name for name in RESULT_FIELDS if name not in row]
+        if missing:
+            raise KeyError(f"missing fields {missing}")
+        row = {name: row[name] for name in RESULT_FIELDS}
+        row["verdict"] = Verdict(row["verdict"])
+        row["warnings"] = tuple(row["warnings"])
+        row["missing_warnings"] = tuple(row["missing_warnings"])
+        for key in ("max_abs_err", "bound"):
+            row[key] = _float_from_text(row[key])
+        return cls(**row)
+
+
+def _finite_or_text(x: float | None) -> float | str | None:
+    """JSON has no inf/NaN: write them as the strings 'inf', '-inf', 'nan'."""
+    if x is None or np.isfinite(x):
+        return x
+    return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _float_from_text(x: float | str | None) -> float | None:
+    return float(x) if isinstance(x, str) else x

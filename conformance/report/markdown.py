@@ -1,0 +1,139 @@
+"""Writes report.md from result rows: provenance, summary matrix, case-family matrix, divergences by cause.
+
+Reads rows and run manifests only; never calls a framework or the reference, which
+is what makes merging runs from several machines sound.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter, defaultdict
+from typing import Any, Sequence
+
+from conformance.model import Result, Verdict
+
+VERDICT_ORDER = [v.value for v in Verdict]
+
+
+def render_markdown(rows: Sequence[Result], manifests: Sequence[dict[str, Any]]) -> str:
+    """The whole report as Markdown text."""
+    out: list[str] = ["# kl_div conformance report", ""]
+    out += _provenance(rows, manifests)
+    out += _summary(rows)
+    out += _family_matrix(rows)
+    out += _divergences(rows, manifests)
+    out += _warnings(rows)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _provenance(rows: Sequence[Result], manifests: Sequence[dict[str, Any]]) -> list[str]:
+    out = ["| run | framework | version | status | cases | python | numpy | spec | harness |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for i, m in enumerate(manifests, start=1):
+        status = m.get("status", "?") + (f": {m['reason']}" if m.get("reason") else "")
+        out.append(f"| {i} | {m.get('framework', '?')} | {m.get('framework_version', '-')} | {status} | "
+                   f"{m.get('cases', '-')} | {m.get('python_version', '-')} | {m.get('numpy_version', '-')} | "
+                   f"{m.get('spec_hash', '-')} | {m.get('harness_version', '-')} |")
+    seeds = sorted({str(m.get("seed")) for m in manifests if m.get("seed") is not None})
+    out += ["", f"{len(rows)} results; seed {', '.join(seeds) or '-'}. "
+                "Verdicts: `pass`; divergences `value` (outside the bound), `nonfinite` (NaN/inf pattern), "
+                "`shape`, `dtype`, `error` (raised where a value was expected, returned a value where an error "
+                "was expected, or a different exception type), `crash`, `timeout`; and `unsupported` (the API "
+                "cannot express the case).", ""]
+    return out
+
+
+def _summary(rows: Sequence[Result]) -> list[str]:
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for r in rows:
+        counts[_target(r)][r.verdict.value] += 1
+    present = [v for v in VERDICT_ORDER if any(c[v] for c in counts.values())]
+    out = ["## Summary", "", "| framework / api / device | results | divergences | " + " | ".join(present) + " |",
+           "|---|---:|---:|" + "---:|" * len(present)]
+    for target in sorted(counts):
+        c = counts[target]
+        divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
+        out.append(f"| {target} | {sum(c.values())} | {divergent} | " + " | ".join(str(c[v]) for v in present) + " |")
+    return out + [""]
+
+
+def _family_matrix(rows: Sequence[Result]) -> list[str]:
+    """Rows: reduction x log_target x value family; columns: targets; cells: passes / judged (divergences)."""
+    targets = sorted({_target(r) for r in rows})
+    cells: dict[tuple, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+    for r in rows:
+        cells[(r.family, r.reduction, int(r.log_target))][_target(r)][r.verdict.value] += 1
+    out = ["## Case families", "",
+           "Each cell: passes / results judged, then divergences; `n/a` where the API cannot express the family.", "",
+           "| family | reduction | log_target | " + " | ".join(targets) + " |",
+           "|---|---|---|" + "---|" * len(targets)]
+    for key in sorted(cells):
+        row = []
+        for target in targets:
+            c = cells[key][target]
+            judged = sum(c.values()) - c["unsupported"]
+            divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
+            if not sum(c.values()):
+                row.append(" ")
+            elif not judged:
+                row.append("n/a")
+            else:
+                row.append(f"{c['pass']}/{judged}" + (f" **{divergent} div**" if divergent else ""))
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(row) + " |")
+    return out + [""]
+
+
+def _divergences(rows: Sequence[Result], manifests: Sequence[dict[str, Any]]) -> list[str]:
+    groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    for r in rows:
+        if r.verdict.is_divergence:
+            groups[(r.cause or "unknown", r.verdict.value)].append(r)
+    out = ["## Divergences by cause", ""]
+    if not groups:
+        return out + ["No divergences: every judged result is within the spec.", ""]
+    out += ["Grouped by the spec path that governs the diverging elements. Each row reruns alone with its "
+            "`reproduce` command, which prints the inputs, the expected value and the framework's result.", ""]
+    run_info = {m.get("framework"): m for m in manifests}
+    for (cause, verdict), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        targets = sorted({_target(r) for r in members})
+        out += [f"### `{cause}`: {verdict} ({len(members)} results)", "",
+                "Affects " + ", ".join(f"`{t}`" for t in targets) + ".", "",
+                "| case | api / device | finding | reproduce |", "|---|---|---|---|"]
+        for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device)):
+            out.append(f"| `{r.case_id}` | {r.api} / {r.device} | {_cell(r.message)} | "
+                       f"`{repro_command(r, run_info.get(r.framework, {}))}` |")
+        out.append("")
+    return out
+
+
+def _warnings(rows: Sequence[Result]) -> list[str]:
+    missing: Counter = Counter()
+    for r in rows:
+        for warning_id in r.missing_warnings:
+            missing[(_target(r), warning_id)] += 1
+    out = ["## Warnings", "", "Warnings are advisory (spec: warnings.policy) and never change a verdict."]
+    if not missing:
+        return out + ["Every warning the spec expects was given.", ""]
+    out += ["", "| framework / api / device | expected warning not given | results |", "|---|---|---:|"]
+    out += [f"| {t} | {w} | {n} |" for (t, w), n in sorted(missing.items())]
+    return out + [""]
+
+
+def repro_command(r: Result, run_info: dict[str, Any]) -> str:
+    """The one-line command that reruns exactly this result and prints its details."""
+    words = ["kl-conformance", "run", "--framework", r.framework, "--api", r.api, "--device", r.device]
+    if r.source != "generated":
+        words += ["--cases", r.source, "--suite", "none"]
+    elif run_info.get("seed") is not None:
+        words += ["--seed", str(run_info["seed"])]
+    words += ["--only", r.case_id]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _target(r: Result) -> str:
+    return f"{r.framework} / {r.api} / {r.device}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+

@@ -1,0 +1,97 @@
+"""Reads and writes a run directory: results.jsonl (a public format), run.json, atomic files.
+
+results.jsonl is append-only and flushed per line, so a run stopped at any moment
+leaves every finished row readable. Reports and other files are written to a
+temporary file and renamed into place, so none is ever half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from conformance.errors import ResultsError, UsageError
+from conformance.model import Result
+
+RESULTS_FILE = "results.jsonl"
+MANIFEST_FILE = "run.json"
+
+
+def prepare_out_dir(path: str | Path) -> Path:
+    """Create the output directory and prove it writable before any work starts."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write to the output directory ({exc.strerror})", file=str(out), where="--out",
+                         fix="choose a directory you can write to") from None
+    return out
+
+
+class ResultsWriter:
+    """Appends Result rows to results.jsonl, one flushed line each."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / RESULTS_FILE
+        self._file = self.path.open("w", encoding="utf-8")
+
+    def write(self, result: Result) -> None:
+        self._file.write(result.to_json() + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "ResultsWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def iter_results(run_dir: str | Path) -> Iterator[Result]:
+    """Rows of a run directory's results.jsonl; a bad line names the file and line."""
+    path = Path(run_dir) / RESULTS_FILE
+    if not path.is_file():
+        raise ResultsError("no results.jsonl here", file=str(run_dir),
+                           fix="pass the --out directory of a finished `kl-conformance run`")
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield Result.from_json(line)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ResultsError(f"unreadable row ({exc})", file=str(path), where=f"line {number}",
+                                   fix="regenerate the run, or remove the damaged line") from None
+
+
+def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
+    write_atomic(out_dir / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / MANIFEST_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except ValueError as exc:
+        raise ResultsError(f"unreadable manifest ({exc})", file=str(path), fix="regenerate the run") from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

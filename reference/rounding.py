@@ -1,0 +1,55 @@
+"""Round float64 values to the value set of a narrower dtype (float16, bfloat16, float32).
+
+NumPy has no bfloat16, so every floating format is handled by one exact routine:
+scale to the format's quantum at that binade and round half to even. It needs
+nothing but NumPy, which is why the case generator may import it too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# (significand bits including the implicit one, smallest normal exponent, largest finite value)
+_FORMATS = {
+    "float16": (11, -14, 65504.0),
+    "bfloat16": (8, -126, float.fromhex("0x1.fep127")),
+    "float32": (24, -126, float.fromhex("0x1.fffffep127")),
+}
+INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "bool")
+
+
+def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Return float64 values rounded to nearest-even in `dtype` (overflow to +-inf).
+
+    Is equivalent to ``values.astype(np.float16).astype(np.float64)`` for float16,
+    and to the same double cast through float32 for float32.
+
+    Integer dtypes round toward zero and bool maps non-zero to 1, as a cast does.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if dtype == "float64":
+        return x.copy()
+    if dtype == "bool":
+        return (x != 0).astype(np.float64)
+    if dtype in INTEGER_DTYPES:
+        return np.trunc(x)
+    try:
+        precision, min_exp, largest = _FORMATS[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_FORMATS) + ['float64']}") from None
+    out = x.copy()
+    finite = np.isfinite(x) & (x != 0)
+    xf = x[finite]
+    _, exp = np.frexp(xf)  # xf = m * 2**exp with 0.5 <= |m| < 1, so the leading bit is 2**(exp - 1)
+    quantum_exp = np.maximum(exp - 1, min_exp) - (precision - 1)
+    rounded = np.ldexp(np.rint(np.ldexp(xf, -quantum_exp)), quantum_exp)
+    rounded = np.where(np.abs(rounded) > largest, np.copysign(np.inf, xf), rounded)
+    out[finite] = rounded
+    return out
+
+
+def is_representable(values: np.ndarray, dtype: str) -> bool:
+    """True when every value survives rounding to `dtype` unchanged (NaN counts as representable)."""
+    x = np.asarray(values, dtype=np.float64)
+    r = round_to_dtype(x, dtype)
+    return bool(np.all((r == x) | (np.isnan(r) & np.isnan(x))))
