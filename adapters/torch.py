@@ -27,7 +27,7 @@ class TorchAdapter(Adapter):
 
     def __init__(self) -> None:
         self.torch = None
-        self._prepared: tuple[str, str, object, object] | None = None
+        self._prepared: tuple[Case, str, object, object] | None = None
 
     def load(self) -> None:
         try:
@@ -59,8 +59,8 @@ class TorchAdapter(Adapter):
 
     def _tensors(self, case: Case, device: str):
         """Build the inputs once per (case, device) and share them across APIs."""
-        if self._prepared is None or self._prepared[:2] != (case.id, device):
-            self._prepared = (case.id, device, self._tensor(case.input, case.dtype.input, case.layout, device),
+        if self._prepared is None or self._prepared[0] is not case or self._prepared[1] != device:
+            self._prepared = (case, device, self._tensor(case.input, case.dtype.input, case.layout, device),
                               self._tensor(case.target, case.dtype.target, case.layout, device))
         return self._prepared[2], self._prepared[3]
 

@@ -1,0 +1,63 @@
+"""One contract every adapter meets, run on the real framework named by --framework."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.adapters.registry import get_adapter
+from conformance.compare import classify
+from conformance.model import Verdict
+from conformance.reference.forward import expected_forward
+from tests.helpers import make_case
+
+
+@pytest.fixture
+def adapter(framework):
+    a = get_adapter(framework)
+    a.load()
+    return a
+
+
+def test_identity(adapter, framework):
+    assert adapter.name == framework
+    assert adapter.version()
+    assert "cpu" in adapter.devices() and set(adapter.devices()) <= set(adapter.known_devices)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+def test_well_posed_case_passes_on_every_api_and_device(adapter, spec, layout):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 4, 6))
+    x = logits[0] - np.log(np.exp(logits[0]).sum(-1, keepdims=True))
+    t = np.exp(logits[1]) / np.exp(logits[1]).sum(-1, keepdims=True)
+    case = make_case(x, t, reduction="none", layout=layout)
+    expected = expected_forward(case, spec)
+    for api in adapter.apis:
+        for device in adapter.devices():
+            observed = adapter.run(case, api, device, "forward")
+            judgement = classify(expected, observed, spec)
+            assert judgement.verdict is Verdict.PASS, f"{api.name}/{device}/{layout}: {judgement.message}"
+
+
+def test_zero_dim_stays_zero_dim(adapter, spec):
+    case = make_case(-1.0, 0.5, reduction="none", dtype="float32")
+    for api in adapter.apis:
+        observed = adapter.run(case, api, "cpu", "forward")
+        assert observed.shape == (), f"{api.name}: got shape {observed.shape}"
+
+
+def test_exceptions_come_back_as_data(adapter):
+    case = make_case(np.zeros((4, 6)), np.zeros((4, 5)), reduction="sum", dtype="float32")
+    for api in adapter.apis:
+        observed = adapter.run(case, api, "cpu", "forward")
+        assert observed.raised and observed.exception_type and observed.value is None
+
+
+def test_low_precision_values_arrive_exactly(adapter, spec):
+    """bfloat16 inputs reach the framework unchanged: x = 0 and t = 1 give exactly 0."""
+    case = make_case([0.0, -1.0], [1.0, 0.0], reduction="none", dtype="bfloat16")
+    for api in adapter.apis:
+        observed = adapter.run(case, api, "cpu", "forward")
+        assert observed.dtype == "bfloat16"
+        np.testing.assert_array_equal(observed.value, [0.0, 0.0])

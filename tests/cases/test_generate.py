@@ -1,0 +1,114 @@
+"""The generator: deterministic by seed, stable readable ids, pairwise coverage, edge families in full."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from conformance.cases.families import EDGE, FAMILIES
+from conformance.cases.generate import (DEFAULT_SEED, build_case, generate_cases, pairwise_design,
+                                        parameter_levels)
+from conformance.cases.ids import build_id, parse_id
+from conformance.reference.rounding import is_representable
+
+
+def _suite(spec, seed=DEFAULT_SEED):
+    return list(generate_cases(spec, seed))
+
+
+def test_same_seed_same_cases(spec):
+    a, b = _suite(spec), _suite(spec)
+    assert [c.id for c in a] == [c.id for c in b]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x.input, y.input)
+        np.testing.assert_array_equal(x.target, y.target)
+
+
+def test_another_seed_draws_other_values(spec):
+    a = {c.id: c for c in _suite(spec)}
+    b = {c.id: c for c in _suite(spec, seed=7)}
+    softmax = [i for i in a if "/softmax/" in i and i in b and a[i].input.size > 1]
+    assert any(not np.array_equal(a[i].input, b[i].input) for i in softmax)
+
+
+def test_values_depend_only_on_seed_and_id(spec):
+    """Rebuilding a case from its id alone gives the same values as the suite."""
+    for case in _suite(spec)[::17]:
+        rebuilt = build_case(parse_id(case.id), DEFAULT_SEED)
+        np.testing.assert_array_equal(rebuilt.input, case.input)
+        np.testing.assert_array_equal(rebuilt.target, case.target)
+
+
+def test_ids_are_unique_and_round_trip(spec):
+    cases = _suite(spec)
+    ids = [c.id for c in cases]
+    assert len(ids) == len(set(ids))
+    for case in cases:
+        assert build_id(parse_id(case.id)) == case.id
+
+
+def test_id_format_is_readable():
+    key = parse_id("fwd/sum/log_target=0/2x5/float32/onehot/s3")
+    assert (key.params.reduction, key.params.log_target, key.input_shape, key.dtype.input, key.family, key.sample) == \
+        ("sum", False, (2, 5), "float32", "onehot", 3)
+    legacy = parse_id("fwd/mean(size_average=0,reduce=1)/log_target=1/6:4x6.T/float16:float32/nan/s0")
+    assert (legacy.params.size_average, legacy.params.reduce, legacy.target_shape, legacy.layout, legacy.dtype.target) == \
+        (False, True, (4, 6), "transposed", "float32")
+    with pytest.raises(ValueError, match="not a generated case id"):
+        parse_id("sum/2x5")
+
+
+def test_values_are_representable_in_their_dtypes(spec):
+    for case in _suite(spec):
+        assert is_representable(case.input, case.dtype.input), case.id
+        assert is_representable(case.target, case.dtype.target), case.id
+
+
+def test_default_suite_covers_every_pair_of_levels(spec):
+    levels = parameter_levels(spec)
+    keys = [parse_id(c.id) for c in _suite(spec) if c.family in FAMILIES]
+    rows = [{
+        "reduction": k.params.reduction, "log_target": k.params.log_target,
+        "legacy": (k.params.size_average, k.params.reduce),
+        "shape": (k.input_shape, k.target_shape, k.layout), "dtype": k.dtype, "family": k.family,
+    } for k in keys]
+    as_key = {"shape": lambda s: (s.input, s.target, s.layout)}
+    for a, b in itertools.combinations(levels, 2):
+        wanted = {(as_key.get(a, lambda v: v)(va), as_key.get(b, lambda v: v)(vb))
+                  for va in levels[a] for vb in levels[b]
+                  if not ({a, b} == {"family", "log_target"}
+                          and (vb if b == "log_target" else va) not in FAMILIES[va if a == "family" else vb].log_targets)}
+        seen = {(r[a], r[b]) for r in rows}
+        assert wanted <= seen, f"{a} x {b}: missing {sorted(map(str, wanted - seen))[:3]}"
+
+
+def test_edge_families_run_in_full(spec):
+    ids = {c.id for c in _suite(spec)}
+    for family in EDGE:
+        for reduction in spec.reductions:
+            for log_target in FAMILIES[family].log_targets:
+                for dtype in spec.floating_dtypes:
+                    assert f"fwd/{reduction}/log_target={int(log_target)}/4x6/{dtype}/{family}/s0" in ids
+
+
+def test_suite_includes_every_spec_error(spec):
+    from conformance.reference.forward import expected_forward
+
+    errors = {expected_forward(c, spec).error_id for c in _suite(spec)}
+    assert errors >= set(spec.error_order)
+
+
+def test_pairwise_design_is_deterministic_and_small():
+    levels = {"a": [1, 2, 3], "b": ["x", "y"], "c": [True, False], "d": [0, 1, 2, 3]}
+    one = pairwise_design(levels, np.random.default_rng(0))
+    assert one == pairwise_design(levels, np.random.default_rng(0))
+    assert len(one) < 3 * 2 * 2 * 4  # far fewer than the product
+    for a, b in itertools.combinations(levels, 2):
+        assert {(r[a], r[b]) for r in one} == set(itertools.product(levels[a], levels[b]))
+
+
+def test_exhaustive_is_lazy_and_larger(spec):
+    first = list(itertools.islice(generate_cases(spec, exhaustive=True), 2000))
+    assert len(first) == 2000

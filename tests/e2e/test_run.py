@@ -1,0 +1,112 @@
+"""The CLI end to end on a real framework: outputs parsed, schema-valid, no false alarms."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from conformance.cli import main
+from conformance.results import iter_results
+from conformance.specload import load_schema
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory, request):
+    framework = request.config.getoption("--framework")
+    if not framework:
+        pytest.skip("end-to-end runs need --framework NAME")
+    out = tmp_path_factory.mktemp("run")
+    assert main(["run", "--framework", framework[0], "--out", str(out), "--no-progress"]) == 0
+    return framework[0], out
+
+
+def test_run_writes_rows_manifest_and_report(default_run):
+    framework, out = default_run
+    rows = list(iter_results(out))
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["status"] == "complete" and rows and len(rows) == 2 * manifest["cases"] * len(
+        {r.device for r in rows})
+    report = (out / "report.md").read_text()
+    assert report.startswith("# kl_div conformance report")
+    assert report.index("## Summary") < report.index("## Divergences by cause")
+    for r in rows:
+        if r.verdict.is_divergence:
+            assert f"`{r.case_id}`" in report  # every divergence listed
+    assert "kl-conformance run --framework" in report  # with a reproduction
+
+
+def test_results_match_the_published_schema(default_run):
+    _, out = default_run
+    validator = jsonschema.Draft202012Validator(load_schema("results.schema.json"))
+    for line in (out / "results.jsonl").read_text().splitlines():
+        validator.validate(json.loads(line))
+
+
+def test_well_posed_random_cases_never_cry_wolf(default_run):
+    """log-softmax against softmax (and unnormalized, identical) in float32 and float64 pass."""
+    _, out = default_run
+    judged = [r for r in iter_results(out) if r.family in ("softmax", "unnormalized", "identical")
+              and r.dtype in ("float32", "float64") and ":" not in r.case_id.split("/")[4]
+              and not r.cause.startswith("errors.")]
+    assert len(judged) > 50
+    wolves = [f"{r.case_id} {r.api}: {r.message}" for r in judged if r.verdict.value not in ("pass",)
+              and "behaves as" not in r.message]
+    assert not wolves, wolves[:5]
+
+
+def test_edge_conventions_show_where_torch_departs(default_run):
+    framework, out = default_run
+    if framework != "torch":
+        pytest.skip("torch-specific findings")
+    causes = {r.cause for r in iter_results(out) if r.verdict.is_divergence}
+    assert {"pointwise.conventions.target_zero", "pointwise.conventions.log_target_neg_inf",
+            "pointwise.conventions.infinities", "errors.integral_dtype"} <= causes
+
+
+def test_rerun_of_one_case_prints_details(default_run, tmp_path, capsys):
+    framework, out = default_run
+    diverging = next(r for r in iter_results(out) if r.verdict.is_divergence and r.source == "generated")
+    assert main(["run", "--framework", framework, "--api", diverging.api, "--device", diverging.device,
+                 "--only", diverging.case_id, "--out", str(tmp_path), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert diverging.case_id in printed and "input:" in printed and diverging.verdict.value in printed
+    assert [r.verdict for r in iter_results(tmp_path)] == [diverging.verdict]
+
+
+def test_strict_exits_1_on_undocumented_divergence(default_run, tmp_path):
+    framework, _ = default_run
+    args = ["run", "--framework", framework, "--out", str(tmp_path), "--no-progress", "--only",
+            "fwd/none/log_target=1/4x6/float32/onehot/s0"]
+    assert main(args) == 0
+    assert main(args + ["--strict"]) == 1
+
+
+def test_user_case_file_keeps_its_ids(default_run, tmp_path):
+    framework, _ = default_run
+    from conformance.specload import default_spec_path
+    examples = default_spec_path().parents[1] / "cases" / "examples" / "regressions.yaml"
+    if not examples.exists():
+        from importlib import resources
+        examples = resources.files("conformance.cases").joinpath("examples/regressions.yaml")
+    assert main(["run", "--framework", framework, "--cases", str(examples), "--suite", "none",
+                 "--out", str(tmp_path), "--no-progress"]) == 0
+    ids = {r.case_id for r in iter_results(tmp_path)}
+    assert ids == {"onehot-log-target-neg-inf", "zero-target-at-neg-inf-input", "batchmean-broadcast-input",
+                   "mixed-float16-bfloat16"}
+
+
+def test_merged_report_equals_combined_run(default_run, tmp_path):
+    """Two runs over halves of the suite, merged, give the report of one run over both halves."""
+    framework, _ = default_run
+    halves = {"a": "fwd/sum/*", "b": "fwd/mean/*"}
+    for name, pattern in halves.items():
+        assert main(["run", "--framework", framework, "--only", pattern, "--out", str(tmp_path / name),
+                     "--no-progress"]) == 0
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "merged")]) == 0
+    merged = list(iter_results(tmp_path / "merged"))
+    combined = list(iter_results(tmp_path / "a")) + list(iter_results(tmp_path / "b"))
+    strip = lambda r: (r.case_id, r.api, r.device, r.verdict, r.message)
+    assert sorted(map(strip, merged)) == sorted(map(strip, combined))
+    assert "## Summary" in (tmp_path / "merged" / "report.md").read_text()

@@ -1,0 +1,41 @@
+"""The spec's tolerance formulas, checked against their arithmetic written out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from conformance.reference.forward import expected_forward
+from conformance.tolerance import summation_gamma
+from tests.helpers import make_case
+
+
+def test_pointwise_bound_is_relative_to_the_terms(spec):
+    """t = 0.5, x = -1, float32: 8 * (2**-24 * (|0.5 log 0.5| + |0.5 * -1|) + 2**-149)."""
+    got = expected_forward(make_case([-1.0], [0.5], dtype="float32"), spec).bound[0]
+    want = 8 * (2.0**-24 * (abs(0.5 * math.log(0.5)) + 0.5) + 2.0**-149)
+    assert math.isclose(got, want, rel_tol=1e-12)
+
+
+def test_log_target_bound_includes_underflow_sensitivity(spec):
+    """log_target: exp(t) may underflow, amplified by |t - x| (spec: tolerance.pointwise.sensitivity)."""
+    t, x = -20.0, -3000.0
+    got = expected_forward(make_case([x], [t], log_target=True, dtype="float16"), spec).bound[0]
+    p = math.exp(t)
+    want = 8 * (2.0**-11 * (abs(p * t) + abs(p * x)) + 2.0**-24 * (1 + abs(t - x)))
+    assert math.isclose(got, want, rel_tol=1e-12)
+
+
+def test_summation_gamma():
+    assert summation_gamma(0, 0.5) == 0
+    assert summation_gamma(1, 2.0**-24) == 2.0**-24
+    assert summation_gamma(1000, 2.0**-24) == 11 * 2.0**-24  # ceil(log2 1000) = 10
+
+
+def test_near_zero_kl_is_judged_against_sum_of_magnitudes(spec):
+    """Identical distributions: the bound scales with sum |L_i|, not with |sum L_i| ~ 0."""
+    p = np.array([[0.25, 0.25, 0.5]])
+    case = make_case(np.log(p), p, reduction="sum", dtype="float32")
+    expected = expected_forward(case, spec)
+    assert abs(float(expected.value)) < 1e-7 and float(expected.bound) > 0

@@ -1,0 +1,127 @@
+"""Edge conventions, one table per spec rule; expected values are written from the spec's text.
+
+Each row: (input, target, expected) with the value the spec's `choice` prescribes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.reference.forward import expected_forward
+from tests.helpers import make_case
+
+inf, nan = np.inf, np.nan
+
+# spec: pointwise.conventions.target_zero = zero; nan_propagation = propagate; target_negative = nan
+PROB_SPACE = [
+    (-inf, 0.0, 0.0),          # 0 * log(0 / 0) = 0
+    (-1.0, 0.0, 0.0),
+    (inf, 0.0, 0.0),
+    (-1.0, -0.0, 0.0),         # either sign of zero
+    (nan, 0.0, nan),           # NaN propagates even through a zero target
+    (-1.0, nan, nan),
+    (-1.0, -0.5, nan),         # negative target: outside the domain
+    (-inf, 0.5, inf),          # infinities = limit
+    (inf, 0.5, -inf),
+    (1.0, inf, inf),           # t log t - t x -> +inf for finite x (torch's xlogy form gives NaN)
+    (inf, inf, nan),           # inf - inf
+    (0.0, 1.0, 0.0),           # 1 * (log 1 - 0)
+    (-np.log(4.0), 0.5, 0.5 * (np.log(0.5) + np.log(4.0))),
+]
+# spec: pointwise.conventions.log_target_neg_inf = zero
+LOG_SPACE = [
+    (-1.0, -inf, 0.0),
+    (-inf, -inf, 0.0),
+    (inf, -inf, 0.0),
+    (nan, -inf, nan),
+    (-1.0, inf, inf),
+    (inf, inf, nan),
+    (-inf, 0.0, inf),
+    (0.0, 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("x, t, want", PROB_SPACE)
+def test_probability_space_conventions(spec, x, t, want):
+    got = expected_forward(make_case([x], [t]), spec).value[0]
+    np.testing.assert_equal(got, want) if not np.isfinite(want) or want == 0 else np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+@pytest.mark.parametrize("x, t, want", LOG_SPACE)
+def test_log_space_conventions(spec, x, t, want):
+    np.testing.assert_equal(expected_forward(make_case([x], [t], log_target=True), spec).value[0], want)
+
+
+@pytest.mark.parametrize("reduction, shape, want", [
+    ("sum", (0, 5), 0.0),            # spec: reductions.sum.empty
+    ("mean", (0, 5), nan),           # spec: reductions.mean.empty
+    ("batchmean", (0, 5), nan),      # spec: reductions.batchmean.empty_batch
+    ("batchmean", (3, 0), 0.0),      # non-empty batch of empty rows
+])
+def test_empty_reductions(spec, reduction, shape, want):
+    np.testing.assert_equal(expected_forward(make_case(np.zeros(shape), np.zeros(shape), reduction=reduction), spec).value, want)
+
+
+def test_batchmean_divides_by_the_broadcast_batch(spec):
+    """spec: reductions.batchmean.divisor = broadcast_dim0: (6,) against (4, 6) is a batch of 4."""
+    x = np.full(6, -np.log(6.0))
+    t = np.full((4, 6), 0.5)
+    each = 0.5 * (np.log(0.5) + np.log(6.0))
+    got = expected_forward(make_case(x, t, reduction="batchmean"), spec).value
+    np.testing.assert_allclose(got, 24 * each / 4, rtol=1e-15)
+
+
+def test_batchmean_of_a_0d_input_divides_by_one(spec):
+    got = expected_forward(make_case(-1.0, 0.5, reduction="batchmean"), spec).value
+    np.testing.assert_allclose(got, 0.5 * (np.log(0.5) + 1.0), rtol=1e-15)
+
+
+@pytest.mark.parametrize("size_average, reduce, reduction, want", [
+    # spec: signature.legacy.mapping, legacy_wins: reduction is ignored, batchmean included
+    (False, None, "batchmean", "sum"),
+    (None, False, "batchmean", "none"),
+    (True, True, "sum", "mean"),
+    (None, True, "none", "mean"),
+])
+def test_legacy_arguments_win(spec, size_average, reduce, reduction, want):
+    x, t = np.full((2, 3), -1.0), np.full((2, 3), 0.5)
+    got = expected_forward(make_case(x, t, reduction=reduction, size_average=size_average, reduce=reduce), spec)
+    plain = expected_forward(make_case(x, t, reduction=want), spec)
+    np.testing.assert_array_equal(got.value, plain.value)
+    assert got.warnings == ("legacy_arguments",)
+
+
+@pytest.mark.parametrize("pair, want", [
+    (("float16", "bfloat16"), "float32"), (("float32", "float64"), "float64"), (("bfloat16", "bfloat16"), "bfloat16"),
+])
+def test_result_dtype_follows_promotion(spec, pair, want):
+    assert expected_forward(make_case([-1.0], [0.5], dtype=pair), spec).result_dtype == want
+
+
+@pytest.mark.parametrize("case_kwargs, error_id, exception", [
+    (dict(reduction="avg"), "unknown_reduction", "ValueError"),
+    (dict(dtype=("int64", "float32")), "integral_dtype", "TypeError"),
+    (dict(dtype="bool"), "integral_dtype", "TypeError"),
+])
+def test_errors(spec, case_kwargs, error_id, exception):
+    got = expected_forward(make_case([-1.0], [1.0], **case_kwargs), spec)
+    assert (got.error_id, got.error_type) == (error_id, exception)
+
+
+def test_incompatible_shapes_error(spec):
+    got = expected_forward(make_case(np.zeros((4, 6)), np.zeros((4, 5))), spec)
+    assert (got.error_id, got.error_type) == ("incompatible_shapes", "ValueError")
+
+
+def test_low_precision_inputs_are_rounded_first(spec):
+    """0.1 is not a float16: the reference uses float16(0.1) = 0.0999755859375."""
+    got = expected_forward(make_case([0.0], [0.1], dtype="float16"), spec).value[0]
+    t = 0.0999755859375
+    np.testing.assert_allclose(got, t * np.log(t), rtol=1e-15)
+
+
+def test_overflow_of_the_result_dtype_is_infinite(spec):
+    """spec: dtypes.precision, reductions.operand: 1e3 * (log 1e3 + 1e2) overflows float16."""
+    got = expected_forward(make_case([-100.0], [1000.0], dtype="float16"), spec).value[0]
+    assert got == inf
