@@ -71,18 +71,18 @@ class Adapter:
         raise KeyError(name)
 
 
-def layout_buffer(array: np.ndarray, layout: str) -> tuple[np.ndarray, Callable[[Any], Any]]:
-    """A contiguous buffer and the view to take of it so the view holds `array` in `layout`.
+def layout_buffer(array: np.ndarray, layout: str,
+                  swap: Callable[[Any], Any] = lambda t: t.transpose(-1, -2)) -> tuple[np.ndarray, Callable[[Any], Any]]:
+    """A C-contiguous buffer and the view to take of it so the view holds `array` in `layout`.
 
-    transposed: the buffer holds the last two axes swapped and the view swaps them back.
+    transposed: the buffer holds the last two axes swapped and the view, `swap`, swaps
+    them back (each framework passes its own swap of the last two axes).
     strided: the buffer doubles the last axis and the view takes every other element.
-    The view is framework-neutral: it uses only `.transpose(-2, -1)`-style swaps via
-    `swap` and basic slicing, which torch, OneFlow and MindSpore tensors all support.
     """
     if layout == "contiguous":
-        return array, lambda t: t
+        return np.array(array, order="C"), lambda t: t  # not ascontiguousarray: it makes 0-d arrays 1-d
     if layout == "transposed":
-        return np.ascontiguousarray(np.swapaxes(array, -1, -2)), lambda t: t.transpose(-1, -2)
+        return np.ascontiguousarray(np.swapaxes(array, -1, -2)), swap
     if layout == "strided":
         buffer = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), dtype=array.dtype)
         buffer[..., ::2] = array
@@ -90,8 +90,13 @@ def layout_buffer(array: np.ndarray, layout: str) -> tuple[np.ndarray, Callable[
     raise ValueError(f"unknown layout {layout!r}")
 
 
-def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndarray, str, tuple[int, ...]]]) -> Observation:
-    """Call `fn`, recording its warnings and any exception as data."""
+def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndarray, str, tuple[int, ...]]],
+                  is_no_kernel: Callable[[Exception], bool] = lambda exc: False) -> Observation:
+    """Call `fn` (which builds the tensors and calls the API), recording warnings and exceptions as data.
+
+    An exception that `is_no_kernel` recognises as the framework saying it has no
+    kernel for this device or dtype becomes `unsupported`, with the framework's message.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         start = time.perf_counter()
@@ -100,10 +105,29 @@ def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndar
             value, dtype, shape = to_numpy(result)
         except Exception as exc:  # a framework's exception is data, not control flow
             elapsed = time.perf_counter() - start
+            if is_no_kernel(exc):
+                return Observation(unsupported=f"no kernel for this device: {type(exc).__name__}: "
+                                               f"{_first_lines(str(exc), 300)}", elapsed_s=elapsed)
             return Observation(exception_type=type(exc).__name__, exception_message=_first_lines(str(exc)),
                                warnings=_texts(caught), elapsed_s=elapsed)
         elapsed = time.perf_counter() - start
     return Observation(value=value, dtype=dtype, shape=shape, warnings=_texts(caught), elapsed_s=elapsed)
+
+
+class TensorCache:
+    """Inputs built once per (case, device) and shared by every API of a framework."""
+
+    def __init__(self) -> None:
+        self._for: tuple[Case, str] | None = None
+        self._tensors: tuple[Any, Any] | None = None
+
+    def get(self, case: Case, device: str, build: Callable[[np.ndarray, str], Any]) -> tuple[Any, Any]:
+        """The (input, target) tensors of `case` on `device`, built by `build(values, dtype)` once."""
+        if self._for is None or self._for[0] is not case or self._for[1] != device:
+            self._for = None  # a failing build must not leave stale tensors behind
+            self._tensors = (build(case.input, case.dtype.input), build(case.target, case.dtype.target))
+            self._for = (case, device)
+        return self._tensors
 
 
 def _texts(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:

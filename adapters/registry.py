@@ -14,6 +14,8 @@ from conformance.errors import UsageError
 
 BUILTIN = {
     "torch": "conformance.adapters.torch:TorchAdapter",
+    "oneflow": "conformance.adapters.oneflow:OneFlowAdapter",
+    "mindspore": "conformance.adapters.mindspore:MindSporeAdapter",
 }
 ENTRY_POINT_GROUP = "kl_conformance.adapters"
 

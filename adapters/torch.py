@@ -11,7 +11,7 @@ import platform
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, call_observed, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, TensorCache, call_observed, layout_buffer
 from conformance.model import Case, Observation
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
@@ -27,7 +27,7 @@ class TorchAdapter(Adapter):
 
     def __init__(self) -> None:
         self.torch = None
-        self._prepared: tuple[Case, str, object, object] | None = None
+        self._inputs = TensorCache()
 
     def load(self) -> None:
         try:
@@ -48,27 +48,20 @@ class TorchAdapter(Adapter):
         return platform.processor() or platform.machine()
 
     def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
-        x, t = self._tensors(case, device)
         p = case.params
         kwargs = dict(size_average=p.size_average, reduce=p.reduce, reduction=p.reduction, log_target=p.log_target)
-        if api.name == "torch.nn.functional.kl_div":
-            call = lambda: self.torch.nn.functional.kl_div(x, t, **kwargs)
-        else:
-            call = lambda: self.torch.nn.KLDivLoss(**kwargs)(x, t)
-        return call_observed(call, self._to_numpy)
+        functional = api.name == "torch.nn.functional.kl_div"
 
-    def _tensors(self, case: Case, device: str):
-        """Build the inputs once per (case, device) and share them across APIs."""
-        if self._prepared is None or self._prepared[0] is not case or self._prepared[1] != device:
-            self._prepared = (case, device, self._tensor(case.input, case.dtype.input, case.layout, device),
-                              self._tensor(case.target, case.dtype.target, case.layout, device))
-        return self._prepared[2], self._prepared[3]
+        def call():
+            x, t = self._inputs.get(case, device, lambda values, dtype: self._tensor(values, dtype, case.layout, device))
+            if functional:
+                return self.torch.nn.functional.kl_div(x, t, **kwargs)
+            return self.torch.nn.KLDivLoss(**kwargs)(x, t)
+        return call_observed(call, self._to_numpy)
 
     def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str):
         buffer, view = layout_buffer(values, layout)
-        tensor = self.torch.from_numpy(np.array(buffer, order="C")).to(  # ascontiguousarray would make 0-d 1-d
-            device=device, dtype=getattr(self.torch, dtype))
-        return view(tensor)
+        return view(self.torch.from_numpy(buffer).to(device=device, dtype=getattr(self.torch, dtype)))
 
     def _to_numpy(self, result):
         if not isinstance(result, self.torch.Tensor):

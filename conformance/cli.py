@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("runs", nargs="+", metavar="DIR", help="run directories (each with results.jsonl)")
     report.add_argument("--out", required=True, help="directory for the merged report")
     report.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is present")
+    report.add_argument("--allow-missing", action="store_true",
+                        help="a directory without results shows as 'not run' instead of an error")
     return parser
 
 
@@ -142,9 +144,11 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = merge_runs(args.runs, out)
-    rows, _ = load_runs([out]) if (out / "results.jsonl").exists() else load_runs(args.runs)
-    print(f"merged {len(args.runs)} runs, {len(rows)} results. Report: {path}")
+    path = merge_runs(args.runs, out, allow_missing=args.allow_missing)
+    rows, manifests = load_runs(args.runs, allow_missing=args.allow_missing)
+    not_run = [m["framework"] for m in manifests if m.get("status") == "not_run"]
+    print(f"merged {len(args.runs)} runs, {len(rows)} results" + (f"; not run: {', '.join(not_run)}" if not_run else "")
+          + f". Report: {path}")
     return _strict_exit(args.strict, rows)
 
 

@@ -59,7 +59,11 @@ def _judge(expected: Expected, observed: Observation) -> Judgement:
                                             f"({cause})", cause=cause)
         return Judgement(Verdict.PASS, f"raised {observed.exception_type} as expected ({cause})", cause=cause)
     if observed.raised:
-        return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects a value", cause=_cause(expected, None))
+        # a refusal that names the dtype is about the dtypes the spec requires (spec: dtypes.floating)
+        names_dtype = expected.result_dtype and expected.result_dtype.replace("float", "") in \
+            observed.exception_message.lower().replace("float", "") and "type" in observed.exception_message.lower()
+        return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects a value",
+                         cause="dtypes.floating" if names_dtype else _cause(expected, None))
 
     if tuple(observed.shape) != tuple(expected.shape):
         return Judgement(Verdict.SHAPE, f"shape: got {tuple(observed.shape)}, expected {tuple(expected.shape)}",

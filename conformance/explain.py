@@ -25,6 +25,10 @@ CHOICE_POINTS = (
     ("pointwise.conventions.target_negative.choice", "pointwise.conventions.target_negative.choices"),
     ("pointwise.conventions.log_target_neg_inf.choice", "pointwise.conventions.log_target_neg_inf.choices"),
     ("pointwise.conventions.infinities.choice", "pointwise.conventions.infinities.choices"),
+    ("pointwise.conventions.nan_propagation.choice", "pointwise.conventions.nan_propagation.choices"),
+    ("reductions.mean.empty", "reductions.mean.empties"),
+    ("shapes.broadcasting", "shapes.broadcastings"),
+    ("dtypes.mixed", "dtypes.mixeds"),
     ("reductions.batchmean.divisor", "reductions.batchmean.divisors"),
     ("signature.legacy.precedence", "signature.legacy.precedences"),
 )
@@ -63,11 +67,21 @@ def with_alternatives(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
 
 
 def explain(case: Case, observed: Observation, spec: Spec, max_combined: int = 2) -> tuple[Alternative, ...] | None:
-    """The smallest set of alternative choices under which `observed` passes, or None."""
-    if observed.raised or observed.unsupported is not None:
+    """The smallest set of alternative choices under which `observed` passes, or None.
+
+    An observation that raised is explained by a choice under which the spec
+    expects an error at all, whatever its exception type.
+    """
+    if observed.unsupported is not None:
         return None
+    if observed.raised and expected_forward(case, spec).error_id is not None:
+        return None  # an error was due anyway: only its type differs, which no choice explains
     for alts in _candidate_sets(spec, max_combined):
-        if classify(expected_forward(case, with_alternatives(spec, alts)), observed, spec).verdict is Verdict.PASS:
+        expected = expected_forward(case, with_alternatives(spec, alts))
+        if observed.raised:
+            if expected.error_id is not None:
+                return alts
+        elif classify(expected, observed, spec).verdict is Verdict.PASS:
             return alts
     return None
 

@@ -66,6 +66,8 @@ def expected_forward(case: Case, spec: Spec) -> Expected:
         divisor = reduction_divisor(reduction, loss.size, case.input.shape, shape, spec)
         with np.errstate(all="ignore"):
             value = operand.sum(dtype=WIDE) / WIDE(divisor) if divisor else WIDE(np.nan)
+        if reduction == "mean" and loss.size == 0 and spec.data["reductions"]["mean"]["empty"] == "zero":
+            value = WIDE(0)  # spec: reductions.mean.empties.zero
         bound = reduction_bound(pointwise_bound, operand, divisor, value, u)
     if legacy_then_batchmean(case, spec):
         # spec: signature.legacy.precedences.legacy_then_batchmean
@@ -141,6 +143,9 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec) -> tup
     magnitude[rule_map != FORMULA] = 0  # convention values are exact: no rounding error to allow
 
     # spec: pointwise.conventions.nan_propagation (always last)
+    if not log_target and spec.convention("nan_propagation") == "masked_by_zero_target":
+        nan_in = nan_in & ~((tw == 0) & ~np.isnan(tw))
+        loss[(tw == 0) & np.isnan(xw)] = 0
     rule_map[nan_in] = NAN_PROPAGATION
     loss[nan_in] = np.nan
     return loss, magnitude, rule_map
@@ -192,7 +197,9 @@ def expected_error(case: Case, spec: Spec) -> str | None:
     checks = {
         "unknown_reduction": lambda: not case.params.has_legacy and case.params.reduction not in spec.reductions,
         "integral_dtype": lambda: any(d not in spec.floating_dtypes for d in (case.dtype.input, case.dtype.target)),
-        "incompatible_shapes": lambda: not _broadcasts(case.input.shape, case.target.shape),
+        "mixed_dtypes": lambda: case.dtype.is_mixed and spec.data["dtypes"]["mixed"] == "reject",
+        "incompatible_shapes": lambda: not _broadcasts(case.input.shape, case.target.shape)
+        or (spec.data["shapes"]["broadcasting"] == "none" and case.input.shape != case.target.shape),
     }
     for error_id in spec.error_order:
         if checks[error_id]():

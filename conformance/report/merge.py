@@ -18,11 +18,19 @@ from conformance.results import MANIFEST_FILE, RESULTS_FILE, iter_results, read_
 REPORT_FILE = "report.md"
 
 
-def load_runs(run_dirs: Sequence[str | Path]) -> tuple[list[Result], list[dict[str, Any]]]:
-    """All rows and manifests of the given run directories; the spec hash must agree."""
+def load_runs(run_dirs: Sequence[str | Path], allow_missing: bool = False) -> tuple[list[Result], list[dict[str, Any]]]:
+    """All rows and manifests of the given run directories; the spec hash must agree.
+
+    With `allow_missing`, a directory without results counts as a framework that was not
+    run (its environment could not be built), named after the directory.
+    """
     rows: list[Result] = []
     manifests: list[dict[str, Any]] = []
     for run_dir in run_dirs:
+        if allow_missing and not (Path(run_dir) / RESULTS_FILE).is_file():
+            manifests.append({"framework": Path(run_dir).name, "status": "not_run",
+                              "reason": f"no results in {run_dir}: its environment did not produce a run"})
+            continue
         manifest = read_manifest(run_dir)
         if manifest:
             manifests.append(manifest)
@@ -42,9 +50,9 @@ def write_report(out_dir: Path, rows: Sequence[Result], manifests: Sequence[dict
     return path
 
 
-def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path) -> Path:
+def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False) -> Path:
     """Merge run directories into `out_dir`: results.jsonl, runs.json and report.md."""
-    rows, manifests = load_runs(run_dirs)
+    rows, manifests = load_runs(run_dirs, allow_missing)
     resolved = {Path(d).resolve() for d in run_dirs}
     if out_dir.resolve() not in resolved:
         write_atomic(out_dir / RESULTS_FILE, "".join(r.to_json() + "\n" for r in rows))

@@ -1,0 +1,93 @@
+"""MindSpore adapter: mint.nn.KLDivLoss, mint.nn.functional.kl_div, ops.kl_div and nn.KLDivLoss.
+
+Quirks live here:
+- The mint APIs are documented for Ascend only; on CPU and GPU MindSpore raises
+  "The kernel KLDiv unregistered", reported as `unsupported` (no kernel for this
+  device) with MindSpore's message (https://www.mindspore.cn/docs/en/master/api_python/mint/mindspore.mint.nn.KLDivLoss.html).
+- ops.kl_div(logits, labels, reduction) and nn.KLDivLoss(reduction) have no
+  log_target argument; no API takes size_average/reduce.
+- The device is chosen through MindSpore's context: device_target CPU, GPU or Ascend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, TensorCache, call_observed, layout_buffer
+from conformance.model import Case, Observation
+
+DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
+NO_KERNEL_MARKERS = ("unregistered",)  # "The kernel KLDiv unregistered."
+
+
+class MindSporeAdapter(Adapter):
+    name = "mindspore"
+    apis = (
+        Api("mindspore.mint.nn.KLDivLoss", grads=("input", "target")),
+        Api("mindspore.mint.nn.functional.kl_div", grads=("input", "target")),
+        Api("mindspore.ops.kl_div", grads=("input", "target"), log_target=False),
+        Api("mindspore.nn.KLDivLoss", grads=("input", "target"), log_target=False),
+    )
+    known_devices = tuple(DEVICE_TARGETS)
+
+    def __init__(self) -> None:
+        self.ms = None
+        self._device: str | None = None
+        self._inputs = TensorCache()
+
+    def load(self) -> None:
+        try:
+            import mindspore
+        except Exception as exc:
+            raise FrameworkUnavailable(f"cannot import mindspore: {type(exc).__name__}: {exc}") from None
+        self.ms = mindspore
+
+    def version(self) -> str:
+        return self.ms.__version__
+
+    def devices(self) -> tuple[str, ...]:
+        present = ["cpu"]
+        hal = getattr(self.ms, "hal", None)
+        for device in ("gpu", "ascend"):
+            try:
+                if hal is not None and hal.is_available(DEVICE_TARGETS[device]):
+                    present.append(device)
+            except Exception:  # a backend that is not built in raises instead of answering False
+                pass
+        return tuple(present)
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        self._use_device(device)
+        p = case.params
+        ms = self.ms
+
+        def call():
+            x, t = self._inputs.get(case, device, lambda values, dtype: self._tensor(values, dtype, case.layout))
+            if api.name == "mindspore.mint.nn.KLDivLoss":
+                return ms.mint.nn.KLDivLoss(reduction=p.reduction, log_target=p.log_target)(x, t)
+            if api.name == "mindspore.mint.nn.functional.kl_div":
+                return ms.mint.nn.functional.kl_div(x, t, reduction=p.reduction, log_target=p.log_target)
+            if api.name == "mindspore.ops.kl_div":
+                return ms.ops.kl_div(x, t, reduction=p.reduction)
+            return ms.nn.KLDivLoss(reduction=p.reduction)(x, t)
+        return call_observed(call, self._to_numpy,
+                             is_no_kernel=lambda exc: any(m in str(exc) for m in NO_KERNEL_MARKERS))
+
+    def _use_device(self, device: str) -> None:
+        if device != self._device:
+            self.ms.set_context(device_target=DEVICE_TARGETS[device])
+            self._device = device
+
+    def _tensor(self, values: np.ndarray, dtype: str, layout: str):
+        buffer, view = layout_buffer(values, layout, swap=lambda t: t.swapaxes(-1, -2))
+        if dtype == "bfloat16":  # float32 holds these values exactly
+            return view(self.ms.Tensor(buffer.astype(np.float32), self.ms.float32).astype(self.ms.bfloat16))
+        return view(self.ms.Tensor(buffer, getattr(self.ms, dtype)))
+
+    def _to_numpy(self, result):
+        if not isinstance(result, self.ms.Tensor):
+            raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
+        dtype = str(result.dtype).lower()
+        if dtype == "bfloat16":
+            result = result.astype(self.ms.float32)
+        return result.asnumpy().astype(np.float64), dtype, tuple(result.shape)

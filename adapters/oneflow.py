@@ -1,0 +1,94 @@
+"""OneFlow adapter: oneflow.nn.functional.kl_div and oneflow.nn.KLDivLoss on cpu and cuda.
+
+Quirks live here:
+- OneFlow 0.9.0 (the newest real build, CPython 3.8-3.10) links CUDA 11 libraries
+  even for CPU use; the pip packages nvidia-cublas-cu11 and nvidia-cudnn-cu11 provide
+  them and `load()` preloads them with RTLD_GLOBAL before `import oneflow`.
+- Neither API takes size_average/reduce (https://oneflow.readthedocs.io/en/master/generated/oneflow.nn.KLDivLoss.html).
+- "Cannot find the kernel" (e.g. float16 on CPU) means no kernel for this device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import site
+import sys
+
+import numpy as np
+
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, TensorCache, call_observed, layout_buffer
+from conformance.model import Case, Observation
+
+CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
+
+
+def preload_cuda_libraries() -> list[str]:
+    """dlopen the pip-installed CUDA 11 libraries globally so OneFlow's extension resolves them."""
+    loaded = []
+    roots = site.getsitepackages() + [site.getusersitepackages()] + [p for p in sys.path if p.endswith("site-packages")]
+    for lib in CUDA_LIBRARIES:
+        for root in dict.fromkeys(roots):
+            for so in sorted(glob.glob(os.path.join(root, "nvidia", lib, "lib", "*.so*"))):
+                try:
+                    ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL)
+                    loaded.append(so)
+                except OSError:
+                    pass  # a library needing another not yet loaded; OneFlow reports what is missing
+    return loaded
+
+
+class OneFlowAdapter(Adapter):
+    name = "oneflow"
+    apis = (
+        Api("oneflow.nn.functional.kl_div", grads=("input", "target")),
+        Api("oneflow.nn.KLDivLoss", grads=("input", "target")),
+    )
+    known_devices = ("cpu", "cuda")
+
+    def __init__(self) -> None:
+        self.flow = None
+        self._inputs = TensorCache()
+
+    def load(self) -> None:
+        preload_cuda_libraries()
+        try:
+            import oneflow
+        except Exception as exc:  # ImportError, or OSError for a missing CUDA library
+            raise FrameworkUnavailable(f"cannot import oneflow: {type(exc).__name__}: {exc}") from None
+        self.flow = oneflow
+
+    def version(self) -> str:
+        return self.flow.__version__
+
+    def devices(self) -> tuple[str, ...]:
+        return ("cpu", "cuda") if self.flow.cuda.is_available() else ("cpu",)
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        p = case.params
+        functional = api.name == "oneflow.nn.functional.kl_div"
+
+        def call():
+            x, t = self._inputs.get(case, device, lambda values, dtype: self._tensor(values, dtype, case.layout, device))
+            if functional:
+                return self.flow.nn.functional.kl_div(x, t, reduction=p.reduction, log_target=p.log_target)
+            return self.flow.nn.KLDivLoss(reduction=p.reduction, log_target=p.log_target)(x, t)
+        return call_observed(call, self._to_numpy, is_no_kernel=lambda exc: "Cannot find the kernel" in str(exc))
+
+    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str):
+        buffer, view = layout_buffer(values, layout)
+        if dtype == "bfloat16":  # no float64 -> bfloat16 cast kernel on CPU; float32 holds these values exactly
+            tensor = self.flow.tensor(buffer.astype(np.float32), device=device).to(self.flow.bfloat16)
+        else:
+            tensor = self.flow.tensor(buffer, dtype=getattr(self.flow, dtype), device=device)
+        return view(tensor)
+
+    def _to_numpy(self, result):
+        if not isinstance(result, self.flow.Tensor):
+            raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
+        dtype = str(result.dtype).removeprefix("oneflow.")
+        host = result.to("cpu")
+        if dtype == "bfloat16":
+            host = host.to(self.flow.float32)
+        return host.numpy().astype(np.float64), dtype, tuple(result.shape)

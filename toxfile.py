@@ -1,0 +1,32 @@
+"""tox inline plugin: let tox find interpreters that pyenv installed but left off PATH.
+
+The OneFlow environment needs CPython 3.10 (OneFlow 0.9.0 has wheels for 3.8-3.10 only).
+Where `python3.10` is not on PATH but pyenv has one, its folder is appended to PATH
+for tox's interpreter discovery, after every existing entry, so `python3` is unchanged.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+from tox.plugin import impl
+
+
+def _append_pyenv_interpreters() -> None:
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    for minor in ("3.10",):
+        if shutil.which(f"python{minor}"):
+            continue
+        for folder in sorted(glob.glob(os.path.join(root, "versions", f"{minor}.*", "bin")), reverse=True):
+            if os.path.exists(os.path.join(folder, f"python{minor}")) and folder not in path:
+                path.append(folder)
+                break
+    os.environ["PATH"] = os.pathsep.join(path)
+
+
+@impl
+def tox_add_option(parser) -> None:  # the earliest hook tox calls: before any interpreter is looked up
+    _append_pyenv_interpreters()
