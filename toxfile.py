@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import subprocess
 
 from tox.plugin import impl
 
@@ -18,13 +19,22 @@ def _append_pyenv_interpreters() -> None:
     root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
     path = os.environ.get("PATH", "").split(os.pathsep)
     for minor in ("3.10",):
-        if shutil.which(f"python{minor}"):
+        if _runs(shutil.which(f"python{minor}")):  # a pyenv shim is on PATH but may refuse to run
             continue
         for folder in sorted(glob.glob(os.path.join(root, "versions", f"{minor}.*", "bin")), reverse=True):
             if os.path.exists(os.path.join(folder, f"python{minor}")) and folder not in path:
                 path.append(folder)
                 break
     os.environ["PATH"] = os.pathsep.join(path)
+
+
+def _runs(executable: str | None) -> bool:
+    if not executable:
+        return False
+    try:
+        return subprocess.run([executable, "-c", ""], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 @impl

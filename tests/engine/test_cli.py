@@ -13,7 +13,7 @@ from conformance.cli import main
 def test_unknown_framework_lists_the_known_ones(tmp_path, capsys):
     assert main(["run", "--framework", "tensorflo", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "unknown framework 'tensorflo'" in err and "['torch']" in err and "Fix:" in err
+    assert "unknown framework 'tensorflo'" in err and "['mindspore', 'oneflow', 'torch']" in err and "Fix:" in err
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
