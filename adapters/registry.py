@@ -28,14 +28,27 @@ def known_adapters() -> dict[str, str]:
     return found
 
 
+def is_known(name: str) -> bool:
+    """A registered name, or an explicit "module:Class" path to an adapter outside the registry."""
+    return name in known_adapters() or ":" in name
+
+
 def get_adapter(name: str) -> Adapter:
-    """Instantiate and validate the adapter called `name` (its framework is not imported yet)."""
+    """Instantiate and validate the adapter called `name` (its framework is not imported yet).
+
+    `name` is a registered framework name, or "package.module:Class" for an adapter
+    that is not registered (a private build, a test adapter).
+    """
     known = known_adapters()
-    if name not in known:
+    if name not in known and ":" not in name:
         raise UsageError(f"unknown framework {name!r}", where="--framework",
-                         fix=f"use one of {sorted(known)}")
-    module_name, _, class_name = known[name].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+                         fix=f"use one of {sorted(known)}, or package.module:AdapterClass")
+    module_name, _, class_name = known.get(name, name).partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot load adapter {name!r} ({exc})", where="--framework",
+                         fix="check the module path and class name") from None
     validate_adapter(cls, source=module_name)
     return cls()
 

@@ -9,6 +9,7 @@ order or the company a case is generated in. Cases are produced lazily.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import zlib
 from dataclasses import dataclass
@@ -152,15 +153,17 @@ def exhaustive_keys(spec: Spec) -> Iterator[CaseKey]:
     yield from error_keys(spec)
 
 
-def generate_cases(spec: Spec, seed: int = DEFAULT_SEED, exhaustive: bool = False) -> Iterator[Case]:
-    """The generated suite, lazily, without duplicate ids."""
+def generate_cases(spec: Spec, seed: int = DEFAULT_SEED, exhaustive: bool = False, samples: int = 1) -> Iterator[Case]:
+    """The generated suite, lazily, without duplicate ids; `samples` draws of each combination."""
     seen: set[str] = set()
     for key in (exhaustive_keys(spec) if exhaustive else default_keys(spec, seed)):
-        case_id = build_id(key)
-        if case_id in seen:
-            continue
-        seen.add(case_id)
-        yield build_case(key, seed)
+        for sample in range(samples):
+            key_n = dataclasses.replace(key, sample=sample)
+            case_id = build_id(key_n)
+            if case_id in seen:
+                continue
+            seen.add(case_id)
+            yield build_case(key_n, seed)
 
 
 def case_rng(seed: int, case_id: str) -> np.random.Generator:

@@ -15,14 +15,14 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from conformance.adapters.registry import known_adapters
+from conformance.adapters.registry import is_known, known_adapters
 from conformance.cases.generate import DEFAULT_SEED, build_case, generate_cases
 from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.errors import ConformanceError, UsageError
 from conformance.model import Case, Result, Spec
 from conformance.report.merge import load_runs, merge_runs, write_report
-from conformance.runner import run_conformance
+from conformance.runner import DEFAULT_MEMORY_BUDGET_MB, DEFAULT_TIMEOUT_S, RunOptions, run_conformance
 from conformance.specload import load_spec
 
 EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE = 0, 1, 2
@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="generated suite: pairwise design plus edge families (default), the full product, or none")
         p.add_argument("--exhaustive", dest="suite", action="store_const", const="exhaustive",
                        help="same as --suite exhaustive")
+        p.add_argument("--samples", type=int, default=1, metavar="N",
+                       help="independent draws of every generated combination (ids end in s0 ... sN-1)")
         p.add_argument("--cases", action="append", default=[], metavar="FILE", help="user case file (repeatable)")
         p.add_argument("--only", action="append", default=[], metavar="ID",
                        help="run only case ids matching this glob (repeatable)")
@@ -58,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="reports/run", help="output directory (default reports/run)")
     run.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is found")
     run.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    run.add_argument("--resume", action="store_true",
+                     help="continue an interrupted run in --out: skip every result already written")
+    run.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+                     help=f"time limit of one case; past it the verdict is timeout (default {DEFAULT_TIMEOUT_S:g})")
+    run.add_argument("--memory-budget-mb", type=float, default=DEFAULT_MEMORY_BUDGET_MB,
+                     help=f"refuse a case estimated to need more memory (default {DEFAULT_MEMORY_BUDGET_MB:g})")
     add_case_options(run)
 
     cases = sub.add_parser("cases", help="list the case ids a run would use")
@@ -90,7 +98,8 @@ def select_cases(spec: Spec, args: argparse.Namespace) -> Iterator[Case]:
             yield build_case(key, args.seed)
         yield from (c for c in user if c.id in exact)
         return
-    generated = () if args.suite == "none" else generate_cases(spec, args.seed, exhaustive=args.suite == "exhaustive")
+    generated = () if args.suite == "none" else generate_cases(spec, args.seed, exhaustive=args.suite == "exhaustive",
+                                                               samples=args.samples)
     for case in _chain(generated, user):
         if not args.only or any(fnmatch.fnmatchcase(case.id, p) for p in args.only):
             yield case
@@ -113,20 +122,27 @@ def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
 
 
 def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
-    if args.framework not in known_adapters():
+    if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
-                         fix=f"use one of {sorted(known_adapters())}")
-    cases = list(select_cases(spec, args))  # validates case files and ids before any output is written
-    if not cases:
+                         fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
+    if args.timeout_s <= 0 or args.memory_budget_mb <= 0 or args.samples < 1:
+        raise UsageError("--timeout-s and --memory-budget-mb must be positive, --samples at least 1",
+                         where="command line", fix="pass positive numbers")
+    # One pass to validate case files and ids and to count, before any output is written;
+    # the run then generates the cases again, lazily, so memory stays flat however many there are.
+    total = sum(1 for _ in select_cases(spec, args))
+    if not total:
         raise UsageError("no case matches the selection", where="--only / --cases / --suite",
                          fix="check the ids with `kl-conformance cases`")
-    show_details = bool(args.only) and len(cases) <= DETAIL_LIMIT
-    progress = _progress_bar(len(cases)) if (sys.stderr.isatty() and not args.no_progress) else None
-    run_info = {"seed": args.seed, "suite": args.suite, "case_files": args.cases, "only": args.only,
-                "command": " ".join(sys.argv)}
+    show_details = bool(args.only) and total <= DETAIL_LIMIT
+    progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
+    run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
+                "only": args.only, "command": " ".join(sys.argv)}
+    options = RunOptions(apis=args.api, devices=args.device, timeout_s=args.timeout_s,
+                         memory_budget_mb=args.memory_budget_mb, resume=args.resume)
     summary = run_conformance(
-        spec, args.framework, cases, args.out, apis=args.api, devices=args.device, run_info=run_info,
-        progress=progress, on_result=_print_details if show_details else None,
+        spec, args.framework, select_cases(spec, args), args.out, options, run_info=run_info,
+        progress=progress, on_result=_progress_and_details(progress, show_details),
     )
     if progress is not None:
         sys.stderr.write("\n")
@@ -136,8 +152,10 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {report}")
         return EXIT_OK
     counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
+    extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
+        (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
     print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
-          f"{summary.divergences} divergences. Report: {report}")
+          f"{summary.divergences} divergences{extra}. Report: {report}")
     return _strict_exit(args.strict, rows)
 
 
@@ -168,6 +186,19 @@ def _print_details(case: Case, result: Result) -> None:
             print(f"  {result.message}")
         if result.warnings:
             print(f"  warnings: {list(result.warnings)}")
+
+
+def _progress_and_details(progress, show_details: bool):
+    """The per-result callback: advance the bar once per case, print details for small reruns."""
+    seen: set[str] = set()
+
+    def on_result(case: Case, result: Result) -> None:
+        if show_details:
+            _print_details(case, result)
+        if progress is not None and case.id not in seen:
+            seen.add(case.id)
+            progress(len(seen))
+    return on_result
 
 
 def _progress_bar(total: int):

@@ -34,11 +34,11 @@ def prepare_out_dir(path: str | Path) -> Path:
 
 
 class ResultsWriter:
-    """Appends Result rows to results.jsonl, one flushed line each."""
+    """Writes Result rows to results.jsonl, one flushed line each (appending, to resume a run)."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, append: bool = False) -> None:
         self.path = out_dir / RESULTS_FILE
-        self._file = self.path.open("w", encoding="utf-8")
+        self._file = self.path.open("a" if append else "w", encoding="utf-8")
 
     def write(self, result: Result) -> None:
         self._file.write(result.to_json() + "\n")
@@ -54,12 +54,18 @@ class ResultsWriter:
         self.close()
 
 
-def iter_results(run_dir: str | Path) -> Iterator[Result]:
-    """Rows of a run directory's results.jsonl; a bad line names the file and line."""
+def iter_results(run_dir: str | Path, repair_tail: bool = False) -> Iterator[Result]:
+    """Rows of a run directory's results.jsonl; a bad line names the file and line.
+
+    With `repair_tail`, a last line cut short by a killed run is removed from the file
+    (every earlier line was flushed whole), so the run can be resumed.
+    """
     path = Path(run_dir) / RESULTS_FILE
     if not path.is_file():
         raise ResultsError("no results.jsonl here", file=str(run_dir),
                            fix="pass the --out directory of a finished `kl-conformance run`")
+    if repair_tail:
+        _drop_partial_last_line(path)
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
@@ -69,6 +75,13 @@ def iter_results(run_dir: str | Path) -> Iterator[Result]:
             except (ValueError, KeyError, TypeError) as exc:
                 raise ResultsError(f"unreadable row ({exc})", file=str(path), where=f"line {number}",
                                    fix="regenerate the run, or remove the damaged line") from None
+
+
+def _drop_partial_last_line(path: Path) -> None:
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with path.open("r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:

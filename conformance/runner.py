@@ -1,7 +1,10 @@
 """Runs cases through one framework's adapter and writes judged rows as they finish.
 
-Composes the pipeline: cases -> reference (Expected, once per case, shared by
-every API and device) -> adapter (Observation) -> compare (verdict) -> results.
+Composes the pipeline: cases -> reference (Expected, once per case, shared by every
+API and device) -> adapter in a worker process (Observation) -> compare (verdict)
+-> results.jsonl. The parent computes references and verdicts while the worker
+calls the framework. A crash or a timeout costs one case; --resume skips every
+(case, api, device, part) already in results.jsonl.
 """
 
 from __future__ import annotations
@@ -11,19 +14,25 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 import conformance
-from conformance.adapters.base import Adapter, FrameworkUnavailable
 from conformance.adapters.registry import get_adapter
 from conformance.compare import classify
-from conformance.errors import UsageError
+from conformance.errors import ResultsError, UsageError
 from conformance.explain import explain
-from conformance.model import Case, Observation, Result, Spec, Target, Verdict
+from conformance.model import Case, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.reference.forward import expected_forward
-from conformance.results import ResultsWriter, prepare_out_dir, write_manifest
+from conformance.results import RESULTS_FILE, ResultsWriter, iter_results, prepare_out_dir, read_manifest, write_manifest
+from conformance.worker import Task, WorkerPool, WorkerUnavailable
+
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MEMORY_BUDGET_MB = 8192.0
+# Peak bytes per element of a case: the float64 arrays, the framework's tensors, and the
+# reference's extended-precision temporaries (about six 16-byte arrays).
+BYTES_PER_ELEMENT = 128
 
 
 @dataclass
@@ -33,6 +42,8 @@ class RunSummary:
     out_dir: Path
     counts: dict[str, int] = field(default_factory=dict)
     cases: int = 0
+    skipped: int = 0
+    restarts: int = 0
     not_run: str | None = None
 
     @property
@@ -40,24 +51,31 @@ class RunSummary:
         return sum(n for verdict, n in self.counts.items() if Verdict(verdict).is_divergence)
 
 
-def select(adapter: Adapter, apis: Sequence[str], devices: Sequence[str]) -> list[Target]:
+@dataclass(frozen=True)
+class RunOptions:
+    apis: Sequence[str] = ()
+    devices: Sequence[str] = ()
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
+    resume: bool = False
+
+
+def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],
+           apis: Sequence[str], devices: Sequence[str]) -> list[Target]:
     """The (framework, api, device) triples to run; unknown names list the valid ones."""
-    api_names = [api.name for api in adapter.apis]
     for name in apis:
         if name not in api_names:
-            raise UsageError(f"unknown api {name!r} for framework {adapter.name!r}", where="--api",
-                             fix=f"use one of {api_names}")
+            raise UsageError(f"unknown api {name!r} for framework {framework!r}", where="--api",
+                             fix=f"use one of {list(api_names)}")
     for name in devices:
-        if name not in adapter.known_devices:
-            raise UsageError(f"unknown device {name!r} for framework {adapter.name!r}", where="--device",
-                             fix=f"use one of {list(adapter.known_devices)}")
-    present = adapter.devices()
+        if name not in known_devices:
+            raise UsageError(f"unknown device {name!r} for framework {framework!r}", where="--device",
+                             fix=f"use one of {list(known_devices)}")
     absent = [d for d in devices if d not in present]
     if absent:
-        raise UsageError(f"device {absent[0]!r} is not present on this machine for {adapter.name}", where="--device",
+        raise UsageError(f"device {absent[0]!r} is not present on this machine for {framework}", where="--device",
                          fix=f"use one of the present devices {list(present)}")
-    return [Target(adapter.name, api, device)
-            for api in (apis or api_names) for device in (devices or present)]
+    return [Target(framework, api, device) for api in (apis or api_names) for device in (devices or present)]
 
 
 def run_conformance(
@@ -65,8 +83,7 @@ def run_conformance(
     framework: str,
     cases: Iterable[Case],
     out_dir: str | Path,
-    apis: Sequence[str] = (),
-    devices: Sequence[str] = (),
+    options: RunOptions = RunOptions(),
     run_info: dict | None = None,
     progress: Callable[[int], None] | None = None,
     on_result: Callable[[Case, Result], None] | None = None,
@@ -77,63 +94,140 @@ def run_conformance(
     ------
     UsageError
         for an unknown framework, api or device, or an unwritable output directory.
+    ResultsError
+        when --resume meets results of another spec or framework.
     """
-    adapter = get_adapter(framework)
+    adapter = get_adapter(framework)  # validates names before anything is written
     out = prepare_out_dir(out_dir)
+    done = _already_done(out, spec, framework) if options.resume else set()
     summary = RunSummary(out)
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **(run_info or {})}
+    pool = WorkerPool(framework, timeout_s=options.timeout_s)
     try:
-        adapter.load()
-    except FrameworkUnavailable as exc:
-        summary.not_run = str(exc)
-        ResultsWriter(out).close()
-        write_manifest(out, {**manifest, "status": "not_run", "reason": str(exc)})
-        return summary
-    targets = select(adapter, apis, devices)
-    version = adapter.version()
-    device_names = {t.device: adapter.device_name(t.device) for t in targets}
-    manifest.update(framework_version=version, targets=[str(t) for t in targets], status="running",
-                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    write_manifest(out, manifest)
-
-    with ResultsWriter(out) as writer:
-        for case in cases:
-            expected = expected_forward(case, spec)
-            for target in targets:
-                api = adapter.api(target.api)
-                reason = adapter.unsupported_reason(case, api)
-                observed = (Observation(unsupported=reason) if reason is not None
-                            else adapter.run(case, api, target.device, "forward"))
-                judgement = classify(expected, observed, spec)
-                cause, message = judgement.cause, judgement.message
-                if judgement.verdict.is_divergence:
-                    behaves_as = explain(case, observed, spec)
-                    if behaves_as:
-                        cause = " + ".join(a.path.removesuffix(".choice") for a in behaves_as)
-                        message += f"; behaves as {', '.join(map(str, behaves_as))}"
-                result = Result(
-                    case_id=case.id, family=case.family, reduction=case.params.reduction,
-                    log_target=case.params.log_target, framework=framework, framework_version=version,
-                    api=target.api, device=target.device, dtype=expected.result_dtype or str(case.dtype),
-                    part="forward", verdict=judgement.verdict, documented=False,
-                    max_abs_err=judgement.max_abs_err, bound=judgement.bound, cause=cause,
-                    message=message, warnings=observed.warnings,
-                    missing_warnings=judgement.missing_warnings, elapsed_s=round(observed.elapsed_s, 9),
-                    source=case.source, spec_hash=spec.hash, harness_version=conformance.__version__,
-                    python_version=manifest["python_version"], numpy_version=manifest["numpy_version"],
-                    device_name=device_names[target.device],
-                )
+        try:
+            info = pool.start()
+        except WorkerUnavailable as exc:
+            summary.not_run = str(exc)
+            if not options.resume:
+                ResultsWriter(out).close()
+            write_manifest(out, {**manifest, "status": "not_run", "reason": str(exc)})
+            return summary
+        targets = select(framework, [a.name for a in adapter.apis], adapter.known_devices, info.devices,
+                         options.apis, options.devices)
+        manifest.update(framework_version=info.version, targets=[str(t) for t in targets], status="running",
+                        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        write_manifest(out, manifest)
+        with ResultsWriter(out, append=options.resume) as writer:
+            rows = _judged_rows(spec, adapter, pool, targets, cases, done, options, manifest, info, summary)
+            for case, result in rows:
                 writer.write(result)
                 summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
                 if on_result is not None:
                     on_result(case, result)
-            summary.cases += 1
-            if progress is not None:
-                progress(summary.cases)
-    write_manifest(out, {**manifest, "status": "complete", "cases": summary.cases, "counts": summary.counts,
-                         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        summary.restarts = pool.restarts
+    finally:
+        pool.close()
+    write_manifest(out, {**manifest, "status": "complete", "cases": summary.cases + summary.skipped, "counts": summary.counts,
+                         "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    if progress is not None:
+        progress(summary.cases)
     return summary
+
+
+def _judged_rows(spec, adapter, pool, targets, cases, done, options, manifest, info, summary
+                 ) -> Iterator[tuple[Case, Result]]:
+    """Send runnable cases to the worker, and judge each answer against the reference."""
+    refused: dict[int, tuple[Case, str]] = {}
+
+    def tasks() -> Iterator[Task]:
+        for index, case in enumerate(cases):
+            todo = tuple((t.api, t.device) for t in targets if (case.id, t.api, t.device, "forward") not in done)
+            if not todo:
+                summary.skipped += 1
+                continue
+            need_mb = _elements(case) * BYTES_PER_ELEMENT / 2**20
+            if need_mb > options.memory_budget_mb:
+                refused[index] = (case, f"refused: needs about {need_mb:,.0f} MB, over the memory budget of "
+                                        f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
+                yield Task(index, case, ())  # an empty task keeps the order; nothing runs
+                continue
+            yield Task(index, case, todo)  # its reference is computed when the answer is judged
+
+    for outcome in pool.run(tasks()):
+        task = outcome.task
+        case = task.case
+        if task.index in refused:
+            reason = refused.pop(task.index)[1]
+            todo = [t for t in targets if (case.id, t.api, t.device, "forward") not in done]
+            for target in todo:
+                judgement = Judgement(Verdict.UNSUPPORTED, reason)
+                yield case, _result(case, target, None, judgement, Observation(), spec, manifest, info)
+            summary.cases += 1
+            continue
+        expected = expected_forward(case, spec)  # while the worker is already on the next cases
+        for api_name, device in task.targets:
+            target = Target(adapter.name, api_name, device)
+            if outcome.failure is not None:
+                observed = Observation()
+                judgement = Judgement(outcome.failure, outcome.failure_message, cause="harness.isolation")
+            else:
+                api = adapter.api(api_name)
+                reason = adapter.unsupported_reason(case, api)
+                observed = Observation(unsupported=reason) if reason else outcome.observations[(api_name, device)]
+                judgement = _judge(case, expected, observed, spec)
+            yield case, _result(case, target, expected, judgement, observed, spec, manifest, info)
+        summary.cases += 1
+
+
+def _judge(case: Case, expected, observed: Observation, spec: Spec) -> Judgement:
+    judgement = classify(expected, observed, spec)
+    if judgement.verdict.is_divergence:
+        behaves_as = explain(case, observed, spec)
+        if behaves_as:
+            return Judgement(judgement.verdict, f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
+                             judgement.max_abs_err, judgement.bound,
+                             " + ".join(a.path.removesuffix(".choice") for a in behaves_as), judgement.missing_warnings)
+    return judgement
+
+
+def _result(case, target, expected, judgement, observed, spec, manifest, info) -> Result:
+    return Result(
+        case_id=case.id, family=case.family, reduction=case.params.reduction, log_target=case.params.log_target,
+        framework=target.framework, framework_version=info.version, api=target.api, device=target.device,
+        dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
+        part="forward", verdict=judgement.verdict, documented=False, max_abs_err=judgement.max_abs_err,
+        bound=judgement.bound, cause=judgement.cause, message=judgement.message, warnings=observed.warnings,
+        missing_warnings=judgement.missing_warnings, elapsed_s=round(observed.elapsed_s, 9), source=case.source,
+        spec_hash=spec.hash, harness_version=conformance.__version__, python_version=manifest["python_version"],
+        numpy_version=manifest["numpy_version"], device_name=info.device_names.get(target.device, target.device),
+    )
+
+
+def _elements(case: Case) -> int:
+    try:
+        out = int(np.prod(np.broadcast_shapes(case.input.shape, case.target.shape)))
+    except ValueError:
+        out = 0
+    return case.input.size + case.target.size + out
+
+
+def _already_done(out: Path, spec: Spec, framework: str) -> set[tuple[str, str, str, str]]:
+    """Keys of the rows an interrupted run already wrote; refuses results of another spec or framework."""
+    if not (out / RESULTS_FILE).is_file():
+        return set()
+    manifest = read_manifest(out)
+    if manifest and manifest.get("framework") not in (None, framework):
+        raise ResultsError(f"this directory holds a run of {manifest.get('framework')!r}, not {framework!r}",
+                           file=str(out), where="--resume", fix="resume with the same --framework, or use another --out")
+    done = set()
+    for row in iter_results(out, repair_tail=True):
+        if row.spec_hash != spec.hash:
+            raise ResultsError(f"results were made with spec {row.spec_hash}, this spec is {spec.hash}",
+                               file=str(out / RESULTS_FILE), where=f"case {row.case_id!r}",
+                               fix="rerun without --resume (or with the spec those results used)")
+        done.add((row.case_id, row.api, row.device, row.part))
+    return done
 
 
 def provenance() -> dict[str, str]:

@@ -120,3 +120,14 @@ def test_merged_report_equals_combined_run(default_run, tmp_path):
     strip = lambda r: (r.case_id, r.api, r.device, r.verdict, r.message)
     assert sorted(map(strip, merged)) == sorted(map(strip, combined))
     assert "## Summary" in (tmp_path / "merged" / "report.md").read_text()
+
+
+def test_same_seed_same_results_apart_from_timing(default_run, tmp_path):
+    framework, _ = default_run
+    rows = []
+    for name in ("one", "two"):
+        assert main(["run", "--framework", framework, "--only", "fwd/sum/*", "--out", str(tmp_path / name),
+                     "--no-progress"]) == 0
+        lines = (tmp_path / name / "results.jsonl").read_text().splitlines()
+        rows.append([{k: v for k, v in json.loads(line).items() if k != "elapsed_s"} for line in lines])
+    assert rows[0] == rows[1] and len(rows[0]) > 20

@@ -1,0 +1,241 @@
+"""Runs a framework's adapter in a worker process, so a crash or a hang costs one case, not the run.
+
+The worker imports the framework once, then takes batches of cases over a pipe and
+answers one message per case with its observations. The parent side, `WorkerPool`,
+keeps a window of cases in flight (so the parent computes references while the
+worker calls the framework), detects a dead worker (crash: signal or exit code and
+the last lines it printed) or a case past its time limit (timeout), replaces the
+worker and resends what was in flight.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Deque, Iterator
+
+from conformance.model import Case, Observation, Verdict
+
+READY, UNAVAILABLE, CASE = "ready", "unavailable", "case"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One case and the (api, device) targets to run it on, numbered in run order."""
+
+    index: int
+    case: Case
+    targets: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Outcome:
+    """What came back for one task: an observation per target, or the task's crash/timeout."""
+
+    task: Task
+    observations: dict[tuple[str, str], Observation] = field(default_factory=dict)
+    failure: Verdict | None = None
+    failure_message: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    version: str
+    devices: tuple[str, ...]
+    device_names: dict[str, str]
+
+
+def worker_main(conn, framework: str, output_path: str) -> None:
+    """Entry point of the worker process: load the adapter, then serve batches until told to stop."""
+    fd = os.open(output_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)  # the framework's own printing goes to a file the parent reads after a crash
+    os.dup2(fd, 2)
+    from conformance.adapters.base import FrameworkUnavailable
+    from conformance.adapters.registry import get_adapter
+
+    adapter = get_adapter(framework)
+    try:
+        adapter.load()
+    except FrameworkUnavailable as exc:
+        conn.send((UNAVAILABLE, str(exc)))
+        return
+    devices = adapter.devices()
+    conn.send((READY, WorkerInfo(adapter.version(), devices, {d: adapter.device_name(d) for d in devices})))
+    while True:
+        batch = conn.recv()
+        if batch is None:
+            return
+        for task in batch:
+            observations = {}
+            for api_name, device in task.targets:
+                observations[(api_name, device)] = _observe(adapter, task.case, api_name, device)
+            conn.send((CASE, task.index, observations))
+
+
+def _observe(adapter, case: Case, api_name: str, device: str) -> Observation:
+    """One adapter call; an adapter bug (an exception, or not an Observation) is reported as data."""
+    try:
+        observed = adapter.run(case, adapter.api(api_name), device, "forward")
+    except Exception:
+        return Observation(exception_type="AdapterError",
+                           exception_message="adapter raised: " + traceback.format_exc(limit=3)[-800:])
+    if not isinstance(observed, Observation):
+        return Observation(exception_type="AdapterError",
+                           exception_message=f"adapter returned {type(observed).__name__}, not an Observation")
+    return observed
+
+
+class WorkerUnavailable(Exception):
+    """The framework cannot be loaded in the worker; carries the reason."""
+
+
+class WorkerPool:
+    """One worker process for one framework, with crash and timeout recovery.
+
+    Parameters
+    ----------
+    framework : adapter name (or "module:Class").
+    timeout_s : limit for one case, from the moment the worker is free to start it.
+    window : cases sent ahead of the one being waited for.
+    """
+
+    def __init__(self, framework: str, timeout_s: float = 60.0, window: int = 16, start_timeout_s: float = 600.0):
+        self.framework = framework
+        self.timeout_s = timeout_s
+        self.window = window
+        self.start_timeout_s = start_timeout_s
+        self._ctx = multiprocessing.get_context("spawn")
+        self._process = None
+        self._conn = None
+        self._output = tempfile.NamedTemporaryFile(prefix="kl-worker-", suffix=".log", delete=False)
+        self._output.close()
+        self.info: WorkerInfo | None = None
+        self.restarts = 0
+
+    def start(self) -> WorkerInfo:
+        parent, child = self._ctx.Pipe()
+        self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._output.name),
+                                          daemon=True)
+        self._process.start()
+        child.close()
+        self._conn = parent
+        if not parent.poll(self.start_timeout_s):
+            self._kill()
+            raise WorkerUnavailable(f"the {self.framework} worker did not start within {self.start_timeout_s:.0f} s")
+        try:
+            kind, payload = parent.recv()
+        except EOFError:
+            raise WorkerUnavailable(f"the {self.framework} worker died while loading: {self._tail()}") from None
+        if kind == UNAVAILABLE:
+            raise WorkerUnavailable(payload)
+        self.info = payload
+        return payload
+
+    def run(self, tasks: Iterator[Task]) -> Iterator[Outcome]:
+        """Yield one Outcome per task, in order, whatever happens to the worker."""
+        pending: Deque[Task] = collections.deque()
+        unsent: Deque[Task] = collections.deque()
+        source = iter(tasks)
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) + len(unsent) < self.window:
+                task = next(source, None)
+                if task is None:
+                    exhausted = True
+                else:
+                    unsent.append(task)
+            if unsent:
+                batch = list(unsent)
+                unsent.clear()
+                self._conn.send(batch)
+                pending.extend(batch)
+            if not pending:
+                return
+            head = pending[0]
+            message = self._wait(head)
+            if isinstance(message, Outcome):  # the worker crashed or timed out on `head`
+                pending.popleft()
+                yield message
+                self._restart()
+                unsent.extend(pending)
+                pending.clear()
+                continue
+            _, index, observations = message
+            assert index == head.index, f"worker answered case {index}, expected {head.index}"
+            pending.popleft()
+            yield Outcome(head, observations)
+
+    def _wait(self, head: Task):
+        start = time.monotonic()
+        while True:
+            remaining = self.timeout_s - (time.monotonic() - start)
+            if remaining <= 0:
+                self._kill()
+                return Outcome(head, failure=Verdict.TIMEOUT,
+                               failure_message=f"timeout: no answer within {self.timeout_s:g} s; worker replaced")
+            try:
+                if self._conn.poll(min(remaining, 1.0)):
+                    return self._conn.recv()
+            except (EOFError, OSError):
+                pass
+            if not self._process.is_alive():
+                self._process.join(1)
+                # drain an answer sent just before the worker died
+                try:
+                    if self._conn.poll(0):
+                        return self._conn.recv()
+                except (EOFError, OSError):
+                    pass
+                return Outcome(head, failure=Verdict.CRASH, failure_message=self._crash_message())
+
+    def _crash_message(self) -> str:
+        code = self._process.exitcode
+        how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}")
+        return f"crash: worker died ({how}); last output: {self._tail()}"
+
+    def _tail(self, lines: int = 5) -> str:
+        try:
+            with open(self._output.name, encoding="utf-8", errors="replace") as f:
+                text = [line.rstrip() for line in f.readlines()[-lines:] if line.strip()]
+        except OSError:
+            text = []
+        return " | ".join(text)[-600:] or "(nothing)"
+
+    def _restart(self) -> None:
+        self._kill()
+        self.restarts += 1
+        open(self._output.name, "w").close()
+        self.start()
+
+    def _kill(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+        if self._conn is not None:
+            self._conn.close()
+
+    def close(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            try:
+                self._conn.send(None)
+                self._process.join(5)
+            except (OSError, BrokenPipeError):
+                pass
+        self._kill()
+        try:
+            os.unlink(self._output.name)
+        except OSError:
+            pass
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

@@ -1,0 +1,111 @@
+"""Test-only adapters that misbehave on chosen cases: segfault, abort, hang, raise, return garbage.
+
+They prove the harness's isolation and recovery paths. Cases whose id contains
+"fault" trigger the misbehaviour; every other case is computed honestly with NumPy
+(float64, the spec's formula) so that the run around the fault has normal verdicts.
+They live here, not in adapters/, and stand in for no real framework anywhere else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from conformance.adapters.base import Adapter, Api, call_observed
+from conformance.model import Case, Observation
+
+
+class NumpyAdapter(Adapter):
+    """An honest float64 NumPy kl_div, the baseline the faulty adapters misbehave from."""
+
+    name = "numpy-test"
+    apis = (Api("numpy.kl_div"),)
+    known_devices = ("cpu",)
+    delay_s = 0.0
+
+    def load(self) -> None:
+        pass
+
+    def version(self) -> str:
+        return np.__version__
+
+    def devices(self) -> tuple[str, ...]:
+        return ("cpu",)
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        if "fault" in case.id:
+            return self.misbehave(case)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
+
+    def compute(self, case: Case) -> np.ndarray:
+        x, t = np.broadcast_arrays(case.input, case.target)
+        with np.errstate(all="ignore"):
+            loss = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0)
+        return {"none": loss, "sum": np.asarray(loss.sum()), "mean": np.asarray(loss.mean())}[case.params.reduction]
+
+    def misbehave(self, case: Case) -> Observation:
+        raise NotImplementedError
+
+
+class SegfaultAdapter(NumpyAdapter):
+    def misbehave(self, case):
+        print("about to dereference NULL", flush=True)
+        ctypes.string_at(0)  # SIGSEGV
+
+
+class AbortAdapter(NumpyAdapter):
+    def misbehave(self, case):
+        sys.stderr.write("fatal: giving up\n")
+        sys.stderr.flush()
+        os.abort()
+
+
+class ExitAdapter(NumpyAdapter):
+    def misbehave(self, case):
+        os._exit(3)
+
+
+class HangAdapter(NumpyAdapter):
+    def misbehave(self, case):
+        time.sleep(3600)
+
+
+class KillSelfAdapter(NumpyAdapter):
+    def misbehave(self, case):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class RaisingAdapter(NumpyAdapter):
+    def misbehave(self, case):
+        raise RuntimeError("adapter bug")
+
+
+class WrongShapeAdapter(NumpyAdapter):
+    def misbehave(self, case):
+        return Observation(value=np.zeros((7, 7)), dtype="float64", shape=(7, 7))
+
+
+class WrongTypeAdapter(NumpyAdapter):
+    def misbehave(self, case):
+        return "not an observation"
+
+
+class NanAdapter(NumpyAdapter):
+    def misbehave(self, case):
+        value = np.full(np.broadcast_shapes(case.input.shape, case.target.shape), np.nan)
+        if case.params.reduction != "none":
+            value = np.asarray(np.nan)
+        return Observation(value=value, dtype="float64", shape=value.shape)
+
+
+class SlowAdapter(NumpyAdapter):
+    """Honest but slow (20 ms a case), so a test can kill a run halfway."""
+
+    delay_s = 0.02
