@@ -61,8 +61,33 @@ class Adapter:
             return f"{api.name} has no size_average/reduce arguments"
         return None
 
-    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+    def build(self, case: Case, device: str) -> tuple[Any, Any]:
+        """The framework's (input, target) tensors for `case` on `device`, in the case's layout."""
         raise NotImplementedError
+
+    def invoke(self, case: Case, api: Api, inputs: tuple[Any, Any]) -> Any:
+        """Call `api` on already built inputs and return the framework's raw result."""
+        raise NotImplementedError
+
+    def to_numpy(self, result: Any) -> tuple[np.ndarray, str, tuple[int, ...]]:
+        """The raw result as (float64 values, dtype name, shape)."""
+        raise NotImplementedError
+
+    def is_no_kernel(self, exc: Exception) -> bool:
+        """Whether `exc` is the framework saying it has no kernel for this device or dtype."""
+        return False
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        """Build (once per case and device), invoke and convert, with exceptions as data."""
+        return call_observed(lambda: self.invoke(case, api, self._cache.get(case, device, self.build)),
+                             self.to_numpy, self.is_no_kernel)
+
+    @property
+    def _cache(self) -> "TensorCache":
+        cache = self.__dict__.get("_tensor_cache")
+        if cache is None:
+            cache = self.__dict__["_tensor_cache"] = TensorCache()
+        return cache
 
     def api(self, name: str) -> Api:
         for api in self.apis:
@@ -121,11 +146,11 @@ class TensorCache:
         self._for: tuple[Case, str] | None = None
         self._tensors: tuple[Any, Any] | None = None
 
-    def get(self, case: Case, device: str, build: Callable[[np.ndarray, str], Any]) -> tuple[Any, Any]:
-        """The (input, target) tensors of `case` on `device`, built by `build(values, dtype)` once."""
+    def get(self, case: Case, device: str, build: Callable[[Case, str], tuple[Any, Any]]) -> tuple[Any, Any]:
+        """The (input, target) tensors of `case` on `device`, built by `build(case, device)` once."""
         if self._for is None or self._for[0] is not case or self._for[1] != device:
             self._for = None  # a failing build must not leave stale tensors behind
-            self._tensors = (build(case.input, case.dtype.input), build(case.target, case.dtype.target))
+            self._tensors = build(case, device)
             self._for = (case, device)
         return self._tensors
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, TensorCache, call_observed, layout_buffer
-from conformance.model import Case, Observation
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer
+from conformance.model import Case
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
 NO_KERNEL_MARKERS = ("unregistered",)  # "The kernel KLDiv unregistered."
@@ -33,7 +33,6 @@ class MindSporeAdapter(Adapter):
     def __init__(self) -> None:
         self.ms = None
         self._device: str | None = None
-        self._inputs = TensorCache()
 
     def load(self) -> None:
         try:
@@ -56,22 +55,25 @@ class MindSporeAdapter(Adapter):
                 pass
         return tuple(present)
 
-    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+    def build(self, case: Case, device: str):
         self._use_device(device)
+        return tuple(self._tensor(values, dtype, case.layout)
+                     for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
+
+    def invoke(self, case: Case, api: Api, inputs):
+        x, t = inputs
         p = case.params
         ms = self.ms
+        if api.name == "mindspore.mint.nn.KLDivLoss":
+            return ms.mint.nn.KLDivLoss(reduction=p.reduction, log_target=p.log_target)(x, t)
+        if api.name == "mindspore.mint.nn.functional.kl_div":
+            return ms.mint.nn.functional.kl_div(x, t, reduction=p.reduction, log_target=p.log_target)
+        if api.name == "mindspore.ops.kl_div":
+            return ms.ops.kl_div(x, t, reduction=p.reduction)
+        return ms.nn.KLDivLoss(reduction=p.reduction)(x, t)
 
-        def call():
-            x, t = self._inputs.get(case, device, lambda values, dtype: self._tensor(values, dtype, case.layout))
-            if api.name == "mindspore.mint.nn.KLDivLoss":
-                return ms.mint.nn.KLDivLoss(reduction=p.reduction, log_target=p.log_target)(x, t)
-            if api.name == "mindspore.mint.nn.functional.kl_div":
-                return ms.mint.nn.functional.kl_div(x, t, reduction=p.reduction, log_target=p.log_target)
-            if api.name == "mindspore.ops.kl_div":
-                return ms.ops.kl_div(x, t, reduction=p.reduction)
-            return ms.nn.KLDivLoss(reduction=p.reduction)(x, t)
-        return call_observed(call, self._to_numpy,
-                             is_no_kernel=lambda exc: any(m in str(exc) for m in NO_KERNEL_MARKERS))
+    def is_no_kernel(self, exc: Exception) -> bool:
+        return any(m in str(exc) for m in NO_KERNEL_MARKERS)
 
     def _use_device(self, device: str) -> None:
         if device != self._device:
@@ -84,7 +86,7 @@ class MindSporeAdapter(Adapter):
             return view(self.ms.Tensor(buffer.astype(np.float32), self.ms.float32).astype(self.ms.bfloat16))
         return view(self.ms.Tensor(buffer, getattr(self.ms, dtype)))
 
-    def _to_numpy(self, result):
+    def to_numpy(self, result):
         if not isinstance(result, self.ms.Tensor):
             raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
         dtype = str(result.dtype).lower()

@@ -18,8 +18,8 @@ import sys
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, TensorCache, call_observed, layout_buffer
-from conformance.model import Case, Observation
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer
+from conformance.model import Case
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
 
@@ -49,7 +49,6 @@ class OneFlowAdapter(Adapter):
 
     def __init__(self) -> None:
         self.flow = None
-        self._inputs = TensorCache()
 
     def load(self) -> None:
         preload_cuda_libraries()
@@ -65,16 +64,19 @@ class OneFlowAdapter(Adapter):
     def devices(self) -> tuple[str, ...]:
         return ("cpu", "cuda") if self.flow.cuda.is_available() else ("cpu",)
 
-    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
-        p = case.params
-        functional = api.name == "oneflow.nn.functional.kl_div"
+    def build(self, case: Case, device: str):
+        return tuple(self._tensor(values, dtype, case.layout, device)
+                     for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
-        def call():
-            x, t = self._inputs.get(case, device, lambda values, dtype: self._tensor(values, dtype, case.layout, device))
-            if functional:
-                return self.flow.nn.functional.kl_div(x, t, reduction=p.reduction, log_target=p.log_target)
-            return self.flow.nn.KLDivLoss(reduction=p.reduction, log_target=p.log_target)(x, t)
-        return call_observed(call, self._to_numpy, is_no_kernel=lambda exc: "Cannot find the kernel" in str(exc))
+    def invoke(self, case: Case, api: Api, inputs):
+        x, t = inputs
+        p = case.params
+        if api.name == "oneflow.nn.functional.kl_div":
+            return self.flow.nn.functional.kl_div(x, t, reduction=p.reduction, log_target=p.log_target)
+        return self.flow.nn.KLDivLoss(reduction=p.reduction, log_target=p.log_target)(x, t)
+
+    def is_no_kernel(self, exc: Exception) -> bool:
+        return "Cannot find the kernel" in str(exc)
 
     def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str):
         buffer, view = layout_buffer(values, layout)
@@ -84,7 +86,7 @@ class OneFlowAdapter(Adapter):
             tensor = self.flow.tensor(buffer, dtype=getattr(self.flow, dtype), device=device)
         return view(tensor)
 
-    def _to_numpy(self, result):
+    def to_numpy(self, result):
         if not isinstance(result, self.flow.Tensor):
             raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
         dtype = str(result.dtype).removeprefix("oneflow.")

@@ -63,9 +63,13 @@ def validate_adapter(cls: type, source: str) -> None:
     for attr in ("name", "apis", "known_devices"):
         if not hasattr(cls, attr):
             raise bad(f"missing class attribute {attr!r}", f"define {attr} on the adapter class")
-    for method in ("load", "version", "devices", "run"):
+    for method in ("load", "version", "devices"):
         if getattr(cls, method) is getattr(Adapter, method):
             raise bad(f"does not implement {method}()", f"implement {method}() (see adapters/base.py)")
+    if cls.run is Adapter.run:  # the default run() composes build(), invoke() and to_numpy()
+        for method in ("build", "invoke", "to_numpy"):
+            if getattr(cls, method) is getattr(Adapter, method):
+                raise bad(f"does not implement {method}() (or run())", f"implement {method}() (see adapters/base.py)")
     if not cls.apis or not all(isinstance(api, Api) for api in cls.apis):
         raise bad("apis must be a non-empty tuple of Api", "list each API as Api('package.path.name', ...)")
     names = [api.name for api in cls.apis]

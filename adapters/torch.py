@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import platform
 
-import numpy as np
-
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, TensorCache, call_observed, layout_buffer
-from conformance.model import Case, Observation
-
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer
+from conformance.model import Case
 
 
 class TorchAdapter(Adapter):
@@ -27,7 +23,6 @@ class TorchAdapter(Adapter):
 
     def __init__(self) -> None:
         self.torch = None
-        self._inputs = TensorCache()
 
     def load(self) -> None:
         try:
@@ -47,23 +42,23 @@ class TorchAdapter(Adapter):
             return self.torch.cuda.get_device_name()
         return platform.processor() or platform.machine()
 
-    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
-        p = case.params
-        kwargs = dict(size_average=p.size_average, reduce=p.reduce, reduction=p.reduction, log_target=p.log_target)
-        functional = api.name == "torch.nn.functional.kl_div"
+    def build(self, case: Case, device: str):
+        return tuple(self._tensor(values, dtype, case.layout, device)
+                     for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
-        def call():
-            x, t = self._inputs.get(case, device, lambda values, dtype: self._tensor(values, dtype, case.layout, device))
-            if functional:
-                return self.torch.nn.functional.kl_div(x, t, **kwargs)
-            return self.torch.nn.KLDivLoss(**kwargs)(x, t)
-        return call_observed(call, self._to_numpy)
-
-    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str):
+    def _tensor(self, values, dtype: str, layout: str, device: str):
         buffer, view = layout_buffer(values, layout)
         return view(self.torch.from_numpy(buffer).to(device=device, dtype=getattr(self.torch, dtype)))
 
-    def _to_numpy(self, result):
+    def invoke(self, case: Case, api: Api, inputs):
+        x, t = inputs
+        p = case.params
+        kwargs = dict(size_average=p.size_average, reduce=p.reduce, reduction=p.reduction, log_target=p.log_target)
+        if api.name == "torch.nn.functional.kl_div":
+            return self.torch.nn.functional.kl_div(x, t, **kwargs)
+        return self.torch.nn.KLDivLoss(**kwargs)(x, t)
+
+    def to_numpy(self, result):
         if not isinstance(result, self.torch.Tensor):
             raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
         dtype = str(result.dtype).removeprefix("torch.")

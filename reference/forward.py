@@ -164,11 +164,13 @@ def _refine_cancellation(loss: np.ndarray, log_t: np.ndarray, xw: np.ndarray, tw
     ill = (kappa > 2.0**10) & np.isfinite(log_t) & np.isfinite(xw) & (tw > 0)
     if not ill.any():
         return
+    flat_loss = loss.reshape(-1)  # a view: `loss` is a fresh array, possibly 0-d
+    flat_t, flat_x = np.asarray(tw).reshape(-1), np.asarray(xw).reshape(-1)
     with decimal.localcontext() as ctx:
         ctx.prec = 40
-        for index in zip(*np.nonzero(ill)):
-            t = decimal.Decimal(float(tw[index]))
-            loss[index] = WIDE(float(t * (t.ln() - decimal.Decimal(float(xw[index])))))
+        for i in np.flatnonzero(ill):
+            t = decimal.Decimal(float(flat_t[i]))
+            flat_loss[i] = WIDE(float(t * (t.ln() - decimal.Decimal(float(flat_x[i])))))
 
 
 def reduction_divisor(reduction: str, n: int, input_shape: tuple[int, ...], shape: tuple[int, ...], spec: Spec) -> int:

@@ -35,7 +35,7 @@ class _Duplicate(_NoRun):
 
 
 @pytest.mark.parametrize("cls, words", [
-    (_NoRun, "does not implement run()"),
+    (_NoRun, "does not implement build() (or run())"),
     (_Duplicate, "duplicate API names ['x.kl_div']"),
     (int, "is not a subclass"),
 ])

@@ -125,3 +125,10 @@ def test_overflow_of_the_result_dtype_is_infinite(spec):
     """spec: dtypes.precision, reductions.operand: 1e3 * (log 1e3 + 1e2) overflows float16."""
     got = expected_forward(make_case([-100.0], [1000.0], dtype="float16"), spec).value[0]
     assert got == inf
+
+
+def test_cancelling_0d_term_is_refined(spec):
+    """A 0-d case whose log(t) - x cancels goes through the exact refinement (found by the load run)."""
+    t = 0.3
+    got = expected_forward(make_case(np.log(t), t), spec).value
+    assert got.shape == () and abs(float(got)) < 1e-16
