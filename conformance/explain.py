@@ -76,8 +76,8 @@ def explain(case: Case, observed: Observation, spec: Spec, max_combined: int = 2
         return None
     if observed.raised and expected_forward(case, spec).error_id is not None:
         return None  # an error was due anyway: only its type differs, which no choice explains
-    for alts in _candidate_sets(spec, max_combined):
-        expected = expected_forward(case, with_alternatives(spec, alts))
+    for alts, alt_spec in _candidate_sets(spec, max_combined):
+        expected = expected_forward(case, alt_spec)
         if observed.raised:
             if expected.error_id is not None:
                 return alts
@@ -86,12 +86,19 @@ def explain(case: Case, observed: Observation, spec: Spec, max_combined: int = 2
     return None
 
 
-def _candidate_sets(spec: Spec, max_combined: int) -> Iterator[tuple[Alternative, ...]]:
-    singles = alternatives(spec)
-    for size in range(1, max_combined + 1):
-        for combo in itertools.combinations(singles, size):
-            if len({a.path for a in combo}) == size:
-                yield combo
+def _candidate_sets(spec: Spec, max_combined: int) -> Iterator[tuple[tuple[Alternative, ...], Spec]]:
+    """Each set of alternatives with its modified spec, smallest sets first (built once per spec)."""
+    key = (spec.hash, max_combined)
+    if key not in _CANDIDATES:
+        singles = alternatives(spec)
+        _CANDIDATES[key] = [(combo, with_alternatives(spec, combo))
+                            for size in range(1, max_combined + 1)
+                            for combo in itertools.combinations(singles, size)
+                            if len({a.path for a in combo}) == size]
+    return iter(_CANDIDATES[key])
+
+
+_CANDIDATES: dict[tuple[str, int], list[tuple[tuple[Alternative, ...], Spec]]] = {}
 
 
 def _get(data, dotted: str):

@@ -66,7 +66,9 @@ def worker_main(conn, framework: str, output_path: str) -> None:
         conn.send((UNAVAILABLE, str(exc)))
         return
     devices = adapter.devices()
-    conn.send((READY, WorkerInfo(adapter.version(), devices, {d: adapter.device_name(d) for d in devices})))
+    # plain str: torch.__version__ is a TorchVersion, and unpickling it would import torch in the parent
+    conn.send((READY, WorkerInfo(str(adapter.version()), tuple(map(str, devices)),
+                                 {str(d): str(adapter.device_name(d)) for d in devices})))
     while True:
         batch = conn.recv()
         if batch is None:

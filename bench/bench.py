@@ -1,0 +1,124 @@
+"""Benchmark: the harness against a bare loop over the same framework calls, and the reference.
+
+Run inside one framework's environment (tox -m bench runs all three):
+
+    python bench/bench.py --framework torch
+
+(a) bare: the framework API called on exactly the default suite's inputs, already
+    converted, every API on cpu, in one process; the physical floor.
+(b) harness: `run_conformance` on the same cases end to end (worker process,
+    conversion, reference, comparison, explanation, results file), measured both
+    in total and after its worker has started (the framework's import is paid once).
+Also the float64 reference on 16M elements against a plain NumPy elementwise pass
+over the same arrays. Prints one line per figure; no figure is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from conformance.adapters.registry import get_adapter
+from conformance.cases.generate import DEFAULT_SEED, generate_cases
+from conformance.model import Case, DtypePair, Params
+from conformance.reference.forward import expected_forward
+from conformance.runner import RunOptions, run_conformance
+from conformance.specload import load_spec
+
+
+def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, int]:
+    """Best-of-`repeat` seconds for every API call of the suite on prebuilt inputs, and the call count."""
+    adapter = get_adapter(framework)
+    adapter.load()
+    prepared = []
+    for case in cases:
+        try:
+            inputs = adapter.build(case, "cpu")
+        except Exception:
+            continue  # the harness reports these as errors; the floor has nothing to call
+        apis = [api for api in adapter.apis if adapter.unsupported_reason(case, api) is None]
+        prepared.append((case, inputs, apis))
+    calls = sum(len(apis) for _, _, apis in prepared)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for case, inputs, apis in prepared:
+            for api in apis:
+                try:
+                    adapter.invoke(case, api, inputs)
+                except Exception:
+                    pass
+        best = min(best, time.perf_counter() - start)
+    return best, calls
+
+
+def harness(framework: str, cases: list[Case], spec) -> tuple[float, float, int]:
+    """Seconds for a whole run, seconds after the worker was up, and results written."""
+    with tempfile.TemporaryDirectory() as out:
+        started = {}
+        start = time.perf_counter()
+
+        def first_result(case, result):
+            started.setdefault("t", time.perf_counter())
+        summary = run_conformance(spec, framework, cases, out, RunOptions(devices=("cpu",)), on_result=first_result)
+        total = time.perf_counter() - start
+    steady = total - (started.get("t", start) - start)
+    return total, steady, sum(summary.counts.values())
+
+
+def reference_vs_numpy(n: int, repeat: int) -> tuple[float, float]:
+    """Best seconds of the reference (reduction none, float64) and of t * (log t - x) on n elements."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(-2.0, 1.0, n)
+    t = rng.uniform(0.0, 1.0, n)
+    case = Case(id="bench", params=Params("none"), input=x, target=t, dtype=DtypePair("float64", "float64"),
+                family="bench")
+    spec = load_spec()
+    plain = reference = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        _ = t * (np.log(t) - x)
+        plain = min(plain, time.perf_counter() - start)
+        start = time.perf_counter()
+        expected_forward(case, spec)
+        reference = min(reference, time.perf_counter() - start)
+    return reference, plain
+
+
+def peak_rss_mb() -> tuple[float, float]:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return own, children
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", required=True)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--reference-elements", type=int, default=16 * 2**20)
+    args = parser.parse_args(argv)
+
+    spec = load_spec()
+    cases = list(generate_cases(spec, DEFAULT_SEED))
+    bare_s, calls = bare_loop(args.framework, cases, args.repeat)
+    total_s, steady_s, results = harness(args.framework, cases, spec)
+    ref_s, plain_s = reference_vs_numpy(args.reference_elements, args.repeat)
+    own, children = peak_rss_mb()
+    print(f"framework            {args.framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
+    print(f"default suite        {len(cases)} cases, {calls} runnable API calls, {results} results")
+    print(f"(a) bare loop        {bare_s:.3f} s  ({1e6 * bare_s / max(calls, 1):.1f} us per call)")
+    print(f"(b) harness          {total_s:.3f} s total, {steady_s:.3f} s after the worker started "
+          f"({results / total_s:,.0f} results/s)")
+    print(f"ratio b/a            {total_s / bare_s:.1f} total, {steady_s / bare_s:.1f} after start")
+    print(f"reference 16M        {ref_s:.3f} s vs plain numpy {plain_s:.3f} s: ratio {ref_s / plain_s:.1f}")
+    print(f"peak RSS             {own:.0f} MB harness process, {children:.0f} MB worker")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
