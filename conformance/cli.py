@@ -21,7 +21,7 @@ from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.errors import ConformanceError, UsageError
 from conformance.model import Case, Result, Spec
-from conformance.report.merge import load_runs, merge_runs, write_report
+from conformance.report.merge import iter_rows, load_manifests, merge_runs, write_report
 from conformance.runner import DEFAULT_MEMORY_BUDGET_MB, DEFAULT_TIMEOUT_S, RunOptions, run_conformance
 from conformance.specload import load_spec
 
@@ -146,8 +146,7 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     )
     if progress is not None:
         sys.stderr.write("\n")
-    rows, manifests = load_runs([summary.out_dir])
-    report = write_report(summary.out_dir, rows, manifests)
+    report = write_report(summary.out_dir, [summary.out_dir])
     if summary.not_run:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {report}")
         return EXIT_OK
@@ -156,23 +155,27 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
         (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
     print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
           f"{summary.divergences} divergences{extra}. Report: {report}")
-    return _strict_exit(args.strict, rows)
+    return _strict_exit(args.strict, [summary.out_dir])
 
 
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = merge_runs(args.runs, out, allow_missing=args.allow_missing)
-    rows, manifests = load_runs(args.runs, allow_missing=args.allow_missing)
+    present, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m["framework"] for m in manifests if m.get("status") == "not_run"]
-    print(f"merged {len(args.runs)} runs, {len(rows)} results" + (f"; not run: {', '.join(not_run)}" if not_run else "")
+    count = sum(1 for _ in iter_rows(present))
+    print(f"merged {len(args.runs)} runs, {count} results" + (f"; not run: {', '.join(not_run)}" if not_run else "")
           + f". Report: {path}")
-    return _strict_exit(args.strict, rows)
+    return _strict_exit(args.strict, present)
 
 
-def _strict_exit(strict: bool, rows: Sequence[Result]) -> int:
-    undocumented = sum(1 for r in rows if r.verdict.is_divergence and not r.documented)
-    return EXIT_DIVERGENCE if strict and undocumented else EXIT_OK
+def _strict_exit(strict: bool, run_dirs: Sequence[Path]) -> int:
+    """1 under --strict when any undocumented divergence is in the runs (streamed)."""
+    if not strict:
+        return EXIT_OK
+    undocumented = any(r.verdict.is_divergence and not r.documented for r in iter_rows(run_dirs))
+    return EXIT_DIVERGENCE if undocumented else EXIT_OK
 
 
 def _print_details(case: Case, result: Result) -> None:

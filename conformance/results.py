@@ -98,6 +98,19 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
         raise ResultsError(f"unreadable manifest ({exc})", file=str(path), fix="regenerate the run") from None
 
 
+def write_rows_atomic(path: Path, rows: Iterator[Result]) -> None:
+    """Stream rows into a temporary file beside `path`, then rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(row.to_json() + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write `text` to a temporary file beside `path`, then rename it into place."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")

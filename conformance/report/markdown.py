@@ -8,25 +8,54 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter, defaultdict
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from conformance.model import Result, Verdict
 
 VERDICT_ORDER = [v.value for v in Verdict]
+LISTED_PER_GROUP = 500  # divergences listed per cause group; the rest are counted and found in results.jsonl
 
 
-def render_markdown(rows: Sequence[Result], manifests: Sequence[dict[str, Any]]) -> str:
+class Tally:
+    """Everything a report shows, gathered in one pass over the rows: memory grows with the
+    number of divergences listed, not with the number of results."""
+
+    def __init__(self, rows: Iterable[Result]) -> None:
+        self.total = 0
+        self.by_target: dict[str, Counter] = defaultdict(Counter)
+        self.by_family: dict[tuple, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+        self.groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
+        self.group_sizes: Counter = Counter()
+        self.group_targets: dict[tuple[str, str], set] = defaultdict(set)
+        self.missing_warnings: Counter = Counter()
+        for r in rows:
+            self.total += 1
+            target = _target(r)
+            self.by_target[target][r.verdict.value] += 1
+            self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
+            for warning_id in r.missing_warnings:
+                self.missing_warnings[(target, warning_id)] += 1
+            if r.verdict.is_divergence:
+                key = (r.cause or "unknown", r.verdict.value)
+                self.group_sizes[key] += 1
+                self.group_targets[key].add(target)
+                if len(self.groups[key]) < LISTED_PER_GROUP:
+                    self.groups[key].append(r)
+
+
+def render_markdown(rows: Iterable[Result], manifests: Sequence[dict[str, Any]]) -> str:
     """The whole report as Markdown text."""
+    tally = Tally(rows)
     out: list[str] = ["# kl_div conformance report", ""]
-    out += _provenance(rows, manifests)
-    out += _summary(rows)
-    out += _family_matrix(rows)
-    out += _divergences(rows, manifests)
-    out += _warnings(rows)
+    out += _provenance(tally, manifests)
+    out += _summary(tally)
+    out += _family_matrix(tally)
+    out += _divergences(tally, manifests)
+    out += _warnings(tally)
     return "\n".join(out).rstrip() + "\n"
 
 
-def _provenance(rows: Sequence[Result], manifests: Sequence[dict[str, Any]]) -> list[str]:
+def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
     out = ["| run | framework | version | status | cases | python | numpy | spec | harness |",
            "|---|---|---|---|---|---|---|---|---|"]
     for i, m in enumerate(manifests, start=1):
@@ -35,7 +64,7 @@ def _provenance(rows: Sequence[Result], manifests: Sequence[dict[str, Any]]) -> 
                    f"{m.get('cases', '-')} | {m.get('python_version', '-')} | {m.get('numpy_version', '-')} | "
                    f"{m.get('spec_hash', '-')} | {m.get('harness_version', '-')} |")
     seeds = sorted({str(m.get("seed")) for m in manifests if m.get("seed") is not None})
-    out += ["", f"{len(rows)} results; seed {', '.join(seeds) or '-'}. "
+    out += ["", f"{tally.total} results; seed {', '.join(seeds) or '-'}. "
                 "Verdicts: `pass`; divergences `value` (outside the bound), `nonfinite` (NaN/inf pattern), "
                 "`shape`, `dtype`, `error` (raised where a value was expected, returned a value where an error "
                 "was expected, or a different exception type), `crash`, `timeout`; and `unsupported` (the API "
@@ -43,10 +72,8 @@ def _provenance(rows: Sequence[Result], manifests: Sequence[dict[str, Any]]) -> 
     return out
 
 
-def _summary(rows: Sequence[Result]) -> list[str]:
-    counts: dict[str, Counter] = defaultdict(Counter)
-    for r in rows:
-        counts[_target(r)][r.verdict.value] += 1
+def _summary(tally: Tally) -> list[str]:
+    counts = tally.by_target
     present = [v for v in VERDICT_ORDER if any(c[v] for c in counts.values())]
     out = ["## Summary", "", "| framework / api / device | results | divergences | " + " | ".join(present) + " |",
            "|---|---:|---:|" + "---:|" * len(present)]
@@ -57,12 +84,10 @@ def _summary(rows: Sequence[Result]) -> list[str]:
     return out + [""]
 
 
-def _family_matrix(rows: Sequence[Result]) -> list[str]:
+def _family_matrix(tally: Tally) -> list[str]:
     """Rows: reduction x log_target x value family; columns: targets; cells: passes / judged (divergences)."""
-    targets = sorted({_target(r) for r in rows})
-    cells: dict[tuple, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
-    for r in rows:
-        cells[(r.family, r.reduction, int(r.log_target))][_target(r)][r.verdict.value] += 1
+    targets = sorted(tally.by_target)
+    cells = tally.by_family
     out = ["## Case families", "",
            "Each cell: passes / results judged, then divergences; `n/a` where the API cannot express the family.", "",
            "| family | reduction | log_target | " + " | ".join(targets) + " |",
@@ -83,34 +108,31 @@ def _family_matrix(rows: Sequence[Result]) -> list[str]:
     return out + [""]
 
 
-def _divergences(rows: Sequence[Result], manifests: Sequence[dict[str, Any]]) -> list[str]:
-    groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
-    for r in rows:
-        if r.verdict.is_divergence:
-            groups[(r.cause or "unknown", r.verdict.value)].append(r)
+def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
+    groups = tally.groups
     out = ["## Divergences by cause", ""]
     if not groups:
         return out + ["No divergences: every judged result is within the spec.", ""]
     out += ["Grouped by the spec path that governs the diverging elements. Each row reruns alone with its "
             "`reproduce` command, which prints the inputs, the expected value and the framework's result.", ""]
     run_info = {m.get("framework"): m for m in manifests}
-    for (cause, verdict), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        targets = sorted({_target(r) for r in members})
-        out += [f"### `{cause}`: {verdict} ({len(members)} results)", "",
+    for (cause, verdict), members in sorted(groups.items(), key=lambda kv: (-tally.group_sizes[kv[0]], kv[0])):
+        size = tally.group_sizes[(cause, verdict)]
+        targets = sorted(tally.group_targets[(cause, verdict)])
+        out += [f"### `{cause}`: {verdict} ({size} results)", "",
                 "Affects " + ", ".join(f"`{t}`" for t in targets) + ".", "",
                 "| case | api / device | finding | reproduce |", "|---|---|---|---|"]
         for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device)):
             out.append(f"| `{r.case_id}` | {r.api} / {r.device} | {_cell(r.message)} | "
                        f"`{repro_command(r, run_info.get(r.framework, {}))}` |")
+        if size > len(members):
+            out.append(f"\n{size - len(members)} more in results.jsonl (cause `{cause}`, verdict `{verdict}`).")
         out.append("")
     return out
 
 
-def _warnings(rows: Sequence[Result]) -> list[str]:
-    missing: Counter = Counter()
-    for r in rows:
-        for warning_id in r.missing_warnings:
-            missing[(_target(r), warning_id)] += 1
+def _warnings(tally: Tally) -> list[str]:
+    missing = tally.missing_warnings
     out = ["## Warnings", "", "Warnings are advisory (spec: warnings.policy) and never change a verdict."]
     if not missing:
         return out + ["Every warning the spec expects was given.", ""]

@@ -8,56 +8,68 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from conformance.errors import ResultsError
 from conformance.model import Result
 from conformance.report.markdown import render_markdown
-from conformance.results import MANIFEST_FILE, RESULTS_FILE, iter_results, read_manifest, write_atomic
+from conformance.results import (RESULTS_FILE, iter_results, read_manifest, write_atomic,
+                                 write_rows_atomic)
 
 REPORT_FILE = "report.md"
 
 
-def load_runs(run_dirs: Sequence[str | Path], allow_missing: bool = False) -> tuple[list[Result], list[dict[str, Any]]]:
-    """All rows and manifests of the given run directories; the spec hash must agree.
+def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) -> tuple[list[Path], list[dict[str, Any]]]:
+    """The run directories that hold results, and one manifest per directory.
 
     With `allow_missing`, a directory without results counts as a framework that was not
     run (its environment could not be built), named after the directory.
     """
-    rows: list[Result] = []
-    manifests: list[dict[str, Any]] = []
-    for run_dir in run_dirs:
-        if allow_missing and not (Path(run_dir) / RESULTS_FILE).is_file():
-            manifests.append({"framework": Path(run_dir).name, "status": "not_run",
+    present, manifests = [], []
+    for run_dir in map(Path, run_dirs):
+        if not (run_dir / RESULTS_FILE).is_file():
+            if not allow_missing:
+                raise ResultsError("no results.jsonl here", file=str(run_dir),
+                                   fix="pass the --out directory of a finished `kl-conformance run` "
+                                       "(or --allow-missing to report it as not run)")
+            manifests.append({"framework": run_dir.name, "status": "not_run",
                               "reason": f"no results in {run_dir}: its environment did not produce a run"})
             continue
+        present.append(run_dir)
         manifest = read_manifest(run_dir)
         if manifest:
             manifests.append(manifest)
-        rows.extend(iter_results(run_dir))
-    hashes = sorted({r.spec_hash for r in rows})
-    if len(hashes) > 1:
-        raise ResultsError(f"results come from different specs (spec hashes {hashes})",
-                           file=", ".join(map(str, run_dirs)),
-                           fix="rerun the older runs with the current spec, or report them separately")
-    return rows, manifests
+    return present, manifests
 
 
-def write_report(out_dir: Path, rows: Sequence[Result], manifests: Sequence[dict[str, Any]]) -> Path:
-    """Write report.md into `out_dir` atomically and return its path."""
+def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
+    """Every row of the given directories, streamed; rows from different specs are refused."""
+    first: str | None = None
+    for run_dir in run_dirs:
+        for row in iter_results(run_dir):
+            if first is None:
+                first = row.spec_hash
+            elif row.spec_hash != first:
+                raise ResultsError(f"results come from different specs (spec hashes {first} and {row.spec_hash})",
+                                   file=str(run_dir), where=f"case {row.case_id!r}",
+                                   fix="rerun the older runs with the current spec, or report them separately")
+            yield row
+
+
+def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False) -> Path:
+    """Write report.md for the given run directories into `out_dir`, atomically, streaming the rows."""
+    present, manifests = load_manifests(run_dirs, allow_missing)
     path = out_dir / REPORT_FILE
-    write_atomic(path, render_markdown(rows, manifests))
+    write_atomic(path, render_markdown(iter_rows(present), manifests))
     return path
 
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False) -> Path:
     """Merge run directories into `out_dir`: results.jsonl, runs.json and report.md."""
-    rows, manifests = load_runs(run_dirs, allow_missing)
-    resolved = {Path(d).resolve() for d in run_dirs}
-    if out_dir.resolve() not in resolved:
-        write_atomic(out_dir / RESULTS_FILE, "".join(r.to_json() + "\n" for r in rows))
+    present, manifests = load_manifests(run_dirs, allow_missing)
+    if out_dir.resolve() not in {p.resolve() for p in present}:
+        write_rows_atomic(out_dir / RESULTS_FILE, iter_rows(present))
         write_atomic(out_dir / "runs.json", json.dumps(manifests, indent=2, sort_keys=True) + "\n")
-    return write_report(out_dir, rows, manifests)
+        return write_report(out_dir, [out_dir])
+    return write_report(out_dir, run_dirs, allow_missing)
 
-
-__all__ = ["load_runs", "write_report", "merge_runs", "MANIFEST_FILE"]
