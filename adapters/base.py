@@ -21,6 +21,10 @@ class FrameworkUnavailable(Exception):
     """The framework cannot be imported here; carries the reason for the report."""
 
 
+class MissingGradient(Exception):
+    """The framework's autograd returned no gradient (None) where the loss depends on the argument."""
+
+
 @dataclass(frozen=True)
 class Api:
     """One API row of a framework: the dotted path a user types, and what it differentiates."""
@@ -61,6 +65,13 @@ class Adapter:
             return f"{api.name} has no size_average/reduce arguments"
         return None
 
+    def unsupported_part(self, api: Api, part: str) -> str | None:
+        """Why `api` cannot produce `part`: a gradient with respect to an argument it does not differentiate."""
+        argument = {"grad_input": "input", "grad_target": "target"}.get(part)
+        if argument is not None and argument not in api.grads:
+            return f"{api.name} does not differentiate with respect to {argument}"
+        return None
+
     def build(self, case: Case, device: str) -> tuple[Any, Any]:
         """The framework's (input, target) tensors for `case` on `device`, in the case's layout."""
         raise NotImplementedError
@@ -73,14 +84,28 @@ class Adapter:
         """The raw result as (float64 values, dtype name, shape)."""
         raise NotImplementedError
 
+    def gradient(self, case: Case, api: Api, device: str, part: str) -> Any:
+        """The framework's own autograd gradient for `part` ("grad_input" or "grad_target"), with the
+        upstream gradient `model.upstream_gradient(result shape)`; None if the framework gives none."""
+        raise NotImplementedError
+
     def is_no_kernel(self, exc: Exception) -> bool:
         """Whether `exc` is the framework saying it has no kernel for this device or dtype."""
         return False
 
     def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
-        """Build (once per case and device), invoke and convert, with exceptions as data."""
-        return call_observed(lambda: self.invoke(case, api, self._cache.get(case, device, self.build)),
-                             self.to_numpy, self.is_no_kernel)
+        """Forward: build (once per case and device), invoke, convert. Gradients: the framework's autograd.
+        Exceptions come back as data; a None gradient is a MissingGradient observation."""
+        if part == "forward":
+            return call_observed(lambda: self.invoke(case, api, self._cache.get(case, device, self.build)),
+                                 self.to_numpy, self.is_no_kernel)
+
+        def grad():
+            value = self.gradient(case, api, device, part)
+            if value is None:
+                raise MissingGradient(f"{api.name} returned no gradient (None) for {part}")
+            return value
+        return call_observed(grad, self.to_numpy, self.is_no_kernel)
 
     @property
     def _cache(self) -> "TensorCache":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer
-from conformance.model import Case
+from conformance.model import Case, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
 NO_KERNEL_MARKERS = ("unregistered",)  # "The kernel KLDiv unregistered."
@@ -71,6 +71,14 @@ class MindSporeAdapter(Adapter):
         if api.name == "mindspore.ops.kl_div":
             return ms.ops.kl_div(x, t, reduction=p.reduction)
         return ms.nn.KLDivLoss(reduction=p.reduction)(x, t)
+
+    def gradient(self, case: Case, api: Api, device: str, part: str):
+        """mindspore.grad of sum(loss * upstream): the vector-Jacobian product with the upstream gradient."""
+        x, t = self.build(case, device)
+        out = self.invoke(case, api, (x, t))
+        upstream = self.ms.Tensor(upstream_gradient(tuple(out.shape)), out.dtype)
+        weighted = lambda a, b: (self.invoke(case, api, (a, b)) * upstream).sum()
+        return self.ms.grad(weighted, grad_position=0 if part == "grad_input" else 1)(x, t)
 
     def is_no_kernel(self, exc: Exception) -> bool:
         return any(m in str(exc) for m in NO_KERNEL_MARKERS)

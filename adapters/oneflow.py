@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer
-from conformance.model import Case
+from conformance.model import Case, upstream_gradient
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
 
@@ -78,13 +78,22 @@ class OneFlowAdapter(Adapter):
     def is_no_kernel(self, exc: Exception) -> bool:
         return "Cannot find the kernel" in str(exc)
 
-    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str):
+    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False):
         buffer, view = layout_buffer(values, layout)
         if dtype == "bfloat16":  # no float64 -> bfloat16 cast kernel on CPU; float32 holds these values exactly
             tensor = self.flow.tensor(buffer.astype(np.float32), device=device).to(self.flow.bfloat16)
         else:
             tensor = self.flow.tensor(buffer, dtype=getattr(self.flow, dtype), device=device)
-        return view(tensor)
+        return view(tensor.requires_grad_(requires_grad))
+
+    def gradient(self, case: Case, api: Api, device: str, part: str):
+        wrt_input = part == "grad_input"
+        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=wrt_input)
+        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=not wrt_input)
+        out = self.invoke(case, api, (x, t))
+        upstream = self.flow.tensor(upstream_gradient(tuple(out.shape)), dtype=out.dtype, device=device)
+        (grad,) = self.flow.autograd.grad(out, [x if wrt_input else t], grad_outputs=upstream)
+        return grad
 
     def to_numpy(self, result):
         if not isinstance(result, self.flow.Tensor):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer
-from conformance.model import Case
+from conformance.model import Case, upstream_gradient
 
 
 class TorchAdapter(Adapter):
@@ -46,9 +46,19 @@ class TorchAdapter(Adapter):
         return tuple(self._tensor(values, dtype, case.layout, device)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
-    def _tensor(self, values, dtype: str, layout: str, device: str):
+    def _tensor(self, values, dtype: str, layout: str, device: str, requires_grad: bool = False):
         buffer, view = layout_buffer(values, layout)
-        return view(self.torch.from_numpy(buffer).to(device=device, dtype=getattr(self.torch, dtype)))
+        leaf = self.torch.from_numpy(buffer).to(device=device, dtype=getattr(self.torch, dtype))
+        return view(leaf.requires_grad_(requires_grad))
+
+    def gradient(self, case: Case, api: Api, device: str, part: str):
+        wrt_input = part == "grad_input"
+        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=wrt_input)
+        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=not wrt_input)
+        out = self.invoke(case, api, (x, t))
+        upstream = self.torch.from_numpy(upstream_gradient(tuple(out.shape))).to(device=device, dtype=out.dtype)
+        (grad,) = self.torch.autograd.grad(out, [x if wrt_input else t], grad_outputs=upstream, allow_unused=True)
+        return grad
 
     def invoke(self, case: Case, api: Api, inputs):
         x, t = inputs

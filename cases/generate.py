@@ -19,7 +19,7 @@ import numpy as np
 
 from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_integers
 from conformance.cases.ids import CaseKey, build_id
-from conformance.model import Case, DtypePair, Params, Spec
+from conformance.model import PARTS, Case, DtypePair, Params, Spec
 from conformance.reference.rounding import round_to_dtype
 
 DEFAULT_SEED = 20261122
@@ -183,5 +183,12 @@ def build_case(key: CaseKey, seed: int) -> Case:
         id=case_id, params=key.params,
         input=round_to_dtype(np.asarray(x, dtype=np.float64), key.dtype.input),
         target=round_to_dtype(np.asarray(t, dtype=np.float64), key.dtype.target),
-        dtype=key.dtype, family=key.family, layout=key.layout,
+        dtype=key.dtype, family=key.family, layout=key.layout, parts=parts_of(key),
     )
+
+
+def parts_of(key: CaseKey) -> tuple[str, ...]:
+    """Every part for a case that should compute; the forward call alone for an error case."""
+    is_error = (key.family == "integers" or key.params.reduction in BAD_REDUCTIONS
+                or ShapeLevel(key.input_shape, key.target_shape) in BAD_SHAPES)
+    return ("forward",) if is_error else PARTS

@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--framework", required=True, help="adapter name, e.g. torch")
     run.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
     run.add_argument("--device", action="append", default=[], help="device (repeatable; default all present)")
+    run.add_argument("--part", action="append", default=[], choices=("forward", "grad_input", "grad_target"),
+                     help="forward value or a gradient (repeatable; default every part a case asks for)")
     run.add_argument("--out", default="reports/run", help="output directory (default reports/run)")
     run.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is found")
     run.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
@@ -138,7 +140,7 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "command": " ".join(sys.argv)}
-    options = RunOptions(apis=args.api, devices=args.device, timeout_s=args.timeout_s,
+    options = RunOptions(apis=args.api, devices=args.device, parts=args.part, timeout_s=args.timeout_s,
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume)
     summary = run_conformance(
         spec, args.framework, select_cases(spec, args), args.out, options, run_info=run_info,

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from conformance.model import RULE_NAMES, Expected, Judgement, Observation, Spec, Verdict
+from conformance.model import Expected, Judgement, Observation, Spec, Verdict
 
 # Spec paths most likely to explain a divergence, most specific first.
 _CAUSE_PRIORITY = (
@@ -26,6 +26,10 @@ _CAUSE_PRIORITY = (
     "pointwise.conventions.target_negative",
     "pointwise.conventions.nan_propagation",
     "pointwise.conventions.infinities",
+    "gradients.conventions.log_target_neg_inf",
+    "gradients.conventions.target_zero",
+    "gradients.conventions.target_negative",
+    "gradients.conventions.nan_propagation",
     "shapes.broadcasting",
 )
 
@@ -111,16 +115,16 @@ def missing_warnings(expected: Expected, observed: Observation, spec: Spec) -> t
     return tuple(missing)
 
 
-def _cause(expected: Expected, bad: np.ndarray | None, default: str = "pointwise.formula") -> str:
+def _cause(expected: Expected, bad: np.ndarray | None, default: str | None = None) -> str:
     """The spec path that most likely explains a divergence at the `bad` elements."""
     rules = set(expected.rules)
     if bad is not None and expected.rule_map is not None and bad.shape == expected.rule_map.shape:
         codes = np.unique(expected.rule_map[bad])
-        rules = {RULE_NAMES[c] for c in codes.tolist()} | (rules - set(RULE_NAMES))
+        rules = {expected.rule_names[c] for c in codes.tolist()} | (rules - set(expected.rule_names))
     for path in _CAUSE_PRIORITY:
         if path in rules:
             return path
-    return default
+    return default or expected.rule_names[0]
 
 
 def _index(index: tuple) -> str:

@@ -17,6 +17,7 @@ from typing import Iterator
 from conformance.compare import classify
 from conformance.model import Case, Observation, Spec, Verdict
 from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_grad
 from conformance.specload import spec_hash
 
 # (spec path of the choice, key under which its alternatives are listed), relative to the spec root.
@@ -29,6 +30,10 @@ CHOICE_POINTS = (
     ("reductions.mean.empty", "reductions.mean.empties"),
     ("shapes.broadcasting", "shapes.broadcastings"),
     ("dtypes.mixed", "dtypes.mixeds"),
+    ("gradients.conventions.target_zero.choice", "gradients.conventions.target_zero.choices"),
+    ("gradients.conventions.target_negative.choice", "gradients.conventions.target_negative.choices"),
+    ("gradients.conventions.log_target_neg_inf.choice", "gradients.conventions.log_target_neg_inf.choices"),
+    ("gradients.conventions.nan_propagation.choice", "gradients.conventions.nan_propagation.choices"),
     ("reductions.batchmean.divisor", "reductions.batchmean.divisors"),
     ("signature.legacy.precedence", "signature.legacy.precedences"),
 )
@@ -66,7 +71,8 @@ def with_alternatives(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
     return Spec(data=data, source=f"{spec.source} with {', '.join(map(str, alts))}", hash=spec_hash(data))
 
 
-def explain(case: Case, observed: Observation, spec: Spec, max_combined: int = 2) -> tuple[Alternative, ...] | None:
+def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward",
+            max_combined: int = 2) -> tuple[Alternative, ...] | None:
     """The smallest set of alternative choices under which `observed` passes, or None.
 
     An observation that raised is explained by a choice under which the spec
@@ -74,10 +80,11 @@ def explain(case: Case, observed: Observation, spec: Spec, max_combined: int = 2
     """
     if observed.unsupported is not None:
         return None
-    if observed.raised and expected_forward(case, spec).error_id is not None:
+    expect = expected_forward if part == "forward" else (lambda c, s: expected_grad(c, s, part))
+    if observed.raised and expect(case, spec).error_id is not None:
         return None  # an error was due anyway: only its type differs, which no choice explains
     for alts, alt_spec in _candidate_sets(spec, max_combined):
-        expected = expected_forward(case, alt_spec)
+        expected = expect(case, alt_spec)
         if observed.raised:
             if expected.error_id is not None:
                 return alts

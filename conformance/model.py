@@ -13,7 +13,20 @@ from typing import Any, Mapping
 import numpy as np
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-PARTS = ("forward",)  # gradients add grad_input / grad_target (issue 4)
+PARTS = ("forward", "grad_input", "grad_target")
+GRAD_PARTS = {"grad_input": "input", "grad_target": "target"}
+
+
+def upstream_gradient(shape: tuple[int, ...]) -> np.ndarray:
+    """The gradient flowing into the loss (spec: gradients.upstream): 1.25 for a scalar result,
+    else 0.75 + 0.125 * (i mod 5) over the elements in C order. Every value is exact in every dtype.
+
+    Is equivalent to ``np.array([0.75, 0.875, 1.0, 1.125, 1.25, 0.75, ...]).reshape(shape)``.
+    """
+    if shape == ():
+        return np.asarray(1.25)
+    n = int(np.prod(shape))
+    return (0.75 + 0.125 * (np.arange(n) % 5)).reshape(shape)
 
 # Spec paths of the pointwise rules, indexed by the codes in Expected.rule_map.
 RULE_NAMES = (
@@ -173,6 +186,7 @@ class Expected:
     warnings: tuple[str, ...] = ()
     rules: tuple[str, ...] = ()
     rule_map: np.ndarray | None = field(default=None, repr=False)
+    rule_names: tuple[str, ...] = RULE_NAMES  # what the codes in rule_map stand for
 
 
 @dataclass(frozen=True, eq=False)

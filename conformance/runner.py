@@ -25,6 +25,7 @@ from conformance.errors import ResultsError, UsageError
 from conformance.explain import explain
 from conformance.model import Case, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_grad
 from conformance.results import RESULTS_FILE, ResultsWriter, iter_results, prepare_out_dir, read_manifest, write_manifest
 from conformance.worker import Task, WorkerPool, WorkerUnavailable
 
@@ -55,6 +56,7 @@ class RunSummary:
 class RunOptions:
     apis: Sequence[str] = ()
     devices: Sequence[str] = ()
+    parts: Sequence[str] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
     resume: bool = False
@@ -140,9 +142,14 @@ def _judged_rows(spec, adapter, pool, targets, cases, done, options, manifest, i
     """Send runnable cases to the worker, and judge each answer against the reference."""
     refused: dict[int, tuple[Case, str]] = {}
 
+    def calls_of(case: Case) -> tuple[tuple[str, str, str], ...]:
+        parts = [p for p in case.parts if not options.parts or p in options.parts]
+        return tuple((t.api, t.device, part) for t in targets for part in parts
+                     if (case.id, t.api, t.device, part) not in done)
+
     def tasks() -> Iterator[Task]:
         for index, case in enumerate(cases):
-            todo = tuple((t.api, t.device) for t in targets if (case.id, t.api, t.device, "forward") not in done)
+            todo = calls_of(case)
             if not todo:
                 summary.skipped += 1
                 continue
@@ -159,31 +166,40 @@ def _judged_rows(spec, adapter, pool, targets, cases, done, options, manifest, i
         case = task.case
         if task.index in refused:
             reason = refused.pop(task.index)[1]
-            todo = [t for t in targets if (case.id, t.api, t.device, "forward") not in done]
-            for target in todo:
+            for api_name, device, part in calls_of(case):
                 judgement = Judgement(Verdict.UNSUPPORTED, reason)
-                yield case, _result(case, target, None, judgement, Observation(), spec, manifest, info)
+                yield case, _result(case, Target(adapter.name, api_name, device), part, None, judgement,
+                                    Observation(), spec, manifest, info)
             summary.cases += 1
             continue
-        expected = expected_forward(case, spec)  # while the worker is already on the next cases
-        for api_name, device in task.targets:
-            target = Target(adapter.name, api_name, device)
+        expected_by_part: dict[str, object] = {}  # computed while the worker is already on the next cases
+        for call in task.calls:
+            api_name, device, part = call
+            if part not in expected_by_part:
+                expected_by_part[part] = expected_for(case, spec, part)
+            expected = expected_by_part[part]
             if outcome.failure is not None:
                 observed = Observation()
                 judgement = Judgement(outcome.failure, outcome.failure_message, cause="harness.isolation")
             else:
                 api = adapter.api(api_name)
-                reason = adapter.unsupported_reason(case, api)
-                observed = Observation(unsupported=reason) if reason else outcome.observations[(api_name, device)]
-                judgement = _judge(case, expected, observed, spec)
-            yield case, _result(case, target, expected, judgement, observed, spec, manifest, info)
+                reason = adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, part)
+                observed = Observation(unsupported=reason) if reason else outcome.observations[call]
+                judgement = _judge(case, part, expected, observed, spec)
+            yield case, _result(case, Target(adapter.name, api_name, device), part, expected, judgement, observed,
+                                spec, manifest, info)
         summary.cases += 1
 
 
-def _judge(case: Case, expected, observed: Observation, spec: Spec) -> Judgement:
+def expected_for(case: Case, spec: Spec, part: str):
+    """The spec's expectation for one part of a case."""
+    return expected_forward(case, spec) if part == "forward" else expected_grad(case, spec, part)
+
+
+def _judge(case: Case, part: str, expected, observed: Observation, spec: Spec) -> Judgement:
     judgement = classify(expected, observed, spec)
     if judgement.verdict.is_divergence:
-        behaves_as = explain(case, observed, spec)
+        behaves_as = explain(case, observed, spec, part)
         if behaves_as:
             return Judgement(judgement.verdict, f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
                              judgement.max_abs_err, judgement.bound,
@@ -191,12 +207,12 @@ def _judge(case: Case, expected, observed: Observation, spec: Spec) -> Judgement
     return judgement
 
 
-def _result(case, target, expected, judgement, observed, spec, manifest, info) -> Result:
+def _result(case, target, part, expected, judgement, observed, spec, manifest, info) -> Result:
     return Result(
         case_id=case.id, family=case.family, reduction=case.params.reduction, log_target=case.params.log_target,
         framework=target.framework, framework_version=info.version, api=target.api, device=target.device,
         dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
-        part="forward", verdict=judgement.verdict, documented=False, max_abs_err=judgement.max_abs_err,
+        part=part, verdict=judgement.verdict, documented=False, max_abs_err=judgement.max_abs_err,
         bound=judgement.bound, cause=judgement.cause, message=judgement.message, warnings=observed.warnings,
         missing_warnings=judgement.missing_warnings, elapsed_s=round(observed.elapsed_s, 9), source=case.source,
         spec_hash=spec.hash, harness_version=conformance.__version__, python_version=manifest["python_version"],

@@ -27,19 +27,19 @@ READY, UNAVAILABLE, CASE = "ready", "unavailable", "case"
 
 @dataclass(frozen=True)
 class Task:
-    """One case and the (api, device) targets to run it on, numbered in run order."""
+    """One case and the (api, device, part) calls to make of it, numbered in run order."""
 
     index: int
     case: Case
-    targets: tuple[tuple[str, str], ...]
+    calls: tuple[tuple[str, str, str], ...]
 
 
 @dataclass
 class Outcome:
-    """What came back for one task: an observation per target, or the task's crash/timeout."""
+    """What came back for one task: an observation per call, or the task's crash/timeout."""
 
     task: Task
-    observations: dict[tuple[str, str], Observation] = field(default_factory=dict)
+    observations: dict[tuple[str, str, str], Observation] = field(default_factory=dict)
     failure: Verdict | None = None
     failure_message: str = ""
 
@@ -74,16 +74,14 @@ def worker_main(conn, framework: str, output_path: str) -> None:
         if batch is None:
             return
         for task in batch:
-            observations = {}
-            for api_name, device in task.targets:
-                observations[(api_name, device)] = _observe(adapter, task.case, api_name, device)
+            observations = {call: _observe(adapter, task.case, *call) for call in task.calls}
             conn.send((CASE, task.index, observations))
 
 
-def _observe(adapter, case: Case, api_name: str, device: str) -> Observation:
+def _observe(adapter, case: Case, api_name: str, device: str, part: str) -> Observation:
     """One adapter call; an adapter bug (an exception, or not an Observation) is reported as data."""
     try:
-        observed = adapter.run(case, adapter.api(api_name), device, "forward")
+        observed = adapter.run(case, adapter.api(api_name), device, part)
     except Exception:
         return Observation(exception_type="AdapterError",
                            exception_message="adapter raised: " + traceback.format_exc(limit=3)[-800:])

@@ -143,7 +143,8 @@ def _warnings(tally: Tally) -> list[str]:
 
 def repro_command(r: Result, run_info: dict[str, Any]) -> str:
     """The one-line command that reruns exactly this result and prints its details."""
-    words = ["kl-conformance", "run", "--framework", r.framework, "--api", r.api, "--device", r.device]
+    words = ["kl-conformance", "run", "--framework", r.framework, "--api", r.api, "--device", r.device,
+             "--part", r.part]
     if r.source != "generated":
         words += ["--cases", r.source, "--suite", "none"]
     elif run_info.get("seed") is not None:
@@ -153,7 +154,7 @@ def repro_command(r: Result, run_info: dict[str, Any]) -> str:
 
 
 def _target(r: Result) -> str:
-    return f"{r.framework} / {r.api} / {r.device}"
+    return f"{r.framework} / {r.api} / {r.device}" + ("" if r.part == "forward" else f" / {r.part}")
 
 
 def _cell(text: str) -> str:

@@ -74,3 +74,38 @@ def test_each_dtype_arrives_exactly_or_is_refused(adapter, dtype):
             continue
         assert observed.dtype == dtype, f"{api.name}: got {observed.dtype}"
         np.testing.assert_array_equal(observed.value, [0.0, 0.0])
+
+
+@pytest.mark.parametrize("part", ["grad_input", "grad_target"])
+@pytest.mark.parametrize("reduction", ["none", "batchmean"])
+def test_gradients_come_from_the_framework_autograd(adapter, spec, part, reduction):
+    """A well-posed float32 case: every API that differentiates gives the spec's gradient, or a
+    finding (a framework returning zeros or None is a divergence, never skipped)."""
+    from conformance.reference.grad import expected_grad
+
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(2, 3, 5))
+    x = logits[0] - np.log(np.exp(logits[0]).sum(-1, keepdims=True))
+    t = np.exp(logits[1]) / np.exp(logits[1]).sum(-1, keepdims=True)
+    case = make_case(x, t, reduction=reduction, dtype="float32", layout="transposed")
+    expected = expected_grad(case, spec, part)
+    judged = 0
+    for api in adapter.apis:
+        if adapter.unsupported_part(api, part):
+            continue
+        observed = adapter.run(case, api, "cpu", part)
+        if observed.unsupported:
+            assert observed.unsupported.startswith("no kernel for this device")
+            continue
+        judged += 1
+        verdict = classify(expected, observed, spec).verdict
+        if (adapter.name, part) in KNOWN_GRADIENT_FINDINGS:
+            assert verdict is Verdict.VALUE, f"{api.name}: a known finding disappeared; update the spec"
+        else:
+            assert verdict is Verdict.PASS, f"{api.name}/{part}: {classify(expected, observed, spec).message}"
+    assert judged
+
+
+# Real findings, checked by hand: MindSpore's ops.kl_div and nn.KLDivLoss give zero gradients
+# with respect to target (spec: known_differences).
+KNOWN_GRADIENT_FINDINGS = {("mindspore", "grad_target")}

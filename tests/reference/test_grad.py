@@ -1,0 +1,105 @@
+"""Reference gradients against mpmath derivatives and against finite differences of the reference."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+from conformance.model import upstream_gradient
+from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_grad
+from tests.helpers import make_case
+
+mpmath.mp.dps = 50
+N_RANDOM = 10_000
+
+
+def _points(rng, n, log_target):
+    x = rng.normal(-1.0, 2.0, n) * 10.0 ** rng.uniform(-2, 1.5, n)
+    t = rng.normal(0, 2, n) if log_target else 10.0 ** rng.uniform(-30, 5, n)
+    return x, t
+
+
+def _exact(x, t, log_target, wrt):
+    f = (lambda a, b: mpmath.exp(b) * (b - a)) if log_target else (lambda a, b: b * (mpmath.log(b) - a))
+    a, b = mpmath.mpf(x), mpmath.mpf(t)
+    return mpmath.diff(lambda v: f(v, b), a) if wrt == "input" else mpmath.diff(lambda v: f(a, v), b)
+
+
+@pytest.mark.parametrize("log_target", [False, True])
+@pytest.mark.parametrize("part", ["grad_input", "grad_target"])
+def test_pointwise_gradients_agree_with_mpmath(spec, log_target, part):
+    rng = np.random.default_rng(7 + log_target)
+    x, t = _points(rng, N_RANDOM, log_target)
+    expected = expected_grad(make_case(x, t, log_target=log_target), spec, part)
+    upstream = upstream_gradient(x.shape)
+    bad = []
+    for i in range(N_RANDOM):
+        want = _exact(x[i], t[i], log_target, part.removeprefix("grad_")) * mpmath.mpf(upstream[i])
+        err = abs(mpmath.mpf(expected.value[i]) - want)
+        # the reference itself is far inside the bound it gives frameworks: within 4 ulp of float64
+        if err > 4 * np.spacing(abs(float(want))) + 1e-300:
+            bad.append((x[i], t[i], expected.value[i], float(want)))
+    assert not bad, f"{len(bad)} of {N_RANDOM} off, first: {bad[0]}"
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean", "batchmean"])
+@pytest.mark.parametrize("log_target", [False, True])
+def test_central_differences_of_the_reference(spec, reduction, log_target):
+    """d/dx_i of sum(upstream * loss) by central differences equals grad_input (smooth region)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(-1.5, 0.5, (3, 4))
+    t = rng.normal(-1.0, 0.5, (3, 4)) if log_target else rng.uniform(0.1, 1.0, (3, 4))
+    weights = upstream_gradient(x.shape if reduction == "none" else ())
+    objective = lambda a, b: float(np.sum(weights * expected_forward(
+        make_case(a, b, reduction=reduction, log_target=log_target), spec).value))
+    for part, arg in (("grad_input", 0), ("grad_target", 1)):
+        got = expected_grad(make_case(x, t, reduction=reduction, log_target=log_target), spec, part).value
+        h = 1e-6
+        for index in np.ndindex(x.shape):
+            args = [x.copy(), t.copy()]
+            args[arg][index] += h
+            up = objective(*args)
+            args[arg][index] -= 2 * h
+            numeric = (up - objective(*args)) / (2 * h)
+            assert abs(numeric - got[index]) <= 1e-6 * max(1.0, abs(got[index])), (part, index, numeric, got[index])
+
+
+def test_broadcast_gradients_are_summed_back(spec):
+    """input (3,) against target (2, 3), sum: grad_input_j = -sum_i t_ij * upstream."""
+    t = np.array([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    got = expected_grad(make_case(np.full(3, -1.0), t, reduction="sum"), spec, "grad_input")
+    assert got.shape == (3,)
+    np.testing.assert_allclose(got.value, -1.25 * t.sum(0), rtol=1e-15)
+
+
+@pytest.mark.parametrize("log_target, x, t, part, want", [
+    # spec: gradients.conventions, written from the text
+    (False, -1.0, 0.0, "grad_input", 0.0),
+    (False, -1.0, 0.0, "grad_target", -np.inf),       # one-sided limit
+    (False, -np.inf, 0.0, "grad_target", -np.inf),
+    (False, -1.0, -0.5, "grad_input", np.nan),        # outside the domain
+    (False, -1.0, -0.5, "grad_target", np.nan),
+    (True, -1.0, -np.inf, "grad_input", 0.0),
+    (True, -1.0, -np.inf, "grad_target", 0.0),
+    (False, np.nan, 0.5, "grad_input", np.nan),       # NaN propagates
+    (False, -1.0, 0.5, "grad_input", -0.5 * 1.25),
+    (False, -1.0, 0.5, "grad_target", (np.log(0.5) + 2.0) * 1.25),
+    (True, -1.0, 0.0, "grad_target", 2.0 * 1.25),
+])
+def test_gradient_conventions(spec, log_target, x, t, part, want):
+    got = expected_grad(make_case(x, t, reduction="sum", log_target=log_target), spec, part).value
+    np.testing.assert_allclose(got, want, rtol=1e-15) if np.isfinite(want) else np.testing.assert_equal(got, want)
+
+
+def test_gradient_has_the_argument_dtype_and_shape(spec):
+    case = make_case(np.zeros((2, 3)), np.full((2, 3), 0.5), reduction="mean", dtype=("float16", "float32"))
+    assert expected_grad(case, spec, "grad_input").result_dtype == "float16"
+    assert expected_grad(case, spec, "grad_target").result_dtype == "float32"
+
+
+def test_upstream_pattern_matches_the_spec_text():
+    """spec: gradients.upstream: 0.75 + 0.125 * (i mod 5); 1.25 for a scalar."""
+    np.testing.assert_array_equal(upstream_gradient((2, 3)), [[0.75, 0.875, 1.0], [1.125, 1.25, 0.75]])
+    assert upstream_gradient(()) == 1.25
