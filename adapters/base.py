@@ -33,6 +33,7 @@ class Api:
     grads: tuple[str, ...] = ()
     log_target: bool = True
     legacy_args: bool = False
+    second_order: bool = True
 
 
 class Adapter:
@@ -67,9 +68,12 @@ class Adapter:
 
     def unsupported_part(self, api: Api, part: str) -> str | None:
         """Why `api` cannot produce `part`: a gradient with respect to an argument it does not differentiate."""
-        argument = {"grad_input": "input", "grad_target": "target"}.get(part)
-        if argument is not None and argument not in api.grads:
-            return f"{api.name} does not differentiate with respect to {argument}"
+        needs = {"grad_input": ("input",), "grad_target": ("target",), "grad2_input": ("input", "target")}
+        missing = [arg for arg in needs.get(part, ()) if arg not in api.grads]
+        if missing:
+            return f"{api.name} does not differentiate with respect to {missing[0]}"
+        if part == "grad2_input" and not api.second_order:
+            return f"{api.name} has no double backward"
         return None
 
     def build(self, case: Case, device: str) -> tuple[Any, Any]:

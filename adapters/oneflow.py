@@ -87,13 +87,19 @@ class OneFlowAdapter(Adapter):
         return view(tensor.requires_grad_(requires_grad))
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
-        wrt_input = part == "grad_input"
-        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=wrt_input)
-        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=not wrt_input)
+        flow = self.flow
+        second = part == "grad2_input"
+        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=part != "grad_target")
+        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=part != "grad_input")
         out = self.invoke(case, api, (x, t))
-        upstream = self.flow.tensor(upstream_gradient(tuple(out.shape)), dtype=out.dtype, device=device)
-        (grad,) = self.flow.autograd.grad(out, [x if wrt_input else t], grad_outputs=upstream)
-        return grad
+        upstream = flow.tensor(upstream_gradient(tuple(out.shape)), dtype=out.dtype, device=device)
+        (grad,) = flow.autograd.grad(out, [t if part == "grad_target" else x], grad_outputs=upstream,
+                                     create_graph=second, retain_graph=second)
+        if not second or grad is None:
+            return grad
+        w = flow.tensor(upstream_gradient(tuple(grad.shape)), dtype=grad.dtype, device=device)
+        (grad2,) = flow.autograd.grad((grad * w).sum(), [t])
+        return grad2
 
     def to_numpy(self, result):
         if not isinstance(result, self.flow.Tensor):

@@ -52,13 +52,19 @@ class TorchAdapter(Adapter):
         return view(leaf.requires_grad_(requires_grad))
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
-        wrt_input = part == "grad_input"
-        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=wrt_input)
-        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=not wrt_input)
+        torch = self.torch
+        second = part == "grad2_input"
+        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=part != "grad_target")
+        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=part != "grad_input")
         out = self.invoke(case, api, (x, t))
-        upstream = self.torch.from_numpy(upstream_gradient(tuple(out.shape))).to(device=device, dtype=out.dtype)
-        (grad,) = self.torch.autograd.grad(out, [x if wrt_input else t], grad_outputs=upstream, allow_unused=True)
-        return grad
+        upstream = torch.from_numpy(upstream_gradient(tuple(out.shape))).to(device=device, dtype=out.dtype)
+        (grad,) = torch.autograd.grad(out, [t if part == "grad_target" else x], grad_outputs=upstream,
+                                      allow_unused=True, create_graph=second)
+        if not second or grad is None:
+            return grad
+        w = torch.from_numpy(upstream_gradient(tuple(grad.shape))).to(device=device, dtype=grad.dtype)
+        (grad2,) = torch.autograd.grad((grad * w).sum(), [t], allow_unused=True)
+        return grad2
 
     def invoke(self, case: Case, api: Api, inputs):
         x, t = inputs

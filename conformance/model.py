@@ -13,8 +13,9 @@ from typing import Any, Mapping
 import numpy as np
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-PARTS = ("forward", "grad_input", "grad_target")
-GRAD_PARTS = {"grad_input": "input", "grad_target": "target"}
+PARTS = ("forward", "grad_input", "grad_target", "grad2_input")
+# the argument each gradient part is differentiated with respect to (grad2_input: d/dtarget of grad_input)
+GRAD_PARTS = {"grad_input": "input", "grad_target": "target", "grad2_input": "target"}
 
 
 def upstream_gradient(shape: tuple[int, ...]) -> np.ndarray:

@@ -46,13 +46,18 @@ def expected_grad(case: Case, spec: Spec, part: str) -> Expected:
     shape = np.broadcast_shapes(x.shape, t.shape)
     xb, tb = np.broadcast_to(x, shape).astype(WIDE), np.broadcast_to(t, shape).astype(WIDE)
 
-    derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec)
+    if part == "grad2_input":
+        derivative, magnitude, rule_map = mixed_second_derivative(xb, tb, case.params.log_target, spec)
+    else:
+        derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec)
     reduction = effective_reduction(case.params, spec)
     divisor = 1 if reduction in ("none", "sum") else reduction_divisor(reduction, int(np.prod(shape)),
                                                                        case.input.shape, shape, spec)
     if legacy_then_batchmean(case, spec):
         divisor *= case.input.shape[0] if case.input.ndim else 1
     upstream = upstream_gradient(shape if reduction == "none" else ())
+    if part == "grad2_input":  # the second upstream, w, over grad_input's shape, broadcast back
+        upstream = upstream * np.broadcast_to(upstream_gradient(case.input.shape), shape)
     with np.errstate(all="ignore"):
         scale = np.broadcast_to(upstream.astype(WIDE) / WIDE(divisor) if divisor else WIDE(np.nan), shape)
         contribution = derivative * scale
@@ -116,6 +121,31 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
     else:  # formula: only a NaN the formula reads propagates
         reads_input = argument == "target"
         d[nan_in] = np.where(np.isnan(t[nan_in]) | (np.isnan(x[nan_in]) & reads_input), np.nan, d[nan_in])
+    return d, magnitude, rule_map
+
+
+def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec):
+    """d/dt of dL/dx per element: -1, or -exp(t) in log space (spec: gradients.second_order)."""
+    rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
+    with np.errstate(all="ignore"):
+        d = np.array(-np.exp(t) if log_target else -np.ones_like(t), dtype=WIDE)
+    magnitude = np.array(np.abs(d), dtype=WIDE)  # np.array: 0-d stays an array
+    nan_in = np.isnan(x) | np.isnan(t)
+    if log_target:
+        mask = (t == -np.inf) & ~nan_in
+        rule_map[mask] = LOG_TARGET_NEG_INF
+        d[mask] = 0
+    else:
+        mask = (t < 0) & ~nan_in
+        rule_map[mask] = TARGET_NEGATIVE
+        if spec.data["gradients"]["conventions"]["target_negative"]["choice"] == "nan":
+            d[mask] = np.nan
+    magnitude[rule_map != FORMULA] = 0
+    rule_map[nan_in] = NAN_PROPAGATION
+    if spec.data["gradients"]["conventions"]["nan_propagation"]["choice"] == "propagate":
+        d[nan_in] = np.nan
+    else:
+        d[nan_in] = np.where(np.isnan(t[nan_in]) & log_target, np.nan, d[nan_in])
     return d, magnitude, rule_map
 
 

@@ -103,3 +103,25 @@ def test_upstream_pattern_matches_the_spec_text():
     """spec: gradients.upstream: 0.75 + 0.125 * (i mod 5); 1.25 for a scalar."""
     np.testing.assert_array_equal(upstream_gradient((2, 3)), [[0.75, 0.875, 1.0], [1.125, 1.25, 0.75]])
     assert upstream_gradient(()) == 1.25
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "batchmean"])
+@pytest.mark.parametrize("log_target", [False, True])
+def test_second_order_is_the_derivative_of_grad_input_by_target(spec, reduction, log_target):
+    """grad2_input = d/dt sum(w * grad_input), w = upstream(grad_input's shape): central differences."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(-1.5, 0.5, (4,))
+    t = rng.normal(-1.0, 0.5, (3, 4)) if log_target else rng.uniform(0.1, 1.0, (3, 4))
+    w = upstream_gradient(x.shape)
+    objective = lambda b: float(np.sum(w * expected_grad(
+        make_case(x, b, reduction=reduction, log_target=log_target), spec, "grad_input").value))
+    got = expected_grad(make_case(x, t, reduction=reduction, log_target=log_target), spec, "grad2_input").value
+    assert got.shape == t.shape
+    h = 1e-6
+    for index in np.ndindex(t.shape):
+        b = t.copy()
+        b[index] += h
+        up = objective(b)
+        b[index] -= 2 * h
+        numeric = (up - objective(b)) / (2 * h)
+        assert abs(numeric - got[index]) <= 1e-6 * max(1.0, abs(got[index])), (index, numeric, got[index])
