@@ -5,7 +5,8 @@ Run inside one framework's environment (tox -m bench runs all three):
     python bench/bench.py --framework torch
 
 (a) bare: the framework API called on exactly the default suite's inputs, already
-    converted, every API on cpu, in one process; the physical floor.
+    converted, every API on cpu, in one process, plus each gradient part through the
+    framework's autograd (those build their own tensors with requires_grad); the floor.
 (b) harness: `run_conformance` on the same cases end to end (worker process,
     conversion, reference, comparison, explanation, results file), measured both
     in total and after its worker has started (the framework's import is paid once).
@@ -42,15 +43,21 @@ def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, in
         except Exception:
             continue  # the harness reports these as errors; the floor has nothing to call
         apis = [api for api in adapter.apis if adapter.unsupported_reason(case, api) is None]
-        prepared.append((case, inputs, apis))
-    calls = sum(len(apis) for _, _, apis in prepared)
+        grads = [(api, part) for api in apis for part in case.parts[1:] if adapter.unsupported_part(api, part) is None]
+        prepared.append((case, inputs, apis, grads))
+    calls = sum(len(apis) + len(grads) for _, _, apis, grads in prepared)
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
-        for case, inputs, apis in prepared:
+        for case, inputs, apis, grads in prepared:
             for api in apis:
                 try:
                     adapter.invoke(case, api, inputs)
+                except Exception:
+                    pass
+            for api, part in grads:
+                try:
+                    adapter.gradient(case, api, "cpu", part)
                 except Exception:
                     pass
         best = min(best, time.perf_counter() - start)
@@ -110,7 +117,7 @@ def main(argv=None) -> int:
     ref_s, plain_s = reference_vs_numpy(args.reference_elements, args.repeat)
     own, children = peak_rss_mb()
     print(f"framework            {args.framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
-    print(f"default suite        {len(cases)} cases, {calls} runnable API calls, {results} results")
+    print(f"default suite        {len(cases)} cases, {calls} runnable calls (forward and gradients), {results} results")
     print(f"(a) bare loop        {bare_s:.3f} s  ({1e6 * bare_s / max(calls, 1):.1f} us per call)")
     print(f"(b) harness          {total_s:.3f} s total, {steady_s:.3f} s after the worker started "
           f"({results / total_s:,.0f} results/s)")
