@@ -7,6 +7,7 @@ framework's tensors from a case once, calls the API, and returns what it saw as 
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -188,5 +189,11 @@ def _texts(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
     return tuple(f"{w.category.__name__}: {w.message}" for w in caught)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def _first_lines(text: str, limit: int = 600) -> str:
+    """The message as plain text (no terminal colours or control characters), cut to `limit`."""
+    text = _CONTROL.sub("", _ANSI.sub("", text))
     return text if len(text) <= limit else text[:limit] + " ..."

@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="reports/run", help="output directory (default reports/run)")
     run.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is found")
     run.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    run.add_argument("--profiles", metavar="DIR",
+                     help="directory of <framework>.yaml deviation profiles (default: spec/profiles shipped)")
     run.add_argument("--resume", action="store_true",
                      help="continue an interrupted run in --out: skip every result already written")
     run.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
@@ -141,7 +143,8 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "command": " ".join(sys.argv)}
     options = RunOptions(apis=args.api, devices=args.device, parts=args.part, timeout_s=args.timeout_s,
-                         memory_budget_mb=args.memory_budget_mb, resume=args.resume)
+                         memory_budget_mb=args.memory_budget_mb, resume=args.resume,
+                         profiles_dir=Path(args.profiles) if args.profiles else None)
     summary = run_conformance(
         spec, args.framework, select_cases(spec, args), args.out, options, run_info=run_info,
         progress=progress, on_result=_progress_and_details(progress, show_details),

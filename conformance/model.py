@@ -234,7 +234,7 @@ class Judgement:
 
 RESULT_FIELDS = (
     "case_id", "family", "reduction", "log_target", "framework", "framework_version", "api", "device",
-    "dtype", "part", "verdict", "documented", "max_abs_err", "bound", "cause", "message", "warnings",
+    "dtype", "part", "verdict", "documented", "documented_by", "max_abs_err", "bound", "cause", "message", "warnings",
     "missing_warnings", "elapsed_s", "source", "spec_hash", "harness_version", "python_version",
     "numpy_version", "device_name",
 )
@@ -256,6 +256,7 @@ class Result:
     part: str
     verdict: Verdict
     documented: bool
+    documented_by: tuple[str, ...]
     max_abs_err: float | None
     bound: float | None
     cause: str
@@ -279,6 +280,7 @@ class Result:
         row["verdict"] = self.verdict.value
         row["warnings"] = list(self.warnings)
         row["missing_warnings"] = list(self.missing_warnings)
+        row["documented_by"] = list(self.documented_by)
         for key in ("max_abs_err", "bound"):
             row[key] = _finite_or_text(row[key])
         return json.dumps(row, sort_keys=False, allow_nan=False)
@@ -293,6 +295,7 @@ class Result:
         row["verdict"] = Verdict(row["verdict"])
         row["warnings"] = tuple(row["warnings"])
         row["missing_warnings"] = tuple(row["missing_warnings"])
+        row["documented_by"] = tuple(row["documented_by"])
         for key in ("max_abs_err", "bound"):
             row[key] = _float_from_text(row[key])
         return cls(**row)

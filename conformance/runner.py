@@ -24,6 +24,7 @@ from conformance.compare import classify
 from conformance.errors import ResultsError, UsageError
 from conformance.explain import explain
 from conformance.model import Case, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.profiles import DeviationLedger
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 from conformance.results import RESULTS_FILE, ResultsWriter, iter_results, prepare_out_dir, read_manifest, write_manifest
@@ -60,6 +61,7 @@ class RunOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
     resume: bool = False
+    profiles_dir: Path | None = None
 
 
 def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],
@@ -100,6 +102,7 @@ def run_conformance(
         when --resume meets results of another spec or framework.
     """
     adapter = get_adapter(framework)  # validates names before anything is written
+    ledger = DeviationLedger(spec, framework, [a.name for a in adapter.apis], options.profiles_dir)
     out = prepare_out_dir(out_dir)
     done = _already_done(out, spec, framework) if options.resume else set()
     summary = RunSummary(out)
@@ -121,7 +124,7 @@ def run_conformance(
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         write_manifest(out, manifest)
         with ResultsWriter(out, append=options.resume) as writer:
-            rows = _judged_rows(spec, adapter, pool, targets, cases, done, options, manifest, info, summary)
+            rows = _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary)
             for case, result in rows:
                 writer.write(result)
                 summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
@@ -137,7 +140,7 @@ def run_conformance(
     return summary
 
 
-def _judged_rows(spec, adapter, pool, targets, cases, done, options, manifest, info, summary
+def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary
                  ) -> Iterator[tuple[Case, Result]]:
     """Send runnable cases to the worker, and judge each answer against the reference."""
     refused: dict[int, tuple[Case, str]] = {}
@@ -169,7 +172,7 @@ def _judged_rows(spec, adapter, pool, targets, cases, done, options, manifest, i
             for api_name, device, part in calls_of(case):
                 judgement = Judgement(Verdict.UNSUPPORTED, reason)
                 yield case, _result(case, Target(adapter.name, api_name, device), part, None, judgement,
-                                    Observation(), spec, manifest, info)
+                                    Observation(), (), spec, manifest, info)
             summary.cases += 1
             continue
         expected_by_part: dict[str, object] = {}  # computed while the worker is already on the next cases
@@ -186,8 +189,10 @@ def _judged_rows(spec, adapter, pool, targets, cases, done, options, manifest, i
                 reason = adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, part)
                 observed = Observation(unsupported=reason) if reason else outcome.observations[call]
                 judgement = _judge(case, part, expected, observed, spec)
+            documented_by = (ledger.documented(api_name, observed, lambda s: expected_for(case, s, part))
+                             if judgement.verdict.is_divergence and outcome.failure is None else ())
             yield case, _result(case, Target(adapter.name, api_name, device), part, expected, judgement, observed,
-                                spec, manifest, info)
+                                documented_by, spec, manifest, info)
         summary.cases += 1
 
 
@@ -207,12 +212,12 @@ def _judge(case: Case, part: str, expected, observed: Observation, spec: Spec) -
     return judgement
 
 
-def _result(case, target, part, expected, judgement, observed, spec, manifest, info) -> Result:
+def _result(case, target, part, expected, judgement, observed, documented_by, spec, manifest, info) -> Result:
     return Result(
         case_id=case.id, family=case.family, reduction=case.params.reduction, log_target=case.params.log_target,
         framework=target.framework, framework_version=info.version, api=target.api, device=target.device,
         dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
-        part=part, verdict=judgement.verdict, documented=False, max_abs_err=judgement.max_abs_err,
+        part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by, max_abs_err=judgement.max_abs_err,
         bound=judgement.bound, cause=judgement.cause, message=judgement.message, warnings=observed.warnings,
         missing_warnings=judgement.missing_warnings, elapsed_s=round(observed.elapsed_s, 9), source=case.source,
         spec_hash=spec.hash, harness_version=conformance.__version__, python_version=manifest["python_version"],

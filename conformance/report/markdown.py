@@ -28,6 +28,7 @@ class Tally:
         self.group_sizes: Counter = Counter()
         self.group_targets: dict[tuple[str, str], set] = defaultdict(set)
         self.missing_warnings: Counter = Counter()
+        self.undocumented: Counter = Counter()
         for r in rows:
             self.total += 1
             target = _target(r)
@@ -36,6 +37,7 @@ class Tally:
             for warning_id in r.missing_warnings:
                 self.missing_warnings[(target, warning_id)] += 1
             if r.verdict.is_divergence:
+                self.undocumented[target] += not r.documented
                 key = (r.cause or "unknown", r.verdict.value)
                 self.group_sizes[key] += 1
                 self.group_targets[key].add(target)
@@ -75,12 +77,16 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
 def _summary(tally: Tally) -> list[str]:
     counts = tally.by_target
     present = [v for v in VERDICT_ORDER if any(c[v] for c in counts.values())]
-    out = ["## Summary", "", "| framework / api / device | results | divergences | " + " | ".join(present) + " |",
-           "|---|---:|---:|" + "---:|" * len(present)]
+    out = ["## Summary", "",
+           "Divergences the framework's profile documents (spec/profiles) are counted apart from new ones.", "",
+           "| framework / api / device | results | undocumented | documented | " + " | ".join(present) + " |",
+           "|---|---:|---:|---:|" + "---:|" * len(present)]
     for target in sorted(counts):
         c = counts[target]
         divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
-        out.append(f"| {target} | {sum(c.values())} | {divergent} | " + " | ".join(str(c[v]) for v in present) + " |")
+        new = tally.undocumented[target]
+        out.append(f"| {target} | {sum(c.values())} | {new} | {divergent - new} | "
+                   + " | ".join(str(c[v]) for v in present) + " |")
     return out + [""]
 
 
@@ -123,7 +129,9 @@ def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]
                 "Affects " + ", ".join(f"`{t}`" for t in targets) + ".", "",
                 "| case | api / device | finding | reproduce |", "|---|---|---|---|"]
         for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device)):
-            out.append(f"| `{r.case_id}` | {r.api} / {r.device} | {_cell(r.message)} | "
+            known = f" **documented** ({', '.join(r.documented_by)})" if r.documented else ""
+            out.append(f"| `{r.case_id}` | {r.api} / {r.device}{'' if r.part == 'forward' else ' / ' + r.part} | "
+                       f"{_cell(r.message)}{known} | "
                        f"`{repro_command(r, run_info.get(r.framework, {}))}` |")
         if size > len(members):
             out.append(f"\n{size - len(members)} more in results.jsonl (cause `{cause}`, verdict `{verdict}`).")

@@ -12,7 +12,9 @@ from typing import Any, Iterator, Sequence
 
 from conformance.errors import ResultsError
 from conformance.model import Result
+from conformance.report.junit import render_junit
 from conformance.report.markdown import render_markdown
+from conformance.report.summary import render_summary
 from conformance.results import (RESULTS_FILE, iter_results, read_manifest, write_atomic,
                                  write_rows_atomic)
 
@@ -57,8 +59,13 @@ def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
 
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False) -> Path:
-    """Write report.md for the given run directories into `out_dir`, atomically, streaming the rows."""
+    """Write report.md, junit.xml and summary.json for the run directories into `out_dir`.
+
+    Each is rendered from a fresh stream of the rows and written atomically.
+    """
     present, manifests = load_manifests(run_dirs, allow_missing)
+    write_atomic(out_dir / "junit.xml", render_junit(iter_rows(present)))
+    write_atomic(out_dir / "summary.json", render_summary(iter_rows(present), manifests))
     path = out_dir / REPORT_FILE
     write_atomic(path, render_markdown(iter_rows(present), manifests))
     return path

@@ -144,3 +144,48 @@ def test_same_seed_same_results_apart_from_timing(default_run, tmp_path):
         lines = (tmp_path / name / "results.jsonl").read_text().splitlines()
         rows.append([{k: v for k, v in json.loads(line).items() if k != "elapsed_s"} for line in lines])
     assert rows[0] == rows[1] and len(rows[0]) > 20
+
+
+def test_every_profile_deviation_documents_something(default_run, spec):
+    """A profile entry that matches no result is stale: the ledger must not rot."""
+    from conformance.profiles import load_profile
+
+    framework, out = default_run
+    used = {d for r in iter_results(out) for d in r.documented_by}
+    declared = {d.id for d in load_profile(framework, spec)}
+    assert declared <= used, f"profile entries matching no result: {sorted(declared - used)}"
+
+
+def test_junit_and_summary_match_the_rows(default_run):
+    import xml.etree.ElementTree as ET
+
+    _, out = default_run
+    rows = list(iter_results(out))
+    root = ET.parse(out / "junit.xml").getroot()
+    undocumented = sum(r.verdict.is_divergence and not r.documented and r.verdict.value not in ("crash", "timeout")
+                       for r in rows)
+    assert int(root.get("tests")) == len(rows) == len(root.findall(".//testcase"))
+    assert int(root.get("failures")) == undocumented == len(root.findall(".//failure"))
+    summary = json.loads((out / "summary.json").read_text())
+    jsonschema.Draft202012Validator(load_schema("summary.schema.json")).validate(summary)
+    assert summary["results"] == len(rows)
+
+
+def test_changing_a_profile_flips_documented(default_run, tmp_path):
+    """Remove a framework's deviations: what they documented becomes undocumented, and --strict fails."""
+    framework, out = default_run
+    documented = next((r for r in iter_results(out) if r.documented and r.source == "generated"), None)
+    if documented is None:
+        pytest.skip(f"{framework} has no documented divergence")
+    args = ["run", "--framework", framework, "--api", documented.api, "--part", documented.part,
+            "--only", documented.case_id, "--no-progress"]
+    assert main(args + ["--out", str(tmp_path / "with"), "--strict"]) == 0
+    (row,) = iter_results(tmp_path / "with")
+    assert row.documented and row.documented_by == documented.documented_by
+    empty = tmp_path / "profiles"
+    empty.mkdir()
+    (empty / f"{framework}.yaml").write_text(f"framework: {framework}\ndeviations: []\n")
+    assert main(args + ["--out", str(tmp_path / "without"), "--profiles", str(empty), "--strict"]) == 1
+    (row,) = iter_results(tmp_path / "without")
+    assert not row.documented and row.verdict == documented.verdict
+    assert "documented" not in (tmp_path / "without" / "report.md").read_text().split("## Divergences by cause")[1]

@@ -1,0 +1,144 @@
+"""Per-framework profiles of documented deviations (spec/profiles/<framework>.yaml).
+
+A profile lists, for each framework API, the conventions in which the framework is
+documented (or reported upstream) to depart from the spec, each with a rationale
+and a link. `DeviationLedger.documented` marks a divergence as documented only when
+the observation passes under the spec with that API's declared deviations applied,
+so an undocumented change in a framework's behaviour still shows up.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import jsonschema
+
+from conformance.compare import classify
+from conformance.errors import SpecError
+from conformance.model import Expected, Observation, Spec, Verdict
+from conformance.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
+
+
+@dataclass(frozen=True)
+class Deviation:
+    id: str
+    apis: tuple[str, ...]
+    set: dict[str, str]
+    exceptions: dict[str, str]
+    floating: tuple[str, ...] | None
+    rationale: str
+    reference: str
+
+
+def default_profiles_dir() -> Path:
+    return default_spec_path().parent / "profiles"
+
+
+def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -> list[Deviation]:
+    """The deviations declared for `framework`; none when it has no profile file.
+
+    Raises
+    ------
+    SpecError
+        naming the profile file and the field, for a malformed profile or one that sets a
+        spec path or choice that does not exist.
+    """
+    path = (profiles_dir or default_profiles_dir()) / f"{framework}.yaml"
+    if not path.is_file():
+        return []
+    shown = str(path)
+    data = parse_yaml(path.read_text(encoding="utf-8"), shown, SpecError)
+    errors = sorted(jsonschema.Draft202012Validator(load_schema("profile.schema.json")).iter_errors(data),
+                    key=lambda e: len(e.absolute_path))
+    if errors:
+        raise SpecError(errors[0].message, file=shown, where=yaml_path(errors[0].absolute_path) or "(top level)",
+                        fix="see spec/profile.schema.json")
+    if data["framework"] != framework:
+        raise SpecError(f"framework {data['framework']!r} in a file named for {framework!r}", file=shown,
+                        where="framework", fix=f"write framework: {framework}")
+    deviations = []
+    for i, row in enumerate(data["deviations"]):
+        for dotted, choice in row.get("set", {}).items():
+            allowed = _allowed_choices(spec, dotted)
+            if allowed is None or choice not in allowed:
+                raise SpecError(f"{dotted} = {choice!r} is not a choice the spec lists", file=shown,
+                                where=f"deviations[{i}].set", fix=f"use one of {allowed}" if allowed else
+                                "name a spec path that has a choice (see explain.CHOICE_POINTS)")
+        for error_id in row.get("exceptions", {}):
+            if error_id not in spec.error_order:
+                raise SpecError(f"unknown error id {error_id!r}", file=shown, where=f"deviations[{i}].exceptions",
+                                fix=f"use one of {list(spec.error_order)}")
+        deviations.append(Deviation(row["id"], tuple(row["apis"]), dict(row.get("set", {})),
+                                    dict(row.get("exceptions", {})),
+                                    tuple(row["floating"]) if "floating" in row else None,
+                                    row["rationale"], row["reference"]))
+    return deviations
+
+
+def _allowed_choices(spec: Spec, dotted: str) -> list[str] | None:
+    from conformance.explain import CHOICE_POINTS
+
+    for path, choices_path in CHOICE_POINTS:
+        if path == dotted or path == dotted + ".choice":
+            node: Any = spec.data
+            for key in choices_path.split("."):
+                node = node[key]
+            return list(node)
+    return None
+
+
+def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
+    """The spec as the framework behaves by its declared deviations."""
+    data = copy.deepcopy(dict(spec.data))
+    for deviation in deviations:
+        for dotted, choice in deviation.set.items():
+            *parents, leaf = dotted.split(".")
+            node = data
+            for key in parents:
+                node = node[key]
+            node[leaf] = choice
+        for row in data["errors"]:
+            row["exception"] = deviation.exceptions.get(row["id"], row["exception"])
+        if deviation.floating is not None:
+            data["dtypes"]["floating"] = list(deviation.floating)
+    return Spec(data=data, source=f"{spec.source} with profile {[d.id for d in deviations]}", hash=spec_hash(data))
+
+
+class DeviationLedger:
+    """Decides which divergences a framework's profile documents."""
+
+    def __init__(self, spec: Spec, framework: str, api_names: list[str], profiles_dir: Path | None = None):
+        deviations = load_profile(framework, spec, profiles_dir)
+        unknown = sorted({api for d in deviations for api in d.apis} - set(api_names))
+        if unknown:
+            raise SpecError(f"profile names unknown APIs {unknown}", file=str((profiles_dir or default_profiles_dir())
+                            / f"{framework}.yaml"), where="deviations[].apis", fix=f"use APIs of {api_names}")
+        self.by_api = {api: tuple(d for d in deviations if api in d.apis) for api in api_names}
+        self.spec = spec
+        self._specs: dict[tuple[str, ...], Spec] = {}
+
+    def _spec_with(self, deviations: tuple[Deviation, ...]) -> Spec:
+        key = tuple(d.id for d in deviations)
+        if key not in self._specs:
+            self._specs[key] = apply_deviations(self.spec, list(deviations))
+        return self._specs[key]
+
+    def documented(self, api: str, observed: Observation, expect: Callable[[Spec], Expected]) -> tuple[str, ...]:
+        """Ids of the deviations that document this divergence, or () when it is undocumented.
+
+        Documented means: the observation passes under the spec with all of this API's
+        declared deviations applied. The ids returned are those it needs: without any one
+        of them, it would no longer pass.
+        """
+        declared = self.by_api.get(api, ())
+        if not declared or not self._passes(declared, observed, expect):
+            return ()
+        needed = tuple(d.id for d in declared
+                       if not self._passes(tuple(o for o in declared if o is not d), observed, expect))
+        return needed or tuple(d.id for d in declared)
+
+    def _passes(self, deviations, observed, expect) -> bool:
+        return classify(expect(self._spec_with(deviations)), observed, self.spec).verdict is Verdict.PASS
