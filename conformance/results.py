@@ -17,6 +17,8 @@ from conformance.errors import ResultsError, UsageError
 from conformance.model import Result
 
 RESULTS_FILE = "results.jsonl"
+DETAILS_FILE = "details.jsonl"
+DETAIL_ELEMENTS = 64  # elements kept per array in details.jsonl
 MANIFEST_FILE = "run.json"
 
 
@@ -34,24 +36,53 @@ def prepare_out_dir(path: str | Path) -> Path:
 
 
 class ResultsWriter:
-    """Writes Result rows to results.jsonl, one flushed line each (appending, to resume a run)."""
+    """Writes Result rows to results.jsonl, one flushed line each (appending, to resume a run),
+    and, for divergences, their inputs and values to details.jsonl for the HTML report."""
 
     def __init__(self, out_dir: Path, append: bool = False) -> None:
         self.path = out_dir / RESULTS_FILE
         self._file = self.path.open("a" if append else "w", encoding="utf-8")
+        self._details = (out_dir / DETAILS_FILE).open("a" if append else "w", encoding="utf-8")
 
-    def write(self, result: Result) -> None:
+    def write(self, result: Result, detail: dict[str, Any] | None = None) -> None:
         self._file.write(result.to_json() + "\n")
         self._file.flush()
+        if detail is not None:
+            key = {k: getattr(result, k) for k in ("case_id", "framework", "api", "device", "part")}
+            self._details.write(json.dumps({**key, **detail}, allow_nan=False) + "\n")
+            self._details.flush()
 
     def close(self) -> None:
         self._file.close()
+        self._details.close()
 
     def __enter__(self) -> "ResultsWriter":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def array_detail(values) -> dict[str, Any] | None:
+    """A JSON-safe preview of an array: shape and up to DETAIL_ELEMENTS values (non-finite as strings)."""
+    import numpy as np
+
+    if values is None:
+        return None
+    a = np.asarray(values, dtype=np.float64)
+    flat = a.reshape(-1)[:DETAIL_ELEMENTS]
+    as_json = [float(v) if np.isfinite(v) else ("nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")) for v in flat]
+    return {"shape": list(a.shape), "values": as_json, "truncated": bool(a.size > DETAIL_ELEMENTS)}
+
+
+def iter_details(run_dir: str | Path) -> Iterator[dict[str, Any]]:
+    """Rows of details.jsonl (absent for runs made before it existed)."""
+    path = Path(run_dir) / DETAILS_FILE
+    if path.is_file():
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)
 
 
 def iter_results(run_dir: str | Path, repair_tail: bool = False) -> Iterator[Result]:

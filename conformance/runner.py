@@ -27,7 +27,8 @@ from conformance.model import Case, Judgement, Observation, Result, Spec, Target
 from conformance.profiles import DeviationLedger
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
-from conformance.results import RESULTS_FILE, ResultsWriter, iter_results, prepare_out_dir, read_manifest, write_manifest
+from conformance.results import (RESULTS_FILE, ResultsWriter, array_detail, iter_results, prepare_out_dir,
+                                 read_manifest, write_manifest)
 from conformance.worker import Task, WorkerPool, WorkerUnavailable
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -125,8 +126,8 @@ def run_conformance(
         write_manifest(out, manifest)
         with ResultsWriter(out, append=options.resume) as writer:
             rows = _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary)
-            for case, result in rows:
-                writer.write(result)
+            for case, result, detail in rows:
+                writer.write(result, detail)
                 summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
                 if on_result is not None:
                     on_result(case, result)
@@ -141,7 +142,7 @@ def run_conformance(
 
 
 def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary
-                 ) -> Iterator[tuple[Case, Result]]:
+                 ) -> Iterator[tuple[Case, Result, dict | None]]:
     """Send runnable cases to the worker, and judge each answer against the reference."""
     refused: dict[int, tuple[Case, str]] = {}
 
@@ -172,7 +173,7 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
             for api_name, device, part in calls_of(case):
                 judgement = Judgement(Verdict.UNSUPPORTED, reason)
                 yield case, _result(case, Target(adapter.name, api_name, device), part, None, judgement,
-                                    Observation(), (), spec, manifest, info)
+                                    Observation(), (), spec, manifest, info), None
             summary.cases += 1
             continue
         expected_by_part: dict[str, object] = {}  # computed while the worker is already on the next cases
@@ -191,14 +192,25 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
                 judgement = _judge(case, part, expected, observed, spec)
             documented_by = (ledger.documented(api_name, observed, lambda s: expected_for(case, s, part))
                              if judgement.verdict.is_divergence and outcome.failure is None else ())
-            yield case, _result(case, Target(adapter.name, api_name, device), part, expected, judgement, observed,
-                                documented_by, spec, manifest, info)
+            result = _result(case, Target(adapter.name, api_name, device), part, expected, judgement, observed,
+                             documented_by, spec, manifest, info)
+            yield case, result, (_detail(case, expected, observed) if judgement.verdict.is_divergence else None)
         summary.cases += 1
 
 
 def expected_for(case: Case, spec: Spec, part: str):
     """The spec's expectation for one part of a case."""
     return expected_forward(case, spec) if part == "forward" else expected_grad(case, spec, part)
+
+
+def _detail(case: Case, expected, observed: Observation) -> dict:
+    """What the HTML report shows when a divergence is expanded."""
+    return {"params": vars(case.params), "dtype": str(case.dtype), "layout": case.layout,
+            "input": array_detail(case.input), "target": array_detail(case.target),
+            "expected": array_detail(expected.value) if expected is not None else None,
+            "expected_error": expected.error_type if expected is not None else None,
+            "got": array_detail(observed.value),
+            "raised": f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None}
 
 
 def _judge(case: Case, part: str, expected, observed: Observation, spec: Spec) -> Judgement:

@@ -7,42 +7,10 @@ is what makes merging runs from several machines sound.
 from __future__ import annotations
 
 import shlex
-from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 
 from conformance.model import Result, Verdict
-
-VERDICT_ORDER = [v.value for v in Verdict]
-LISTED_PER_GROUP = 500  # divergences listed per cause group; the rest are counted and found in results.jsonl
-
-
-class Tally:
-    """Everything a report shows, gathered in one pass over the rows: memory grows with the
-    number of divergences listed, not with the number of results."""
-
-    def __init__(self, rows: Iterable[Result]) -> None:
-        self.total = 0
-        self.by_target: dict[str, Counter] = defaultdict(Counter)
-        self.by_family: dict[tuple, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
-        self.groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
-        self.group_sizes: Counter = Counter()
-        self.group_targets: dict[tuple[str, str], set] = defaultdict(set)
-        self.missing_warnings: Counter = Counter()
-        self.undocumented: Counter = Counter()
-        for r in rows:
-            self.total += 1
-            target = _target(r)
-            self.by_target[target][r.verdict.value] += 1
-            self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
-            for warning_id in r.missing_warnings:
-                self.missing_warnings[(target, warning_id)] += 1
-            if r.verdict.is_divergence:
-                self.undocumented[target] += not r.documented
-                key = (r.cause or "unknown", r.verdict.value)
-                self.group_sizes[key] += 1
-                self.group_targets[key].add(target)
-                if len(self.groups[key]) < LISTED_PER_GROUP:
-                    self.groups[key].append(r)
+from conformance.report.tally import LISTED_PER_GROUP, VERDICT_ORDER, Tally, target_label as _target
 
 
 def render_markdown(rows: Iterable[Result], manifests: Sequence[dict[str, Any]]) -> str:
@@ -159,10 +127,6 @@ def repro_command(r: Result, run_info: dict[str, Any]) -> str:
         words += ["--seed", str(run_info["seed"])]
     words += ["--only", r.case_id]
     return " ".join(shlex.quote(w) for w in words)
-
-
-def _target(r: Result) -> str:
-    return f"{r.framework} / {r.api} / {r.device}" + ("" if r.part == "forward" else f" / {r.part}")
 
 
 def _cell(text: str) -> str:

@@ -12,10 +12,11 @@ from typing import Any, Iterator, Sequence
 
 from conformance.errors import ResultsError
 from conformance.model import Result
+from conformance.report.html import render_html
 from conformance.report.junit import render_junit
 from conformance.report.markdown import render_markdown
 from conformance.report.summary import render_summary
-from conformance.results import (RESULTS_FILE, iter_results, read_manifest, write_atomic,
+from conformance.results import (DETAILS_FILE, RESULTS_FILE, iter_details, iter_results, read_manifest, write_atomic,
                                  write_rows_atomic)
 
 REPORT_FILE = "report.md"
@@ -59,13 +60,15 @@ def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
 
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False) -> Path:
-    """Write report.md, junit.xml and summary.json for the run directories into `out_dir`.
+    """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
     Each is rendered from a fresh stream of the rows and written atomically.
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
     write_atomic(out_dir / "junit.xml", render_junit(iter_rows(present)))
     write_atomic(out_dir / "summary.json", render_summary(iter_rows(present), manifests))
+    details = (d for run_dir in present for d in iter_details(run_dir))
+    write_atomic(out_dir / "report.html", render_html(iter_rows(present), manifests, details))
     path = out_dir / REPORT_FILE
     write_atomic(path, render_markdown(iter_rows(present), manifests))
     return path
@@ -76,6 +79,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     present, manifests = load_manifests(run_dirs, allow_missing)
     if out_dir.resolve() not in {p.resolve() for p in present}:
         write_rows_atomic(out_dir / RESULTS_FILE, iter_rows(present))
+        write_atomic(out_dir / DETAILS_FILE, "".join(json.dumps(d) + "\n" for p in present for d in iter_details(p)))
         write_atomic(out_dir / "runs.json", json.dumps(manifests, indent=2, sort_keys=True) + "\n")
         return write_report(out_dir, [out_dir])
     return write_report(out_dir, run_dirs, allow_missing)

@@ -12,16 +12,6 @@ from conformance.results import iter_results
 from conformance.specload import load_schema
 
 
-@pytest.fixture(scope="module")
-def default_run(tmp_path_factory, request):
-    framework = request.config.getoption("--framework")
-    if not framework:
-        pytest.skip("end-to-end runs need --framework NAME")
-    out = tmp_path_factory.mktemp("run")
-    assert main(["run", "--framework", framework[0], "--out", str(out), "--no-progress"]) == 0
-    return framework[0], out
-
-
 def test_run_writes_rows_manifest_and_report(default_run):
     framework, out = default_run
     rows = list(iter_results(out))

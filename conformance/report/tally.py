@@ -1,0 +1,59 @@
+"""One pass over result rows gathering everything the reports show.
+
+Memory grows with the number of divergences listed and the error ratios sampled,
+not with the number of results. Reads rows only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from typing import Iterable
+
+from conformance.model import Result, Verdict
+
+VERDICT_ORDER = [v.value for v in Verdict]
+LISTED_PER_GROUP = 500  # divergences listed per cause group; the rest are counted and found in results.jsonl
+RATIO_SAMPLES = 20_000  # error/bound ratios kept per (framework, dtype) for the plots
+
+
+def target_label(r: Result) -> str:
+    return f"{r.framework} / {r.api} / {r.device}" + ("" if r.part == "forward" else f" / {r.part}")
+
+
+class Tally:
+    """Everything a report shows, gathered in one pass over the rows: memory grows with the
+    number of divergences listed, not with the number of results."""
+
+    def __init__(self, rows: Iterable[Result]) -> None:
+        self.total = 0
+        self.by_target: dict[str, Counter] = defaultdict(Counter)
+        self.by_family: dict[tuple, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+        self.groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
+        self.group_sizes: Counter = Counter()
+        self.group_targets: dict[tuple[str, str], set] = defaultdict(set)
+        self.missing_warnings: Counter = Counter()
+        self.undocumented: Counter = Counter()
+        self.documented_cells: Counter = Counter()
+        self.ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for r in rows:
+            self.total += 1
+            target = target_label(r)
+            self.by_target[target][r.verdict.value] += 1
+            self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
+            for warning_id in r.missing_warnings:
+                self.missing_warnings[(target, warning_id)] += 1
+            if r.max_abs_err is not None and r.bound and math.isfinite(r.max_abs_err) and math.isfinite(r.bound):
+                ratios = self.ratios[(r.framework, r.dtype)]
+                if len(ratios) < RATIO_SAMPLES:
+                    ratios.append(max(r.max_abs_err / r.bound, 1e-12))
+            if r.verdict.is_divergence:
+                self.undocumented[target] += not r.documented
+                self.documented_cells[((r.family, r.reduction, int(r.log_target)), target)] += r.documented
+                key = (r.cause or "unknown", r.verdict.value)
+                self.group_sizes[key] += 1
+                self.group_targets[key].add(target)
+                if len(self.groups[key]) < LISTED_PER_GROUP:
+                    self.groups[key].append(r)
+
+
