@@ -98,6 +98,13 @@ class Adapter:
         """Whether `exc` is the framework saying it has no kernel for this device or dtype."""
         return False
 
+    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+        """Python lines, for a standalone script, that turn the float64 arrays `x_values` and
+        `t_values` into the framework's tensors, call `api` (and its autograd for a gradient
+        part, with `upstream(shape)` as the upstream gradient) and leave a float64 NumPy
+        array in `result`. They may import only the framework and NumPy."""
+        raise NotImplementedError
+
     def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
         """Forward: build (once per case and device), invoke, convert. Gradients: the framework's autograd.
         Exceptions come back as data; a None gradient is a MissingGradient observation."""
@@ -143,6 +150,15 @@ def layout_buffer(array: np.ndarray, layout: str,
         buffer[..., ::2] = array
         return buffer, lambda t: t[..., ::2]
     raise ValueError(f"unknown layout {layout!r}")
+
+
+def _layout_buffer_expr(name: str, layout: str) -> str:
+    """Source for the buffer `layout_buffer` would build from the array called `name`."""
+    if layout == "transposed":
+        return f"np.ascontiguousarray(np.swapaxes({name}, -1, -2))"
+    if layout == "strided":
+        return f"np.repeat({name}, 2, axis=-1)"  # every other element of the view is the value
+    return f"np.array({name}, order='C')"
 
 
 def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndarray, str, tuple[int, ...]]],

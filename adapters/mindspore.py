@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
 from conformance.model import Case, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
@@ -99,6 +99,42 @@ class MindSporeAdapter(Adapter):
         if dtype == "bfloat16":  # float32 holds these values exactly
             return view(self.ms.Tensor(buffer.astype(np.float32), self.ms.float32).astype(self.ms.bfloat16))
         return view(self.ms.Tensor(buffer, getattr(self.ms, dtype)))
+
+    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+        p = case.params
+        call = {
+            "mindspore.mint.nn.KLDivLoss": f"ms.mint.nn.KLDivLoss(reduction={p.reduction!r}, log_target={p.log_target!r})(a, b)",
+            "mindspore.mint.nn.functional.kl_div":
+                f"ms.mint.nn.functional.kl_div(a, b, reduction={p.reduction!r}, log_target={p.log_target!r})",
+            "mindspore.ops.kl_div": f"ms.ops.kl_div(a, b, reduction={p.reduction!r})",
+            "mindspore.nn.KLDivLoss": f"ms.nn.KLDivLoss(reduction={p.reduction!r})(a, b)",
+        }[api.name]
+        view = {"contiguous": "", "transposed": ".swapaxes(-1, -2)", "strided": "[..., ::2]"}[case.layout]
+
+        def tensor(name, dtype):
+            if dtype == "bfloat16":
+                return (f"ms.Tensor({_layout_buffer_expr(name, case.layout)}.astype(np.float32), ms.float32)"
+                        f".astype(ms.bfloat16){view}")
+            return f"ms.Tensor({_layout_buffer_expr(name, case.layout)}, ms.{dtype}){view}"
+        lines = ["import mindspore as ms", "",
+                 f"ms.set_context(device_target={DEVICE_TARGETS[device]!r})",
+                 f"x = {tensor('x_values', case.dtype.input)}",
+                 f"t = {tensor('t_values', case.dtype.target)}",
+                 f"kl = lambda a, b: {call}",
+                 "out = kl(x, t)"]
+        if part == "forward":
+            lines.append("result = out.astype(ms.float32 if out.dtype == ms.bfloat16 else out.dtype).asnumpy().astype(np.float64)")
+        else:
+            lines.append("g = ms.Tensor(upstream(tuple(out.shape)), out.dtype)")
+            lines.append("weighted = lambda a, b: (kl(a, b) * g).sum()")
+            if part == "grad2_input":
+                lines.append("w = ms.Tensor(upstream(tuple(x.shape)), x.dtype)")
+                lines.append("grad_input = ms.grad(weighted, grad_position=0)")
+                lines.append("grad = ms.grad(lambda a, b: (grad_input(a, b) * w).sum(), grad_position=1)(x, t)")
+            else:
+                lines.append(f"grad = ms.grad(weighted, grad_position={0 if part == 'grad_input' else 1})(x, t)")
+            lines.append("result = grad.asnumpy().astype(np.float64)")
+        return "\n".join(lines)
 
     def to_numpy(self, result):
         if not isinstance(result, self.ms.Tensor):

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
 from conformance.model import Case, upstream_gradient
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
@@ -100,6 +100,43 @@ class OneFlowAdapter(Adapter):
         w = flow.tensor(upstream_gradient(tuple(grad.shape)), dtype=grad.dtype, device=device)
         (grad2,) = flow.autograd.grad((grad * w).sum(), [t])
         return grad2
+
+    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+        p = case.params
+        kwargs = f"reduction={p.reduction!r}, log_target={p.log_target!r}"
+        call = (f"flow.nn.functional.kl_div(x, t, {kwargs})" if api.name == "oneflow.nn.functional.kl_div"
+                else f"flow.nn.KLDivLoss({kwargs})(x, t)")
+        view = {"contiguous": "", "transposed": ".transpose(-1, -2)", "strided": "[..., ::2]"}[case.layout]
+
+        def tensor(name, dtype, grad):
+            base = f"flow.tensor({_layout_buffer_expr(name, case.layout)}.astype(np.float32), device={device!r})"
+            if dtype == "bfloat16":
+                return f"{base}.to(flow.bfloat16).requires_grad_({grad}){view}"
+            return (f"flow.tensor({_layout_buffer_expr(name, case.layout)}, dtype=flow.{dtype}, device={device!r})"
+                    f".requires_grad_({grad}){view}")
+        lines = [
+            "import ctypes, glob, os, site",
+            "for lib in ('cublas', 'cudnn'):  # OneFlow 0.9 links CUDA 11 libraries even on CPU",
+            "    for root in site.getsitepackages():",
+            "        for so in sorted(glob.glob(os.path.join(root, 'nvidia', lib, 'lib', '*.so*'))):",
+            "            ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL)",
+            "import oneflow as flow", "",
+            f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}",
+            f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}",
+            f"out = {call}"]
+        if part == "forward":
+            lines.append("result = out.to(flow.float32 if out.dtype == flow.bfloat16 else out.dtype).numpy().astype(np.float64)")
+        else:
+            wrt = "t" if part == "grad_target" else "x"
+            lines.append("g = flow.tensor(upstream(tuple(out.shape)), dtype=out.dtype, device=out.device)")
+            second = part == "grad2_input"
+            lines.append(f"(grad,) = flow.autograd.grad(out, [{wrt}], grad_outputs=g, create_graph={second}, "
+                         f"retain_graph={second})")
+            if second:
+                lines.append("w = flow.tensor(upstream(tuple(grad.shape)), dtype=grad.dtype, device=grad.device)")
+                lines.append("(grad,) = flow.autograd.grad((grad * w).sum(), [t])")
+            lines.append("result = grad.numpy().astype(np.float64)")
+        return "\n".join(lines)
 
     def to_numpy(self, result):
         if not isinstance(result, self.flow.Tensor):

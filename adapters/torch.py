@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import platform
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
 from conformance.model import Case, upstream_gradient
 
 
@@ -73,6 +73,32 @@ class TorchAdapter(Adapter):
         if api.name == "torch.nn.functional.kl_div":
             return self.torch.nn.functional.kl_div(x, t, **kwargs)
         return self.torch.nn.KLDivLoss(**kwargs)(x, t)
+
+    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+        p = case.params
+        kwargs = f"reduction={p.reduction!r}, log_target={p.log_target!r}"
+        if p.has_legacy:
+            kwargs += f", size_average={p.size_average!r}, reduce={p.reduce!r}"
+        call = (f"torch.nn.functional.kl_div(x, t, {kwargs})" if api.name == "torch.nn.functional.kl_div"
+                else f"torch.nn.KLDivLoss({kwargs})(x, t)")
+        view = {"contiguous": "", "transposed": ".transpose(-1, -2)", "strided": "[..., ::2]"}[case.layout]
+        lines = ["import torch", "",
+                 f"x = torch.from_numpy({_layout_buffer_expr('x_values', case.layout)}).to({device!r}, torch.{case.dtype.input})"
+                 f".requires_grad_({part != 'grad_target'}){view}",
+                 f"t = torch.from_numpy({_layout_buffer_expr('t_values', case.layout)}).to({device!r}, torch.{case.dtype.target})"
+                 f".requires_grad_({part != 'grad_input'}){view}",
+                 f"out = {call}"]
+        if part == "forward":
+            lines.append("result = out.detach().double().cpu().numpy()")
+        else:
+            wrt = "t" if part == "grad_target" else "x"
+            lines.append("g = torch.from_numpy(upstream(tuple(out.shape))).to(out.device, out.dtype)")
+            lines.append(f"(grad,) = torch.autograd.grad(out, [{wrt}], grad_outputs=g, create_graph={part == 'grad2_input'})")
+            if part == "grad2_input":
+                lines.append("w = torch.from_numpy(upstream(tuple(grad.shape))).to(grad.device, grad.dtype)")
+                lines.append("(grad,) = torch.autograd.grad((grad * w).sum(), [t])")
+            lines.append("result = grad.detach().double().cpu().numpy()")
+        return "\n".join(lines)
 
     def to_numpy(self, result):
         if not isinstance(result, self.torch.Tensor):

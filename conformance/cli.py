@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="reports/run", help="output directory (default reports/run)")
     run.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is found")
     run.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    run.add_argument("--baseline", metavar="DIR",
+                     help="an earlier run directory: report what is new, fixed and changed since")
     run.add_argument("--profiles", metavar="DIR",
                      help="directory of <framework>.yaml deviation profiles (default: spec/profiles shipped)")
     run.add_argument("--resume", action="store_true",
@@ -76,10 +78,24 @@ def build_parser() -> argparse.ArgumentParser:
     cases.add_argument("--count", action="store_true", help="print only the number of cases")
     add_case_options(cases)
 
+    repro = sub.add_parser("repro", help="print a standalone reproducer script for one case (stdout only)")
+    repro.add_argument("case_id", metavar="CASE_ID")
+    repro.add_argument("--framework", required=True)
+    repro.add_argument("--api", help="API dotted name (default: the framework's first)")
+    repro.add_argument("--device", default="cpu")
+    repro.add_argument("--part", default="forward", choices=("forward", "grad_input", "grad_target", "grad2_input"))
+    source = repro.add_mutually_exclusive_group()
+    source.add_argument("--from", dest="run_dir", metavar="RUN_DIR", help="take the case from an earlier run's --out")
+    source.add_argument("--cases", dest="case_file", metavar="FILE", help="take the case from a user case file")
+    repro.add_argument("--seed", type=int, help=f"seed of a generated case (default: the run's, or {DEFAULT_SEED})")
+    repro.add_argument("--no-minimize", action="store_true", help="keep the whole case")
+
     report = sub.add_parser("report", help="merge run directories into one report")
     report.add_argument("runs", nargs="+", metavar="DIR", help="run directories (each with results.jsonl)")
     report.add_argument("--out", required=True, help="directory for the merged report")
     report.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is present")
+    report.add_argument("--baseline", metavar="DIR",
+                        help="an earlier run or merged directory: report what is new, fixed and changed since")
     report.add_argument("--allow-missing", action="store_true",
                         help="a directory without results shows as 'not run' instead of an error")
     return parser
@@ -125,10 +141,17 @@ def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _check_baseline(path: str | None) -> None:
+    if path is not None and not (Path(path) / "results.jsonl").is_file():
+        raise UsageError("no results.jsonl in the baseline directory", file=path, where="--baseline",
+                         fix="pass the --out directory of an earlier run")
+
+
 def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                          fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
+    _check_baseline(args.baseline)
     if args.timeout_s <= 0 or args.memory_budget_mb <= 0 or args.samples < 1:
         raise UsageError("--timeout-s and --memory-budget-mb must be positive, --samples at least 1",
                          where="command line", fix="pass positive numbers")
@@ -151,7 +174,7 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     )
     if progress is not None:
         sys.stderr.write("\n")
-    report = write_report(summary.out_dir, [summary.out_dir])
+    report = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline)
     if summary.not_run:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {report}")
         return EXIT_OK
@@ -164,15 +187,27 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
 
 
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
+    _check_baseline(args.baseline)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = merge_runs(args.runs, out, allow_missing=args.allow_missing)
+    path = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline)
     present, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m["framework"] for m in manifests if m.get("status") == "not_run"]
     count = sum(1 for _ in iter_rows(present))
     print(f"merged {len(args.runs)} runs, {count} results" + (f"; not run: {', '.join(not_run)}" if not_run else "")
           + f". Report: {path}")
     return _strict_exit(args.strict, present)
+
+
+def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
+    from conformance.repro import write_script
+
+    if not is_known(args.framework):
+        raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
+                         fix=f"use one of {sorted(known_adapters())}")
+    sys.stdout.write(write_script(args.case_id, args.framework, spec, args.api, args.device, args.part,
+                                  args.run_dir, args.case_file, args.seed, minimize=not args.no_minimize))
+    return EXIT_OK
 
 
 def _strict_exit(strict: bool, run_dirs: Sequence[Path]) -> int:
@@ -224,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         spec = load_spec(args.spec)
-        return {"run": cmd_run, "cases": cmd_cases, "report": cmd_report}[args.command](spec, args)
+        return {"run": cmd_run, "cases": cmd_cases, "report": cmd_report, "repro": cmd_repro}[args.command](spec, args)
     except ConformanceError as exc:
         if debug:
             raise

@@ -109,6 +109,7 @@ def run_conformance(
     summary = RunSummary(out)
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **(run_info or {})}
+    manifest["case_files_kept"] = _keep_case_files(out, manifest.get("case_files", []))
     pool = WorkerPool(framework, timeout_s=options.timeout_s)
     try:
         try:
@@ -235,6 +236,17 @@ def _result(case, target, part, expected, judgement, observed, documented_by, sp
         spec_hash=spec.hash, harness_version=conformance.__version__, python_version=manifest["python_version"],
         numpy_version=manifest["numpy_version"], device_name=info.device_names.get(target.device, target.device),
     )
+
+
+def _keep_case_files(out: Path, case_files: Sequence[str]) -> list[str]:
+    """Copy the user case files into the run directory, so `repro --from` finds the cases it ran."""
+    kept = []
+    for i, path in enumerate(case_files):
+        name = f"cases/{i}-{Path(path).name}"
+        (out / "cases").mkdir(exist_ok=True)
+        (out / name).write_bytes(Path(path).read_bytes())
+        kept.append(name)
+    return kept
 
 
 def _elements(case: Case) -> int:

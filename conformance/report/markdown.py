@@ -87,8 +87,9 @@ def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]
     out = ["## Divergences by cause", ""]
     if not groups:
         return out + ["No divergences: every judged result is within the spec.", ""]
-    out += ["Grouped by the spec path that governs the diverging elements. Each row reruns alone with its "
-            "`reproduce` command, which prints the inputs, the expected value and the framework's result.", ""]
+    out += ["Grouped by the spec path that governs the diverging elements. Each row's `reproduce` command writes "
+            "a standalone script (the framework and NumPy only) that prints the framework's result and the "
+            "spec's expected value; run it in that framework's environment.", ""]
     run_info = {m.get("framework"): m for m in manifests}
     for (cause, verdict), members in sorted(groups.items(), key=lambda kv: (-tally.group_sizes[kv[0]], kv[0])):
         size = tally.group_sizes[(cause, verdict)]
@@ -118,15 +119,14 @@ def _warnings(tally: Tally) -> list[str]:
 
 
 def repro_command(r: Result, run_info: dict[str, Any]) -> str:
-    """The one-line command that reruns exactly this result and prints its details."""
-    words = ["kl-conformance", "run", "--framework", r.framework, "--api", r.api, "--device", r.device,
+    """The one-line command that prints a standalone script reproducing exactly this result."""
+    words = ["kl-conformance", "repro", r.case_id, "--framework", r.framework, "--api", r.api, "--device", r.device,
              "--part", r.part]
     if r.source != "generated":
-        words += ["--cases", r.source, "--suite", "none"]
+        words += ["--cases", r.source]
     elif run_info.get("seed") is not None:
         words += ["--seed", str(run_info["seed"])]
-    words += ["--only", r.case_id]
-    return " ".join(shlex.quote(w) for w in words)
+    return " ".join(shlex.quote(w) for w in words) + " > repro.py && python repro.py"
 
 
 def _cell(text: str) -> str:

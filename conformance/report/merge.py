@@ -12,6 +12,7 @@ from typing import Any, Iterator, Sequence
 
 from conformance.errors import ResultsError
 from conformance.model import Result
+from conformance.report.baseline import compare, render_baseline_markdown
 from conformance.report.html import render_html
 from conformance.report.junit import render_junit
 from conformance.report.markdown import render_markdown
@@ -59,7 +60,8 @@ def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
             yield row
 
 
-def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False) -> Path:
+def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
+                 baseline: str | Path | None = None) -> Path:
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
     Each is rendered from a fresh stream of the rows and written atomically.
@@ -69,18 +71,24 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
     write_atomic(out_dir / "summary.json", render_summary(iter_rows(present), manifests))
     details = (d for run_dir in present for d in iter_details(run_dir))
     write_atomic(out_dir / "report.html", render_html(iter_rows(present), manifests, details))
+    markdown = render_markdown(iter_rows(present), manifests)
+    if baseline is not None:
+        diff = compare(iter_rows(present), baseline)
+        write_atomic(out_dir / "baseline.json", diff.to_json())
+        markdown = markdown.rstrip() + "\n\n" + "\n".join(render_baseline_markdown(diff)).rstrip() + "\n"
     path = out_dir / REPORT_FILE
-    write_atomic(path, render_markdown(iter_rows(present), manifests))
+    write_atomic(path, markdown)
     return path
 
 
-def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False) -> Path:
-    """Merge run directories into `out_dir`: results.jsonl, runs.json and report.md."""
+def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False,
+               baseline: str | Path | None = None) -> Path:
+    """Merge run directories into `out_dir`: results.jsonl, runs.json and the reports."""
     present, manifests = load_manifests(run_dirs, allow_missing)
     if out_dir.resolve() not in {p.resolve() for p in present}:
         write_rows_atomic(out_dir / RESULTS_FILE, iter_rows(present))
         write_atomic(out_dir / DETAILS_FILE, "".join(json.dumps(d) + "\n" for p in present for d in iter_details(p)))
         write_atomic(out_dir / "runs.json", json.dumps(manifests, indent=2, sort_keys=True) + "\n")
-        return write_report(out_dir, [out_dir])
-    return write_report(out_dir, run_dirs, allow_missing)
+        return write_report(out_dir, [out_dir], baseline=baseline)
+    return write_report(out_dir, run_dirs, allow_missing, baseline=baseline)
 

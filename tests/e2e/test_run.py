@@ -180,3 +180,25 @@ def test_changing_a_profile_flips_documented(default_run, tmp_path):
     (row,) = iter_results(tmp_path / "without")
     assert not row.documented and row.verdict == documented.verdict
     assert "documented" not in (tmp_path / "without" / "report.md").read_text().split("## Divergences by cause")[1]
+
+
+def test_baseline_reports_new_fixed_and_changed(default_run, tmp_path):
+    """A baseline edited to look older: one divergence made a pass (so it is new), one pass made a
+    divergence (so it is fixed); the report and baseline.json say so."""
+    framework, out = default_run
+    lines = (out / "results.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    new_index = next(i for i, r in enumerate(rows) if r["verdict"] not in ("pass", "unsupported"))
+    fixed_index = next(i for i, r in enumerate(rows) if r["verdict"] == "pass")
+    rows[new_index] = {**rows[new_index], "verdict": "pass", "cause": ""}
+    rows[fixed_index] = {**rows[fixed_index], "verdict": "value", "cause": "pointwise.formula"}
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    merged = tmp_path / "merged"
+    assert main(["report", str(out), "--out", str(merged), "--baseline", str(old)]) == 0
+    diff = json.loads((merged / "baseline.json").read_text())
+    assert [d["case_id"] for d in diff["new"]] == [rows[new_index]["case_id"]]
+    assert [d["case_id"] for d in diff["fixed"]] == [rows[fixed_index]["case_id"]]
+    assert diff["unchanged"] == len(rows) - 2 and not diff["changed"]
+    assert "## Against the baseline" in (merged / "report.md").read_text()

@@ -1,0 +1,68 @@
+"""Reproducers: standalone scripts that run in the framework's environment and show the divergence."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conformance.cli import main
+from conformance.results import iter_results
+
+PER_RUN = 10  # one reproducer per cause group, up to this many
+
+
+def _printed(output: str, label: str) -> str:
+    line = next(line for line in output.splitlines() if line.startswith(label))
+    return line[len(label):].strip()
+
+
+def test_each_cause_has_a_reproducer_that_shows_it(default_run, tmp_path, capsys):
+    framework, out = default_run
+    seen, picked = set(), []
+    for r in iter_results(out):
+        if r.verdict.is_divergence and not r.documented and r.verdict.value not in ("crash", "timeout") \
+                and (r.cause, r.verdict) not in seen:
+            seen.add((r.cause, r.verdict))
+            picked.append(r)
+    assert picked
+    for r in picked[:PER_RUN]:
+        assert main(["repro", r.case_id, "--framework", framework, "--api", r.api, "--device", r.device,
+                     "--part", r.part, "--from", str(out)]) == 0
+        script = capsys.readouterr().out
+        assert script.startswith('"""Reproduces kl_div case') and "import conformance" not in script
+        path = tmp_path / "repro.py"
+        path.write_text(script)
+        done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-800:]
+        got, want = _printed(done.stdout, f"{framework}:"), _printed(done.stdout, "expected:")
+        assert got != want, f"{r.case_id} {r.api} {r.part}: the reproducer shows no divergence ({got})"
+
+
+def test_repro_minimises_to_one_element(default_run, capsys):
+    framework, out = default_run
+    r = next(r for r in iter_results(out) if r.verdict.value == "nonfinite" and r.case_id.startswith("fwd/none/")
+             and "/4x6/" in r.case_id and not r.documented)
+    assert main(["repro", r.case_id, "--framework", framework, "--api", r.api, "--part", r.part,
+                 "--from", str(out)]) == 0
+    script = capsys.readouterr().out
+    assert "x_values = values([" in script and ", (1, 1))" in script
+
+
+def test_repro_of_a_user_case_from_the_run_directory(default_run, tmp_path, capsys):
+    framework, _ = default_run
+    cases = tmp_path / "mine.yaml"
+    cases.write_text("- {id: my-zero-target, input: [-.inf, -1.0], target: [0.0, 0.5], reduction: none}\n")
+    run = tmp_path / "run"
+    assert main(["run", "--framework", framework, "--cases", str(cases), "--suite", "none", "--out", str(run),
+                 "--no-progress", "--part", "forward"]) == 0
+    cases.unlink()  # the run directory keeps its own copy
+    assert main(["repro", "my-zero-target", "--framework", framework, "--from", str(run)]) == 0
+    assert "Reproduces kl_div case my-zero-target" in capsys.readouterr().out
+
+
+def test_repro_of_an_unknown_case_is_a_usage_error(default_run, capsys):
+    framework, _ = default_run
+    assert main(["repro", "no-such-case", "--framework", framework]) == 2
+    assert "not a generated id" in capsys.readouterr().err
