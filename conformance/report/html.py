@@ -28,7 +28,7 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccd;padding:3px 6px;text-align:left}
 th{background:#f2f4f8;position:sticky;top:0}.num{text-align:right}
 td.pass{background:#d9f2dc}td.div{background:#f8c9c4}td.doc{background:#fbe7b5}td.na{background:#eceef1;color:#777}
-.matrix th.rot{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;height:250px;vertical-align:bottom;text-align:left}
+.matrix th.rot{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;height:210px;vertical-align:bottom;text-align:left}
 .filters select{margin-right:10px}.legend span{padding:2px 8px;margin-right:6px;border:1px solid #ccd}
 details{border:1px solid #dde;margin:4px 0;padding:4px 8px;border-radius:4px}
 summary{cursor:pointer}code,pre{font:12px ui-monospace,monospace}pre{background:#f6f8fa;padding:6px;overflow:auto}
@@ -127,6 +127,12 @@ def _data(attrs: dict[str, str]) -> str:
     return " ".join(f"data-{k}='{_e(v)}'" for k, v in attrs.items())
 
 
+def _short(target: str) -> str:
+    """A column label that fits a rotated header: framework, the API's last name, device, part."""
+    t = _split(target)
+    return f"{t['framework']} {t['api'].rsplit('.', 1)[-1]} {t['device']} {t['part']}"
+
+
 def _filters(tally: Tally) -> list[str]:
     values: dict[str, set] = defaultdict(set)
     for target in tally.by_target:
@@ -150,7 +156,8 @@ def _matrix(tally: Tally) -> list[str]:
     out = ["<h2>Cross-framework matrix</h2>",
            "<p>Rows: value family x reduction x log_target. Cells: passes / results judged.</p>",
            "<table id='matrix' class='matrix'><tr><th>family</th><th>reduction</th><th>log_target</th>"
-           + "".join(f"<th class='rot' {_data(_split(t))}>{_e(t)}</th>" for t in targets) + "</tr>"]
+           + "".join(f"<th class='rot' title='{_e(t)}' {_data(_split(t))}>{_e(_short(t))}</th>" for t in targets)
+           + "</tr>"]
     doc_by_cell = tally.documented_cells
     for key in sorted(tally.by_family):
         cells = []
