@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="reports/run", help="output directory (default reports/run)")
     run.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is found")
     run.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    run.add_argument("--no-repro", action="store_true",
+                     help="do not write reproducers for the undocumented divergences into OUT/repro")
     run.add_argument("--baseline", metavar="DIR",
                      help="an earlier run directory: report what is new, fixed and changed since")
     run.add_argument("--profiles", metavar="DIR",
@@ -79,8 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_case_options(cases)
 
     repro = sub.add_parser("repro", help="print a standalone reproducer script for one case (stdout only)")
-    repro.add_argument("case_id", metavar="CASE_ID")
-    repro.add_argument("--framework", required=True)
+    repro.add_argument("case_id", metavar="CASE_ID", nargs="?", help="the case (omit with --all)")
+    repro.add_argument("--framework", help="adapter name (with --all: the run's)")
+    repro.add_argument("--all", metavar="OUT_DIR", dest="all_to",
+                       help="write a script for every undocumented divergence of --from RUN_DIR into OUT_DIR")
     repro.add_argument("--api", help="API dotted name (default: the framework's first)")
     repro.add_argument("--device", default="cpu")
     repro.add_argument("--part", default="forward", choices=("forward", "grad_input", "grad_target", "grad2_input"))
@@ -141,6 +145,21 @@ def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _write_reproducers(args: argparse.Namespace, out: Path) -> None:
+    """Reproducers for the run's undocumented divergences, written by a separate process: minimising
+    them calls the framework, and a crash there must not touch the results and reports written."""
+    import subprocess
+
+    command = [sys.executable, "-m", "conformance"] + (["--spec", args.spec] if args.spec else []) + \
+        ["repro", "--all", str(out / "repro"), "--from", str(out)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            print(f"warning: reproducers not written ({done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
+    except subprocess.TimeoutExpired:
+        print("warning: writing reproducers took over 900 s; stopped (use kl-conformance repro)", file=sys.stderr)
+
+
 def _check_baseline(path: str | None) -> None:
     if path is not None and not (Path(path) / "results.jsonl").is_file():
         raise UsageError("no results.jsonl in the baseline directory", file=path, where="--baseline",
@@ -175,6 +194,8 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     if progress is not None:
         sys.stderr.write("\n")
     report = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline)
+    if not args.no_repro and not summary.not_run and summary.divergences:
+        _write_reproducers(args, summary.out_dir)
     if summary.not_run:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {report}")
         return EXIT_OK
@@ -200,8 +221,17 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
 
 
 def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
-    from conformance.repro import write_script
+    from conformance.repro import write_all, write_script
 
+    if args.all_to:
+        if not args.run_dir:
+            raise UsageError("--all needs --from RUN_DIR", where="--all", fix="pass the run directory with --from")
+        count = write_all(args.run_dir, spec, Path(args.all_to))
+        print(f"{count} reproducers in {args.all_to}")
+        return EXIT_OK
+    if not args.case_id or not args.framework:
+        raise UsageError("repro needs CASE_ID and --framework (or --all OUT_DIR --from RUN_DIR)",
+                         where="command line", fix="see `kl-conformance repro --help`")
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                          fix=f"use one of {sorted(known_adapters())}")

@@ -70,6 +70,30 @@ def _verdict(case, adapter, api, device, part, spec) -> Verdict:
     return classify(expected_for(case, spec, part), adapter.run(case, api, device, part), spec).verdict
 
 
+def write_all(run_dir: str, spec: Spec, out_dir: Path, minimize_first: int = 100) -> int:
+    """Write a reproducer for every undocumented divergence of a run into `out_dir`; returns the count.
+
+    The first `minimize_first` are minimised (each costs framework calls); the rest are written whole.
+    """
+    from conformance.results import iter_results
+
+    rows = [r for r in iter_results(run_dir) if r.verdict.is_divergence and not r.documented
+            and r.verdict not in (Verdict.CRASH, Verdict.TIMEOUT)]
+    if not rows:
+        return 0
+    adapter = get_adapter(rows[0].framework)
+    adapter.load()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cases: dict[str, Case] = {}
+    for i, r in enumerate(rows):
+        if r.case_id not in cases:
+            cases[r.case_id] = find_case(r.case_id, run_dir, None, None)
+        script = _script(adapter, cases[r.case_id], adapter.api(r.api), r.device, r.part, spec, minimize=i < minimize_first)
+        name = "".join(c if c.isalnum() or c in "-_=." else "_" for c in f"{r.case_id}__{r.api}__{r.device}__{r.part}")
+        (out_dir / f"{name}.py").write_text(script, encoding="utf-8")
+    return len(rows)
+
+
 def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None = None, device: str = "cpu",
                  part: str = "forward", run_dir: str | None = None, case_file: str | None = None,
                  seed: int | None = None, minimize: bool = True) -> str:
@@ -81,6 +105,11 @@ def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None 
     api = adapter.api(api_name or api_names[0])
     case = find_case(case_id, run_dir, case_file, seed)
     adapter.load()
+    return _script(adapter, case, api, device, part, spec, minimize)
+
+
+def _script(adapter, case: Case, api, device: str, part: str, spec: Spec, minimize: bool) -> str:
+    framework = adapter.name
     if minimize:
         case = minimise(case, adapter, api, device, part, spec)
     expected = expected_for(case, spec, part)

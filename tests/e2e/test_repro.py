@@ -66,3 +66,12 @@ def test_repro_of_an_unknown_case_is_a_usage_error(default_run, capsys):
     framework, _ = default_run
     assert main(["repro", "no-such-case", "--framework", framework]) == 2
     assert "not a generated id" in capsys.readouterr().err
+
+
+def test_run_writes_a_reproducer_per_undocumented_divergence(default_run):
+    _, out = default_run
+    undocumented = [r for r in iter_results(out) if r.verdict.is_divergence and not r.documented
+                    and r.verdict.value not in ("crash", "timeout")]
+    scripts = list((out / "repro").glob("*.py"))
+    assert len(scripts) == len(undocumented) > 0
+    assert all(s.read_text().startswith('"""Reproduces kl_div case') for s in scripts[:20])

@@ -31,7 +31,7 @@ def test_run_writes_rows_manifest_and_report(default_run):
     for r in rows:
         if r.verdict.is_divergence and group_sizes[(r.cause, r.verdict)] <= LISTED_PER_GROUP:
             assert f"`{r.case_id}`" in report  # every divergence listed, up to the cap per cause
-    assert "kl-conformance run --framework" in report  # with a reproduction
+    assert "kl-conformance repro " in report  # with a reproduction
 
 
 def test_results_match_the_published_schema(default_run):
