@@ -5,66 +5,60 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.adapters.registry import get_adapter
 from conformance.compare import classify
 from conformance.explain import explain
 from conformance.model import Verdict
 from conformance.reference.forward import expected_forward
 from tests.helpers import make_case
 
-
-@pytest.fixture
-def ms_adapter(framework):
-    if framework != "mindspore":
-        pytest.skip("MindSpore-specific tests")
-    adapter = get_adapter("mindspore")
-    adapter.load()
-    return adapter
+FRAMEWORK = "mindspore"
 
 
-def test_mint_docs_example_reproduces_through_the_cpu_apis(ms_adapter):
+
+
+def test_mint_docs_example_reproduces_through_the_cpu_apis(framework_adapter):
     """shared/seeds/004 prints -0.225 for mint.nn.KLDivLoss; mint has no CPU kernel, so the
     same numbers go through ops.kl_div and nn.KLDivLoss, which compute the same formula."""
     case = make_case([[0.5, 0.5], [0.4, 0.6]], [[0.0, 1.0], [1.0, 0.0]], reduction="mean", dtype="float32")
     for name in ("mindspore.ops.kl_div", "mindspore.nn.KLDivLoss"):
-        observed = ms_adapter.run(case, ms_adapter.api(name), "cpu", "forward")
+        observed = framework_adapter.run(case, framework_adapter.api(name), "cpu", "forward")
         np.testing.assert_allclose(observed.value, -0.225, rtol=1e-6)
 
 
-def test_ops_docs_example_reproduces(ms_adapter):
+def test_ops_docs_example_reproduces(framework_adapter):
     """mindspore.ops.kl_div docs: logits [0.2, 0.7, 0.1], labels [0, 1, 0], 'mean' prints -0.23333333."""
     case = make_case([0.2, 0.7, 0.1], [0.0, 1.0, 0.0], reduction="mean", dtype="float32")
-    observed = ms_adapter.run(case, ms_adapter.api("mindspore.ops.kl_div"), "cpu", "forward")
+    observed = framework_adapter.run(case, framework_adapter.api("mindspore.ops.kl_div"), "cpu", "forward")
     np.testing.assert_allclose(observed.value, -0.23333333, rtol=1e-7)
 
 
-def test_mint_says_no_kernel_on_cpu(ms_adapter, spec):
+def test_mint_says_no_kernel_on_cpu(framework_adapter, spec):
     case = make_case([[0.5, 0.5]], [[0.0, 1.0]], reduction="mean", dtype="float32")
     for name in ("mindspore.mint.nn.KLDivLoss", "mindspore.mint.nn.functional.kl_div"):
-        observed = ms_adapter.run(case, ms_adapter.api(name), "cpu", "forward")
+        observed = framework_adapter.run(case, framework_adapter.api(name), "cpu", "forward")
         assert observed.unsupported.startswith("no kernel for this device") and "unregistered" in observed.unsupported
         assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.UNSUPPORTED
 
 
-def test_apis_without_log_target_are_unsupported_for_log_target_cases(ms_adapter):
+def test_apis_without_log_target_are_unsupported_for_log_target_cases(framework_adapter):
     case = make_case([-1.0], [-0.5], reduction="sum", log_target=True, dtype="float32")
     for name in ("mindspore.ops.kl_div", "mindspore.nn.KLDivLoss"):
-        assert "log_target" in ms_adapter.unsupported_reason(case, ms_adapter.api(name))
+        assert "log_target" in framework_adapter.unsupported_reason(case, framework_adapter.api(name))
 
 
 @pytest.mark.parametrize("x, t, behaves_as", [
     ([np.nan, -1.0], [0.0, 0.5], "pointwise.conventions.nan_propagation = masked_by_zero_target"),
     ([-1.0, -1.0], [-0.5, 0.5], "pointwise.conventions.target_negative = zero"),
 ])
-def test_conventions_found_and_explained(ms_adapter, spec, x, t, behaves_as):
+def test_conventions_found_and_explained(framework_adapter, spec, x, t, behaves_as):
     case = make_case(x, t, reduction="none", dtype="float32")
-    observed = ms_adapter.run(case, ms_adapter.api("mindspore.ops.kl_div"), "cpu", "forward")
+    observed = framework_adapter.run(case, framework_adapter.api("mindspore.ops.kl_div"), "cpu", "forward")
     assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.NONFINITE
     assert [str(a) for a in explain(case, observed, spec)] == [behaves_as]
 
 
-def test_mixed_dtypes_are_rejected(ms_adapter, spec):
+def test_mixed_dtypes_are_rejected(framework_adapter, spec):
     case = make_case([-1.0], [0.5], reduction="sum", dtype=("float16", "float32"))
-    observed = ms_adapter.run(case, ms_adapter.api("mindspore.ops.kl_div"), "cpu", "forward")
+    observed = framework_adapter.run(case, framework_adapter.api("mindspore.ops.kl_div"), "cpu", "forward")
     assert observed.exception_type == "TypeError"
     assert [str(a) for a in explain(case, observed, spec)] == ["dtypes.mixed = reject"]

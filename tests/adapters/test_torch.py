@@ -5,28 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.adapters.registry import get_adapter
 from conformance.compare import classify
 from conformance.explain import explain
 from conformance.model import Verdict
 from conformance.reference.forward import expected_forward
 from tests.helpers import make_case
 
+FRAMEWORK = "torch"
 
-@pytest.fixture
-def torch_adapter(framework):
-    if framework != "torch":
-        pytest.skip("PyTorch-specific tests")
-    adapter = get_adapter("torch")
-    adapter.load()
-    return adapter
+
 
 
 def _run(adapter, case, api="torch.nn.functional.kl_div"):
     return adapter.run(case, adapter.api(api), "cpu", "forward")
 
 
-def test_docs_example_batchmean_both_target_spaces(torch_adapter, spec):
+def test_docs_example_batchmean_both_target_spaces(framework_adapter, spec):
     """shared/seeds/001: log_softmax input (3, 5), softmax target, batchmean; then log_target=True."""
     rng = np.random.default_rng(5)
     x = rng.normal(size=(3, 5))
@@ -36,14 +30,14 @@ def test_docs_example_batchmean_both_target_spaces(torch_adapter, spec):
     for log_target, t in ((False, np.exp(logp)), (True, logp)):
         case = make_case(x, t, reduction="batchmean", log_target=log_target, dtype="float32")
         for api in ("torch.nn.functional.kl_div", "torch.nn.KLDivLoss"):
-            judgement = classify(expected_forward(case, spec), _run(torch_adapter, case, api), spec)
+            judgement = classify(expected_forward(case, spec), _run(framework_adapter, case, api), spec)
             assert judgement.verdict is Verdict.PASS, judgement.message
 
 
-def test_mindspore_docs_example_reproduces_on_torch(torch_adapter):
+def test_mindspore_docs_example_reproduces_on_torch(framework_adapter):
     """shared/seeds/004 prints -0.225 for mean; torch computes the same formula."""
     case = make_case([[0.5, 0.5], [0.4, 0.6]], [[0.0, 1.0], [1.0, 0.0]], reduction="mean", dtype="float32")
-    observed = _run(torch_adapter, case)
+    observed = _run(framework_adapter, case)
     np.testing.assert_allclose(observed.value, -0.225, rtol=1e-6)
     assert any("batchmean" in w for w in observed.warnings)  # torch's advisory for 'mean'
 
@@ -56,42 +50,42 @@ def test_mindspore_docs_example_reproduces_on_torch(torch_adapter):
     # target +inf with input >= 0: inf - inf in the xlogy form
     (dict(x=[1.0], t=[np.inf]), "pointwise.conventions.infinities = xlogy"),
 ])
-def test_documented_convention_differences_are_found_and_explained(torch_adapter, spec, case_kwargs, behaves_as):
+def test_documented_convention_differences_are_found_and_explained(framework_adapter, spec, case_kwargs, behaves_as):
     kwargs = dict(case_kwargs)
     case = make_case(kwargs.pop("x"), kwargs.pop("t"), reduction="none", dtype="float32", **kwargs)
-    observed = _run(torch_adapter, case)
+    observed = _run(framework_adapter, case)
     assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.NONFINITE
     assert [str(a) for a in explain(case, observed, spec)] == [behaves_as]
 
 
-def test_batchmean_divides_by_input_dim0(torch_adapter, spec):
+def test_batchmean_divides_by_input_dim0(framework_adapter, spec):
     target = np.array([[0.1, 0.2, 0.3, 0.1, 0.2, 0.1]] * 4)
     case = make_case(np.full(6, -np.log(6.0)), target, reduction="batchmean", dtype="float64")
-    observed = _run(torch_adapter, case)
+    observed = _run(framework_adapter, case)
     assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.VALUE
     assert [str(a) for a in explain(case, observed, spec)] == ["reductions.batchmean.divisor = input_dim0"]
 
 
-def test_functional_legacy_with_batchmean_divides_again(torch_adapter, spec):
+def test_functional_legacy_with_batchmean_divides_again(framework_adapter, spec):
     """F.kl_div(size_average=False, reduction='batchmean') sums, then divides by input.size(0);
     the module form does not (spec: known_differences)."""
     x, t = np.full((3, 5), -1.0), np.full((3, 5), 0.2)
     case = make_case(x, t, reduction="batchmean", size_average=False, dtype="float64")
-    functional = _run(torch_adapter, case, "torch.nn.functional.kl_div")
-    module = _run(torch_adapter, case, "torch.nn.KLDivLoss")
+    functional = _run(framework_adapter, case, "torch.nn.functional.kl_div")
+    module = _run(framework_adapter, case, "torch.nn.KLDivLoss")
     expected = expected_forward(case, spec)
     assert classify(expected, module, spec).verdict is Verdict.PASS
     assert classify(expected, functional, spec).verdict is Verdict.VALUE
     assert [str(a) for a in explain(case, functional, spec)] == ["signature.legacy.precedence = legacy_then_batchmean"]
 
 
-def test_errors_raise_runtime_error_not_the_spec_types(torch_adapter, spec):
+def test_errors_raise_runtime_error_not_the_spec_types(framework_adapter, spec):
     for case, spec_type in (
         (make_case(np.zeros((2, 3)), np.zeros((2, 3)), dtype="int64"), "TypeError"),
         (make_case(np.zeros((2, 3)), np.zeros((2, 4)), dtype="float32"), "ValueError"),
     ):
-        observed = _run(torch_adapter, case)
+        observed = _run(framework_adapter, case)
         assert observed.exception_type == "RuntimeError"
         assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.ERROR
-    bad_reduction = _run(torch_adapter, make_case([-1.0], [0.5], reduction="avg", dtype="float32"))
+    bad_reduction = _run(framework_adapter, make_case([-1.0], [0.5], reduction="avg", dtype="float32"))
     assert bad_reduction.exception_type == "ValueError"
