@@ -150,10 +150,13 @@ def _write_reproducers(args: argparse.Namespace, out: Path) -> None:
     them calls the framework, and a crash there must not touch the results and reports written."""
     import subprocess
 
-    command = [sys.executable, "-m", "conformance"] + (["--spec", args.spec] if args.spec else []) + \
-        ["repro", "--all", str(out / "repro"), "--from", str(out)]
+    out = out.resolve()
+    spec = ["--spec", str(Path(args.spec).resolve())] if args.spec else []
+    command = [sys.executable, "-m", "conformance", *spec, "repro", "--all", str(out / "repro"), "--from", str(out)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        # cwd=out: `python -m` puts the working directory first on sys.path, and a source checkout's
+        # conformance/ there would shadow the installed package
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=out)
         if done.returncode != 0:
             print(f"warning: reproducers not written ({done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
     except subprocess.TimeoutExpired:
