@@ -14,13 +14,12 @@ from typing import Any
 import numpy as np
 
 from conformance.errors import CaseFileError
-from conformance.model import Case, DtypePair, Params
+from conformance.model import FLOAT_DTYPES, Case, DtypePair, Params
 from conformance.reference.rounding import INTEGER_DTYPES, is_representable, round_to_dtype
 from conformance.specload import parse_yaml
 
 FIELDS = ("id", "input", "target", "dtype", "reduction", "log_target", "size_average", "reduce", "layout", "grad", "note")
 REQUIRED = ("id", "input", "target")
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 KNOWN_DTYPES = FLOAT_DTYPES + INTEGER_DTYPES
 LAYOUTS = ("contiguous", "transposed", "strided")
 GRADS = ("input", "target")

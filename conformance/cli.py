@@ -268,7 +268,7 @@ def _progress_and_details(progress, show_details: bool):
     """The per-result callback: advance the bar once per case, print details for small reruns."""
     seen: set[str] = set()
 
-    def on_result(case: Case, result: Result) -> None:  # noqa: D401
+    def on_result(case: Case, result: Result) -> None:
         if show_details:
             _print_details(case, result)
         if progress is not None and case.id not in seen:

@@ -10,7 +10,7 @@ import shlex
 from typing import Any, Iterable, Sequence
 
 from conformance.model import Result, Verdict
-from conformance.report.tally import LISTED_PER_GROUP, VERDICT_ORDER, Tally, target_label as _target
+from conformance.report.tally import VERDICT_ORDER, Tally
 
 
 def render_markdown(rows: Iterable[Result], manifests: Sequence[dict[str, Any]]) -> str:

@@ -26,7 +26,7 @@ def test_run_writes_rows_manifest_and_report(default_run):
     assert report.startswith("# kl_div conformance report")
     assert report.index("## Summary") < report.index("## Divergences by cause")
     from collections import Counter
-    from conformance.report.markdown import LISTED_PER_GROUP
+    from conformance.report.tally import LISTED_PER_GROUP
     group_sizes = Counter((r.cause, r.verdict) for r in rows if r.verdict.is_divergence)
     for r in rows:
         if r.verdict.is_divergence and group_sizes[(r.cause, r.verdict)] <= LISTED_PER_GROUP:
