@@ -103,7 +103,9 @@ def run_conformance(
         when --resume meets results of another spec or framework.
     """
     adapter = get_adapter(framework)  # validates names before anything is written
-    ledger = DeviationLedger(spec, framework, [a.name for a in adapter.apis], options.profiles_dir)
+    api_names = [a.name for a in adapter.apis]
+    select(framework, api_names, adapter.known_devices, adapter.known_devices, options.apis, options.devices)
+    ledger = DeviationLedger(spec, framework, api_names, options.profiles_dir)
     out = prepare_out_dir(out_dir)
     done = _already_done(out, spec, framework) if options.resume else set()
     summary = RunSummary(out)
@@ -120,8 +122,7 @@ def run_conformance(
                 ResultsWriter(out).close()
             write_manifest(out, {**manifest, "status": "not_run", "reason": str(exc)})
             return summary
-        targets = select(framework, [a.name for a in adapter.apis], adapter.known_devices, info.devices,
-                         options.apis, options.devices)
+        targets = select(framework, api_names, adapter.known_devices, info.devices, options.apis, options.devices)
         manifest.update(framework_version=info.version, targets=[str(t) for t in targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         write_manifest(out, manifest)

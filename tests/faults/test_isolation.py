@@ -81,6 +81,7 @@ def test_unknown_api_and_device_list_the_valid_ones(tmp_path, capsys):
                      str(_cases(tmp_path)), "--out", str(tmp_path / "o"), flag, value])
         assert code == 2
         assert valid in capsys.readouterr().err
+        assert not (tmp_path / "o").exists()  # nothing written
 
 
 def test_unwritable_output_directory_is_refused(tmp_path, capsys):
