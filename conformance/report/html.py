@@ -18,9 +18,7 @@ from typing import Any, Iterable, Sequence
 
 from conformance.model import Result, Verdict
 from conformance.report.markdown import repro_command
-from conformance.report.tally import VERDICT_ORDER, Tally, target_label
-
-HTML_LISTED = 2000  # divergences rendered in the page; all are in results.jsonl
+from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally, split_label as _split, target_label
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}
@@ -50,11 +48,9 @@ applyFilters();
 """
 
 
-def render_html(rows: Iterable[Result], manifests: Sequence[dict[str, Any]],
-                details: Iterable[dict[str, Any]] = ()) -> str:
+def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iterable[dict[str, Any]] = ()) -> str:
     """The whole report as one HTML page."""
-    listed: list[Result] = []
-    tally = Tally(_keep(rows, listed))
+    listed = tally.listed_in_page
     detail_by_key = {}
     wanted = {_key(r) for r in listed}
     for d in details:
@@ -72,13 +68,6 @@ def render_html(rows: Iterable[Result], manifests: Sequence[dict[str, Any]],
     parts += _divergences(listed, tally, manifests, detail_by_key)
     parts.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(parts)
-
-
-def _keep(rows: Iterable[Result], listed: list[Result]) -> Iterable[Result]:
-    for r in rows:
-        if r.verdict.is_divergence and len(listed) < HTML_LISTED:
-            listed.append(r)
-        yield r
 
 
 def _key(r: Result) -> tuple:
@@ -115,12 +104,6 @@ def _summary(tally: Tally) -> list[str]:
                    f"<td class='num'>{new}</td><td class='num'>{divergent - new}</td>"
                    + "".join(f"<td class='num'>{c[v]}</td>" for v in present) + "</tr>")
     return out + ["</table>"]
-
-
-def _split(target: str) -> dict[str, str]:
-    pieces = target.split(" / ")
-    return {"framework": pieces[0], "api": pieces[1], "device": pieces[2],
-            "part": pieces[3] if len(pieces) > 3 else "forward"}
 
 
 def _data(attrs: dict[str, str]) -> str:
@@ -220,7 +203,7 @@ def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list
     run_info = {m.get("framework"): m for m in manifests}
     total = sum(tally.group_sizes.values())
     out = [f"<h2>Divergences</h2><p><span id='shown'>{len(listed)}</span> shown of {total}"
-           + (f" (the first {HTML_LISTED} are in this page; all are in results.jsonl)" if total > len(listed) else "")
+           + (f" (the first {LISTED_IN_PAGE} are in this page; all are in results.jsonl)" if total > len(listed) else "")
            + ".</p><div id='divergences'>"]
     for r in listed:
         attrs = {**_split(target_label(r)), "verdict": r.verdict.value, "documented": "yes" if r.documented else "no"}

@@ -7,15 +7,14 @@ is what makes merging runs from several machines sound.
 from __future__ import annotations
 
 import shlex
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from conformance.model import Result, Verdict
 from conformance.report.tally import VERDICT_ORDER, Tally
 
 
-def render_markdown(rows: Iterable[Result], manifests: Sequence[dict[str, Any]]) -> str:
+def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
     """The whole report as Markdown text."""
-    tally = Tally(rows)
     out: list[str] = ["# kl_div conformance report", ""]
     out += _provenance(tally, manifests)
     out += _summary(tally)

@@ -17,6 +17,7 @@ from conformance.report.html import render_html
 from conformance.report.junit import render_junit
 from conformance.report.markdown import render_markdown
 from conformance.report.summary import render_summary
+from conformance.report.tally import Tally
 from conformance.results import (DETAILS_FILE, RESULTS_FILE, iter_details, iter_results, read_manifest, write_atomic,
                                  write_rows_atomic)
 
@@ -64,14 +65,17 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
                  baseline: str | Path | None = None) -> Path:
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
-    Each is rendered from a fresh stream of the rows and written atomically.
+    One pass over the rows gathers what the Markdown, HTML and summary show; junit.xml (one
+    element per row) and the baseline comparison stream the rows again. Each file is written
+    atomically.
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
+    tally = Tally(iter_rows(present))
     write_atomic(out_dir / "junit.xml", render_junit(iter_rows(present)))
-    write_atomic(out_dir / "summary.json", render_summary(iter_rows(present), manifests))
+    write_atomic(out_dir / "summary.json", render_summary(tally, manifests))
     details = (d for run_dir in present for d in iter_details(run_dir))
-    write_atomic(out_dir / "report.html", render_html(iter_rows(present), manifests, details))
-    markdown = render_markdown(iter_rows(present), manifests)
+    write_atomic(out_dir / "report.html", render_html(tally, manifests, details))
+    markdown = render_markdown(tally, manifests)
     if baseline is not None:
         diff = compare(iter_rows(present), baseline)
         write_atomic(out_dir / "baseline.json", diff.to_json())

@@ -15,10 +15,18 @@ from conformance.model import Result, Verdict
 VERDICT_ORDER = [v.value for v in Verdict]
 LISTED_PER_GROUP = 500  # divergences listed per cause group; the rest are counted and found in results.jsonl
 RATIO_SAMPLES = 20_000  # error/bound ratios kept per (framework, dtype) for the plots
+LISTED_IN_PAGE = 2000  # divergences rendered in report.html; all are in results.jsonl
 
 
 def target_label(r: Result) -> str:
     return f"{r.framework} / {r.api} / {r.device}" + ("" if r.part == "forward" else f" / {r.part}")
+
+
+def split_label(label: str) -> dict[str, str]:
+    """Inverse of `target_label`: the framework, api, device and part of a label."""
+    pieces = label.split(" / ")
+    return {"framework": pieces[0], "api": pieces[1], "device": pieces[2],
+            "part": pieces[3] if len(pieces) > 3 else "forward"}
 
 
 class Tally:
@@ -36,8 +44,11 @@ class Tally:
         self.undocumented: Counter = Counter()
         self.documented_cells: Counter = Counter()
         self.ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+        self.listed_in_page: list[Result] = []
+        self.spec_hashes: set[str] = set()
         for r in rows:
             self.total += 1
+            self.spec_hashes.add(r.spec_hash)
             target = target_label(r)
             self.by_target[target][r.verdict.value] += 1
             self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
@@ -48,6 +59,8 @@ class Tally:
                 if len(ratios) < RATIO_SAMPLES:
                     ratios.append(max(r.max_abs_err / r.bound, 1e-12))
             if r.verdict.is_divergence:
+                if len(self.listed_in_page) < LISTED_IN_PAGE:
+                    self.listed_in_page.append(r)
                 self.undocumented[target] += not r.documented
                 self.documented_cells[((r.family, r.reduction, int(r.log_target)), target)] += r.documented
                 key = (r.cause or "unknown", r.verdict.value)
