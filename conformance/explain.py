@@ -54,8 +54,8 @@ def alternatives(spec: Spec) -> list[Alternative]:
     """Every single departure the spec allows the reference to compute."""
     found = []
     for path, choices_path in CHOICE_POINTS:
-        current = _get(spec.data, path)
-        found += [Alternative(path, c) for c in _get(spec.data, choices_path) if c != current]
+        current = get_path(spec.data, path)
+        found += [Alternative(path, c) for c in get_path(spec.data, choices_path) if c != current]
     return found
 
 
@@ -63,11 +63,7 @@ def with_alternatives(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
     """A copy of `spec` with the given choices changed."""
     data = copy.deepcopy(dict(spec.data))
     for alt in alts:
-        *parents, leaf = alt.path.split(".")
-        node = data
-        for key in parents:
-            node = node[key]
-        node[leaf] = alt.choice
+        set_path(data, alt.path, alt.choice)
     return Spec(data=data, source=f"{spec.source} with {', '.join(map(str, alts))}", hash=spec_hash(data))
 
 
@@ -108,8 +104,15 @@ def _candidate_sets(spec: Spec, max_combined: int) -> Iterator[tuple[tuple[Alter
 _CANDIDATES: dict[tuple[str, int], list[tuple[tuple[Alternative, ...], Spec]]] = {}
 
 
-def _get(data, dotted: str):
+def get_path(data, dotted: str):
+    """The value at a dotted spec path, e.g. ``get_path(data, "reductions.batchmean.divisor")``."""
     node = data
     for key in dotted.split("."):
         node = node[key]
     return node
+
+
+def set_path(data, dotted: str, value) -> None:
+    """Set the value at a dotted spec path, in place."""
+    *parents, leaf = dotted.split(".")
+    (get_path(data, ".".join(parents)) if parents else data)[leaf] = value

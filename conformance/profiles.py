@@ -12,12 +12,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import jsonschema
 
 from conformance.compare import classify
 from conformance.errors import SpecError
+from conformance.explain import CHOICE_POINTS, get_path, set_path
 from conformance.model import Expected, Observation, Spec, Verdict
 from conformance.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
 
@@ -79,14 +80,9 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
 
 
 def _allowed_choices(spec: Spec, dotted: str) -> list[str] | None:
-    from conformance.explain import CHOICE_POINTS
-
     for path, choices_path in CHOICE_POINTS:
         if path == dotted or path == dotted + ".choice":
-            node: Any = spec.data
-            for key in choices_path.split("."):
-                node = node[key]
-            return list(node)
+            return list(get_path(spec.data, choices_path))
     return None
 
 
@@ -95,11 +91,7 @@ def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
     data = copy.deepcopy(dict(spec.data))
     for deviation in deviations:
         for dotted, choice in deviation.set.items():
-            *parents, leaf = dotted.split(".")
-            node = data
-            for key in parents:
-                node = node[key]
-            node[leaf] = choice
+            set_path(data, dotted, choice)
         for row in data["errors"]:
             row["exception"] = deviation.exceptions.get(row["id"], row["exception"])
         if deviation.floating is not None:
