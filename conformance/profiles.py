@@ -80,7 +80,7 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
 
 
 def _allowed_choices(spec: Spec, dotted: str) -> list[str] | None:
-    for path, choices_path in CHOICE_POINTS:
+    for path, choices_path, _ in CHOICE_POINTS:
         if path == dotted or path == dotted + ".choice":
             return list(get_path(spec.data, choices_path))
     return None

@@ -153,6 +153,11 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
         return tuple((t.api, t.device, part) for t in targets for part in parts
                      if (case.id, t.api, t.device, part) not in done)
 
+    def unsupported(case: Case, call: tuple[str, str, str]) -> str | None:
+        """Why the API cannot express this call; such calls are never sent to the framework."""
+        api = adapter.api(call[0])
+        return adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, call[2])
+
     def tasks() -> Iterator[Task]:
         for index, case in enumerate(cases):
             todo = calls_of(case)
@@ -165,7 +170,8 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
                                         f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
                 yield Task(index, case, ())  # an empty task keeps the order; nothing runs
                 continue
-            yield Task(index, case, todo)  # its reference is computed when the answer is judged
+            # its reference is computed when the answer is judged
+            yield Task(index, case, tuple(call for call in todo if unsupported(case, call) is None))
 
     for outcome in pool.run(tasks()):
         task = outcome.task
@@ -178,21 +184,18 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
                                     Observation(), (), spec, manifest, info), None
             summary.cases += 1
             continue
-        expected_by_part: dict[str, object] = {}  # computed while the worker is already on the next cases
-        for call in task.calls:
+        expectations = CaseExpectations(case)  # computed while the worker is already on the next cases
+        for call in calls_of(case):
             api_name, device, part = call
-            if part not in expected_by_part:
-                expected_by_part[part] = expected_for(case, spec, part)
-            expected = expected_by_part[part]
-            if outcome.failure is not None:
+            expected = expectations.get(spec, part)
+            reason = unsupported(case, call)
+            if outcome.failure is not None and reason is None:
                 observed = Observation()
                 judgement = Judgement(outcome.failure, outcome.failure_message, cause="harness.isolation")
             else:
-                api = adapter.api(api_name)
-                reason = adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, part)
                 observed = Observation(unsupported=reason) if reason else outcome.observations[call]
-                judgement = _judge(case, part, expected, observed, spec)
-            documented_by = (ledger.documented(api_name, observed, lambda s: expected_for(case, s, part))
+                judgement = _judge(case, part, expected, observed, spec, expectations)
+            documented_by = (ledger.documented(api_name, observed, lambda s: expectations.get(s, part))
                              if judgement.verdict.is_divergence and outcome.failure is None else ())
             result = _result(case, Target(adapter.name, api_name, device), part, expected, judgement, observed,
                              documented_by, spec, manifest, info)
@@ -205,6 +208,21 @@ def expected_for(case: Case, spec: Spec, part: str):
     return expected_forward(case, spec) if part == "forward" else expected_grad(case, spec, part)
 
 
+class CaseExpectations:
+    """One case's expectations, each computed once per (spec, part): every API and device of the
+    case shares them, and so do the explanations and profiles that ask for alternative specs."""
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self._memo: dict[tuple[str, str], object] = {}
+
+    def get(self, spec: Spec, part: str):
+        key = (spec.hash, part)
+        if key not in self._memo:
+            self._memo[key] = expected_for(self.case, spec, part)
+        return self._memo[key]
+
+
 def _detail(case: Case, expected, observed: Observation) -> dict:
     """What the HTML report shows when a divergence is expanded."""
     return {"params": vars(case.params), "dtype": str(case.dtype), "layout": case.layout,
@@ -215,10 +233,11 @@ def _detail(case: Case, expected, observed: Observation) -> dict:
             "raised": f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None}
 
 
-def _judge(case: Case, part: str, expected, observed: Observation, spec: Spec) -> Judgement:
+def _judge(case: Case, part: str, expected, observed: Observation, spec: Spec,
+           expectations: CaseExpectations) -> Judgement:
     judgement = classify(expected, observed, spec)
     if judgement.verdict.is_divergence:
-        behaves_as = explain(case, observed, spec, part)
+        behaves_as = explain(case, observed, spec, part, expect=lambda s: expectations.get(s, part))
         if behaves_as:
             return Judgement(judgement.verdict, f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
                              judgement.max_abs_err, judgement.bound,

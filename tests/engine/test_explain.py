@@ -1,0 +1,76 @@
+"""explain tries only the alternatives whose choice points touch a case; that must lose nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from conformance.cases.generate import DEFAULT_SEED, generate_cases
+from conformance.explain import alternatives, explain, touched_paths, with_alternatives
+from conformance.model import Observation
+from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_grad
+
+
+def _expect(case, spec, part):
+    return expected_forward(case, spec) if part == "forward" else expected_grad(case, spec, part)
+
+
+def _same(a, b) -> bool:
+    if (a.error_id, a.result_dtype, a.shape) != (b.error_id, b.result_dtype, b.shape):
+        return False
+    if a.value is None or b.value is None:
+        return a.value is None and b.value is None
+    return (np.array_equal(a.value, b.value, equal_nan=True)
+            and np.array_equal(a.bound, b.bound, equal_nan=True))
+
+
+@pytest.fixture(scope="module")
+def suite(spec):
+    return list(generate_cases(spec, DEFAULT_SEED))
+
+
+@pytest.mark.parametrize("part", ["forward", "grad_input", "grad_target", "grad2_input"])
+def test_an_untouched_alternative_never_changes_an_expectation(spec, suite, part):
+    """The `touches` tests may say yes too often, never too seldom (every default case, every alternative)."""
+    alt_specs = [(alt, with_alternatives(spec, (alt,))) for alt in alternatives(spec)]
+    checked = 0
+    for case in suite:
+        if part not in case.parts:
+            continue
+        touched = touched_paths(case)
+        canonical = _expect(case, spec, part)
+        for alt, alt_spec in alt_specs:
+            if alt.path not in touched:
+                assert _same(_expect(case, alt_spec, part), canonical), f"{case.id} {part}: {alt} changes it"
+                checked += 1
+    assert checked > 1000
+
+
+def test_touched_paths_follow_the_values_after_rounding(spec, suite):
+    """A float16 target of 1e-9 rounds to 0: the zero-target conventions touch it."""
+    case = next(c for c in suite if c.dtype.target == "float16" and not c.params.log_target
+                and c.input.shape == c.target.shape and c.params.reduction == "none")
+    tiny = dataclasses.replace(case, target=np.full(case.target.shape, 1e-9))
+    half = dataclasses.replace(case, target=np.full(case.target.shape, 0.5))
+    assert "pointwise.conventions.target_zero.choice" in touched_paths(tiny)
+    assert "pointwise.conventions.target_zero.choice" not in touched_paths(half)
+
+
+def test_explain_finds_each_alternative_it_can_tell_apart(spec, suite):
+    """An observation computed under an alternative is explained by a set under which it passes."""
+    found = 0
+    for alt in alternatives(spec):
+        alt_spec = with_alternatives(spec, (alt,))
+        for case in suite:
+            canonical, under_alt = expected_forward(case, spec), expected_forward(case, alt_spec)
+            if under_alt.error_id is not None or canonical.error_id is not None or _same(canonical, under_alt):
+                continue
+            observed = Observation(value=under_alt.value, dtype=under_alt.result_dtype, shape=under_alt.shape)
+            behaves_as = explain(case, observed, spec)
+            assert behaves_as is not None, f"{case.id}: {alt} not found"
+            found += 1
+            break
+    assert found >= 5
