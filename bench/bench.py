@@ -9,7 +9,9 @@ Run inside one framework's environment (tox -m bench runs all three):
     framework's autograd (those build their own tensors with requires_grad); the floor.
 (b) harness: `run_conformance` on the same cases end to end (worker process,
     conversion, reference, comparison, explanation, results file), measured both
-    in total and after its worker has started (the framework's import is paid once).
+    in total and after its worker has started (the framework's import is paid once);
+    cold (every expectation computed) and warm (expectations from the reference
+    cache, as for the second framework of a matrix or the next CI run).
 Also the float64 reference on 16M elements against a plain NumPy elementwise pass
 over the same arrays. Prints one line per figure; no figure is asserted.
 """
@@ -21,6 +23,7 @@ import resource
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -64,7 +67,7 @@ def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, in
     return best, calls
 
 
-def harness(framework: str, cases: list[Case], spec) -> tuple[float, float, int]:
+def harness(framework: str, cases: list[Case], spec, cache_dir: Path | None) -> tuple[float, float, int]:
     """Seconds for a whole run, seconds after the worker was up, and results written."""
     with tempfile.TemporaryDirectory() as out:
         started = {}
@@ -72,7 +75,8 @@ def harness(framework: str, cases: list[Case], spec) -> tuple[float, float, int]
 
         def first_result(case, result):
             started.setdefault("t", time.perf_counter())
-        summary = run_conformance(spec, framework, cases, out, RunOptions(devices=("cpu",)), on_result=first_result)
+        summary = run_conformance(spec, framework, cases, out, RunOptions(devices=("cpu",), cache_dir=cache_dir),
+                                  on_result=first_result)
         total = time.perf_counter() - start
     steady = total - (started.get("t", start) - start)
     return total, steady, sum(summary.counts.values())
@@ -113,15 +117,21 @@ def main(argv=None) -> int:
     spec = load_spec()
     cases = list(generate_cases(spec, DEFAULT_SEED))
     bare_s, calls = bare_loop(args.framework, cases, args.repeat)
-    total_s, steady_s, results = harness(args.framework, cases, spec)
+    total_s, steady_s, results = harness(args.framework, cases, spec, cache_dir=None)
+    with tempfile.TemporaryDirectory() as cache_dir:
+        harness(args.framework, cases, spec, Path(cache_dir))  # fills the cache, as another framework's run would
+        warm_total_s, warm_steady_s, _ = harness(args.framework, cases, spec, Path(cache_dir))
     ref_s, plain_s = reference_vs_numpy(args.reference_elements, args.repeat)
     own, children = peak_rss_mb()
     print(f"framework            {args.framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
     print(f"default suite        {len(cases)} cases, {calls} runnable calls (forward and gradients), {results} results")
     print(f"(a) bare loop        {bare_s:.3f} s  ({1e6 * bare_s / max(calls, 1):.1f} us per call)")
-    print(f"(b) harness          {total_s:.3f} s total, {steady_s:.3f} s after the worker started "
-          f"({results / total_s:,.0f} results/s)")
-    print(f"ratio b/a            {total_s / bare_s:.1f} total, {steady_s / bare_s:.1f} after start")
+    print(f"(b) harness, cold    {total_s:.3f} s total, {steady_s:.3f} s after the worker started "
+          f"({results / total_s:,.0f} results/s); no reference cache")
+    print(f"(b) harness, warm    {warm_total_s:.3f} s total, {warm_steady_s:.3f} s after the worker started "
+          f"({results / warm_total_s:,.0f} results/s); expectations from the reference cache")
+    print(f"ratio b/a, cold      {total_s / bare_s:.1f} total, {steady_s / bare_s:.1f} after start")
+    print(f"ratio b/a, warm      {warm_total_s / bare_s:.1f} total, {warm_steady_s / bare_s:.1f} after start")
     print(f"reference 16M        {ref_s:.3f} s vs plain numpy {plain_s:.3f} s: ratio {ref_s / plain_s:.1f}")
     print(f"peak RSS             {own:.0f} MB harness process, {children:.0f} MB worker")
     return 0

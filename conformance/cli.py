@@ -21,6 +21,7 @@ from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.errors import ConformanceError, UsageError
 from conformance.model import Case, Result, Spec
+from conformance.refcache import default_cache_dir
 from conformance.report.merge import iter_rows, load_manifests, merge_runs, write_report
 from conformance.runner import DEFAULT_MEMORY_BUDGET_MB, DEFAULT_TIMEOUT_S, RunOptions, run_conformance
 from conformance.specload import load_spec
@@ -72,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue an interrupted run in --out: skip every result already written")
     run.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
                      help=f"time limit of one case; past it the verdict is timeout (default {DEFAULT_TIMEOUT_S:g})")
+    run.add_argument("--cache-dir", metavar="DIR",
+                     help="where computed expectations are kept for later runs and other frameworks "
+                          "(default $KL_CACHE_DIR, else ~/.cache/kl-conformance)")
+    run.add_argument("--no-cache", action="store_true", help="compute every expectation; read and write no cache")
     run.add_argument("--memory-budget-mb", type=float, default=DEFAULT_MEMORY_BUDGET_MB,
                      help=f"refuse a case estimated to need more memory (default {DEFAULT_MEMORY_BUDGET_MB:g})")
     add_case_options(run)
@@ -189,7 +194,8 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
                 "only": args.only, "command": " ".join(sys.argv)}
     options = RunOptions(apis=args.api, devices=args.device, parts=args.part, timeout_s=args.timeout_s,
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume,
-                         profiles_dir=Path(args.profiles) if args.profiles else None)
+                         profiles_dir=Path(args.profiles) if args.profiles else None,
+                         cache_dir=None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir())
     summary = run_conformance(
         spec, args.framework, select_cases(spec, args), args.out, options, run_info=run_info,
         progress=progress, on_result=_progress_and_details(progress, show_details),

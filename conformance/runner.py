@@ -9,6 +9,7 @@ calls the framework. A crash or a timeout costs one case; --resume skips every
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import sys
 import time
@@ -25,6 +26,7 @@ from conformance.errors import ResultsError, UsageError
 from conformance.explain import explain
 from conformance.model import Case, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.profiles import DeviationLedger
+from conformance.refcache import ReferenceCache
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 from conformance.results import (RESULTS_FILE, ResultsWriter, array_detail, iter_results, prepare_out_dir,
@@ -63,6 +65,7 @@ class RunOptions:
     memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
     resume: bool = False
     profiles_dir: Path | None = None
+    cache_dir: Path | None = None  # the reference cache (refcache.py); None computes every expectation
 
 
 def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],
@@ -113,6 +116,7 @@ def run_conformance(
                 "harness_version": conformance.__version__, **provenance(), **(run_info or {})}
     manifest["case_files_kept"] = _keep_case_files(out, manifest.get("case_files", []))
     pool = WorkerPool(framework, timeout_s=options.timeout_s)
+    cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
     try:
         try:
             info = pool.start()
@@ -127,7 +131,8 @@ def run_conformance(
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         write_manifest(out, manifest)
         with ResultsWriter(out, append=options.resume) as writer:
-            rows = _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary)
+            rows = _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary,
+                                cache)
             for case, result, detail in rows:
                 writer.write(result, detail)
                 summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
@@ -136,6 +141,11 @@ def run_conformance(
         summary.restarts = pool.restarts
     finally:
         pool.close()
+        if cache is not None:
+            cache.close()
+    if cache is not None:
+        manifest["reference_cache"] = {"dir": str(options.cache_dir), "hits": cache.hits, "misses": cache.misses,
+                                       **({"problem": cache.problem} if cache.problem else {})}
     write_manifest(out, {**manifest, "status": "complete", "cases": summary.cases + summary.skipped, "counts": summary.counts,
                          "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     if progress is not None:
@@ -143,7 +153,7 @@ def run_conformance(
     return summary
 
 
-def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary
+def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary, cache
                  ) -> Iterator[tuple[Case, Result, dict | None]]:
     """Send runnable cases to the worker, and judge each answer against the reference."""
     refused: dict[int, tuple[Case, str]] = {}
@@ -184,18 +194,18 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
                                     Observation(), (), spec, manifest, info), None
             summary.cases += 1
             continue
-        expectations = CaseExpectations(case)  # computed while the worker is already on the next cases
+        judge = CaseJudge(case, spec, cache)  # works while the worker is already on the next cases
         for call in calls_of(case):
             api_name, device, part = call
-            expected = expectations.get(spec, part)
+            expected = judge.expected(spec, part)
             reason = unsupported(case, call)
             if outcome.failure is not None and reason is None:
                 observed = Observation()
                 judgement = Judgement(outcome.failure, outcome.failure_message, cause="harness.isolation")
             else:
                 observed = Observation(unsupported=reason) if reason else outcome.observations[call]
-                judgement = _judge(case, part, expected, observed, spec, expectations)
-            documented_by = (ledger.documented(api_name, observed, lambda s: expectations.get(s, part))
+                judgement = judge.judgement(part, observed)
+            documented_by = (ledger.documented(api_name, observed, lambda s: judge.expected(s, part))
                              if judgement.verdict.is_divergence and outcome.failure is None else ())
             result = _result(case, Target(adapter.name, api_name, device), part, expected, judgement, observed,
                              documented_by, spec, manifest, info)
@@ -208,19 +218,54 @@ def expected_for(case: Case, spec: Spec, part: str):
     return expected_forward(case, spec) if part == "forward" else expected_grad(case, spec, part)
 
 
-class CaseExpectations:
-    """One case's expectations, each computed once per (spec, part): every API and device of the
-    case shares them, and so do the explanations and profiles that ask for alternative specs."""
+class CaseJudge:
+    """Judges one case's observations. Each expectation is computed once per (spec, part): every
+    API and device of the case shares it, and so do the explanations and profiles that ask for
+    alternative specs. Identical observations of one part (often every API of a framework) are
+    judged once."""
 
-    def __init__(self, case: Case) -> None:
-        self.case = case
-        self._memo: dict[tuple[str, str], object] = {}
+    def __init__(self, case: Case, spec: Spec, cache: ReferenceCache | None = None) -> None:
+        self.case, self.spec, self.cache = case, spec, cache
+        self._expected: dict[tuple[str, str], object] = {}
+        self._judged: dict[tuple, Judgement] = {}
 
-    def get(self, spec: Spec, part: str):
+    def expected(self, spec: Spec, part: str):
         key = (spec.hash, part)
-        if key not in self._memo:
-            self._memo[key] = expected_for(self.case, spec, part)
-        return self._memo[key]
+        if key not in self._expected:
+            found = self.cache.get(self.case, spec, part) if self.cache is not None else None
+            if found is None:
+                found = expected_for(self.case, spec, part)
+                if self.cache is not None:
+                    self.cache.put(self.case, spec, part, found)
+            self._expected[key] = found
+        return self._expected[key]
+
+    def judgement(self, part: str, observed: Observation) -> Judgement:
+        key = (part, *observation_key(observed))
+        if key not in self._judged:
+            self._judged[key] = self._judge(part, observed)
+        return self._judged[key]
+
+    def _judge(self, part: str, observed: Observation) -> Judgement:
+        judgement = classify(self.expected(self.spec, part), observed, self.spec)
+        if judgement.verdict.is_divergence:
+            behaves_as = explain(self.case, observed, self.spec, part, expect=lambda s: self.expected(s, part))
+            if behaves_as:
+                return Judgement(judgement.verdict,
+                                 f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
+                                 judgement.max_abs_err, judgement.bound,
+                                 " + ".join(a.path.removesuffix(".choice") for a in behaves_as),
+                                 judgement.missing_warnings)
+        return judgement
+
+
+def observation_key(observed: Observation) -> tuple:
+    """Everything a verdict reads from an observation, as a hashable key (the value by digest)."""
+    value = observed.value
+    digest = None if value is None else (value.shape, value.dtype.str,
+                                          hashlib.blake2b(np.ascontiguousarray(value).view(np.uint8)).digest())
+    return (digest, observed.dtype, observed.shape, observed.exception_type, observed.exception_message,
+            observed.warnings, observed.unsupported)
 
 
 def _detail(case: Case, expected, observed: Observation) -> dict:
@@ -231,18 +276,6 @@ def _detail(case: Case, expected, observed: Observation) -> dict:
             "expected_error": expected.error_type if expected is not None else None,
             "got": array_detail(observed.value),
             "raised": f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None}
-
-
-def _judge(case: Case, part: str, expected, observed: Observation, spec: Spec,
-           expectations: CaseExpectations) -> Judgement:
-    judgement = classify(expected, observed, spec)
-    if judgement.verdict.is_divergence:
-        behaves_as = explain(case, observed, spec, part, expect=lambda s: expectations.get(s, part))
-        if behaves_as:
-            return Judgement(judgement.verdict, f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
-                             judgement.max_abs_err, judgement.bound,
-                             " + ".join(a.path.removesuffix(".choice") for a in behaves_as), judgement.missing_warnings)
-    return judgement
 
 
 def _result(case, target, part, expected, judgement, observed, documented_by, spec, manifest, info) -> Result:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -35,3 +36,17 @@ def spec():
     from conformance.specload import load_spec
 
     return load_spec()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def reference_cache_dir(tmp_path_factory):
+    """CLI runs in tests keep their reference cache in the session's temporary directory, not ~/.cache."""
+    from conformance.refcache import ENV_DIR
+
+    saved = os.environ.get(ENV_DIR)
+    os.environ[ENV_DIR] = str(tmp_path_factory.mktemp("kl-cache"))
+    yield os.environ[ENV_DIR]
+    if saved is None:
+        os.environ.pop(ENV_DIR, None)
+    else:
+        os.environ[ENV_DIR] = saved

@@ -127,14 +127,18 @@ def test_merged_report_equals_combined_run(default_run, tmp_path):
 
 
 def test_same_seed_same_results_apart_from_timing(default_run, tmp_path):
+    """Three runs: without the reference cache, filling a new one, and reading from it."""
     framework, _ = default_run
-    rows = []
-    for name in ("one", "two"):
+    rows, caches = [], []
+    for name, cache_options in (("none", ["--no-cache"]), ("cold", ["--cache-dir", str(tmp_path / "cache")]),
+                                ("warm", ["--cache-dir", str(tmp_path / "cache")])):
         assert main(["run", "--framework", framework, "--only", "fwd/sum/*", "--out", str(tmp_path / name),
-                     "--no-progress"]) == 0
+                     "--no-progress", *cache_options]) == 0
         lines = (tmp_path / name / "results.jsonl").read_text().splitlines()
         rows.append([{k: v for k, v in json.loads(line).items() if k != "elapsed_s"} for line in lines])
-    assert rows[0] == rows[1] and len(rows[0]) > 20
+        caches.append(json.loads((tmp_path / name / "run.json").read_text()).get("reference_cache"))
+    assert rows[0] == rows[1] == rows[2] and len(rows[0]) > 20
+    assert caches[0] is None and caches[1]["hits"] == 0 and caches[2]["misses"] == 0 and caches[2]["hits"] > 0
 
 
 def test_every_profile_deviation_documents_something(default_run, spec):

@@ -25,6 +25,7 @@ ALLOWED = {
               "conformance.reference.rounding"},
     "adapters": {"conformance.model", "conformance.errors", "conformance.adapters"},
     "conformance/compare.py": {"conformance.model"},
+    "conformance/refcache.py": {"conformance.model"},
     "conformance/results.py": {"conformance.model", "conformance.errors"},
     "conformance/report": {"conformance.model", "conformance.results", "conformance.errors", "conformance.report"},
 }
