@@ -99,6 +99,8 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec) -> tup
     """Pointwise loss in extended precision, |term_1| + |term_2| for the bound, and the rule map.
 
     spec: pointwise.log_target_false / log_target_true, pointwise.conventions.
+    Only the loss needs extended precision: the masks are read off the float64 inputs
+    (which convert exactly), and the magnitude, which only scales the bound, is float64.
     """
     xw, tw = x.astype(WIDE), t.astype(WIDE)
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
@@ -106,71 +108,77 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec) -> tup
         if log_target:
             p = np.exp(tw)
             loss = p * (tw - xw)  # the limit form: spec pointwise.conventions.infinities = limit
-            magnitude = np.abs(p * tw) + np.abs(p * xw)
+            p64 = np.exp(t)
+            magnitude = np.abs(p64 * t) + np.abs(p64 * x)
         else:
             log_t = np.log(tw)
             loss = tw * (log_t - xw)
-            magnitude = np.abs(tw * log_t) + np.abs(tw * xw)
-            _refine_cancellation(loss, log_t, xw, tw)
-    loss, magnitude = np.asarray(loss, dtype=WIDE), np.asarray(magnitude, dtype=WIDE)  # 0-d stays an array
-    nan_in = np.isnan(xw) | np.isnan(tw)
-    inf_in = (np.isinf(xw) | np.isinf(tw)) & ~nan_in
+            log_t64 = np.log(t)
+            magnitude = np.abs(t * log_t64) + np.abs(t * x)
+            _refine_cancellation(loss, log_t64, x, t)
+    loss, magnitude = np.asarray(loss, dtype=WIDE), np.asarray(magnitude, dtype=np.float64)  # 0-d stays an array
+    nan_in = np.isnan(x) | np.isnan(t)
+    special = ~np.isfinite(x) | ~np.isfinite(t) | (t <= 0) if not log_target else ~np.isfinite(x) | ~np.isfinite(t)
+    if not special.any():
+        return loss, magnitude, rule_map  # no convention applies: the formula everywhere
+    inf_in = (np.isinf(x) | np.isinf(t)) & ~nan_in
 
     # spec: pointwise.conventions.infinities
     rule_map[inf_in] = INFINITIES
     if not log_target and spec.convention("infinities") == "xlogy":
         with np.errstate(all="ignore"):
             xlogy = np.where(tw == 0, WIDE(0), tw * np.log(tw)) - tw * xw
-        loss = np.where(inf_in & (tw > 0), xlogy, loss)
+        loss = np.where(inf_in & (t > 0), xlogy, loss)
 
     if log_target:
         # spec: pointwise.conventions.log_target_neg_inf
-        mask = (tw == -np.inf) & ~nan_in
+        mask = (t == -np.inf) & ~nan_in
         rule_map[mask] = LOG_TARGET_NEG_INF
         loss[mask] = 0 if spec.convention("log_target_neg_inf") == "zero" else np.nan
     else:
         # spec: pointwise.conventions.target_zero
-        mask = (tw == 0) & ~nan_in
+        mask = (t == 0) & ~nan_in
         rule_map[mask] = TARGET_ZERO
         if spec.convention("target_zero") == "zero":
             loss[mask] = 0
         else:  # ieee: xlogy(0, 0) - 0 * x
-            loss[mask] = np.where(np.isinf(xw[mask]), np.nan, 0)
+            loss[mask] = np.where(np.isinf(x[mask]), np.nan, 0)
         # spec: pointwise.conventions.target_negative
-        mask = (tw < 0) & ~nan_in
+        mask = (t < 0) & ~nan_in
         rule_map[mask] = TARGET_NEGATIVE
         loss[mask] = np.nan if spec.convention("target_negative") == "nan" else 0
     magnitude[rule_map != FORMULA] = 0  # convention values are exact: no rounding error to allow
 
     # spec: pointwise.conventions.nan_propagation (always last)
     if not log_target and spec.convention("nan_propagation") == "masked_by_zero_target":
-        nan_in = nan_in & ~((tw == 0) & ~np.isnan(tw))
-        loss[(tw == 0) & np.isnan(xw)] = 0
+        nan_in = nan_in & ~((t == 0) & ~np.isnan(t))
+        loss[(t == 0) & np.isnan(x)] = 0
     rule_map[nan_in] = NAN_PROPAGATION
     loss[nan_in] = np.nan
     return loss, magnitude, rule_map
 
 
-def _refine_cancellation(loss: np.ndarray, log_t: np.ndarray, xw: np.ndarray, tw: np.ndarray) -> None:
+def _refine_cancellation(loss: np.ndarray, log_t: np.ndarray, x: np.ndarray, t: np.ndarray) -> None:
     """Recompute, in 40-digit decimal arithmetic, the terms where log(t) - x cancels.
 
     Extended precision leaves log(t) - x with a relative error of about
     kappa * 2**-64, kappa = |log t| / |log t - x|; past kappa = 2**10 that is no
     longer within 1 ulp of float64. Such elements (q == p up to rounding) are
-    recomputed exactly enough with the standard library's decimal module.
+    recomputed exactly enough with the standard library's decimal module. kappa
+    only selects elements, so the float64 `log_t` is precise enough for it.
     """
     with np.errstate(all="ignore"):
-        kappa = np.abs(log_t) / np.abs(log_t - xw)
-    ill = (kappa > 2.0**10) & np.isfinite(log_t) & np.isfinite(xw) & (tw > 0)
+        ill = np.abs(log_t) > 2.0**10 * np.abs(log_t - x)
+    ill &= np.isfinite(log_t) & np.isfinite(x) & (t > 0)
     if not ill.any():
         return
     flat_loss = loss.reshape(-1)  # a view: `loss` is a fresh array, possibly 0-d
-    flat_t, flat_x = np.asarray(tw).reshape(-1), np.asarray(xw).reshape(-1)
+    flat_t, flat_x = np.asarray(t).reshape(-1), np.asarray(x).reshape(-1)
     with decimal.localcontext() as ctx:
         ctx.prec = 40
         for i in np.flatnonzero(ill):
-            t = decimal.Decimal(float(flat_t[i]))
-            flat_loss[i] = WIDE(float(t * (t.ln() - decimal.Decimal(float(flat_x[i])))))
+            t_i = decimal.Decimal(float(flat_t[i]))
+            flat_loss[i] = WIDE(float(t_i * (t_i.ln() - decimal.Decimal(float(flat_x[i])))))
 
 
 def reduction_divisor(reduction: str, n: int, input_shape: tuple[int, ...], shape: tuple[int, ...], spec: Spec) -> int:
