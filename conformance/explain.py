@@ -115,10 +115,10 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
     if observed.raised and expect(spec).error_id is not None:
         return None  # an error was due anyway: only its type differs, which no choice explains
     touched = touched_paths(case)
-    for alts, alt_spec in _candidate_sets(spec, max_combined):
+    for alts in _candidate_sets(spec, max_combined):
         if not all(a.path in touched for a in alts):
             continue
-        expected = expect(alt_spec)
+        expected = expect(_alternative_spec(spec, alts))
         if observed.raised:
             if expected.error_id is not None:
                 return alts
@@ -127,19 +127,27 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
     return None
 
 
-def _candidate_sets(spec: Spec, max_combined: int) -> Iterator[tuple[tuple[Alternative, ...], Spec]]:
-    """Each set of alternatives with its modified spec, smallest sets first (built once per spec)."""
+def _candidate_sets(spec: Spec, max_combined: int) -> list[tuple[Alternative, ...]]:
+    """Each set of alternatives, smallest sets first (listed once per spec)."""
     key = (spec.hash, max_combined)
     if key not in _CANDIDATES:
         singles = alternatives(spec)
-        _CANDIDATES[key] = [(combo, with_alternatives(spec, combo))
-                            for size in range(1, max_combined + 1)
+        _CANDIDATES[key] = [combo for size in range(1, max_combined + 1)
                             for combo in itertools.combinations(singles, size)
                             if len({a.path for a in combo}) == size]
-    return iter(_CANDIDATES[key])
+    return _CANDIDATES[key]
 
 
-_CANDIDATES: dict[tuple[str, int], list[tuple[tuple[Alternative, ...], Spec]]] = {}
+def _alternative_spec(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
+    """`with_alternatives`, built the first time a case needs it."""
+    key = (spec.hash, alts)
+    if key not in _ALTERNATIVE_SPECS:
+        _ALTERNATIVE_SPECS[key] = with_alternatives(spec, alts)
+    return _ALTERNATIVE_SPECS[key]
+
+
+_CANDIDATES: dict[tuple[str, int], list[tuple[Alternative, ...]]] = {}
+_ALTERNATIVE_SPECS: dict[tuple[str, tuple[Alternative, ...]], Spec] = {}
 
 
 def get_path(data, dotted: str):
