@@ -78,7 +78,7 @@ def _judge(expected: Expected, observed: Observation) -> Judgement:
 
     got = np.asarray(observed.value, dtype=np.float64)
     want, bound = expected.value, expected.bound
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         err = np.abs(got - want)
         if got.size and (err <= bound).all():  # the common case: finite and within bound everywhere (a NaN
             ratio = err / np.where(bound > 0, bound, np.finfo(np.float64).tiny)  # or inf fails <=)
@@ -93,7 +93,7 @@ def _judge(expected: Expected, observed: Observation) -> Judgement:
         return Judgement(Verdict.NONFINITE, message, cause=_cause(expected, pattern_differs))
 
     finite = np.isfinite(want)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         err = np.where(finite, np.abs(got - want), 0.0)
         ratio = np.where(finite, err / np.where(bound > 0, bound, np.finfo(np.float64).tiny), 0.0)
     if got.size == 0:
