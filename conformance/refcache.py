@@ -8,17 +8,20 @@ has its own entries), the part, and the case's content (parameters, dtypes and t
 bytes of its values; not its id, which a user file may reuse). A hit is therefore
 exactly what the reference would compute, and any change misses.
 
-One SQLite file per reference build: opening the cache removes the files of other
+Entries are a JSON header plus raw array bytes, never pickles: a cache file is data,
+and reading it runs no code. One SQLite file per reference build: opening the cache removes the files of other
 builds, so it does not grow with every edit. Concurrent runs (tox -p) share it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.util
 import os
-import pickle
+import json
+import struct
 import sqlite3
 from pathlib import Path
 
@@ -29,6 +32,9 @@ from conformance.model import Case, Expected, Spec
 # Past this many elements a case's expectation is not stored: its framework calls cost
 # more than its reference, and the file would grow with the array.
 MAX_CACHED_ELEMENTS = 1 << 16
+# Past this size on disk no more entries are written (the default suite needs about 4 MB;
+# an exhaustive suite with several samples would otherwise grow the file to gigabytes).
+MAX_CACHE_BYTES = 512 * 2**20
 COMMIT_EVERY = 512
 ENV_DIR = "KL_CACHE_DIR"
 # The modules whose code decides an expectation (their source is part of the cache key).
@@ -76,6 +82,7 @@ class ReferenceCache:
     def __init__(self, directory: Path) -> None:
         self.problem: str | None = None
         self.hits = self.misses = 0
+        self.full = False
         self._pending: list[tuple[bytes, bytes]] = []
         self._db: sqlite3.Connection | None = None
         build = reference_build()
@@ -84,7 +91,8 @@ class ReferenceCache:
             for old in directory.glob("reference-*.sqlite*"):
                 if not old.name.startswith(f"reference-{build}.sqlite"):
                     old.unlink(missing_ok=True)
-            self._db = sqlite3.connect(directory / f"reference-{build}.sqlite", timeout=30, isolation_level=None)
+            self.path = directory / f"reference-{build}.sqlite"
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS expected (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
         except (OSError, sqlite3.Error) as exc:
@@ -101,13 +109,19 @@ class ReferenceCache:
         if row is None:
             self.misses += 1
             return None
+        try:
+            found = decode(row[0])
+        except (ValueError, TypeError, KeyError, struct.error) as exc:  # a damaged entry is a miss
+            self.problem = f"a damaged reference cache entry was recomputed: {exc}"
+            self.misses += 1
+            return None
         self.hits += 1
-        return pickle.loads(row[0])
+        return found
 
     def put(self, case: Case, spec: Spec, part: str, expected: Expected) -> None:
-        if self._db is None or _too_big(case):
+        if self._db is None or self.full or _too_big(case):
             return
-        self._pending.append((case_key(case, spec, part), pickle.dumps(expected, protocol=pickle.HIGHEST_PROTOCOL)))
+        self._pending.append((case_key(case, spec, part), encode(expected)))
         if len(self._pending) >= COMMIT_EVERY:
             self.flush()
 
@@ -122,6 +136,9 @@ class ReferenceCache:
         except sqlite3.Error as exc:
             self._disable(f"reference cache not written: {exc}")
         self._pending.clear()
+        if sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*")) > MAX_CACHE_BYTES:
+            self.full = True
+            self.problem = f"reference cache full ({MAX_CACHE_BYTES // 2**20} MB): later expectations not stored"
 
     def close(self) -> None:
         self.flush()
@@ -138,3 +155,47 @@ class ReferenceCache:
 
 def _too_big(case: Case) -> bool:
     return case.input.size + case.target.size > MAX_CACHED_ELEMENTS
+
+
+_ARRAY_FIELDS = ("value", "bound", "rule_map")
+_ARRAY_DTYPES = ("<f8", "|i1")  # float64 values and bounds, int8 rule codes
+
+
+def encode(expected: Expected) -> bytes:
+    """An Expected as a JSON header (its plain fields, and where each array lies) and the arrays' bytes."""
+    header, chunks, offset = {}, [], 0
+    for f in dataclasses.fields(expected):
+        value = getattr(expected, f.name)
+        if f.name in _ARRAY_FIELDS:
+            if value is None:
+                header[f.name] = None
+                continue
+            array = np.asarray(value)  # tobytes() writes C order; ascontiguousarray would make 0-d arrays 1-d
+            if array.dtype.str not in _ARRAY_DTYPES:
+                array = array.astype(np.float64)
+            header[f.name] = [array.dtype.str, list(array.shape), offset, array.nbytes]
+            chunks.append(array.tobytes())
+            offset += array.nbytes
+        else:
+            header[f.name] = list(value) if isinstance(value, tuple) else value
+    head = json.dumps(header).encode()
+    return struct.pack("<I", len(head)) + head + b"".join(chunks)
+
+
+def decode(blob: bytes) -> Expected:
+    """The Expected that `encode` wrote."""
+    (size,) = struct.unpack_from("<I", blob)
+    header = json.loads(blob[4:4 + size])
+    data = memoryview(blob)[4 + size:]
+    fields = {}
+    for f in dataclasses.fields(Expected):
+        value = header.get(f.name)
+        if f.name in _ARRAY_FIELDS and value is not None:
+            dtype, shape, offset, nbytes = value
+            if dtype not in _ARRAY_DTYPES:
+                raise ValueError(f"unexpected dtype {dtype!r} in a cache entry")
+            value = np.frombuffer(data[offset:offset + nbytes], dtype=dtype).reshape(shape).copy()
+        elif isinstance(value, list):
+            value = tuple(value)
+        fields[f.name] = value
+    return Expected(**fields)

@@ -95,3 +95,33 @@ def test_a_cache_that_is_not_a_database_is_reported_not_fatal(spec, suite, tmp_p
     assert cache.get(suite[0], spec, "forward") is None
     assert cache.problem and "not used" in cache.problem
     json.dumps(cache.problem)  # recorded in run.json
+
+
+def test_entries_are_data_not_pickles_and_damage_is_a_miss(spec, suite, tmp_path):
+    import sqlite3
+
+    case = suite[0]
+    cache = ReferenceCache(tmp_path)
+    cache.put(case, spec, "forward", _expect(case, spec, "forward"))
+    cache.close()
+    path = tmp_path / f"reference-{reference_build()}.sqlite"
+    with sqlite3.connect(path) as db:
+        (blob,) = db.execute("SELECT value FROM expected").fetchone()
+        assert not blob.startswith(b"\x80")  # no pickle protocol header
+        db.execute("UPDATE expected SET value = ?", (blob[:4] + b"{not json",))
+    damaged = ReferenceCache(tmp_path)
+    assert damaged.get(case, spec, "forward") is None and damaged.problem
+
+
+def test_a_full_cache_stops_growing(spec, suite, tmp_path, monkeypatch):
+    import conformance.refcache as refcache
+
+    monkeypatch.setattr(refcache, "MAX_CACHE_BYTES", 1)
+    cache = ReferenceCache(tmp_path)
+    first, second = suite[0], suite[1]
+    cache.put(first, spec, "forward", _expect(first, spec, "forward"))
+    cache.flush()
+    cache.put(second, spec, "forward", _expect(second, spec, "forward"))
+    cache.flush()
+    assert cache.full and "full" in cache.problem
+    assert cache.get(first, spec, "forward") is not None and cache.get(second, spec, "forward") is None
