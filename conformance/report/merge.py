@@ -22,6 +22,7 @@ from conformance.results import (DETAILS_FILE, RESULTS_FILE, iter_details, iter_
                                  write_rows_atomic)
 
 REPORT_FILE = "report.md"
+RUNS_FILE = "runs.json"
 
 
 def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) -> tuple[list[Path], list[dict[str, Any]]]:
@@ -41,10 +42,25 @@ def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) 
                               "reason": f"no results in {run_dir}: its environment did not produce a run"})
             continue
         present.append(run_dir)
+        if (run_dir / RUNS_FILE).is_file():  # a merged directory: the manifests of the runs it holds
+            manifests += read_runs(run_dir)
+            continue
         manifest = read_manifest(run_dir)
         if manifest:
             manifests.append(manifest)
     return present, manifests
+
+
+def read_runs(merged_dir: Path) -> list[dict[str, Any]]:
+    """The manifests a merge wrote into `merged_dir`/runs.json."""
+    path = merged_dir / RUNS_FILE
+    try:
+        runs = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ResultsError(f"unreadable list of runs ({exc})", file=str(path), fix="merge the runs again") from None
+    if not isinstance(runs, list) or not all(isinstance(m, dict) for m in runs):
+        raise ResultsError("not a list of run manifests", file=str(path), fix="merge the runs again")
+    return runs
 
 
 def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
@@ -92,7 +108,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     if out_dir.resolve() not in {p.resolve() for p in present}:
         write_rows_atomic(out_dir / RESULTS_FILE, iter_rows(present))
         write_atomic(out_dir / DETAILS_FILE, "".join(json.dumps(d) + "\n" for p in present for d in iter_details(p)))
-        write_atomic(out_dir / "runs.json", json.dumps(manifests, indent=2, sort_keys=True) + "\n")
+        write_atomic(out_dir / RUNS_FILE, json.dumps(manifests, indent=2, sort_keys=True) + "\n")
         return write_report(out_dir, [out_dir], baseline=baseline)
     return write_report(out_dir, run_dirs, allow_missing, baseline=baseline)
 

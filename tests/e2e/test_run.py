@@ -123,7 +123,10 @@ def test_merged_report_equals_combined_run(default_run, tmp_path):
     combined = list(iter_results(tmp_path / "a")) + list(iter_results(tmp_path / "b"))
     strip = lambda r: (r.case_id, r.api, r.device, r.verdict, r.message)
     assert sorted(map(strip, merged)) == sorted(map(strip, combined))
-    assert "## Summary" in (tmp_path / "merged" / "report.md").read_text()
+    report = (tmp_path / "merged" / "report.md").read_text()
+    assert "## Summary" in report
+    provenance = [line for line in report.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(provenance) == 2 and all(f"| {framework} |" in line and "| complete |" in line for line in provenance)
 
 
 def test_same_seed_same_results_apart_from_timing(default_run, tmp_path):
