@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from conformance.errors import ResultsError, UsageError
 from conformance.model import Result
@@ -131,11 +131,15 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
 
 def write_rows_atomic(path: Path, rows: Iterator[Result]) -> None:
     """Stream rows into a temporary file beside `path`, then rename it into place."""
+    write_lines_atomic(path, (row.to_json() + "\n" for row in rows))
+
+
+def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:
+    """Stream lines into a temporary file beside `path`, then rename it into place; memory stays flat."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(row.to_json() + "\n")
+            f.writelines(lines)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,20 +1,25 @@
 """Writes junit.xml: one testcase per case x framework x api x device x part, so CI shows results natively.
 
 An undocumented divergence is a failure (crash and timeout are errors); a documented
-divergence and an unsupported case are skipped, with the reason. Reads rows only.
+divergence and an unsupported case are skipped, with the reason. Reads rows only, once,
+and streams: each suite's testcases go to a temporary file while the rows are read, and
+the suites are then joined under their counts, so memory stays flat for a million rows.
 """
 
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
-from collections import defaultdict
-from typing import Iterable
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+from xml.sax.saxutils import escape, quoteattr
 
 from conformance.model import Result, Verdict
-
+from conformance.results import write_lines_atomic
 
 _NOT_XML = re.compile(r"[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd]")
+KINDS = ("failures", "errors", "skipped")
 
 
 def _text(s: str) -> str:
@@ -22,37 +27,60 @@ def _text(s: str) -> str:
     return _NOT_XML.sub("", s)
 
 
-def render_junit(rows: Iterable[Result]) -> str:
-    suites: dict[str, list[Result]] = defaultdict(list)
-    for r in rows:
-        suites[f"{r.framework}.{r.api}.{r.device}.{r.part}"].append(r)
-    root = ET.Element("testsuites", name="kl-conformance")
-    totals = defaultdict(int)
-    for name in sorted(suites):
-        members = suites[name]
-        counts = defaultdict(int)
-        suite = ET.SubElement(root, "testsuite", name=name)
-        for r in members:
-            case = ET.SubElement(suite, "testcase", classname=name, name=r.case_id, time=f"{r.elapsed_s:.6f}")
-            if r.verdict in (Verdict.CRASH, Verdict.TIMEOUT):
-                ET.SubElement(case, "error", type=r.verdict.value, message=_text(r.message[:500])).text = _text(r.message)
-                counts["errors"] += 1
-            elif r.verdict.is_divergence and not r.documented:
-                ET.SubElement(case, "failure", type=r.verdict.value, message=_text(r.message[:500])).text = \
-                    _text(f"{r.message}\ncause: {r.cause}")
-                counts["failures"] += 1
-            elif r.verdict.is_divergence:
-                ET.SubElement(case, "skipped", message=f"documented deviation: {', '.join(r.documented_by)}")
-                counts["skipped"] += 1
-            elif r.verdict is Verdict.UNSUPPORTED:
-                ET.SubElement(case, "skipped", message=_text(r.message[:500]))
-                counts["skipped"] += 1
-        suite.set("tests", str(len(members)))
-        for key in ("failures", "errors", "skipped"):
-            suite.set(key, str(counts[key]))
-            totals[key] += counts[key]
-        totals["tests"] += len(members)
-    for key in ("tests", "failures", "errors", "skipped"):
-        root.set(key, str(totals[key]))
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+def write_junit(path: Path, rows: Iterable[Result]) -> None:
+    """Write junit.xml for `rows` to `path` atomically."""
+    counts: dict[str, Counter] = defaultdict(Counter)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".junit-") as tmp:
+        files: dict[str, IO[str]] = {}
+        try:
+            for r in rows:
+                name = f"{r.framework}.{r.api}.{r.device}.{r.part}"
+                if name not in files:
+                    files[name] = open(Path(tmp) / f"{len(files)}.xml", "w+", encoding="utf-8")
+                element, kind = _testcase(name, r)
+                files[name].write(element)
+                counts[name]["tests"] += 1
+                counts[name][kind] += kind is not None
+            write_lines_atomic(path, _document(files, counts))
+        finally:
+            for f in files.values():
+                f.close()
+
+
+def _document(files: dict[str, IO[str]], counts: dict[str, Counter]) -> Iterator[str]:
+    totals = Counter()
+    for c in counts.values():
+        totals.update(c)
+    yield "<?xml version='1.0' encoding='utf-8'?>\n"
+    yield f"<testsuites name=\"kl-conformance\"{_counts(totals)}>\n"
+    for name in sorted(files):
+        yield f"  <testsuite name={quoteattr(name)}{_counts(counts[name])}>\n"
+        files[name].seek(0)
+        yield from files[name]
+        yield "  </testsuite>\n"
+    yield "</testsuites>\n"
+
+
+def _counts(c: Counter) -> str:
+    return "".join(f' {key}="{c[key]}"' for key in ("tests", *KINDS))
+
+
+def _testcase(suite: str, r: Result) -> tuple[str, str | None]:
+    """One <testcase> element, and which count it adds to (None for a pass)."""
+    head = f"    <testcase classname={quoteattr(suite)} name={quoteattr(_text(r.case_id))} time=\"{r.elapsed_s:.6f}\""
+    if r.verdict in (Verdict.CRASH, Verdict.TIMEOUT):
+        child, kind = _child("error", r.verdict.value, r.message[:500], r.message), "errors"
+    elif r.verdict.is_divergence and not r.documented:
+        child, kind = _child("failure", r.verdict.value, r.message[:500], f"{r.message}\ncause: {r.cause}"), "failures"
+    elif r.verdict.is_divergence:
+        reason = "documented deviation: " + ", ".join(r.documented_by)
+        child, kind = f"<skipped message={quoteattr(reason)} />", "skipped"
+    elif r.verdict is Verdict.UNSUPPORTED:
+        child, kind = f"<skipped message={quoteattr(_text(r.message[:500]))} />", "skipped"
+    else:
+        return head + " />\n", None
+    return f"{head}>\n      {child}\n    </testcase>\n", kind
+
+
+def _child(tag: str, kind: str, message: str, text: str) -> str:
+    return f"<{tag} type={quoteattr(kind)} message={quoteattr(_text(message))}>{escape(_text(text))}</{tag}>"

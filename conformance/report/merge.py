@@ -14,12 +14,12 @@ from conformance.errors import ResultsError
 from conformance.model import Result
 from conformance.report.baseline import compare, render_baseline_markdown
 from conformance.report.html import render_html
-from conformance.report.junit import render_junit
+from conformance.report.junit import write_junit
 from conformance.report.markdown import render_markdown
 from conformance.report.summary import render_summary
 from conformance.report.tally import Tally
 from conformance.results import (DETAILS_FILE, RESULTS_FILE, iter_details, iter_results, read_manifest, write_atomic,
-                                 write_rows_atomic)
+                                 write_lines_atomic, write_rows_atomic)
 
 REPORT_FILE = "report.md"
 RUNS_FILE = "runs.json"
@@ -87,7 +87,7 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
     tally = Tally(iter_rows(present))
-    write_atomic(out_dir / "junit.xml", render_junit(iter_rows(present)))
+    write_junit(out_dir / "junit.xml", iter_rows(present))
     write_atomic(out_dir / "summary.json", render_summary(tally, manifests))
     details = (d for run_dir in present for d in iter_details(run_dir))
     write_atomic(out_dir / "report.html", render_html(tally, manifests, details))
@@ -107,7 +107,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     present, manifests = load_manifests(run_dirs, allow_missing)
     if out_dir.resolve() not in {p.resolve() for p in present}:
         write_rows_atomic(out_dir / RESULTS_FILE, iter_rows(present))
-        write_atomic(out_dir / DETAILS_FILE, "".join(json.dumps(d) + "\n" for p in present for d in iter_details(p)))
+        write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)))
         write_atomic(out_dir / RUNS_FILE, json.dumps(manifests, indent=2, sort_keys=True) + "\n")
         return write_report(out_dir, [out_dir], baseline=baseline)
     return write_report(out_dir, run_dirs, allow_missing, baseline=baseline)
