@@ -6,12 +6,16 @@ Run inside one framework's environment (tox -m bench runs all three):
 
 (a) bare: the framework API called on exactly the default suite's inputs, already
     converted, every API on cpu, in one process, plus each gradient part through the
-    framework's autograd (those build their own tensors with requires_grad); the floor.
+    framework's autograd (those build their own tensors with requires_grad), each result
+    read back to NumPy: a call has not computed anything until its result can be read
+    (OneFlow runs ops asynchronously; reading is what waits for them). The floor.
 (b) harness: `run_conformance` on the same cases end to end (worker process,
     conversion, reference, comparison, explanation, results file), measured both
     in total and after its worker has started (the framework's import is paid once);
     cold (every expectation computed) and warm (expectations from the reference
     cache, as for the second framework of a matrix or the next CI run).
+(a') observed: the same calls through `Adapter.run` in one process, i.e. (a) plus what
+    recording a result needs (input conversion, warnings, exceptions as data).
 Also the float64 reference on 16M elements against a plain NumPy elementwise pass
 over the same arrays. Prints one line per figure; no figure is asserted.
 """
@@ -55,16 +59,32 @@ def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, in
         for case, inputs, apis, grads in prepared:
             for api in apis:
                 try:
-                    adapter.invoke(case, api, inputs)
+                    adapter.to_numpy(adapter.invoke(case, api, inputs))
                 except Exception:
                     pass
             for api, part in grads:
                 try:
-                    adapter.gradient(case, api, "cpu", part)
+                    adapter.to_numpy(adapter.gradient(case, api, "cpu", part))
                 except Exception:
                     pass
         best = min(best, time.perf_counter() - start)
     return best, calls
+
+
+def observed_loop(framework: str, cases: list[Case], repeat: int) -> float:
+    """Best-of-`repeat` seconds for the same calls through `Adapter.run`, in process: what the worker
+    does per call beyond the bare loop (result to NumPy, warnings and exceptions recorded)."""
+    adapter = get_adapter(framework)
+    adapter.load()
+    calls = [(case, api, part) for case in cases for api in adapter.apis for part in case.parts
+             if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None]
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for case, api, part in calls:
+            adapter.run(case, api, "cpu", part)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def harness(framework: str, cases: list[Case], spec, cache_dir: Path | None) -> tuple[float, float, int]:
@@ -117,6 +137,7 @@ def main(argv=None) -> int:
     spec = load_spec()
     cases = list(generate_cases(spec, DEFAULT_SEED))
     bare_s, calls = bare_loop(args.framework, cases, args.repeat)
+    observed_s = observed_loop(args.framework, cases, args.repeat)
     total_s, steady_s, results = harness(args.framework, cases, spec, cache_dir=None)
     with tempfile.TemporaryDirectory() as cache_dir:
         harness(args.framework, cases, spec, Path(cache_dir))  # fills the cache, as another framework's run would
@@ -126,6 +147,8 @@ def main(argv=None) -> int:
     print(f"framework            {args.framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
     print(f"default suite        {len(cases)} cases, {calls} runnable calls (forward and gradients), {results} results")
     print(f"(a) bare loop        {bare_s:.3f} s  ({1e6 * bare_s / max(calls, 1):.1f} us per call)")
+    print(f"(a') observed loop   {observed_s:.3f} s: the same calls through Adapter.run in process "
+          f"(ratio {observed_s / bare_s:.2f})")
     print(f"(b) harness, cold    {total_s:.3f} s total, {steady_s:.3f} s after the worker started "
           f"({results / total_s:,.0f} results/s); no reference cache")
     print(f"(b) harness, warm    {warm_total_s:.3f} s total, {warm_steady_s:.3f} s after the worker started "
