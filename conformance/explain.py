@@ -23,16 +23,14 @@ from conformance.reference.grad import expected_grad
 from conformance.reference.rounding import round_to_dtype
 from conformance.specload import spec_hash
 
-# (spec path of the choice, key under which its alternatives are listed, which cases it can
-# touch), relative to the spec root. `touches` is a cheap test on the case's values (rounded
-# to their dtypes): an alternative whose choice point does not touch a case cannot change
-# that case's expectation, so it is not tried. Each test may say yes too often, never too
-# seldom; tests/engine/test_explain.py checks that on the default suite.
+
 def _has(test):
+    """`touches` for a value test on input or target."""
     return lambda case, x, t: any(test(a).any() for a in (x, t))
 
 
 def _target_has(test, log_target: bool):
+    """`touches` for a value test on the target, in one target space."""
     return lambda case, x, t: case.params.log_target == log_target and bool(test(t).any())
 
 
@@ -41,6 +39,11 @@ _TARGET_NEGATIVE = _target_has(lambda t: t < 0, log_target=False)
 _LOG_TARGET_NEG_INF = _target_has(lambda t: t == -np.inf, log_target=True)
 _NAN = _has(np.isnan)
 
+# (spec path of the choice, key under which its alternatives are listed, which cases it can
+# touch), relative to the spec root. `touches` is a cheap test on the case's values (rounded
+# to their dtypes): an alternative whose choice point does not touch a case cannot change
+# that case's expectation, so it is not tried. Each test may say yes too often, never too
+# seldom; tests/engine/test_explain.py checks that on the default suite.
 CHOICE_POINTS = (
     ("pointwise.conventions.target_zero.choice", "pointwise.conventions.target_zero.choices", _TARGET_ZERO),
     ("pointwise.conventions.target_negative.choice", "pointwise.conventions.target_negative.choices",

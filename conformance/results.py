@@ -148,11 +148,4 @@ def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write `text` to a temporary file beside `path`, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_lines_atomic(path, (text,))
