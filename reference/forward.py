@@ -1,62 +1,71 @@
 """The expected forward value of kl_div for a case, with its error bound, from the spec.
 
 Every convention is read from the loaded spec (its `choice`), never restated here.
-Inputs are first rounded to their own dtypes, then the loss is computed in NumPy's
-extended precision (80-bit long double on x86-64), with the few terms where
-log(t) - input cancels recomputed in 40-digit decimal arithmetic, and returned in
-float64, so the pointwise value is within 1 ulp of float64 everywhere.
+Inputs are first rounded to their own dtypes, then the pointwise term is computed in
+float64 double-double arithmetic with proven error bounds (reference/klterm.py), so the
+pointwise value is within 1 ulp of float64 everywhere; reductions sum it in NumPy's
+extended precision (80-bit long double on x86-64).
 Never imports a framework.
 """
 
 from __future__ import annotations
 
-import decimal
-
 import numpy as np
 
+from conformance.formula import VARIABLES, sum_of_abs
 from conformance.model import RULE_NAMES, Case, Expected, Params, Spec
+from conformance.reference.dialect import keras_pointwise, sum_distributions
+from conformance.reference.klterm import kl_term
 from conformance.reference.rounding import round_to_dtype
-from conformance.tolerance import pointwise_bound as tolerance_pointwise_bound, reduction_bound
+from conformance.reference.statements import verify_formulas
+from conformance.tolerance import pointwise_bound as tolerance_pointwise_bound, reduction_bound, sensitivity
 
 WIDE = np.longdouble
 
 # Codes of Expected.rule_map, in the order of model.RULE_NAMES.
-FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, NAN_PROPAGATION, INFINITIES = range(len(RULE_NAMES))
+FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, NAN_PROPAGATION, INFINITIES = range(6)
 
 
-def expected_forward(case: Case, spec: Spec) -> Expected:
-    """What the spec predicts for `case`: an error, or a value with its bound.
+def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expected:
+    """What the spec predicts for `case`, called through an API of `dialect`: an error, or a value with
+    its bound.
 
     Parameters
     ----------
     case : the call; its arrays hold values exactly representable in their dtypes.
     spec : the loaded spec, whose conventions and tolerance decide the result.
+    dialect : how the API states the loss (spec: dialects); canonical for torch's form.
 
     Returns
     -------
     Expected with `error_id` set, or `value` and `bound` in the result shape.
     """
-    error_id = expected_error(case, spec)
-    warnings = expected_warnings(case.params)
+    verify_formulas(spec)
+    rules_of = spec.dialect(dialect)
+    error_id = expected_error(case, spec, dialect)
+    warnings = expected_warnings(case.params, spec)
     if error_id is not None:
         return Expected(result_dtype=None, error_id=error_id, error_type=spec.error_exception(error_id),
+                        error_match=spec.error_match(error_id),
                         warnings=warnings, rules=(f"errors.{error_id}",))
 
     result_dtype = spec.result_dtype(case.dtype.input, case.dtype.target)
-    x = round_to_dtype(case.input, case.dtype.input)
-    t = round_to_dtype(case.target, case.dtype.target)
-    shape = np.broadcast_shapes(x.shape, t.shape)
-    x, t = np.broadcast_to(x, shape), np.broadcast_to(t, shape)
-
-    loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec)
+    x, t, shape = broadcast_inputs(case, dialect, spec)
     u = spec.unit_roundoff(result_dtype)
-    with np.errstate(invalid="ignore"):
-        sensitivity = np.abs(t - x) if case.params.log_target else np.zeros(shape)
-        pointwise_bound = tolerance_pointwise_bound(magnitude, np.where(rule_map == FORMULA, sensitivity, 0.0),
-                                                    result_dtype, spec)
-
     reduction = effective_reduction(case.params, spec)
+    if rules_of["input_space"] == "probability":
+        loss, magnitude, rule_map = keras_pointwise(x, t, result_dtype, spec)
+    else:  # a value that is summed afterwards keeps extended precision
+        summed = reduction != "none" or rules_of["axis_sum"] or legacy_then_batchmean(case, spec)
+        loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=summed)
+    with np.errstate(invalid="ignore"):
+        s = np.where(rule_map == FORMULA, sensitivity(x, t, case.params.log_target, spec), 0.0)
+        pointwise_bound = tolerance_pointwise_bound(magnitude, s, result_dtype, spec)
+
     rules = _rules_used(case, spec, rule_map, reduction, shape)
+    if rules_of["axis_sum"]:  # spec: dialects.*.axis_sum -- one value per distribution, then the reduction
+        loss, pointwise_bound, rule_map = sum_distributions(loss, pointwise_bound, rule_map, result_dtype, u, spec)
+        shape = shape[:-1]
     if reduction == "none":
         value, bound = loss, pointwise_bound
     else:
@@ -64,11 +73,8 @@ def expected_forward(case: Case, spec: Spec) -> Expected:
         operand = in_result_dtype(loss, result_dtype).astype(WIDE)
         operand[np.isfinite(operand)] = loss[np.isfinite(operand)]
         divisor = reduction_divisor(reduction, loss.size, case.input.shape, shape, spec)
-        with np.errstate(all="ignore"):
-            value = operand.sum(dtype=WIDE) / WIDE(divisor) if divisor else WIDE(np.nan)
-        if reduction == "mean" and loss.size == 0 and spec.data["reductions"]["mean"]["empty"] == "zero":
-            value = WIDE(0)  # spec: reductions.mean.empties.zero
-        bound = reduction_bound(pointwise_bound, operand, divisor, value, u)
+        value = reduce_operand(operand, reduction, divisor, spec)
+        bound = reduction_bound(pointwise_bound, operand, divisor, value, u, spec)
     if legacy_then_batchmean(case, spec):
         # spec: signature.legacy.precedences.legacy_then_batchmean
         batch = case.input.shape[0] if case.input.ndim else 1
@@ -77,8 +83,51 @@ def expected_forward(case: Case, spec: Spec) -> Expected:
             bound = np.asarray(bound, dtype=WIDE) / WIDE(batch or 1) + WIDE(u) * np.abs(value)
     return Expected(result_dtype=result_dtype, shape=shape if reduction == "none" else (),
                     value=in_result_dtype(np.asarray(value), result_dtype),
-                    bound=np.asarray(bound, dtype=np.float64), warnings=warnings, rules=rules,
+                    bound=as_bound(bound), warnings=warnings, rules=rules,
                     rule_map=rule_map if reduction == "none" else None)
+
+
+def takes_input_space(case: Case, dialect: str, spec: Spec) -> bool:
+    """Whether an API of `dialect` takes the case's input as given: log-probabilities, or probabilities
+    (spec: dialects.*.input_space; a case states its own, Params.prob_input)."""
+    return case.params.prob_input == (spec.dialect(dialect)["input_space"] == "probability")
+
+
+def broadcast_inputs(case: Case, dialect: str, spec: Spec) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """The case's input and target rounded to their dtypes and broadcast to one shape, in the input space
+    the dialect takes (an API of another input space cannot express the case: it is unsupported)."""
+    if not takes_input_space(case, dialect, spec):
+        raise ValueError(f"case {case.id!r} gives {'probabilities' if case.params.prob_input else 'log-probabilities'}"
+                         f" as input; dialect {dialect!r} takes the other (the adapter must call it unsupported)")
+    x = round_to_dtype(case.input, case.dtype.input)
+    t = round_to_dtype(case.target, case.dtype.target)
+    shape = np.broadcast_shapes(x.shape, t.shape)
+    return np.broadcast_to(x, shape), np.broadcast_to(t, shape), shape
+
+
+# What an empty reduction's value names in the spec (reductions.*.empty, batchmean.empty_batch).
+EMPTY_VALUES = {"nan": np.nan, "zero": 0.0}
+
+
+def reduce_operand(operand: np.ndarray, reduction: str, divisor: int, spec: Spec):
+    """The reduced value (spec: reductions): the sum over the divisor; an empty reduction's value is
+    the spec's (reductions.sum.empty, reductions.mean.empty, reductions.batchmean.empty_batch), and a
+    non-empty batch of empty rows is the empty sum over the batch."""
+    rules = spec.data["reductions"]
+    if divisor == 0:
+        return WIDE(EMPTY_VALUES[rules["batchmean"]["empty_batch"] if reduction == "batchmean"
+                                 else rules[reduction]["empty"]])
+    if operand.size == 0:
+        return WIDE(EMPTY_VALUES[rules["sum"]["empty"]]) / WIDE(divisor)
+    with np.errstate(all="ignore"):  # inf - inf in the sum is a NaN the spec predicts
+        return operand.sum(dtype=WIDE) / WIDE(divisor)
+
+
+def as_bound(bound) -> np.ndarray:
+    """A bound in float64: one past float64's range (terms near 1e308 in a narrow dtype) is the largest
+    float64, still finite (spec: tolerance.comparison -- a finite value has a finite bound)."""
+    with np.errstate(over="ignore"):
+        return np.minimum(np.asarray(bound, dtype=np.float64), np.finfo(np.float64).max)
 
 
 def legacy_then_batchmean(case: Case, spec: Spec) -> bool:
@@ -89,45 +138,38 @@ def legacy_then_batchmean(case: Case, spec: Spec) -> bool:
 
 def in_result_dtype(value: np.ndarray, result_dtype: str) -> np.ndarray:
     """The float64 value, with magnitudes that overflow the result dtype set to +-inf (spec: dtypes.precision)."""
-    out = np.asarray(value).astype(np.float64)
+    with np.errstate(over="ignore"):  # a long double past float64's range is inf, as in the dtype
+        out = np.asarray(value).astype(np.float64)
     overflow = np.isinf(round_to_dtype(out, result_dtype)) & np.isfinite(out)
     out[overflow] = np.copysign(np.inf, out[overflow])
     return out
 
 
-def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pointwise loss in extended precision, |term_1| + |term_2| for the bound, and the rule map.
+def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
+              extended: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pointwise loss, |term_1| + |term_2| for the bound, and the rule map.
 
     spec: pointwise.log_target_false / log_target_true, pointwise.conventions.
-    Only the loss needs extended precision: the masks are read off the float64 inputs
-    (which convert exactly), and the magnitude, which only scales the bound, is float64.
+    The formula's value is within 1 ulp of float64 (klterm); with `extended` the loss is
+    returned in long double with the rest of the term added (what a reduction sums), else
+    in float64. The masks are read off the float64 inputs, and the magnitude, which only
+    scales the bound, is float64 (klterm computes it with the term, from the same log).
     """
-    xw, tw = x.astype(WIDE), t.astype(WIDE)
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
-    with np.errstate(all="ignore"):
-        if log_target:
-            p = np.exp(tw)
-            loss = p * (tw - xw)  # the limit form: spec pointwise.conventions.infinities = limit
-            p64 = np.exp(t)
-            magnitude = np.abs(p64 * t) + np.abs(p64 * x)
-        else:
-            log_t = np.log(tw)
-            loss = tw * (log_t - xw)
-            log_t64 = np.log(t)
-            magnitude = np.abs(t * log_t64) + np.abs(t * x)
-            _refine_cancellation(loss, log_t64, x, t)
-    loss, magnitude = np.asarray(loss, dtype=WIDE), np.asarray(magnitude, dtype=np.float64)  # 0-d stays an array
+    loss, residual, magnitude = kl_term(x, t, log_target, residual=extended)
+    magnitude = term_magnitude(spec.data["pointwise"][f"log_target_{str(log_target).lower()}"]["terms"], x, t,
+                               fused=magnitude, log_target=log_target)
     nan_in = np.isnan(x) | np.isnan(t)
     special = ~np.isfinite(x) | ~np.isfinite(t) | (t <= 0) if not log_target else ~np.isfinite(x) | ~np.isfinite(t)
-    if not special.any():
-        return loss, magnitude, rule_map  # no convention applies: the formula everywhere
+    if not special.any():  # no convention applies: the formula everywhere
+        return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
     inf_in = (np.isinf(x) | np.isinf(t)) & ~nan_in
 
     # spec: pointwise.conventions.infinities
     rule_map[inf_in] = INFINITIES
     if not log_target and spec.convention("infinities") == "xlogy":
-        with np.errstate(all="ignore"):
-            xlogy = np.where(tw == 0, WIDE(0), tw * np.log(tw)) - tw * xw
+        with np.errstate(all="ignore"):  # only taken where an input is infinite: float64 is exact there
+            xlogy = np.where(t == 0, 0.0, t * np.log(t)) - t * x
         loss = np.where(inf_in & (t > 0), xlogy, loss)
 
     if log_target:
@@ -147,38 +189,45 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec) -> tup
         mask = (t < 0) & ~nan_in
         rule_map[mask] = TARGET_NEGATIVE
         loss[mask] = np.nan if spec.convention("target_negative") == "nan" else 0
-    magnitude[rule_map != FORMULA] = 0  # convention values are exact: no rounding error to allow
-
     # spec: pointwise.conventions.nan_propagation (always last)
     if not log_target and spec.convention("nan_propagation") == "masked_by_zero_target":
-        nan_in = nan_in & ~((t == 0) & ~np.isnan(t))
-        loss[(t == 0) & np.isnan(x)] = 0
+        masked = (t == 0) & np.isnan(x)
+        nan_in = nan_in & ~masked
+        rule_map[masked] = NAN_PROPAGATION  # the convention decided this 0
+        loss[masked] = 0
     rule_map[nan_in] = NAN_PROPAGATION
     loss[nan_in] = np.nan
-    return loss, magnitude, rule_map
+    magnitude[rule_map != FORMULA] = 0  # convention values are exact: no rounding error to allow
+    return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
 
 
-def _refine_cancellation(loss: np.ndarray, log_t: np.ndarray, x: np.ndarray, t: np.ndarray) -> None:
-    """Recompute, in 40-digit decimal arithmetic, the terms where log(t) - x cancels.
+def _with_residual(loss: np.ndarray, residual: np.ndarray, rule_map: np.ndarray, extended: bool) -> np.ndarray:
+    """The float64 loss, or with `extended` loss + residual in long double (residual only where the formula holds)."""
+    if not extended:
+        return loss
+    return np.asarray(np.asarray(loss, dtype=WIDE) + np.where(rule_map == FORMULA, residual, 0.0))  # 0-d stays an array
 
-    Extended precision leaves log(t) - x with a relative error of about
-    kappa * 2**-64, kappa = |log t| / |log t - x|; past kappa = 2**10 that is no
-    longer within 1 ulp of float64. Such elements (q == p up to rounding) are
-    recomputed exactly enough with the standard library's decimal module. kappa
-    only selects elements, so the float64 `log_t` is precise enough for it.
-    """
-    with np.errstate(all="ignore"):
-        ill = np.abs(log_t) > 2.0**10 * np.abs(log_t - x)
-    ill &= np.isfinite(log_t) & np.isfinite(x) & (t > 0)
-    if not ill.any():
-        return
-    flat_loss = loss.reshape(-1)  # a view: `loss` is a fresh array, possibly 0-d
-    flat_t, flat_x = np.asarray(t).reshape(-1), np.asarray(x).reshape(-1)
-    with decimal.localcontext() as ctx:
-        ctx.prec = 40
-        for i in np.flatnonzero(ill):
-            t_i = decimal.Decimal(float(flat_t[i]))
-            flat_loss[i] = WIDE(float(t_i * (t_i.ln() - decimal.Decimal(float(flat_x[i])))))
+
+# The terms whose magnitude klterm computes in its fused pass (spec: pointwise.*.terms as shipped).
+FUSED_TERMS = {False: ["target * log(target)", "target * input"], True: ["exp(target) * target", "exp(target) * input"]}
+
+
+def term_magnitude(terms: list[str], x: np.ndarray, t: np.ndarray, fused: np.ndarray | None = None,
+                   log_target: bool | None = None) -> np.ndarray:
+    """sum |term| over the spec's terms, in float64 (it only scales a bound): klterm's fused magnitude when
+    the spec states the terms it computes, else the spec's terms evaluated; where float64 overflows at
+    finite arguments (|t * x| past 1.8e308 while the loss cancels), in extended precision."""
+    names = VARIABLES["pointwise.log_target_false.terms[]"]
+    if fused is not None and list(terms) == FUSED_TERMS[log_target]:
+        magnitude = np.array(fused, dtype=np.float64)
+    else:
+        magnitude = np.array(sum_of_abs(terms, names, input=x, target=t), dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        overflow = ~np.isfinite(magnitude) & np.isfinite(x) & np.isfinite(t)
+    if overflow.any():
+        magnitude = magnitude.astype(WIDE)
+        magnitude[overflow] = sum_of_abs(terms, names, input=x[overflow].astype(WIDE), target=t[overflow].astype(WIDE))
+    return magnitude
 
 
 def reduction_divisor(reduction: str, n: int, input_shape: tuple[int, ...], shape: tuple[int, ...], spec: Spec) -> int:
@@ -202,14 +251,17 @@ def effective_reduction(params: Params, spec: Spec) -> str:
     return params.reduction
 
 
-def expected_error(case: Case, spec: Spec) -> str | None:
-    """The id of the first spec error that applies to `case`, or None (spec: errors)."""
+def expected_error(case: Case, spec: Spec, dialect: str = "canonical") -> str | None:
+    """The id of the first spec error that applies to `case` in `dialect`, or None (spec: errors)."""
+    rules_of = spec.dialect(dialect)
     checks = {
-        "unknown_reduction": lambda: not case.params.has_legacy and case.params.reduction not in spec.reductions,
+        "unknown_reduction": lambda: not case.params.has_legacy and case.params.reduction not in rules_of["reductions"],
         "integral_dtype": lambda: any(d not in spec.floating_dtypes for d in (case.dtype.input, case.dtype.target)),
         "mixed_dtypes": lambda: case.dtype.is_mixed and spec.data["dtypes"]["mixed"] == "reject",
         "incompatible_shapes": lambda: not _broadcasts(case.input.shape, case.target.shape)
         or (spec.data["shapes"]["broadcasting"] == "none" and case.input.shape != case.target.shape),
+        "no_distribution_axis": lambda: rules_of["axis_sum"] and np.broadcast_shapes(case.input.shape,
+                                                                                  case.target.shape) == (),
     }
     for error_id in spec.error_order:
         if checks[error_id]():
@@ -217,13 +269,11 @@ def expected_error(case: Case, spec: Spec) -> str | None:
     return None
 
 
-def expected_warnings(params: Params) -> tuple[str, ...]:
-    """Advisory warnings the spec expects (spec: warnings.expected)."""
-    if params.has_legacy:
-        return ("legacy_arguments",)
-    if params.reduction == "mean":
-        return ("mean_not_kl",)
-    return ()
+def expected_warnings(params: Params, spec: Spec) -> tuple[str, ...]:
+    """Advisory warnings the spec expects (spec: warnings.expected, each row's `when`)."""
+    return tuple(row["id"] for row in spec.data["warnings"]["expected"]
+                 if row["when"]["legacy"] == params.has_legacy
+                 and ("reduction" not in row["when"] or params.reduction in row["when"]["reduction"]))
 
 
 def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -9,111 +9,135 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.formula import VARIABLES, sum_of_abs
 from conformance.model import GRAD_PARTS, Case, Expected, Spec, upstream_gradient
-from conformance.reference.forward import (WIDE, effective_reduction, expected_error, expected_warnings,
-                                           in_result_dtype, legacy_then_batchmean, reduction_divisor)
-from conformance.reference.rounding import round_to_dtype
-from conformance.tolerance import summation_gamma
+from conformance.reference import dialect
+from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, effective_reduction, expected_error,
+                                           expected_warnings, in_result_dtype, legacy_then_batchmean,
+                                           reduction_divisor)
+from conformance.reference.statements import verify_formulas
+from conformance.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 
-FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, NAN_PROPAGATION = range(5)
+FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, INFINITE_INPUT, NAN_PROPAGATION = range(6)
 RULES = ("gradients.formula", "gradients.conventions.target_zero", "gradients.conventions.target_negative",
-         "gradients.conventions.log_target_neg_inf", "gradients.conventions.nan_propagation")
+         "gradients.conventions.log_target_neg_inf", "gradients.conventions.infinite_input",
+         "gradients.conventions.nan_propagation")
 
 
-def expected_grad(case: Case, spec: Spec, part: str) -> Expected:
-    """What the spec predicts for `part` ("grad_input" or "grad_target") of `case`.
+# The rules of Keras' gradients (spec: dialects.keras), in the codes reference/dialect.py gives them.
+KERAS_RULES = {dialect.FORMULA: FORMULA, dialect.CLIPPED: len(RULES), dialect.NAN: NAN_PROPAGATION}
+RULE_NAMES = RULES + ("dialects.keras.clip",)
+
+
+def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canonical") -> Expected:
+    """What the spec predicts for `part` ("grad_input", "grad_target" or "grad2_input") of `case`, called
+    through an API of `dialect_name`.
 
     Parameters
     ----------
     case : the call; its arrays hold values exactly representable in their dtypes.
-    spec : the loaded spec (gradients, tolerance.gradient).
+    spec : the loaded spec (gradients, tolerance.gradient, dialects).
     part : which argument's gradient.
+    dialect_name : how the API states the loss (spec: dialects).
 
     Returns
     -------
     Expected with `error_id` set (as for the forward call), or the gradient with its
     bound, in the argument's shape and dtype.
     """
-    error_id = expected_error(case, spec)
+    verify_formulas(spec)
+    rules_of = spec.dialect(dialect_name)
+    error_id = expected_error(case, spec, dialect_name)
     if error_id is not None:
         return Expected(result_dtype=None, error_id=error_id, error_type=spec.error_exception(error_id),
-                        warnings=expected_warnings(case.params), rules=(f"errors.{error_id}",))
+                        error_match=spec.error_match(error_id),
+                        warnings=expected_warnings(case.params, spec), rules=(f"errors.{error_id}",))
     argument = GRAD_PARTS[part]
     arg_dtype = getattr(case.dtype, argument)
     result_dtype = spec.result_dtype(case.dtype.input, case.dtype.target)
-    x = round_to_dtype(case.input, case.dtype.input)
-    t = round_to_dtype(case.target, case.dtype.target)
-    shape = np.broadcast_shapes(x.shape, t.shape)
-    xb, tb = np.broadcast_to(x, shape).astype(WIDE), np.broadcast_to(t, shape).astype(WIDE)
+    x, t, shape = broadcast_inputs(case, dialect_name, spec)
+    xb, tb = x.astype(WIDE), t.astype(WIDE)
 
-    if part == "grad2_input":
+    which = "second_order" if part == "grad2_input" else argument
+    if rules_of["input_space"] == "probability":
+        derivative, magnitude, keras_map = dialect.keras_gradient(x, t, which, result_dtype, spec)
+        rule_map = np.vectorize(KERAS_RULES.get, otypes=[np.int8])(keras_map) if keras_map.size else keras_map
+    elif part == "grad2_input":
         derivative, magnitude, rule_map = mixed_second_derivative(xb, tb, case.params.log_target, spec)
     else:
         derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec)
     reduction = effective_reduction(case.params, spec)
-    divisor = 1 if reduction in ("none", "sum") else reduction_divisor(reduction, int(np.prod(shape)),
-                                                                       case.input.shape, shape, spec)
+    out_shape = shape[:-1] if rules_of["axis_sum"] else shape  # spec: dialects.*.axis_sum
+    divisor = 1 if reduction in ("none", "sum") else reduction_divisor(reduction, int(np.prod(out_shape)),
+                                                                       case.input.shape, out_shape, spec)
     if legacy_then_batchmean(case, spec):
         divisor *= case.input.shape[0] if case.input.ndim else 1
-    upstream = upstream_gradient(shape if reduction == "none" else ())
+    upstream = upstream_gradient(out_shape if reduction == "none" else ())
+    if rules_of["axis_sum"] and reduction == "none":  # each distribution's upstream, over its terms
+        upstream = np.broadcast_to(upstream[..., None], shape)
     if part == "grad2_input":  # the second upstream, w, over grad_input's shape, broadcast back
         upstream = upstream * np.broadcast_to(upstream_gradient(case.input.shape), shape)
     with np.errstate(all="ignore"):
         scale = np.broadcast_to(upstream.astype(WIDE) / WIDE(divisor) if divisor else WIDE(np.nan), shape)
         contribution = derivative * scale
         u = max(spec.unit_roundoff(result_dtype), spec.unit_roundoff(arg_dtype))
-        sensitivity = np.where(rule_map == FORMULA, np.abs(tb - xb), 0) if case.params.log_target else 0
-        bound = spec.tolerance_factor() * (u * magnitude * np.abs(scale)
-                                           + spec.smallest_subnormal(arg_dtype) * (1 + sensitivity))
+        s = np.where(rule_map == FORMULA, gradient_sensitivity(xb, tb, case.params.log_target, which, spec), 0)
+        bound = np.broadcast_to(gradient_bound(magnitude, scale, s, u, spec.smallest_subnormal(arg_dtype), spec),
+                                shape)
     arg_shape = case.input.shape if argument == "input" else case.target.shape
     summed = contribution.size // max(int(np.prod(arg_shape)), 1)
     with np.errstate(all="ignore"):
         value, bound = sum_to_shape(contribution, arg_shape), sum_to_shape(bound, arg_shape)
-        if summed > 1:  # spec: tolerance.gradient -- summing back over broadcast elements
-            bound = bound + WIDE(summation_gamma(summed, u)) * sum_to_shape(np.abs(contribution), arg_shape)
-    rules = tuple(RULES[c] for c in sorted(set(np.unique(rule_map).tolist()) - {FORMULA}))
+        if summed > 1:  # spec: tolerance.gradient.summation -- summing back over broadcast elements
+            bound = bound + gradient_summation(summed, sum_to_shape(np.abs(contribution), arg_shape), u, spec)
+    rules = tuple(RULE_NAMES[c] for c in sorted(set(np.unique(rule_map).tolist()) - {FORMULA}))
     return Expected(result_dtype=arg_dtype, shape=tuple(arg_shape), value=in_result_dtype(value, arg_dtype),
-                    bound=np.asarray(bound, dtype=np.float64), rules=rules,
-                    rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULES)
+                    bound=as_bound(bound), rules=rules,
+                    rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULE_NAMES)
 
 
 def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argument: str, spec: Spec):
-    """dL/d(argument) per element, the sum of its terms' magnitudes (for the bound), and the rule map."""
+    """dL/d(argument) per element, the sum of its terms' magnitudes (for the bound), and the rule map.
+
+    spec: gradients.log_target_false / log_target_true (the formula and its terms), gradients.conventions.
+    """
     conventions = spec.data["gradients"]["conventions"]
+    space = spec.data["gradients"][f"log_target_{str(log_target).lower()}"]
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     with np.errstate(all="ignore"):
         if log_target:
             p = np.exp(t)
-            if argument == "input":
-                d, magnitude = -p, np.abs(p)
-            else:
-                d = p * (t - x + 1)
-                magnitude = np.abs(p * t) + np.abs(p * x) + np.abs(p)
+            d = -p if argument == "input" else p * (t - x + 1)
         else:
-            if argument == "input":
-                d, magnitude = -t, np.abs(t)
-            else:
-                log_t = np.log(t)
-                d = log_t - x + 1
-                magnitude = np.abs(log_t) + np.abs(x) + 1
-    d, magnitude = np.array(d, dtype=WIDE), np.array(magnitude, dtype=WIDE)
+            d = -t if argument == "input" else np.log(t) - x + 1
+    d = np.array(d, dtype=WIDE)
+    magnitude = np.array(sum_of_abs(space["terms"][argument], VARIABLES["gradients.log_target_false.terms.*[]"],
+                                    input=x, target=t), dtype=WIDE)
     nan_in = np.isnan(x) | np.isnan(t)
     if log_target:
-        mask = (t == -np.inf) & ~nan_in
-        rule_map[mask] = LOG_TARGET_NEG_INF
+        p_zero = (t == -np.inf) & ~nan_in
+        rule_map[p_zero] = LOG_TARGET_NEG_INF
         nan_choice = conventions["log_target_neg_inf"]["choice"] == "nan" and argument == "target"
-        d[mask] = np.nan if nan_choice else 0
+        d[p_zero] = np.nan if nan_choice else 0
     else:
-        mask = (t == 0) & ~nan_in
-        rule_map[mask] = TARGET_ZERO
+        p_zero = (t == 0) & ~nan_in
+        rule_map[p_zero] = TARGET_ZERO
         if argument == "input":
-            d[mask] = 0
+            d[p_zero] = 0
         else:
-            d[mask] = -np.inf if conventions["target_zero"]["choice"] == "one_sided" else np.nan
+            d[p_zero] = -np.inf if conventions["target_zero"]["choice"] == "one_sided" else np.nan
         mask = (t < 0) & ~nan_in
         rule_map[mask] = TARGET_NEGATIVE
-        if argument == "target" or conventions["target_negative"]["choice"] == "nan":
+        choice = conventions["target_negative"]["choice"]
+        if choice == "zero":
+            d[mask] = 0
+        elif argument == "target" or choice == "nan":
             d[mask] = np.nan
+    # spec: gradients.conventions.infinite_input -- at p = 0 with input +-inf
+    mask = p_zero & np.isinf(x)
+    if conventions["infinite_input"]["choice"] == "limit":
+        rule_map[mask] = INFINITE_INPUT
+        d[mask] = -np.sign(x[mask]) * np.inf if argument == "target" else 0
     magnitude[rule_map != FORMULA] = 0
     rule_map[nan_in] = NAN_PROPAGATION
     if conventions["nan_propagation"]["choice"] == "propagate":
@@ -126,10 +150,14 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
 
 def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec):
     """d/dt of dL/dx per element: -1, or -exp(t) in log space (spec: gradients.second_order)."""
+    second = spec.data["gradients"]["second_order"]
+    space = f"log_target_{str(log_target).lower()}"
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     with np.errstate(all="ignore"):
         d = np.array(-np.exp(t) if log_target else -np.ones_like(t), dtype=WIDE)
-    magnitude = np.array(np.abs(d), dtype=WIDE)  # np.array: 0-d stays an array
+    magnitude = np.array(np.broadcast_to(sum_of_abs(second["terms"][space],
+                                                    VARIABLES["gradients.second_order.terms.*[]"],
+                                                    input=x, target=t), x.shape), dtype=WIDE)
     nan_in = np.isnan(x) | np.isnan(t)
     if log_target:
         mask = (t == -np.inf) & ~nan_in
@@ -138,8 +166,9 @@ def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec
     else:
         mask = (t < 0) & ~nan_in
         rule_map[mask] = TARGET_NEGATIVE
-        if spec.data["gradients"]["conventions"]["target_negative"]["choice"] == "nan":
-            d[mask] = np.nan
+        choice = spec.data["gradients"]["conventions"]["target_negative"]["choice"]
+        if choice != "formula":  # nan, or zero (a clamped loss has no slope there)
+            d[mask] = np.nan if choice == "nan" else 0
     magnitude[rule_map != FORMULA] = 0
     rule_map[nan_in] = NAN_PROPAGATION
     if spec.data["gradients"]["conventions"]["nan_propagation"]["choice"] == "propagate":

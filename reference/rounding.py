@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-# (significand bits including the implicit one, smallest normal exponent, largest finite value)
-_FORMATS = {
-    "float16": (11, -14, 65504.0),
-    "bfloat16": (8, -126, float.fromhex("0x1.fep127")),
-    "float32": (24, -126, float.fromhex("0x1.fffffep127")),
-}
+from conformance.model import FLOAT_FORMATS
+
+_FORMATS = {name: f for name, f in FLOAT_FORMATS.items() if name != "float64"}  # float64 needs no rounding
 INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "bool")
 
 

@@ -78,7 +78,17 @@ def test_broadcast_gradients_are_summed_back(spec):
     # spec: gradients.conventions, written from the text
     (False, -1.0, 0.0, "grad_input", 0.0),
     (False, -1.0, 0.0, "grad_target", -np.inf),       # one-sided limit
-    (False, -np.inf, 0.0, "grad_target", -np.inf),
+    # spec: gradients.conventions.infinite_input = limit -- at p = 0 with q = 0 the loss jumps to +inf
+    (False, -np.inf, 0.0, "grad_target", np.inf),
+    (False, -np.inf, 0.0, "grad_input", 0.0),
+    (True, -np.inf, -np.inf, "grad_target", np.inf),
+    (False, np.inf, 0.0, "grad_target", -np.inf),
+    (True, np.inf, -np.inf, "grad_target", -np.inf),
+    (True, np.inf, -np.inf, "grad_input", 0.0),
+    # input -inf with p > 0: the formula's limit, log(t) - x + 1 = +inf; grad_input -t
+    (False, -np.inf, 0.5, "grad_target", np.inf),
+    (False, -np.inf, 0.5, "grad_input", -0.5 * 1.25),
+    (True, -np.inf, -1.0, "grad_target", np.inf),
     (False, -1.0, -0.5, "grad_input", np.nan),        # outside the domain
     (False, -1.0, -0.5, "grad_target", np.nan),
     (True, -1.0, -np.inf, "grad_input", 0.0),
@@ -125,3 +135,13 @@ def test_second_order_is_the_derivative_of_grad_input_by_target(spec, reduction,
         b[index] -= 2 * h
         numeric = (up - objective(b)) / (2 * h)
         assert abs(numeric - got[index]) <= 1e-6 * max(1.0, abs(got[index])), (index, numeric, got[index])
+
+
+@pytest.mark.parametrize("part, want", [("grad_input", 0.0), ("grad_target", 0.0), ("grad2_input", 0.0)])
+def test_target_negative_zero_choice_gives_zero_gradients(spec, part, want):
+    """spec: gradients.conventions.target_negative.choices.zero -- Paddle's clamped loss has no slope there."""
+    from conformance.explain import Alternative, with_alternatives
+
+    zero = with_alternatives(spec, (Alternative("gradients.conventions.target_negative.choice", "zero"),))
+    got = expected_grad(make_case([-1.0], [-0.5], reduction="sum"), zero, part).value
+    np.testing.assert_array_equal(got, [want])

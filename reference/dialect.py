@@ -1,0 +1,140 @@
+"""What the dialects of the spec compute beyond the canonical loss (spec: dialects).
+
+Two compositions: a sum over the last axis into one value per distribution (distribution_sum,
+keras), and Keras' probability-space terms, clipped to [epsilon, 1] and formed as
+target * log(target / input). Every number and choice is read from the spec; the canonical
+pointwise loss and its conventions stay in forward.py. Never imports a framework.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.formula import VARIABLES, sum_of_abs
+from conformance.model import RULE_NAMES, Spec
+from conformance.reference.rounding import round_to_dtype
+from conformance.tolerance import reduction_bound
+
+WIDE = np.longdouble
+NAMES = VARIABLES["pointwise.log_target_false.terms[]"]  # input and target
+FORMULA, CLIPPED, RATIO, NAN = (RULE_NAMES.index(p) for p in ("pointwise.formula", "dialects.keras.clip",
+                                                                  "dialects.keras.ratio",
+                                                                  "pointwise.conventions.nan_propagation"))
+
+
+def clip_bounds(spec: Spec, result_dtype: str) -> tuple[float, float]:
+    """(epsilon, 1) as the clip applies them: epsilon rounded to the dtype the spec's choice names
+    (spec: dialects.keras.clip.epsilon, epsilon_dtype)."""
+    clip = spec.data["dialects"]["keras"]["clip"]
+    dtype = result_dtype if clip["epsilon_dtype"] == "result" else "float32"
+    return float(round_to_dtype(np.asarray(clip["epsilon"]), dtype)), 1.0
+
+
+def keras_pointwise(q: np.ndarray, t: np.ndarray, result_dtype: str, spec: Spec):
+    """Keras' terms t' * log(t' / q') with t' and q' clipped to [epsilon, 1] (spec: dialects.keras), in
+    extended precision: the terms, the sum of their terms' magnitudes (for the bound) and the rule map.
+
+    log(t' / q') is log_ratio's: within a few units of long double's roundoff even where t' and q'
+    nearly cancel.
+    """
+    keras = spec.data["dialects"]["keras"]
+    low, high = clip_bounds(spec, result_dtype)
+    with np.errstate(invalid="ignore"):
+        qc, tc = np.clip(q, low, high), np.clip(t, low, high)  # NaN stays NaN
+    qw, tw = qc.astype(WIDE), tc.astype(WIDE)
+    with np.errstate(all="ignore"):
+        loss = np.asarray(tw * log_ratio(tw, qw), dtype=WIDE)
+    rule_map = np.full(q.shape, FORMULA, dtype=np.int8)
+    with np.errstate(invalid="ignore"):
+        rule_map[(qc != q) | (tc != t)] = CLIPPED
+    if keras["ratio"] == "ieee":  # spec: dialects.keras.ratios.ieee -- t'/q' formed in the result dtype
+        with np.errstate(all="ignore"):
+            overflow = np.isinf(round_to_dtype(tc / qc, result_dtype)) & np.isfinite(tc / qc)
+        loss[overflow] = np.inf
+        rule_map[overflow] = RATIO
+    nan = np.isnan(q) | np.isnan(t)
+    loss[nan] = np.nan
+    rule_map[nan] = NAN
+    magnitude = np.array(sum_of_abs(keras["terms"], NAMES, input=qc, target=tc), dtype=np.float64)
+    magnitude[(rule_map == RATIO) | nan] = 0
+    return loss, magnitude, rule_map
+
+
+def log_ratio(t: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """log(t / q) in long double, accurate where the ratio is near 1 and where it is not.
+
+    Near 1 (|t - q| < q / 2) it is log1p((t - q) / q): t - q is exact (Sterbenz: both are values of a
+    narrower dtype and within a factor 2) and the quotient is rounded once, so the small result keeps
+    its relative accuracy. Elsewhere log(t / q): the rounded ratio's relative error 2**-64 is an
+    absolute error of the log, small against |log(t / q)| >= log(3/2).
+    """
+    with np.errstate(all="ignore"):
+        near = np.abs(t - q) < q / 2
+        return np.where(near, np.log1p((t - q) / q), np.log(t / q))
+
+
+def clip_slope(v: np.ndarray, low: float, high: float, boundary: str) -> np.ndarray:
+    """The clip's derivative at v: 1 inside (low, high), 0 outside, and at low or high 1 (inside) or
+    1/2 (half) (spec: dialects.keras.clip.boundaries); NaN at NaN."""
+    slope = np.where((v > low) & (v < high), 1.0, 0.0)
+    slope = np.where((v == low) | (v == high), 1.0 if boundary == "inside" else 0.5, slope)
+    return np.where(np.isnan(v), np.nan, slope)
+
+
+def keras_gradient(q: np.ndarray, t: np.ndarray, which: str, result_dtype: str, spec: Spec):
+    """d/d(which) of Keras' clipped term per element (spec: dialects.keras.gradients, clip): which is
+    input, target or second_order (d/dt of d/dq). Returns the derivative (extended precision), the sum
+    of its terms' magnitudes and the rule map."""
+    keras = spec.data["dialects"]["keras"]
+    low, high = clip_bounds(spec, result_dtype)
+    boundary = keras["clip"]["boundary"]
+    with np.errstate(invalid="ignore"):
+        qc, tc = np.clip(q, low, high), np.clip(t, low, high)
+    qw, tw = qc.astype(WIDE), tc.astype(WIDE)
+    slope_q, slope_t = clip_slope(q, low, high, boundary), clip_slope(t, low, high, boundary)
+    with np.errstate(all="ignore"):
+        if which == "input":
+            d = -(tw / qw) * slope_q
+        elif which == "target":
+            d = (log_ratio(tw, qw) + 1) * slope_t
+        else:
+            d = -(slope_t * slope_q) / qw
+    d = np.asarray(d, dtype=WIDE)
+    rule_map = np.full(q.shape, FORMULA, dtype=np.int8)
+    with np.errstate(invalid="ignore"):
+        rule_map[(qc != q) | (tc != t)] = CLIPPED
+    magnitude = np.array(sum_of_abs(keras["gradients"]["terms"][which], NAMES, input=qw, target=tw), dtype=WIDE)
+    slope = slope_q if which == "input" else slope_t if which == "target" else slope_q * slope_t
+    with np.errstate(invalid="ignore"):
+        magnitude = magnitude * np.where(np.isnan(slope), 0, slope)
+    nan = np.isnan(q) | np.isnan(t)
+    if spec.data["gradients"]["conventions"]["nan_propagation"]["choice"] == "propagate":
+        d[nan] = np.nan
+    rule_map[nan] = NAN
+    magnitude[nan] = 0
+    return d, magnitude, rule_map
+
+
+def sum_distributions(loss: np.ndarray, bound: np.ndarray, rule_map: np.ndarray, result_dtype: str, u: float,
+                      spec: Spec):
+    """The values D, one per distribution: the terms summed over the last axis (spec: dialects.*.axis_sum),
+    each term taken in the result dtype (spec: reductions.operand), with each sum's bound by the
+    reduction formula (divisor 1), and the rule map of each row (its first rule other than the formula).
+    """
+    operand = _in_result_dtype(loss, result_dtype)
+    with np.errstate(all="ignore"):
+        value = operand.sum(axis=-1, dtype=WIDE)
+        value_bound = reduction_bound(bound.astype(WIDE), operand, 1, value, u, spec, axis=-1)
+    special = np.where(rule_map == FORMULA, 0, rule_map)
+    rows = special.max(axis=-1) if special.size else np.zeros(loss.shape[:-1], dtype=np.int8)
+    return np.asarray(value, dtype=WIDE), np.asarray(value_bound, dtype=WIDE), np.asarray(rows, dtype=np.int8)
+
+
+def _in_result_dtype(loss: np.ndarray, result_dtype: str) -> np.ndarray:
+    """The terms as a tensor of the result dtype: overflowing magnitudes are +-inf, others exact in WIDE."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = round_to_dtype(np.asarray(loss, dtype=np.float64), result_dtype)
+    operand = np.array(loss, dtype=WIDE)
+    overflow = np.isinf(rounded) & np.isfinite(loss)
+    operand[overflow] = np.copysign(np.inf, rounded[overflow])
+    return operand

@@ -1,0 +1,296 @@
+"""The pointwise KL term, t (log t - x) or exp(t) (t - x), within 1 ulp of float64 everywhere.
+
+Owns the numerical evaluation of the spec's formula (spec: pointwise.log_target_false,
+pointwise.log_target_true) before any convention is applied; forward.pointwise applies
+the conventions afterwards. Returns `hi`, the term in float64 (within 1 ulp of the exact
+value, proven below and checked against mpmath by tests/reference/test_oracle.py), `lo`,
+the rest (hi + lo is what reductions sum: within 2**-56 relative at worst, about 2**-65
+absolute in log(t) - x), and the bound's magnitude |term_1| + |term_2| in float64,
+computed as it always was. Each element's value depends on that element alone.
+
+How, for finite inputs (t > 0 without log_target):
+- log(t) - x comes from logexp as a double-double d with a certified relative error
+  below 2**-56: tier A where float64's log(t) - x is at least 2**-8 in magnitude (it
+  certifies |d| >= 2**-8.8), tier B (three table steps, about twice the work) where it is
+  smaller (q ~ p), certifying |d| >= 2**-68.5. What tier B cannot certify (x within
+  2**-68.5 of log t: about 1 element in 45,000 where q == p up to rounding) is computed
+  exactly in `decimal`, with as many digits as it takes.
+- exp(t) comes from logexp.exp_parts (relative error 2**-59.9) and t - x is exact (two_sum).
+- the product with t (or exp(t)) is one error-free two_prod and one final rounding.
+Where a product could under- or overflow inside two_prod (subnormal or huge results, huge
+operands, |t| > 1400 in log space) the same double-double operands are multiplied in
+NumPy's long double instead, for those elements only. Elements with a non-finite input,
+or t <= 0 without log_target, get the formula in float64, which gives exactly the NaN and
+infinity pattern the long double formula gave (see _log_chunk, _exp_chunk).
+Arrays are processed in chunks that stay in cache. Never imports a framework.
+"""
+
+from __future__ import annotations
+
+import decimal
+import functools
+
+import numpy as np
+
+from conformance.reference.doubledouble import PRODUCT_MAX, PRODUCT_MIN, SPLIT_LIMIT, two_prod, two_sum
+from conformance.reference.logexp import TIER_A_MIN, exp_parts, fast_log_diff, precise_log_diff
+
+WIDE = np.longdouble
+CHUNK = 1 << 14
+ROUTE_TO_B = 2.0**-8  # |float64 log t - x| below this: tier B (tier A certifies only |d| >= 2**-8.8)
+EXP_T_MAX = 1400.0  # |t| up to this in log space goes through exp_parts (|N| < 2**19 there)
+
+
+def kl_term(x: np.ndarray, t: np.ndarray, log_target: bool, residual: bool = True):
+    """hi, lo and magnitude: hi within 1 ulp of the pointwise term, hi + lo closer still.
+
+    Parameters
+    ----------
+    x, t : float64 arrays of one shape (input and target, already in the result's values).
+    log_target : whether t is a log-probability (spec: pointwise.log_target_true).
+    residual : whether lo is wanted (a reduction sums hi + lo); without it lo is None,
+        which spares a full-size array.
+
+    Returns
+    -------
+    hi, lo, magnitude : float64 arrays of that shape. lo is 0 where the term is not finite.
+    magnitude is |t log t| + |t x| (|exp(t) t| + |exp(t) x| with log_target), for the bound.
+    """
+    _require_gradual_underflow()
+    shape = np.shape(x)
+    xs, ts = np.ascontiguousarray(x, dtype=np.float64).reshape(-1), np.ascontiguousarray(t, dtype=np.float64).reshape(-1)
+    hi, magnitude = np.empty(xs.size), np.empty(xs.size)
+    lo = np.empty(xs.size if residual else min(xs.size, CHUNK))  # else one chunk's scratch
+    if xs.size > CHUNK:
+        _settle_allocator()
+    pending = []  # elements not yet certified: one pass of tier B (then exact) after the loop
+    with np.errstate(all="ignore"):
+        for start in range(0, xs.size, CHUNK):
+            part = slice(start, start + CHUNK)
+            out = hi[part], (lo[part] if residual else lo[:min(CHUNK, xs.size - start)]), magnitude[part]
+            if log_target:
+                _exp_chunk(xs[part], ts[part], out)
+            else:
+                again = _log_chunk(xs[part], ts[part], out)
+                if again is not None:
+                    pending.append(again + start)
+        if pending:
+            again = np.concatenate(pending)
+            for start in range(0, again.size, CHUNK):
+                chosen = again[start:start + CHUNK]
+                hi[chosen], rest = _precise_log_term(xs[chosen], ts[chosen])
+                if residual:
+                    lo[chosen] = rest
+    return hi.reshape(shape), (lo.reshape(shape) if residual else None), magnitude.reshape(shape)
+
+
+def _require_gradual_underflow() -> None:
+    """Refuse to compute where subnormals are flushed to zero (FTZ/DAZ set in this thread).
+
+    The error-free transformations assume IEEE arithmetic; a library that sets
+    flush-to-zero (as some frameworks do on their own threads) would silently break the
+    1-ulp guarantee here, so this is checked on every call (two scalar products).
+    """
+    if np.float64(2.0**-1022) * 0.5 == 0.0 or np.float64(2.0**-1074) * 4.0 == 0.0:
+        raise RuntimeError("the reference needs IEEE gradual underflow, but subnormal float64 values are "
+                           "flushed to zero in this thread (FTZ/DAZ); compute references in a process that "
+                           "does not set them")
+
+
+@functools.cache
+def _settle_allocator() -> None:
+    """Free one 16 MB array, once: glibc then keeps freed heap memory instead of returning it.
+
+    Until a process frees a large (mmapped) block, glibc's malloc gives the top of the heap
+    back to the system whenever more than 128 KB are free there, so a chunk's temporaries
+    would be page-faulted in afresh for every chunk: three to four times slower. Freeing a
+    block of S bytes (up to 32 MB) raises that threshold to 2 S (glibc's dynamic mmap
+    threshold); a process that handles large arrays gets there anyway, this makes it
+    happen before the loop, with room for a chunk's temporaries.
+    """
+    np.empty(1 << 21).fill(0.0)
+
+
+def _log_chunk(x: np.ndarray, t: np.ndarray, out: tuple[np.ndarray, np.ndarray, np.ndarray]):
+    """t (log t - x) and its magnitude for one chunk, into `out` (hi, lo, magnitude); returns
+    the elements left to _precise_log_term, or None.
+
+    Where t <= 0 or an input is not finite, float64's t (log t - x) is the value: each is
+    a NaN, an infinity or a product with 0, exactly as in long double (log of t <= 0 is
+    NaN or -inf, t = +inf gives inf or NaN, x = +-inf beside a finite t > 0 gives -+inf).
+    """
+    hi, lo, magnitude = out
+    log_t = np.log(t)
+    np.add(np.abs(t * log_t), np.abs(t * x), out=magnitude)
+    diff = log_t - x  # finite exactly where both inputs are finite and t > 0 (|log t| < 745)
+    ordinary = np.isfinite(diff)
+    if ordinary.all():
+        return _log_term(x, t, diff, out[:2])
+    np.multiply(t, diff, out=hi)
+    lo[...] = 0.0
+    if not ordinary.any():
+        return None
+    where = np.flatnonzero(ordinary)
+    some = np.empty(where.size), np.empty(where.size)
+    again = _log_term(x[where], t[where], diff[where], some)
+    hi[where], lo[where] = some
+    return None if again is None else where[again]
+
+
+def _log_term(x: np.ndarray, t: np.ndarray, diff: np.ndarray, out: tuple[np.ndarray, np.ndarray]):
+    """t (log t - x) for finite t > 0 and finite x into `out` (hi, lo); returns the elements
+    left to _precise_log_term, or None.
+
+    Which tier an element gets depends on that element alone, never on its neighbours, so a
+    case gives the same values whatever its size: tier A where float64's log(t) - x (`diff`)
+    is at least 2**-8 in magnitude (tier A then always certifies: |d| > 2**-8.8), tier B
+    elsewhere, exact evaluation where tier B cannot certify. A chunk where most elements
+    need tier B runs tier B on the whole chunk and tier A on the rest only.
+    """
+    to_b = np.abs(diff) < ROUTE_TO_B
+    n_b = np.count_nonzero(to_b)
+    if 2 * n_b > t.size:
+        dh, dl, certified = precise_log_diff(t, x)
+        if n_b < t.size:
+            rest = np.flatnonzero(~to_b)
+            dh[rest], dl[rest], certified[rest] = fast_log_diff(t[rest], x[rest])
+    else:
+        dh, dl, certified = fast_log_diff(t, x)
+        if n_b:
+            certified &= ~to_b
+    if certified.all():
+        times(t, dh, dl, out)
+        return None
+    again = np.flatnonzero(~certified)
+    dh[again], dl[again] = TIER_A_MIN, 0.0  # placeholders (recomputed later) that keep times() on its fast path
+    times(t, dh, dl, out)
+    return again
+
+
+def _precise_log_term(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """t (log t - x) for finite t > 0 and finite x: tier B, and exactly where it cannot certify."""
+    dh, dl, certified = precise_log_diff(t, x)
+    exact = np.flatnonzero(~certified)
+    dh[exact], dl[exact] = TIER_A_MIN, 0.0  # placeholders, replaced below
+    hi, lo = times(t, dh, dl, (np.empty(t.size), np.empty(t.size)))
+    for i in exact:
+        hi[i], lo[i] = exact_log_term(float(x[i]), float(t[i]))
+    return hi, lo
+
+
+def times(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, np.ndarray]):
+    """hi, lo = t (dh + dl) for finite t > 0 and finite dh, with one rounding, into `out` (float64).
+
+    If |dh + dl - d| <= 2**-56 |dh + dl| and |dl| <= 2**-8 |dh|, hi is within 1 ulp of t d.
+    Proof. Where two_prod(t, dh) = (p, e) is exact (t, |dh| < 2**995, 2**-960 <= |p| <= 2**1020),
+    v = fl(e + fl(t dl)) errs by <= u |t dl| + u |v| < 2**-60 |p|, and hi = fl(p + v) is
+    within 0.5 ulp(hi) of p + v: |hi - t d| <= 0.5 ulp(hi) + 2**-56 |t (dh + dl)| + 2**-60 |p|
+    < 0.5 ulp(hi) + 2**-55.9 |hi| (1 + 2**-7) < ulp(hi), as ulp(hi) > 2**-53 |hi|.
+    Elsewhere the same operands are multiplied in long double (64-bit significand, no
+    under- or overflow): two roundings of 2**-64, then one to float64 (subnormals included):
+    less than 0.5 ulp + 2**-55.9 |hi| + 2**-62 |hi| < 1 ulp.
+    """
+    hi, lo = out
+    p = t * dh
+    size = np.abs(p)
+    if size.min() >= PRODUCT_MIN and size.max() <= PRODUCT_MAX and t.max() < SPLIT_LIMIT \
+            and np.abs(dh).max() < SPLIT_LIMIT:
+        p, e = two_prod(t, dh)
+        v = e + t * dl
+        np.add(p, v, out=hi)
+        np.add(p - hi, v, out=lo)
+        return out
+    safe = (t < SPLIT_LIMIT) & (np.abs(dh) < SPLIT_LIMIT) & (size >= PRODUCT_MIN) & (size <= PRODUCT_MAX)
+    if safe.any():
+        hi[safe], lo[safe] = times(t[safe], dh[safe], dl[safe], (np.empty(safe.sum()), np.empty(safe.sum())))
+    rare = ~safe
+    hi[rare], lo[rare] = _from_wide(t[rare].astype(WIDE) * (dh[rare].astype(WIDE) + dl[rare].astype(WIDE)))
+    return out
+
+
+def _exp_chunk(x: np.ndarray, t: np.ndarray, out: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """exp(t) (t - x) and its magnitude for one chunk (log_target), into `out` (hi, lo, magnitude).
+
+    Where t is not finite or x is NaN, float64's exp(t) (t - x) is the value: exp(+-inf) is
+    inf or 0 and a NaN propagates, so each value is NaN or +-inf exactly as in long double.
+    A finite t beside an infinite x, or |t| > 1400, is computed in long double as before.
+    """
+    hi, lo, magnitude = out
+    exp_t = np.exp(t)
+    np.add(np.abs(exp_t * t), np.abs(exp_t * x), out=magnitude)
+    ordinary = (np.abs(t) <= EXP_T_MAX) & (np.abs(x) < np.inf)
+    if ordinary.all():
+        hi[...], lo[...], safe = _exp_term(x, t)
+        if not safe.all():
+            rare = ~safe
+            hi[rare], lo[rare] = _wide_exp_term(x[rare], t[rare])
+        return
+    np.multiply(exp_t, t - x, out=hi)
+    lo[...] = 0.0
+    wide = (np.abs(t) < np.inf) & ~ordinary & ~np.isnan(x)
+    if ordinary.any():
+        hi[ordinary], lo[ordinary], safe = _exp_term(x[ordinary], t[ordinary])
+        wide[np.flatnonzero(ordinary)[~safe]] = True
+    if wide.any():
+        hi[wide], lo[wide] = _wide_exp_term(x[wide], t[wide])
+
+
+def _exp_term(x: np.ndarray, t: np.ndarray):
+    """exp(t) (t - x) for |t| <= 1400 and finite x: hi, lo and where that was safe.
+
+    Proof. t - x = s + e exactly (two_sum; no overflow: |t| <= 1400). exp(t) =
+    2**k (mh + ml)(1 + eps), |eps| <= 2**-59.9 (logexp.exp_parts). (P, pi) = two_prod(mh, s)
+    is exact where `safe` holds (|s| < 2**995, |P| >= 2**-960 or s = 0); v = pi + (mh e + ml s)
+    drops ml e (< 2**-62 |mh s|) and rounds twice (< 2**-61 |mh s|, as |ml| < 2**-9 mh).
+    y = fl(P + v) is then within 0.5 ulp + 2**-59 |y| of exp(t) (t - x) 2**-k, and
+    hi = y 2**k is exact where |hi| >= 2**-1022 and -1022 <= k <= 1023 (a power of two
+    times a normal number; an overflow to inf is the rounding of the exact product).
+    """
+    s, e = two_sum(t, -x)
+    mh, ml, k = exp_parts(t)
+    safe = (np.abs(s) < SPLIT_LIMIT) & ((np.abs(mh * s) >= PRODUCT_MIN) | (s == 0)) & (k >= -1022) & (k <= 1023)
+    s_safe = np.where(safe, s, 0.0)
+    big, pi = two_prod(mh, s_safe)
+    v = pi + (mh * e + ml * s_safe)
+    y = big + v
+    scale = ((np.where(safe, k, 0.0).astype(np.int64) + 1023) << 52).view(np.float64)
+    hi = y * scale
+    lo = ((big - y) + v) * scale
+    safe &= (np.abs(hi) >= 2.0**-1022) | (y == 0)
+    return hi, np.where(np.isfinite(hi), lo, 0.0), safe
+
+
+def _wide_exp_term(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """exp(t) (t - x) in long double (64-bit significand: within 1 ulp of float64 after one rounding)."""
+    return _from_wide(np.exp(t.astype(WIDE)) * (t.astype(WIDE) - x.astype(WIDE)))
+
+
+def _from_wide(wide: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A long double array as float64 hi (one rounding) and the float64 of the remainder."""
+    hi = wide.astype(np.float64)
+    lo = np.where(np.isfinite(hi), (wide - hi.astype(WIDE)).astype(np.float64), 0.0)
+    return hi, lo
+
+
+def exact_log_term(x: float, t: float) -> tuple[float, float]:
+    """t (log t - x) for one finite t > 0 and finite x, in decimal with as many digits as it takes.
+
+    ln is correctly rounded in `decimal`, and Decimal(float) is exact, so at `digits` digits
+    log t - x errs by at most 10**(1 - digits) (|ln t| + |x|); the digits double until that is
+    below 2**-110 |log t - x|. That ends: log t == x only at t == 1, x == 0 (ln of a rational
+    other than 1 is transcendental), which is exact. float(Decimal) rounds correctly, so hi is
+    within 0.5 ulp + 2**-109 |hi|, less than 1 ulp, and hi + lo within 2**-105 |hi|.
+    """
+    t_dec, x_dec = decimal.Decimal(t), decimal.Decimal(x)
+    digits = 40
+    while True:
+        with decimal.localcontext() as ctx:
+            ctx.prec = digits
+            log_t = t_dec.ln()
+            d = log_t - x_dec
+            err = decimal.Decimal(10) ** (1 - digits) * (abs(log_t) + abs(x_dec))
+            if t == 1.0 or (d != 0 and err <= abs(d) * decimal.Decimal(2.0**-110)):
+                term = t_dec * d
+                hi = float(term)
+                return hi, (float(term - decimal.Decimal(hi)) if np.isfinite(hi) else 0.0)
+        digits *= 2
