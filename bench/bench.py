@@ -17,7 +17,14 @@ Run inside one framework's environment (tox -m bench runs all three):
 (a') observed: the same calls through `Adapter.run` in one process, i.e. (a) plus what
     recording a result needs (input conversion, warnings, exceptions as data).
 Also the float64 reference on 16M elements against a plain NumPy elementwise pass
-over the same arrays. Prints one line per figure; no figure is asserted.
+over the same arrays, and per value family (softmax, identical, unnormalized, tiny,
+large; both target spaces) against the same plain pass: the issue's targets are every
+family within 2x of softmax and the whole reference within 10x of the plain pass.
+`--reference-only` measures just the reference (no framework needed):
+
+    python bench/bench.py --reference-only
+
+Prints one line per figure; no figure is asserted.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
+from conformance.adapters.base import FrameworkUnavailable
 from conformance.adapters.registry import get_adapter
+from conformance.cases.families import FAMILIES
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
 from conformance.model import Case, DtypePair, Params
 from conformance.reference.forward import expected_forward
@@ -102,23 +111,65 @@ def harness(framework: str, cases: list[Case], spec, cache_dir: Path | None) -> 
     return total, steady, sum(summary.counts.values())
 
 
+REFERENCE_FAMILIES = ("softmax", "identical", "unnormalized", "tiny", "large")
+
+
 def reference_vs_numpy(n: int, repeat: int) -> tuple[float, float]:
     """Best seconds of the reference (reduction none, float64) and of t * (log t - x) on n elements."""
     rng = np.random.default_rng(0)
     x = rng.normal(-2.0, 1.0, n)
     t = rng.uniform(0.0, 1.0, n)
-    case = Case(id="bench", params=Params("none"), input=x, target=t, dtype=DtypePair("float64", "float64"),
-                family="bench")
+    return _best_against_plain({"bench": (x, t)}, False, repeat)["bench"]
+
+
+def reference_families(n: int, repeat: int, log_target: bool) -> dict[str, tuple[float, float]]:
+    """Best seconds of the reference and of the plain pass per value family, on n elements (rows of 16)."""
+    rng = np.random.default_rng(1)
+    shape = (n // 16, 16)
+    draws = {name: FAMILIES[name].draw(rng, shape, shape, log_target) for name in REFERENCE_FAMILIES}
+    return _best_against_plain(draws, log_target, repeat)
+
+
+def _best_against_plain(draws: dict, log_target: bool, repeat: int) -> dict[str, tuple[float, float]]:
+    """Per draw, best CPU seconds of expected_forward and of the plain pass, timed alternately.
+
+    CPU time of this process (user + system: page faults count), not wall time: both are
+    single-threaded NumPy, and on a shared machine wall time mostly measures the other
+    processes. Alternating gives both the same conditions. The plain pass is
+    t * (log t - x), or exp(t) * (t - x) with log_target, over that draw's arrays.
+    """
     spec = load_spec()
-    plain = reference = float("inf")
+    best = {name: [float("inf"), float("inf")] for name in draws}
     for attempt in range(repeat + 1):  # attempt 0 warms up (first-call setup, page faults): not timed
-        start = time.perf_counter()
-        _ = t * (np.log(t) - x)
-        plain = min(plain, time.perf_counter() - start) if attempt else plain
-        start = time.perf_counter()
-        expected_forward(case, spec)
-        reference = min(reference, time.perf_counter() - start) if attempt else reference
-    return reference, plain
+        for name, (x, t) in draws.items():
+            case = Case(id="bench", params=Params("none", log_target), input=x, target=t,
+                        dtype=DtypePair("float64", "float64"), family=name)
+            with np.errstate(all="ignore"):
+                start = time.process_time()
+                _ = np.exp(t) * (t - x) if log_target else t * (np.log(t) - x)
+                plain = time.process_time() - start
+            start = time.process_time()
+            expected_forward(case, spec)
+            reference = time.process_time() - start
+            if attempt:
+                best[name] = [min(best[name][0], reference), min(best[name][1], plain)]
+    return {name: (ref, plain) for name, (ref, plain) in best.items()}
+
+
+def print_reference(n: int, repeat: int) -> None:
+    """The reference's lines: the whole reference and each value family against the plain pass."""
+    ref_s, plain_s = reference_vs_numpy(n, repeat)
+    label = f"{n / 2**20:g}M" if n % 2**20 == 0 else str(n)
+    print(f"reference {label:10s} {ref_s:.3f} s vs plain numpy {plain_s:.3f} s (CPU): ratio {ref_s / plain_s:.1f}")
+    for log_target in (False, True):
+        found = reference_families(n, repeat, log_target)
+        softmax_s = found["softmax"][0]
+        worst = max(found, key=lambda name: found[name][0])
+        print(f"reference families   log_target={int(log_target)} (CPU): "
+              + ", ".join(f"{name} {ref:.2f} s ({ref / plain:.1f}x plain)" for name, (ref, plain) in found.items())
+              + f"; slowest/softmax {found[worst][0] / softmax_s:.2f} ({worst})")
+    own, _ = peak_rss_mb()
+    print(f"peak RSS             {own:.0f} MB with the reference")
 
 
 def peak_rss_mb() -> tuple[float, float]:
@@ -129,20 +180,30 @@ def peak_rss_mb() -> tuple[float, float]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--framework", required=True)
+    parser.add_argument("--framework")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--reference-elements", type=int, default=16 * 2**20)
+    parser.add_argument("--reference-only", action="store_true", help="measure only the reference (no framework)")
     args = parser.parse_args(argv)
+    if args.reference_only:
+        print(f"reference            python {sys.version.split()[0]}, numpy {np.__version__}")
+        print_reference(args.reference_elements, args.repeat)
+        return 0
+    if not args.framework:
+        parser.error("--framework is required (or --reference-only)")
 
     spec = load_spec()
     cases = list(generate_cases(spec, DEFAULT_SEED))
-    bare_s, calls = bare_loop(args.framework, cases, args.repeat)
+    try:
+        bare_s, calls = bare_loop(args.framework, cases, args.repeat)
+    except FrameworkUnavailable as exc:  # R torch: no registry installs it, so its bench may find none
+        print(f"framework            {args.framework} is not installed here; nothing measured: {exc}")
+        return 0
     observed_s = observed_loop(args.framework, cases, args.repeat)
     total_s, steady_s, results = harness(args.framework, cases, spec, cache_dir=None)
     with tempfile.TemporaryDirectory() as cache_dir:
         harness(args.framework, cases, spec, Path(cache_dir))  # fills the cache, as another framework's run would
         warm_total_s, warm_steady_s, _ = harness(args.framework, cases, spec, Path(cache_dir))
-    ref_s, plain_s = reference_vs_numpy(args.reference_elements, args.repeat)
     own, children = peak_rss_mb()
     print(f"framework            {args.framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
     print(f"default suite        {len(cases)} cases, {calls} runnable calls (forward and gradients), {results} results")
@@ -155,8 +216,8 @@ def main(argv=None) -> int:
           f"({results / warm_total_s:,.0f} results/s); expectations from the reference cache")
     print(f"ratio b/a, cold      {total_s / bare_s:.1f} total, {steady_s / bare_s:.1f} after start")
     print(f"ratio b/a, warm      {warm_total_s / bare_s:.1f} total, {warm_steady_s / bare_s:.1f} after start")
-    print(f"reference 16M        {ref_s:.3f} s vs plain numpy {plain_s:.3f} s: ratio {ref_s / plain_s:.1f}")
     print(f"peak RSS             {own:.0f} MB harness process, {children:.0f} MB worker")
+    print_reference(args.reference_elements, args.repeat)
     return 0
 
 

@@ -4,7 +4,9 @@ The default suite is a pairwise covering design over all factors (every pair of
 levels appears in some case), plus every edge family in full over reduction x
 log_target x dtype, a well-posed sweep, and the error cases. `exhaustive` yields
 the whole cartesian product. Values depend only on (seed, case id), never on the
-order or the company a case is generated in. Cases are produced lazily.
+order or the company a case is generated in; which ids exist depends on the spec alone
+(the pairwise design is drawn with the fixed DESIGN_SEED), so `--seed` draws other
+values for the same ids. Cases are produced lazily.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import numpy as np
 
 from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_integers
 from conformance.cases.ids import CaseKey, build_id
-from conformance.model import PARTS, Case, DtypePair, Params, Spec
-from conformance.reference.rounding import round_to_dtype
+from conformance.model import FLOAT_DTYPES, PARTS, Case, DtypePair, Params, Spec
+from conformance.reference.rounding import INTEGER_DTYPES, round_to_dtype
 
 DEFAULT_SEED = 20261122
+# The pairwise design's own seed: fixed, so the suite's ids never depend on --seed (ids are API).
+DESIGN_SEED = 20261122
 FULL_SHAPE = (4, 6)  # the shape edge families and sweeps run on: a batch of 4 distributions over 6 classes
 
 
@@ -52,8 +56,8 @@ FULL_SHAPE_LEVEL = ShapeLevel(FULL_SHAPE, FULL_SHAPE)
 
 # Error cases (spec: errors): one fault each.
 BAD_REDUCTIONS = ("avg", "elementwise_mean", "SUM")
-BAD_DTYPES = (DtypePair("int64", "int64"), DtypePair("float32", "int64"), DtypePair("int32", "float32"),
-              DtypePair("bool", "bool"))
+# Besides each rejected dtype with itself (spec: dtypes.rejected), a rejected dtype beside a floating one.
+MIXED_BAD_DTYPES = (DtypePair("float32", "int64"), DtypePair("int32", "float32"))
 BAD_SHAPES = (ShapeLevel((4, 6), (4, 5)), ShapeLevel((3,), (4,)))
 
 
@@ -111,35 +115,70 @@ def pairwise_design(levels: dict[str, Sequence[Any]], rng: np.random.Generator) 
     return rows
 
 
-def _key(reduction, log_target, legacy, shape: ShapeLevel, dtype: DtypePair, family: str) -> CaseKey:
+def _key(reduction, log_target, legacy, shape: ShapeLevel, dtype: DtypePair, family: str,
+         prob_input: bool = False) -> CaseKey:
     size_average, reduce = legacy
-    return CaseKey(Params(reduction, log_target, size_average, reduce), shape.input, shape.target,
+    return CaseKey(Params(reduction, log_target, size_average, reduce, prob_input), shape.input, shape.target,
                    shape.layout, dtype, family)
 
 
-def default_keys(spec: Spec, seed: int) -> Iterator[CaseKey]:
-    """Keys of the default suite: pairwise design, edge families in full, well-posed sweep, errors."""
+def default_keys(spec: Spec) -> Iterator[CaseKey]:
+    """Keys of the default suite: pairwise design, edge families in full, well-posed sweep, errors.
+
+    The same for every --seed: the design is drawn with DESIGN_SEED.
+    """
     levels = parameter_levels(spec)
-    for row in pairwise_design(levels, np.random.default_rng(seed)):
+    for row in pairwise_design(levels, np.random.default_rng(DESIGN_SEED)):
         yield _key(row["reduction"], row["log_target"], row["legacy"], row["shape"], row["dtype"], row["family"])
     same_dtypes = [d for d in levels["dtype"] if not d.is_mixed]
     for family in EDGE + WELL_POSED:
         for reduction, log_target, dtype in itertools.product(levels["reduction"], levels["log_target"], same_dtypes):
             if log_target in FAMILIES[family].log_targets:
                 yield _key(reduction, log_target, (None, None), FULL_SHAPE_LEVEL, dtype, family)
+    yield from probability_keys(spec, levels)
     yield from error_keys(spec)
+    yield from log_target_keys(spec, levels)
 
 
-def error_keys(spec: Spec) -> Iterator[CaseKey]:
+def probability_keys(spec: Spec, levels: dict[str, list[Any]]) -> Iterator[CaseKey]:
+    """Cases whose input holds probabilities q, for the APIs of a probability-space dialect (spec:
+    dialects.keras): every family in full over reduction x dtype, and every shape with softmax values.
+    A family's log-space draw of the input is exponentiated (log q = -inf gives q = 0)."""
+    if not any(d["input_space"] == "probability" for d in spec.data["dialects"].values()):
+        return
+    same_dtypes = [d for d in levels["dtype"] if not d.is_mixed]
+    for family in EDGE + WELL_POSED:
+        for reduction, dtype in itertools.product(levels["reduction"], same_dtypes):
+            yield _key(reduction, False, (None, None), FULL_SHAPE_LEVEL, dtype, family, prob_input=True)
+    for shape, reduction in itertools.product(levels["shape"], levels["reduction"]):
+        yield _key(reduction, False, (None, None), shape, DtypePair("float32", "float32"), "softmax", prob_input=True)
+    for dtype in [d for d in levels["dtype"] if d.is_mixed]:
+        yield _key("sum", False, (None, None), FULL_SHAPE_LEVEL, dtype, "softmax", prob_input=True)
+
+
+def log_target_keys(spec: Spec, levels: dict[str, list[Any]]) -> Iterator[CaseKey]:
+    """Every shape and every mixed dtype pair with softmax values, and every error case, with a log-space
+    target and no legacy argument: what an API that takes log-probability targets only (MLX's kl_div_loss)
+    can express. The pairwise design meets most of them in log space only beside a legacy argument."""
+    for shape, reduction in itertools.product(levels["shape"], levels["reduction"]):
+        yield _key(reduction, True, (None, None), shape, DtypePair("float32", "float32"), "softmax")
+    for dtype in [d for d in levels["dtype"] if d.is_mixed]:
+        yield _key("sum", True, (None, None), FULL_SHAPE_LEVEL, dtype, "softmax")
+    yield from error_keys(spec, log_target=True)
+
+
+def error_keys(spec: Spec, log_target: bool = False) -> Iterator[CaseKey]:
     """One case per fault the spec names under `errors`."""
     ok = DtypePair("float32", "float32")
     for reduction in BAD_REDUCTIONS:
-        yield _key(reduction, False, (None, None), FULL_SHAPE_LEVEL, ok, "softmax")
-    for dtype in BAD_DTYPES:
+        yield _key(reduction, log_target, (None, None), FULL_SHAPE_LEVEL, ok, "softmax")
+    rejected = spec.rejected_dtypes
+    bad = [DtypePair(d, d) for d in rejected] + [p for p in MIXED_BAD_DTYPES if {p.input, p.target} & set(rejected)]
+    for dtype in bad:
         for reduction in ("none", "sum"):
-            yield _key(reduction, False, (None, None), FULL_SHAPE_LEVEL, dtype, "integers")
+            yield _key(reduction, log_target, (None, None), FULL_SHAPE_LEVEL, dtype, "integers")
     for shape in BAD_SHAPES:
-        yield _key("sum", False, (None, None), shape, ok, "softmax")
+        yield _key("sum", log_target, (None, None), shape, ok, "softmax")
 
 
 def exhaustive_keys(spec: Spec) -> Iterator[CaseKey]:
@@ -151,12 +190,13 @@ def exhaustive_keys(spec: Spec) -> Iterator[CaseKey]:
         if _is_valid(row):
             yield _key(row["reduction"], row["log_target"], row["legacy"], row["shape"], row["dtype"], row["family"])
     yield from error_keys(spec)
+    yield from error_keys(spec, log_target=True)
 
 
 def generate_cases(spec: Spec, seed: int = DEFAULT_SEED, exhaustive: bool = False, samples: int = 1) -> Iterator[Case]:
     """The generated suite, lazily, without duplicate ids; `samples` draws of each combination."""
     seen: set[str] = set()
-    for key in (exhaustive_keys(spec) if exhaustive else default_keys(spec, seed)):
+    for key in (exhaustive_keys(spec) if exhaustive else default_keys(spec)):
         for sample in range(samples):
             key_n = dataclasses.replace(key, sample=sample)
             case_id = build_id(key_n)
@@ -171,6 +211,27 @@ def case_rng(seed: int, case_id: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(case_id.encode("utf-8"))])
 
 
+def check_key(key: CaseKey) -> None:
+    """Refuse a key no generator draws (an id typed by hand): ValueError naming the field.
+
+    Raises
+    ------
+    ValueError
+        for an unknown family or dtype, a layout the shape cannot have, or a log_target
+        the family does not draw.
+    """
+    if key.family != "integers" and key.family not in FAMILIES:
+        raise ValueError(f"unknown family {key.family!r}; use one of {sorted(FAMILIES) + ['integers']}")
+    for name in (key.dtype.input, key.dtype.target):
+        if name not in FLOAT_DTYPES + INTEGER_DTYPES:
+            raise ValueError(f"unknown dtype {name!r}; use one of {list(FLOAT_DTYPES + INTEGER_DTYPES)}")
+    least = {"transposed": 2, "strided": 1}.get(key.layout, 0)
+    if min(len(key.input_shape), len(key.target_shape)) < least:
+        raise ValueError(f"layout {key.layout!r} needs tensors of at least {least} dimensions")
+    if key.family in FAMILIES and key.params.log_target not in FAMILIES[key.family].log_targets:
+        raise ValueError(f"family {key.family!r} has no log_target={int(key.params.log_target)} cases")
+
+
 def build_case(key: CaseKey, seed: int) -> Case:
     """Draw the values of `key` and round them to its dtypes."""
     case_id = build_id(key)
@@ -179,6 +240,9 @@ def build_case(key: CaseKey, seed: int) -> Case:
         x, t = draw_integers(rng, key.input_shape, key.target_shape)
     else:
         x, t = FAMILIES[key.family].draw(rng, key.input_shape, key.target_shape, key.params.log_target)
+    if key.params.prob_input:  # the family draws log q; the case holds q
+        with np.errstate(over="ignore"):
+            x = np.exp(np.asarray(x, dtype=np.float64))
     return Case(
         id=case_id, params=key.params,
         input=round_to_dtype(np.asarray(x, dtype=np.float64), key.dtype.input),

@@ -1,7 +1,8 @@
 """Builds and parses generated case ids; ids are API (profiles, baselines and notes key on them).
 
 Format: ``fwd/{reduction}/log_target={0|1}/{shape}/{dtype}/{family}/s{n}``, e.g.
-``fwd/sum/log_target=0/4x6/float32/onehot/s0``. The reduction may carry legacy
+``fwd/sum/log_target=0/4x6/float32/onehot/s0``; a case whose input holds probabilities (for APIs of
+a probability-space dialect, Keras) says so after log_target: ``log_target=0,input=prob``. The reduction may carry legacy
 arguments, ``mean(size_average=0,reduce=1)``; a shape may be ``input:target`` when
 they differ and may end in ``.T`` or ``.strided`` for non-contiguous views; 0-d is
 ``scalar``; mixed dtypes are ``input:target``. Changing this format is a breaking change.
@@ -16,7 +17,7 @@ from conformance.model import DtypePair, Params
 
 _LAYOUT_SUFFIX = {"contiguous": "", "transposed": ".T", "strided": ".strided"}
 _ID = re.compile(
-    r"^fwd/(?P<reduction>[A-Za-z_]*)(?:\((?P<legacy>[a-z_=01,]*)\))?/log_target=(?P<lt>[01])/"
+    r"^fwd/(?P<reduction>[A-Za-z_]*)(?:\((?P<legacy>[a-z_=01,]*)\))?/log_target=(?P<lt>[01])(?P<prob>,input=prob)?/"
     r"(?P<shape>[0-9x]+|scalar)(?::(?P<tshape>[0-9x]+|scalar))?(?P<layout>\.T|\.strided)?/"
     r"(?P<dtype>[a-z0-9]+)(?::(?P<tdtype>[a-z0-9]+))?/(?P<family>[a-z_0-9]+)/s(?P<sample>[0-9]+)$"
 )
@@ -55,7 +56,8 @@ def build_id(key: CaseKey) -> str:
     if key.target_shape != key.input_shape:
         shape += ":" + format_shape(key.target_shape)
     return "/".join((
-        "fwd", format_reduction(key.params), f"log_target={int(key.params.log_target)}",
+        "fwd", format_reduction(key.params),
+        f"log_target={int(key.params.log_target)}" + (",input=prob" if key.params.prob_input else ""),
         shape + _LAYOUT_SUFFIX[key.layout], str(key.dtype), key.family, f"s{key.sample}",
     ))
 
@@ -66,11 +68,12 @@ def parse_id(case_id: str) -> CaseKey:
     if not m:
         raise ValueError(f"{case_id!r} is not a generated case id "
                          "(fwd/REDUCTION/log_target=0|1/SHAPE/DTYPE/FAMILY/sN)")
-    legacy = dict(item.split("=") for item in m["legacy"].split(",")) if m["legacy"] else {}
+    legacy = _parse_legacy(m["legacy"], case_id) if m["legacy"] is not None else {}
     params = Params(
         reduction=m["reduction"], log_target=m["lt"] == "1",
         size_average=bool(int(legacy["size_average"])) if "size_average" in legacy else None,
         reduce=bool(int(legacy["reduce"])) if "reduce" in legacy else None,
+        prob_input=bool(m["prob"]),
     )
     input_shape = parse_shape(m["shape"])
     layout = {"": "contiguous", ".T": "transposed", ".strided": "strided"}[m["layout"] or ""]
@@ -79,3 +82,14 @@ def parse_id(case_id: str) -> CaseKey:
         target_shape=parse_shape(m["tshape"]) if m["tshape"] else input_shape, layout=layout,
         dtype=DtypePair(m["dtype"], m["tdtype"] or m["dtype"]), family=m["family"], sample=int(m["sample"]),
     )
+
+
+def _parse_legacy(text: str, case_id: str) -> dict[str, str]:
+    """`size_average=0,reduce=1` to a dict; anything else names the accepted form."""
+    legacy: dict[str, str] = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        if name not in ("size_average", "reduce") or value not in ("0", "1") or name in legacy:
+            raise ValueError(f"{case_id!r}: legacy argument {item!r} is not size_average=0|1 or reduce=0|1")
+        legacy[name] = value
+    return legacy

@@ -3,7 +3,8 @@
 Each entry: `id`, `input`, `target` (nested lists of numbers; .inf, -.inf, .nan
 allowed), and optionally `dtype` (a name, or {input: NAME, target: NAME}),
 `reduction`, `log_target`, `size_average`, `reduce`, `layout`, `grad`, `note`.
-Every problem is reported with the file, the case id and the field.
+Numbers follow YAML 1.2 (`1e-3` is a number; conformance/yamlload.py). Every problem
+is reported with the file, the case id and the field.
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ from typing import Any
 import numpy as np
 
 from conformance.errors import CaseFileError
-from conformance.model import FLOAT_DTYPES, Case, DtypePair, Params
+from conformance.model import FLOAT_DTYPES, LAYOUTS, Case, DtypePair, Params
 from conformance.reference.rounding import INTEGER_DTYPES, is_representable, round_to_dtype
-from conformance.specload import parse_yaml
+from conformance.yamlload import parse_yaml, read_text
 
-FIELDS = ("id", "input", "target", "dtype", "reduction", "log_target", "size_average", "reduce", "layout", "grad", "note")
+FIELDS = ("id", "input", "target", "dtype", "reduction", "log_target", "size_average", "reduce", "layout", "grad",
+          "input_space", "note")
+INPUT_SPACES = ("log", "probability")  # input as log q (canonical), or q (spec: dialects.*.input_space)
 REQUIRED = ("id", "input", "target")
 KNOWN_DTYPES = FLOAT_DTYPES + INTEGER_DTYPES
-LAYOUTS = ("contiguous", "transposed", "strided")
 GRADS = ("input", "target")
+MAX_DIMS = 32  # NumPy's limit is 32 (1.x) or 64 (2.x) dimensions
 
 
 def load_case_file(path: str | Path) -> list[Case]:
@@ -34,11 +37,7 @@ def load_case_file(path: str | Path) -> list[Case]:
         naming the file, the case id (or entry index) and the field.
     """
     shown = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CaseFileError(f"cannot read the case file ({exc.strerror})", file=shown,
-                            fix="pass --cases with the path of a readable YAML file") from None
+    text = read_text(path, shown, CaseFileError, fix="pass --cases with the path of a readable YAML file")
     data = parse_yaml(text, shown, CaseFileError)
     if not isinstance(data, list) or not data:
         raise CaseFileError(f"expected a non-empty YAML list of cases, got {type(data).__name__}", file=shown,
@@ -102,7 +101,11 @@ def _parse_entry(entry: Any, index: int, shown: str) -> Case:
         raise fail("layout", "'transposed' needs tensors of at least 2 dimensions", "use 'contiguous' or 'strided'")
     if layout == "strided" and (x.ndim < 1 or t.ndim < 1):
         raise fail("layout", "'strided' needs tensors of at least 1 dimension", "use 'contiguous'")
-    params = Params(reduction, flags["log_target"], flags["size_average"], flags["reduce"])
+    input_space = entry.get("input_space", "log")
+    if input_space not in INPUT_SPACES:
+        raise fail("input_space", f"unknown input space {input_space!r}", f"use one of {list(INPUT_SPACES)}")
+    params = Params(reduction, flags["log_target"], flags["size_average"], flags["reduce"],
+                    prob_input=input_space == "probability")
     parts = ("forward",) + tuple(f"grad_{g}" for g in grad)
     return Case(id=case_id, params=params, input=x, target=t, dtype=dtype, family="user", layout=layout,
                 parts=parts, source=shown)
@@ -125,6 +128,9 @@ def _parse_dtype(value: Any, fail) -> DtypePair:
 def _parse_tensor(value: Any, dtype: str, where: str, shown: str) -> np.ndarray:
     """A nested list (or a number, for 0-d) to a float64 array; ragged lists and non-numbers are errors."""
     def check(node: Any, depth: int, path: str) -> None:
+        if depth > MAX_DIMS:
+            raise CaseFileError(f"more than {MAX_DIMS} nested lists at {path}", file=shown, where=where,
+                                fix=f"give tensors at most {MAX_DIMS} dimensions")
         if isinstance(node, list):
             for i, item in enumerate(node):
                 check(item, depth + 1, f"{path}[{i}]")
@@ -139,6 +145,10 @@ def _parse_tensor(value: Any, dtype: str, where: str, shown: str) -> np.ndarray:
         elif not isinstance(node, (int, float)):
             raise CaseFileError(f"{node!r} at {path or 'top level'} is not a number", file=shown, where=where,
                                 fix="write numbers; use .inf, -.inf and .nan for the special values")
+        elif isinstance(node, int) and not _fits_float64(node):
+            raise CaseFileError(f"the integer at {path or 'top level'} ({len(str(abs(node)))} digits) is too large "
+                                "for a float64", file=shown, where=where,
+                                fix="write a number below 1.8e308, or .inf / -.inf for infinity")
 
     check(value, 0, "")
     array = np.asarray(value, dtype=np.float64)
@@ -146,3 +156,11 @@ def _parse_tensor(value: Any, dtype: str, where: str, shown: str) -> np.ndarray:
         raise CaseFileError(f"values not representable in {dtype} (fractions or non-finite values)", file=shown,
                             where=where, fix=f"write integers for dtype {dtype}" + (" (0 or 1)" if dtype == "bool" else ""))
     return round_to_dtype(array, dtype)
+
+
+def _fits_float64(number: int) -> bool:
+    try:
+        float(number)
+    except OverflowError:
+        return False
+    return True

@@ -1,39 +1,72 @@
 """The command line: `kl-conformance run | cases | report`; also `python -m conformance`.
 
-Exit codes: 0 done (divergences are findings, not failures); 1 with --strict when
-an undocumented divergence was found; 2 bad usage, a bad spec, case file or
-results directory (one message naming the file, the place and the fix).
+Exit codes (conformance/gate.py): 0 done (divergences are findings, not failures); 1 a gate
+failed (--strict, --fail-on-new, a stale known-findings entry); 2 bad usage, a bad spec, case
+file or results directory (one message naming the file, the place and the fix; nothing
+written); 3 with --strict, the framework did not run or not every case was judged.
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
+import json
 import sys
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from conformance.adapters.registry import is_known, known_adapters
-from conformance.cases.generate import DEFAULT_SEED, build_case, generate_cases
-from conformance.cases.ids import parse_id
-from conformance.cases.userfile import load_case_file
-from conformance.errors import ConformanceError, UsageError
-from conformance.model import Case, Result, Spec
+from conformance.cases.generate import DEFAULT_SEED
+from conformance.errors import ConformanceError, ResultsError, UsageError
+from conformance.gate import EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, exit_code
+from conformance.known import KnownFindings, load_known
+from conformance.model import PARTS, Case, Result, Spec
+from conformance.outdir import check_out_dir, prepare_out_dir
 from conformance.refcache import default_cache_dir
-from conformance.report.merge import iter_rows, load_manifests, merge_runs, write_report
+from conformance.reference.statements import verify_formulas
+from conformance.report.merge import load_manifests, merge_runs, write_report
+from conformance.report.provenance import check_runs
+from conformance.results import RESULTS_FILE, iter_results
 from conformance.runner import DEFAULT_MEMORY_BUDGET_MB, DEFAULT_TIMEOUT_S, RunOptions, run_conformance
+from conformance.selection import file_digest, select_cases, selected_shard
 from conformance.specload import load_spec
 
-EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE = 0, 1, 2
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse exits 2 too; keep our one-line shape
-        self.print_usage(sys.stderr)
+    def error(self, message: str):  # argparse exits 2 too; keep our one-line shape (no usage block)
         raise UsageError(message, where="command line", fix=f"see `{self.prog} --help`")
+
+
+def _natural(text: str) -> int:
+    """An integer >= 0 (a seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    value = _natural(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    """A number > 0 (inf allowed: no limit); NaN is refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,43 +76,61 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def add_case_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"draw of the generated values (default {DEFAULT_SEED})")
+        p.add_argument("--seed", type=_natural, default=DEFAULT_SEED, help=f"draw of the generated values (default {DEFAULT_SEED})")
         p.add_argument("--suite", choices=("default", "exhaustive", "none"), default="default",
                        help="generated suite: pairwise design plus edge families (default), the full product, or none")
         p.add_argument("--exhaustive", dest="suite", action="store_const", const="exhaustive",
                        help="same as --suite exhaustive")
-        p.add_argument("--samples", type=int, default=1, metavar="N",
+        p.add_argument("--samples", type=_at_least_one, default=1, metavar="N",
                        help="independent draws of every generated combination (ids end in s0 ... sN-1)")
         p.add_argument("--cases", action="append", default=[], metavar="FILE", help="user case file (repeatable)")
         p.add_argument("--only", action="append", default=[], metavar="ID",
                        help="run only case ids matching this glob (repeatable)")
+        p.add_argument("--shard", metavar="K/N",
+                       help="only the K-th of N disjoint shards of the cases (by a hash of the case id), for CI "
+                            "matrices; merge the N runs with `report`")
+
+    def add_gate_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--strict", action="store_true",
+                       help="exit 1 if a divergence is neither documented nor known; exit 3 if a framework did "
+                            "not run or nothing was judged")
+        p.add_argument("--baseline", metavar="DIR",
+                       help="an earlier run or merged directory: report what is new, fixed and changed since")
+        p.add_argument("--fail-on-new", action="store_true",
+                       help="with --baseline: exit 1 if a divergence is new or changed since the baseline "
+                            "(and neither documented nor known)")
+        p.add_argument("--known", metavar="FILE",
+                       help="known-findings file (YAML): divergences it matches are accepted; an entry that "
+                            "matches nothing is stale and fails the command")
+        p.add_argument("--force", action="store_true",
+                       help="replace what an earlier run or report wrote into --out (results, reports, repro/, "
+                            "cases/, baseline.json); without it a non-empty --out is refused")
 
     run = sub.add_parser("run", help="run cases through a framework and write results and a report")
     run.add_argument("--framework", required=True, help="adapter name, e.g. torch")
     run.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
     run.add_argument("--device", action="append", default=[], help="device (repeatable; default all present)")
-    run.add_argument("--part", action="append", default=[], choices=("forward", "grad_input", "grad_target"),
+    run.add_argument("--part", action="append", default=[], choices=PARTS,
                      help="forward value or a gradient (repeatable; default every part a case asks for)")
     run.add_argument("--out", default="reports/run", help="output directory (default reports/run)")
-    run.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is found")
     run.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     run.add_argument("--no-repro", action="store_true",
                      help="do not write reproducers for the undocumented divergences into OUT/repro")
-    run.add_argument("--baseline", metavar="DIR",
-                     help="an earlier run directory: report what is new, fixed and changed since")
     run.add_argument("--profiles", metavar="DIR",
                      help="directory of <framework>.yaml deviation profiles (default: spec/profiles shipped)")
     run.add_argument("--resume", action="store_true",
-                     help="continue an interrupted run in --out: skip every result already written")
-    run.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+                     help="continue an interrupted run in --out: skip every result already written (refused if "
+                          "that run had another seed, suite, samples, case files, --only, --shard, --known or spec)")
+    run.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S,
                      help=f"time limit of one case; past it the verdict is timeout (default {DEFAULT_TIMEOUT_S:g})")
     run.add_argument("--cache-dir", metavar="DIR",
                      help="where computed expectations are kept for later runs and other frameworks "
                           "(default $KL_CACHE_DIR, else ~/.cache/kl-conformance)")
     run.add_argument("--no-cache", action="store_true", help="compute every expectation; read and write no cache")
-    run.add_argument("--memory-budget-mb", type=float, default=DEFAULT_MEMORY_BUDGET_MB,
+    run.add_argument("--memory-budget-mb", type=_positive, default=DEFAULT_MEMORY_BUDGET_MB,
                      help=f"refuse a case estimated to need more memory (default {DEFAULT_MEMORY_BUDGET_MB:g})")
     add_case_options(run)
+    add_gate_options(run)
 
     cases = sub.add_parser("cases", help="list the case ids a run would use")
     cases.add_argument("--count", action="store_true", help="print only the number of cases")
@@ -92,51 +143,33 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write a script for every undocumented divergence of --from RUN_DIR into OUT_DIR")
     repro.add_argument("--api", help="API dotted name (default: the framework's first)")
     repro.add_argument("--device", default="cpu")
-    repro.add_argument("--part", default="forward", choices=("forward", "grad_input", "grad_target", "grad2_input"))
+    repro.add_argument("--part", default="forward", choices=PARTS)
     source = repro.add_mutually_exclusive_group()
     source.add_argument("--from", dest="run_dir", metavar="RUN_DIR", help="take the case from an earlier run's --out")
     source.add_argument("--cases", dest="case_file", metavar="FILE", help="take the case from a user case file")
-    repro.add_argument("--seed", type=int, help=f"seed of a generated case (default: the run's, or {DEFAULT_SEED})")
+    repro.add_argument("--seed", type=_natural, help=f"seed of a generated case (default: the run's, or {DEFAULT_SEED})")
     repro.add_argument("--no-minimize", action="store_true", help="keep the whole case")
+
+    selftest = sub.add_parser("selftest", help="plant bugs into a real adapter and check that every planted "
+                                               "fault is flagged (exit 1 if one is not)")
+    selftest.add_argument("--framework", required=True, help="adapter name, e.g. torch")
+    selftest.add_argument("--variant", action="append", default=[], metavar="NAME",
+                          help="run only this planted variant (repeatable; default all)")
+    selftest.add_argument("--out", default="reports/selftest", help="output directory (default reports/selftest)")
+    selftest.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S, help="time limit of one case")
+    selftest.add_argument("--no-cache", action="store_true", help="compute every expectation")
+    selftest.add_argument("--force", action="store_true",
+                          help="replace what an earlier self-test wrote into --out; without it a non-empty --out "
+                               "is refused")
+    add_case_options(selftest)
 
     report = sub.add_parser("report", help="merge run directories into one report")
     report.add_argument("runs", nargs="+", metavar="DIR", help="run directories (each with results.jsonl)")
-    report.add_argument("--out", required=True, help="directory for the merged report")
-    report.add_argument("--strict", action="store_true", help="exit 1 if any undocumented divergence is present")
-    report.add_argument("--baseline", metavar="DIR",
-                        help="an earlier run or merged directory: report what is new, fixed and changed since")
+    report.add_argument("--out", required=True, help="directory for the merged report (not one of the runs)")
     report.add_argument("--allow-missing", action="store_true",
                         help="a directory without results shows as 'not run' instead of an error")
+    add_gate_options(report)
     return parser
-
-
-def select_cases(spec: Spec, args: argparse.Namespace) -> Iterator[Case]:
-    """Generated and user cases, filtered by --only; user files are validated before anything runs."""
-    user = [case for path in args.cases for case in load_case_file(path)]
-    exact = [p for p in args.only if not any(ch in p for ch in "*?[")]
-    if args.only and exact == args.only and args.suite != "none":
-        # exact generated ids: rebuild them directly, whichever suite they came from
-        seen_user = {c.id for c in user}
-        for case_id in exact:
-            if case_id in seen_user:
-                continue
-            try:
-                key = parse_id(case_id)
-            except ValueError as exc:
-                raise UsageError(str(exc), where="--only", fix="copy the id from a report or `kl-conformance cases`") from None
-            yield build_case(key, args.seed)
-        yield from (c for c in user if c.id in exact)
-        return
-    generated = () if args.suite == "none" else generate_cases(spec, args.seed, exhaustive=args.suite == "exhaustive",
-                                                               samples=args.samples)
-    for case in _chain(generated, user):
-        if not args.only or any(fnmatch.fnmatchcase(case.id, p) for p in args.only):
-            yield case
-
-
-def _chain(*iterables):
-    for it in iterables:
-        yield from it
 
 
 def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
@@ -168,32 +201,63 @@ def _write_reproducers(args: argparse.Namespace, out: Path) -> None:
         print("warning: writing reproducers took over 900 s; stopped (use kl-conformance repro)", file=sys.stderr)
 
 
-def _check_baseline(path: str | None) -> None:
-    if path is not None and not (Path(path) / "results.jsonl").is_file():
-        raise UsageError("no results.jsonl in the baseline directory", file=path, where="--baseline",
-                         fix="pass the --out directory of an earlier run")
+def _check_gate_options(spec: Spec, args: argparse.Namespace, seed: int | None = None) -> KnownFindings | None:
+    """--baseline, --fail-on-new and --known, checked before anything is written; returns the known findings."""
+    if args.fail_on_new and args.baseline is None:
+        raise UsageError("--fail-on-new needs --baseline DIR", where="--fail-on-new",
+                         fix="pass the accepted run's directory with --baseline")
+    if args.baseline is not None:
+        baseline = Path(args.baseline)
+        if not (baseline / RESULTS_FILE).is_file():
+            raise UsageError("no results.jsonl in the baseline directory", file=args.baseline, where="--baseline",
+                             fix="pass the --out directory of an earlier run")
+        if baseline.resolve() == Path(args.out).resolve():
+            raise UsageError("the baseline is the output directory, which this command rewrites",
+                             file=args.baseline, where="--baseline",
+                             fix="copy the accepted run elsewhere and pass that copy with --baseline")
+        if seed is not None:
+            check_baseline_draw(baseline, spec.hash, seed)
+    return load_known(args.known) if args.known else None
+
+
+def check_baseline_draw(baseline: Path, spec_hash: str, seed: int) -> None:
+    """A baseline of another spec or another --seed would compare other cases under the same ids."""
+    for row in iter_results(baseline):
+        if row.spec_hash != spec_hash:
+            raise ResultsError(f"the baseline was made with spec {row.spec_hash}, this spec is {spec_hash}",
+                               file=str(baseline), where="--baseline", fix="rerun the baseline with the current spec")
+        if row.source == "generated" and row.seed != seed:
+            raise ResultsError(f"the baseline drew its cases with --seed {row.seed}, this run with --seed {seed}",
+                               file=str(baseline), where="--baseline",
+                               fix=f"run with --seed {row.seed}, or take a baseline made with --seed {seed}")
 
 
 def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                          fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
-    _check_baseline(args.baseline)
-    if args.timeout_s <= 0 or args.memory_budget_mb <= 0 or args.samples < 1:
-        raise UsageError("--timeout-s and --memory-budget-mb must be positive, --samples at least 1",
-                         where="command line", fix="pass positive numbers")
+    if args.resume and args.force:
+        raise UsageError("--resume and --force contradict each other", where="command line",
+                         fix="--resume continues the run in --out; --force starts it again")
+    shard = selected_shard(args)
+    known = _check_gate_options(spec, args, seed=args.seed)
+    check_out_dir(args.out, resume=args.resume, force=args.force)
     # One pass to validate case files and ids and to count, before any output is written;
     # the run then generates the cases again, lazily, so memory stays flat however many there are.
     total = sum(1 for _ in select_cases(spec, args))
     if not total:
-        raise UsageError("no case matches the selection", where="--only / --cases / --suite",
+        raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
                          fix="check the ids with `kl-conformance cases`")
     show_details = bool(args.only) and total <= DETAIL_LIMIT
     progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
+    selection = {"seed": args.seed, "suite": args.suite, "samples": args.samples,
+                 "case_files": [file_digest(path) for path in args.cases], "only": args.only,
+                 "shard": str(shard) if shard else None, "known": known.digest if known else None}
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
-                "only": args.only, "command": " ".join(sys.argv)}
+                "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
+                "command": " ".join(sys.argv)}
     options = RunOptions(apis=args.api, devices=args.device, parts=args.part, timeout_s=args.timeout_s,
-                         memory_budget_mb=args.memory_budget_mb, resume=args.resume,
+                         memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
                          profiles_dir=Path(args.profiles) if args.profiles else None,
                          cache_dir=None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir())
     summary = run_conformance(
@@ -202,31 +266,51 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     )
     if progress is not None:
         sys.stderr.write("\n")
-    report = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline)
+    written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known)
     if not args.no_repro and not summary.not_run and summary.divergences:
         _write_reproducers(args, summary.out_dir)
+    incomplete = []
     if summary.not_run:
-        print(f"{args.framework}: not run: {summary.not_run}. Report: {report}")
-        return EXIT_OK
-    counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
-    extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
-        (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
-    print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
-          f"{summary.divergences} divergences{extra}. Report: {report}")
-    return _strict_exit(args.strict, [summary.out_dir])
+        print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")
+        incomplete.append(f"{args.framework} did not run: {summary.not_run}")
+    else:
+        counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
+        extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
+            (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
+        print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
+              f"{summary.divergences} divergences{extra}. Report: {written.report}")
+        if summary.stopped:
+            print(f"kl-conformance: the run stopped before its end: {summary.stopped}. The results so far are in "
+                  f"{summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
+            incomplete.append(f"the {args.framework} run stopped before its end")
+        elif not any(True for _ in iter_results(summary.out_dir)):
+            incomplete.append(f"{args.framework} produced no results (no selected part or API applies)")
+    return exit_code([summary.out_dir], strict=args.strict, fail_on_new=args.fail_on_new,
+                     baseline_diff=written.baseline, known=known, incomplete=incomplete)
 
 
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
-    _check_baseline(args.baseline)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline)
-    present, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
-    not_run = [m["framework"] for m in manifests if m.get("status") == "not_run"]
-    count = sum(1 for _ in iter_rows(present))
+    if out.resolve() in {Path(r).resolve() for r in args.runs}:
+        raise UsageError("the output directory is one of the runs to merge", file=args.out, where="--out",
+                         fix="write the merged report into another directory")
+    known = _check_gate_options(spec, args)
+    check_out_dir(out, force=args.force)
+    check_runs(args.runs, allow_missing=args.allow_missing, baseline=args.baseline)  # reads only
+    prepare_out_dir(out, force=args.force)
+    written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known)
+    _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
+    not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
+    count = sum(1 for _ in iter_results(out))
     print(f"merged {len(args.runs)} runs, {count} results" + (f"; not run: {', '.join(not_run)}" if not_run else "")
-          + f". Report: {path}")
-    return _strict_exit(args.strict, present)
+          + f". Report: {written.report}")
+    incomplete = [f"{m.get('framework', '?')} run is {m.get('status', 'of unknown status')}"
+                  + (f": {m['reason']}" if m.get("reason") else "")
+                  for m in manifests if m.get("status") != "complete"]
+    if not count:
+        incomplete.append("the runs hold no results")
+    return exit_code([out], strict=args.strict, fail_on_new=args.fail_on_new, baseline_diff=written.baseline,
+                     known=known, incomplete=incomplete)
 
 
 def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
@@ -249,12 +333,33 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _strict_exit(strict: bool, run_dirs: Sequence[Path]) -> int:
-    """1 under --strict when any undocumented divergence is in the runs (streamed)."""
-    if not strict:
-        return EXIT_OK
-    undocumented = any(r.verdict.is_divergence and not r.documented for r in iter_rows(run_dirs))
-    return EXIT_DIVERGENCE if undocumented else EXIT_OK
+def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
+    from conformance.selftest import VARIANTS, render_selftest, run_selftest
+
+    if not is_known(args.framework):
+        raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
+                         fix=f"use one of {sorted(known_adapters())}")
+    unknown = [v for v in args.variant if v not in VARIANTS]
+    if unknown:
+        raise UsageError(f"unknown variant {unknown[0]!r}", where="--variant", fix=f"use one of {sorted(VARIANTS)}")
+    cases = list(select_cases(spec, args))
+    if not cases:
+        raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
+                         fix="check the ids with `kl-conformance cases`")
+    out = check_out_dir(args.out, force=args.force)
+    # the self-test owns its output directory: each of its runs replaces that run's earlier output
+    options = RunOptions(timeout_s=args.timeout_s, force=True,
+                         cache_dir=None if args.no_cache else default_cache_dir())
+    show = (lambda name: print(f"selftest: {name}", file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
+    control, reports = run_selftest(spec, args.framework, cases, out, args.variant, options, progress=show)
+    text = render_selftest(args.framework, control, reports)
+    (out / "selftest.md").write_text(text, encoding="utf-8")
+    (out / "selftest.json").write_text(json.dumps({"framework": args.framework, "control": control, "variants": [
+        {"name": r.name, "fault": r.fault, "planted": r.planted, "flagged": r.flagged, "verdicts": r.verdicts,
+         "ok": r.ok, "missed": r.missed, "not_applicable": r.not_applicable} for r in reports]}, indent=2) + "\n",
+        encoding="utf-8")
+    print(text, end="")
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_GATE
 
 
 def _print_details(case: Case, result: Result) -> None:
@@ -298,9 +403,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         spec = load_spec(args.spec)
-        return {"run": cmd_run, "cases": cmd_cases, "report": cmd_report, "repro": cmd_repro}[args.command](spec, args)
+        verify_formulas(spec)  # before anything is written: the spec's formulas must be the reference's
+        commands = {"run": cmd_run, "cases": cmd_cases, "report": cmd_report, "repro": cmd_repro,
+                    "selftest": cmd_selftest}
+        return commands[args.command](spec, args)
     except ConformanceError as exc:
         if debug:
             raise
         print(f"kl-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        # every finished row is already on disk (flushed per line)
+        print("kl-conformance: interrupted. Continue a run with the same command and --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from conformance.errors import HarnessBug
 from conformance.model import Expected, Judgement, Observation, Spec, Verdict
 
 # Spec paths most likely to explain a divergence, most specific first.
@@ -61,6 +62,9 @@ def _judge(expected: Expected, observed: Observation) -> Judgement:
         if observed.exception_type != expected.error_type:
             return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects {expected.error_type} "
                                             f"({cause})", cause=cause)
+        if expected.error_match and not re.search(expected.error_match, observed.exception_message or ""):
+            return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects {expected.error_type} with a "
+                                            f"message matching {expected.error_match!r} ({cause})", cause=cause)
         return Judgement(Verdict.PASS, f"raised {observed.exception_type} as expected ({cause})", cause=cause)
     if observed.raised:
         # a refusal that names the dtype is about the dtypes the spec requires (spec: dtypes.floating)
@@ -69,20 +73,34 @@ def _judge(expected: Expected, observed: Observation) -> Judgement:
         return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects a value",
                          cause="dtypes.floating" if names_dtype else _cause(expected, None))
 
-    if tuple(observed.shape) != tuple(expected.shape):
-        return Judgement(Verdict.SHAPE, f"shape: got {tuple(observed.shape)}, expected {tuple(expected.shape)}",
+    if tuple(observed.shape) != tuple(expected.shape) or np.shape(observed.value) != tuple(expected.shape):
+        shown = tuple(observed.shape) if tuple(observed.shape) != tuple(expected.shape) else np.shape(observed.value)
+        return Judgement(Verdict.SHAPE, f"shape: got {shown}, expected {tuple(expected.shape)}",
                          cause=_cause(expected, None, default="shapes.output"))
     if observed.dtype != expected.result_dtype:
         return Judgement(Verdict.DTYPE, f"dtype: got {observed.dtype}, expected {expected.result_dtype}",
                          cause="dtypes.promotion" if "dtypes.promotion" in expected.rules else "dtypes.precision")
+    return _judge_values(expected, np.asarray(observed.value, dtype=np.float64))
 
-    got = np.asarray(observed.value, dtype=np.float64)
+
+def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
+    """The element rule (spec: tolerance.comparison): the NaN/inf pattern must match exactly, sign of
+    infinity included; then every finite expectation must be met within its finite bound.
+
+    Is equivalent to ``assert_equal(isnan(got), isnan(want)); assert_equal(got[isinf(want)],
+    want[isinf(want)]); assert isfinite(got[finite]).all() and (abs(got - want) <= bound)[finite].all()``.
+    """
     want, bound = expected.value, expected.bound
+    finite = np.isfinite(want)
+    check_bound(want, bound)
+    if got.size == 0:
+        return Judgement(Verdict.PASS, "", 0.0, 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(got - want)
-        if got.size and (err <= bound).all():  # the common case: finite and within bound everywhere (a NaN
-            ratio = err / np.where(bound > 0, bound, np.finfo(np.float64).tiny)  # or inf fails <=)
-            return Judgement(Verdict.PASS, "", float(err.max()), float(bound.flat[int(np.argmax(ratio))]))
+        if finite.all():  # the common case: one pass decides a pass (a non-finite `got` fails `<=`)
+            err = np.abs(got - want)
+            if (err <= bound).all():
+                worst = int(np.argmax(err / np.where(bound > 0, bound, np.finfo(np.float64).tiny)))
+                return Judgement(Verdict.PASS, "", float(err.max()), float(bound.flat[worst]))
     pattern_differs = ((np.isnan(got) != np.isnan(want)) | (np.isposinf(got) != np.isposinf(want))
                        | (np.isneginf(got) != np.isneginf(want)))
     if pattern_differs.any():
@@ -92,14 +110,11 @@ def _judge(expected: Expected, observed: Observation) -> Judgement:
                    f"first {_index(first)}: got {_num(got[first])}, expected {_num(want[first])}")
         return Judgement(Verdict.NONFINITE, message, cause=_cause(expected, pattern_differs))
 
-    finite = np.isfinite(want)
     with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(finite, np.abs(got - want), 0.0)
+        err = np.where(finite, np.abs(got - want), 0.0)  # both finite here; an overflowing difference is inf
         ratio = np.where(finite, err / np.where(bound > 0, bound, np.finfo(np.float64).tiny), 0.0)
-    if got.size == 0:
-        return Judgement(Verdict.PASS, "", 0.0, 0.0)
     worst = np.unravel_index(int(np.argmax(ratio)), got.shape)
-    max_abs_err, worst_bound = float(err.max()), float(bound[worst])
+    max_abs_err, worst_bound = float(err.max()), float(np.where(finite, bound, 0.0)[worst])
     outside = err > bound
     if outside.any():
         message = (f"value: {int(outside.sum())} of {got.size} elements outside bound; worst {_index(worst)}: "
@@ -107,6 +122,26 @@ def _judge(expected: Expected, observed: Observation) -> Judgement:
                    f"|err| {err[worst]:.3g} > bound {worst_bound:.3g}")
         return Judgement(Verdict.VALUE, message, max_abs_err, worst_bound, cause=_cause(expected, outside))
     return Judgement(Verdict.PASS, "", max_abs_err, worst_bound)
+
+
+def check_bound(want: np.ndarray, bound: np.ndarray) -> None:
+    """Every finite expectation has a finite, non-negative bound; anything else is a harness bug.
+
+    Raises
+    ------
+    HarnessBug
+        naming the first element: an infinite or NaN bound would accept anything, so it must
+        never reach a verdict.
+    """
+    if np.shape(bound) != np.shape(want):
+        raise HarnessBug(f"bound of shape {np.shape(bound)} for an expectation of shape {np.shape(want)}")
+    with np.errstate(invalid="ignore"):
+        bad = np.isfinite(want) & ~((bound >= 0) & np.isfinite(bound))
+    if bad.any():
+        first = tuple(np.argwhere(bad)[0])
+        raise HarnessBug(f"bound {_num(bound[first])} at {_index(first)} for the finite expectation "
+                         f"{_num(want[first])}: the reference must give a finite bound wherever it "
+                         f"predicts a finite value (spec: tolerance.comparison)")
 
 
 def missing_warnings(expected: Expected, observed: Observation, spec: Spec) -> tuple[str, ...]:

@@ -38,3 +38,13 @@ class UsageError(ConformanceError):
 
 class ResultsError(ConformanceError):
     """A results directory is unreadable or incompatible."""
+
+
+class KnownFileError(ConformanceError):
+    """A known-findings file (--known) is unreadable or one of its entries is invalid."""
+
+
+class HarnessBug(Exception):
+    """An internal invariant of the harness broke (never bad user input): it fails the run loudly,
+    with a traceback, rather than let a verdict rest on it. Example: a non-finite error bound at a
+    finite expected value, which would accept any answer."""

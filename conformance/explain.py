@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
@@ -60,10 +60,18 @@ CHOICE_POINTS = (
      _TARGET_NEGATIVE),
     ("gradients.conventions.log_target_neg_inf.choice", "gradients.conventions.log_target_neg_inf.choices",
      _LOG_TARGET_NEG_INF),
+    ("gradients.conventions.infinite_input.choice", "gradients.conventions.infinite_input.choices",
+     lambda case, x, t: bool(np.isinf(x).any()) and bool(((t == -np.inf) if case.params.log_target
+                                                           else (t == 0)).any())),
     ("gradients.conventions.nan_propagation.choice", "gradients.conventions.nan_propagation.choices", _NAN),
     ("reductions.batchmean.divisor", "reductions.batchmean.divisors",
      lambda case, x, t: case.params.reduction == "batchmean" and x.shape != t.shape),
     ("signature.legacy.precedence", "signature.legacy.precedences", lambda case, x, t: case.params.has_legacy),
+    # Keras' dialect: only a case in probability space reaches it
+    ("dialects.keras.clip.epsilon_dtype", "dialects.keras.clip.epsilon_dtypes",
+     lambda case, x, t: case.params.prob_input),
+    ("dialects.keras.clip.boundary", "dialects.keras.clip.boundaries", lambda case, x, t: case.params.prob_input),
+    ("dialects.keras.ratio", "dialects.keras.ratios", lambda case, x, t: case.params.prob_input),
 )
 
 
@@ -103,7 +111,8 @@ def with_alternatives(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
 
 
 def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward", max_combined: int = 2,
-            expect: Callable[[Spec], Expected] | None = None) -> tuple[Alternative, ...] | None:
+            expect: Callable[[Spec], Expected] | None = None,
+            dialect: str = "canonical") -> tuple[Alternative, ...] | None:
     """The smallest set of alternative choices under which `observed` passes, or None.
 
     An observation that raised is explained by a choice under which the spec
@@ -114,7 +123,8 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
     if observed.unsupported is not None:
         return None
     if expect is None:
-        expect = (lambda s: expected_forward(case, s)) if part == "forward" else (lambda s: expected_grad(case, s, part))
+        expect = (lambda s: expected_forward(case, s, dialect)) if part == "forward" else \
+            (lambda s: expected_grad(case, s, part, dialect))
     if observed.raised and expect(spec).error_id is not None:
         return None  # an error was due anyway: only its type differs, which no choice explains
     touched = touched_paths(case)

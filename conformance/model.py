@@ -13,9 +13,24 @@ from typing import Any, Mapping
 import numpy as np
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+# (significand bits including the implicit one, smallest normal exponent, largest finite value) of each
+# floating format: IEEE 754 binary16/32/64, and bfloat16 (float32's range with 8 significand bits).
+FLOAT_FORMATS = {
+    "float16": (11, -14, 65504.0),
+    "bfloat16": (8, -126, float.fromhex("0x1.fep127")),
+    "float32": (24, -126, float.fromhex("0x1.fffffep127")),
+    "float64": (53, -1022, float.fromhex("0x1.fffffffffffffp1023")),
+}
 PARTS = ("forward", "grad_input", "grad_target", "grad2_input")
+LAYOUTS = ("contiguous", "transposed", "strided")  # how adapters lay a case's tensors out in memory
 # the argument each gradient part is differentiated with respect to (grad2_input: d/dtarget of grad_input)
 GRAD_PARTS = {"grad_input": "input", "grad_target": "target", "grad2_input": "target"}
+
+
+# The gradient flowing into the loss: base + step * (i mod period), or REDUCED for a 0-d result.
+# Adapters and reproducers apply it without the spec, so the spec loader checks that
+# spec: gradients.upstream states exactly these numbers.
+UPSTREAM = {"none": {"base": 0.75, "step": 0.125, "period": 5}, "reduced": 1.25}
 
 
 def upstream_gradient(shape: tuple[int, ...]) -> np.ndarray:
@@ -25,9 +40,10 @@ def upstream_gradient(shape: tuple[int, ...]) -> np.ndarray:
     Is equivalent to ``np.array([0.75, 0.875, 1.0, 1.125, 1.25, 0.75, ...]).reshape(shape)``.
     """
     if shape == ():
-        return np.asarray(1.25)
+        return np.asarray(UPSTREAM["reduced"])
     n = int(np.prod(shape))
-    return (0.75 + 0.125 * (np.arange(n) % 5)).reshape(shape)
+    pattern = UPSTREAM["none"]
+    return (pattern["base"] + pattern["step"] * (np.arange(n) % pattern["period"])).reshape(shape)
 
 # Spec paths of the pointwise rules, indexed by the codes in Expected.rule_map.
 RULE_NAMES = (
@@ -37,6 +53,8 @@ RULE_NAMES = (
     "pointwise.conventions.log_target_neg_inf",
     "pointwise.conventions.nan_propagation",
     "pointwise.conventions.infinities",
+    "dialects.keras.clip",
+    "dialects.keras.ratio",
 )
 
 
@@ -96,6 +114,10 @@ class Spec:
                 return row["result"]
         raise KeyError(f"spec: dtypes.promotion has no row for {input_dtype!r} with {target_dtype!r}")
 
+    def dialect(self, name: str) -> Mapping[str, Any]:
+        """The rules of one dialect (spec: dialects), e.g. its input space and whether it sums over the last axis."""
+        return self.data["dialects"][name]
+
     def legacy_reduction(self, size_average: bool | None, reduce: bool | None) -> str:
         """Reduction named by the deprecated pair (spec: signature.legacy.mapping)."""
         for row in self.data["signature"]["legacy"]["mapping"]:
@@ -104,9 +126,16 @@ class Spec:
         raise KeyError(f"spec: signature.legacy.mapping has no row for size_average={size_average!r}, reduce={reduce!r}")
 
     def error_exception(self, error_id: str) -> str:
+        return self._error(error_id)["exception"]
+
+    def error_match(self, error_id: str) -> str | None:
+        """The pattern the exception's message must contain (spec: errors[].match), or None for any."""
+        return self._error(error_id).get("match")
+
+    def _error(self, error_id: str) -> Mapping[str, Any]:
         for row in self.data["errors"]:
             if row["id"] == error_id:
-                return row["exception"]
+                return row
         raise KeyError(f"spec: errors has no entry {error_id!r}")
 
     @property
@@ -117,9 +146,6 @@ class Spec:
     def expected_warning_ids(self) -> tuple[str, ...]:
         return tuple(row["id"] for row in self.data["warnings"]["expected"])
 
-    def tolerance_factor(self) -> float:
-        return float(self.data["tolerance"]["pointwise"]["factor"])
-
 
 @dataclass(frozen=True)
 class Params:
@@ -129,6 +155,7 @@ class Params:
     log_target: bool = False
     size_average: bool | None = None
     reduce: bool | None = None
+    prob_input: bool = False  # input holds probabilities q, not log q (spec: dialects.*.input_space)
 
     @property
     def has_legacy(self) -> bool:
@@ -184,6 +211,7 @@ class Expected:
     bound: np.ndarray | None = field(default=None, repr=False)
     error_id: str | None = None
     error_type: str | None = None
+    error_match: str | None = None  # a regular expression the exception's message must contain
     warnings: tuple[str, ...] = ()
     rules: tuple[str, ...] = ()
     rule_map: np.ndarray | None = field(default=None, repr=False)
@@ -232,11 +260,16 @@ class Judgement:
     missing_warnings: tuple[str, ...] = ()
 
 
+# The major version of the files a run writes (results.jsonl rows, run.json, summary.json).
+# It changes when a field is removed or renamed or changes meaning; adding a field does not
+# change it. Readers refuse another version (spec/results.schema.json says the same).
+FORMAT_VERSION = 2
+
 RESULT_FIELDS = (
-    "case_id", "family", "reduction", "log_target", "framework", "framework_version", "api", "device",
-    "dtype", "part", "verdict", "documented", "documented_by", "max_abs_err", "bound", "cause", "message", "warnings",
-    "missing_warnings", "elapsed_s", "source", "spec_hash", "harness_version", "python_version",
-    "numpy_version", "device_name",
+    "case_id", "case_digest", "seed", "family", "reduction", "log_target", "framework", "framework_version", "api",
+    "device", "dtype", "part", "verdict", "documented", "documented_by", "known_by", "max_abs_err", "bound", "cause",
+    "message", "warnings", "missing_warnings", "elapsed_s", "source", "spec_hash", "harness_version",
+    "python_version", "numpy_version", "device_name",
 )
 
 
@@ -245,6 +278,8 @@ class Result:
     """One row of results.jsonl: a judged (case, framework, api, device, part)."""
 
     case_id: str
+    case_digest: str  # of the case's content (cases/digest.py): one id, one digest in any merge
+    seed: int | None  # the run's --seed
     family: str
     reduction: str
     log_target: bool
@@ -257,6 +292,7 @@ class Result:
     verdict: Verdict
     documented: bool
     documented_by: tuple[str, ...]
+    known_by: tuple[str, ...]  # ids of the known-findings entries (--known) that accept this divergence
     max_abs_err: float | None
     bound: float | None
     cause: str
@@ -275,27 +311,39 @@ class Result:
     def target(self) -> Target:
         return Target(self.framework, self.api, self.device)
 
+    @property
+    def key(self) -> tuple[str, str, str, str, str]:
+        """What one row judges: (case_id, framework, api, device, part); unique in a run or a merge."""
+        return (self.case_id, self.framework, self.api, self.device, self.part)
+
+    @property
+    def is_accepted(self) -> bool:
+        """A divergence the framework's profile documents or a known-findings file accepts."""
+        return self.documented or bool(self.known_by)
+
     def to_json(self) -> str:
-        row = {name: getattr(self, name) for name in RESULT_FIELDS}
+        row = {"format_version": FORMAT_VERSION, **{name: getattr(self, name) for name in RESULT_FIELDS}}
         row["verdict"] = self.verdict.value
-        row["warnings"] = list(self.warnings)
-        row["missing_warnings"] = list(self.missing_warnings)
-        row["documented_by"] = list(self.documented_by)
+        for key in ("warnings", "missing_warnings", "documented_by", "known_by"):
+            row[key] = list(row[key])
         for key in ("max_abs_err", "bound"):
             row[key] = _finite_or_text(row[key])
         return json.dumps(row, sort_keys=False, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> "Result":
-        row = json.loads(text)
+        return cls.from_row(json.loads(text))
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Result":
+        """A row parsed from JSON; the caller checks its format_version first."""
         missing = [name for name in RESULT_FIELDS if name not in row]
         if missing:
             raise KeyError(f"missing fields {missing}")
         row = {name: row[name] for name in RESULT_FIELDS}
         row["verdict"] = Verdict(row["verdict"])
-        row["warnings"] = tuple(row["warnings"])
-        row["missing_warnings"] = tuple(row["missing_warnings"])
-        row["documented_by"] = tuple(row["documented_by"])
+        for key in ("warnings", "missing_warnings", "documented_by", "known_by"):
+            row[key] = tuple(row[key])
         for key in ("max_abs_err", "bound"):
             row[key] = _float_from_text(row[key])
         return cls(**row)

@@ -10,6 +10,7 @@ so an undocumented change in a framework's behaviour still shows up.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -28,7 +29,7 @@ class Deviation:
     id: str
     apis: tuple[str, ...]
     set: dict[str, str]
-    exceptions: dict[str, str]
+    exceptions: dict[str, dict[str, str]]  # error id -> {type, match (optional)}
     floating: tuple[str, ...] | None
     rationale: str
     reference: str
@@ -68,12 +69,20 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
                 raise SpecError(f"{dotted} = {choice!r} is not a choice the spec lists", file=shown,
                                 where=f"deviations[{i}].set", fix=f"use one of {allowed}" if allowed else
                                 "name a spec path that has a choice (see explain.CHOICE_POINTS)")
-        for error_id in row.get("exceptions", {}):
+        for error_id, raised in row.get("exceptions", {}).items():
             if error_id not in spec.error_order:
                 raise SpecError(f"unknown error id {error_id!r}", file=shown, where=f"deviations[{i}].exceptions",
                                 fix=f"use one of {list(spec.error_order)}")
-        deviations.append(Deviation(row["id"], tuple(row["apis"]), dict(row.get("set", {})),
-                                    dict(row.get("exceptions", {})),
+            if isinstance(raised, dict):
+                try:
+                    re.compile(raised["match"])
+                except re.error as exc:
+                    raise SpecError(f"match {raised['match']!r} is not a regular expression ({exc})", file=shown,
+                                    where=f"deviations[{i}].exceptions.{error_id}.match",
+                                    fix="write a Python regular expression (re.search)") from None
+        exceptions = {error_id: raised if isinstance(raised, dict) else {"type": raised}
+                      for error_id, raised in row.get("exceptions", {}).items()}
+        deviations.append(Deviation(row["id"], tuple(row["apis"]), dict(row.get("set", {})), exceptions,
                                     tuple(row["floating"]) if "floating" in row else None,
                                     row["rationale"], row["reference"]))
     return deviations
@@ -93,7 +102,12 @@ def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
         for dotted, choice in deviation.set.items():
             set_path(data, dotted, choice)
         for row in data["errors"]:
-            row["exception"] = deviation.exceptions.get(row["id"], row["exception"])
+            raised = deviation.exceptions.get(row["id"])
+            if raised is not None:
+                row["exception"] = raised["type"]
+                row.pop("match", None)
+                if raised.get("match"):
+                    row["match"] = raised["match"]
         if deviation.floating is not None:
             data["dtypes"]["floating"] = list(deviation.floating)
     return Spec(data=data, source=f"{spec.source} with profile {[d.id for d in deviations]}", hash=spec_hash(data))

@@ -40,7 +40,10 @@ ENV_DIR = "KL_CACHE_DIR"
 # The modules whose code decides an expectation (their source is part of the cache key).
 REFERENCE_MODULES = ("conformance.model", "conformance.tolerance", "conformance.specload",
                      "conformance.reference.forward", "conformance.reference.grad",
-                     "conformance.reference.rounding", "conformance.refcache")
+                     "conformance.reference.rounding", "conformance.reference.klterm",
+                     "conformance.reference.logexp", "conformance.reference.logexp_tables",
+                     "conformance.reference.doubledouble", "conformance.reference.dialect",
+                     "conformance.reference.statements", "conformance.formula", "conformance.refcache")
 
 
 def default_cache_dir() -> Path:
@@ -61,11 +64,11 @@ def reference_build() -> str:
     return digest.hexdigest()
 
 
-def case_key(case: Case, spec: Spec, part: str) -> bytes:
-    """The key of one expectation: the spec, the part and everything of the case the reference reads."""
+def case_key(case: Case, spec: Spec, part: str, dialect: str = "canonical") -> bytes:
+    """The key of one expectation: the spec, the part, the dialect and everything of the case the reference reads."""
     digest = hashlib.blake2b(digest_size=20)
     p = case.params
-    digest.update(repr((spec.hash, part, p.reduction, p.log_target, p.size_average, p.reduce,
+    digest.update(repr((spec.hash, part, dialect, p.reduction, p.log_target, p.size_average, p.reduce, p.prob_input,
                         case.dtype.input, case.dtype.target, case.input.shape, case.target.shape)).encode())
     for values in (case.input, case.target):
         digest.update(np.ascontiguousarray(values, dtype=np.float64).view(np.uint8))
@@ -98,11 +101,11 @@ class ReferenceCache:
         except (OSError, sqlite3.Error) as exc:
             self._disable(f"reference cache in {directory} not used: {exc}")
 
-    def get(self, case: Case, spec: Spec, part: str) -> Expected | None:
+    def get(self, case: Case, spec: Spec, part: str, dialect: str = "canonical") -> Expected | None:
         if self._db is None or _too_big(case):
             return None
         try:
-            row = self._db.execute("SELECT value FROM expected WHERE key = ?", (case_key(case, spec, part),)).fetchone()
+            row = self._db.execute("SELECT value FROM expected WHERE key = ?", (case_key(case, spec, part, dialect),)).fetchone()
         except sqlite3.Error as exc:
             self._disable(f"reference cache not used: {exc}")
             return None
@@ -118,10 +121,10 @@ class ReferenceCache:
         self.hits += 1
         return found
 
-    def put(self, case: Case, spec: Spec, part: str, expected: Expected) -> None:
+    def put(self, case: Case, spec: Spec, part: str, expected: Expected, dialect: str = "canonical") -> None:
         if self._db is None or self.full or _too_big(case):
             return
-        self._pending.append((case_key(case, spec, part), encode(expected)))
+        self._pending.append((case_key(case, spec, part, dialect), encode(expected)))
         if len(self._pending) >= COMMIT_EVERY:
             self.flush()
 

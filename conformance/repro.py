@@ -1,4 +1,4 @@
-"""Writes standalone reproducers: a Python script that needs only one framework and NumPy.
+"""Writes standalone reproducers: a script that needs only one framework (and NumPy, for Python ones).
 
 The case comes from its id (generated cases are rebuilt from id and seed), from a user
 case file, or from an earlier run directory (which keeps its seed and its user cases).
@@ -67,7 +67,7 @@ def minimise(case: Case, adapter, api, device: str, part: str, spec: Spec) -> Ca
 
 
 def _verdict(case, adapter, api, device, part, spec) -> Verdict:
-    return classify(expected_for(case, spec, part), adapter.run(case, api, device, part), spec).verdict
+    return classify(expected_for(case, spec, part, api.dialect), adapter.run(case, api, device, part), spec).verdict
 
 
 def write_all(run_dir: str, spec: Spec, out_dir: Path, minimize_first: int = 100) -> int:
@@ -88,9 +88,10 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, minimize_first: int = 100
     for i, r in enumerate(rows):
         if r.case_id not in cases:
             cases[r.case_id] = find_case(r.case_id, run_dir, None, None)
-        script = _script(adapter, cases[r.case_id], adapter.api(r.api), r.device, r.part, spec, minimize=i < minimize_first)
+        script, suffix = _script(adapter, cases[r.case_id], adapter.api(r.api), r.device, r.part, spec,
+                                 minimize=i < minimize_first)
         name = "".join(c if c.isalnum() or c in "-_=." else "_" for c in f"{r.case_id}__{r.api}__{r.device}__{r.part}")
-        (out_dir / f"{name}.py").write_text(script, encoding="utf-8")
+        (out_dir / f"{name}{suffix}").write_text(script, encoding="utf-8")
     return len(rows)
 
 
@@ -105,53 +106,16 @@ def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None 
     api = adapter.api(api_name or api_names[0])
     case = find_case(case_id, run_dir, case_file, seed)
     adapter.load()
-    return _script(adapter, case, api, device, part, spec, minimize)
+    return _script(adapter, case, api, device, part, spec, minimize)[0]
 
 
-def _script(adapter, case: Case, api, device: str, part: str, spec: Spec, minimize: bool) -> str:
-    framework = adapter.name
+def _script(adapter, case: Case, api, device: str, part: str, spec: Spec, minimize: bool) -> tuple[str, str]:
+    """The reproducer's text and file suffix, from the adapter (a Python script unless it writes its own)."""
     if minimize:
         case = minimise(case, adapter, api, device, part, spec)
-    expected = expected_for(case, spec, part)
-    observed = adapter.run(case, api, device, part)
-    judgement = classify(expected, observed, spec)
-    if expected.error_id:
-        expectation = f"expected = 'raises {expected.error_type} ({expected.error_id})'"
-    else:
-        expectation = f"expected = values({_hex(expected.value)}, {tuple(expected.shape)})  # float64, dtype {expected.result_dtype}"
-    return "\n".join([
-        f'"""Reproduces kl_div case {case.id} on {api.name} ({device}, {part}).',
-        "",
-        f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
-        f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}. Needs only {framework} and numpy.",
-        '"""',
-        "import numpy as np",
-        "",
-        "np.set_printoptions(precision=17)  # every digit: some divergences are in the last ones",
-        "",
-        "",
-        "def values(hexes, shape):",
-        "    return np.array([float.fromhex(h) for h in hexes], dtype=np.float64).reshape(shape)",
-        "",
-        "",
-        "def upstream(shape):  # the gradient flowing into the loss (spec: gradients.upstream)",
-        "    if shape == ():",
-        "        return np.asarray(1.25)",
-        "    return (0.75 + 0.125 * (np.arange(int(np.prod(shape))) % 5)).reshape(shape)",
-        "",
-        "",
-        f"x_values = values({_hex(case.input)}, {tuple(case.input.shape)})",
-        f"t_values = values({_hex(case.target)}, {tuple(case.target.shape)})",
-        "try:",
-        "\n".join("    " + line if line else "" for line in adapter.repro_source(case, api, device, part).splitlines()),
-        "except Exception as exc:  # the framework's exception is the result",
-        "    result = f'raises {type(exc).__name__}: {exc}'.splitlines()[0]",
-        expectation,
-        f'print("{framework}: ", result)',
-        'print("expected:", expected)',
-        "",
-    ])
-
-
-def _hex(array) -> list[str]:
-    return [float(v).hex() for v in np.asarray(array, dtype=np.float64).reshape(-1)]
+    expected = expected_for(case, spec, part, api.dialect)
+    judgement = classify(expected, adapter.run(case, api, device, part), spec)
+    about = (f"Reproduces kl_div case {case.id} on {api.name} ({device}, {part}).",
+             f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
+             f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
+    return adapter.repro_script(case, api, device, part, about, expected)

@@ -13,26 +13,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from conformance.errors import ResultsError, UsageError
-from conformance.model import Result
+from conformance.errors import ResultsError
+from conformance.model import FORMAT_VERSION, Result
 
 RESULTS_FILE = "results.jsonl"
 DETAILS_FILE = "details.jsonl"
 DETAIL_ELEMENTS = 64  # elements kept per array in details.jsonl
 MANIFEST_FILE = "run.json"
-
-
-def prepare_out_dir(path: str | Path) -> Path:
-    """Create the output directory and prove it writable before any work starts."""
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"cannot write to the output directory ({exc.strerror})", file=str(out), where="--out",
-                         fix="choose a directory you can write to") from None
-    return out
+DETAIL_KEYS = ("case_id", "framework", "api", "device", "part")  # a detail's row key in details.jsonl
 
 
 class ResultsWriter:
@@ -48,7 +36,7 @@ class ResultsWriter:
         self._file.write(result.to_json() + "\n")
         self._file.flush()
         if detail is not None:
-            key = {k: getattr(result, k) for k in ("case_id", "framework", "api", "device", "part")}
+            key = {k: getattr(result, k) for k in DETAIL_KEYS}
             self._details.write(json.dumps({**key, **detail}, allow_nan=False) + "\n")
             self._details.flush()
 
@@ -76,39 +64,77 @@ def array_detail(values) -> dict[str, Any] | None:
 
 
 def iter_details(run_dir: str | Path) -> Iterator[dict[str, Any]]:
-    """Rows of details.jsonl (absent for runs made before it existed)."""
+    """Rows of details.jsonl (absent for runs made before it existed); a damaged line names file and line."""
     path = Path(run_dir) / DETAILS_FILE
-    if path.is_file():
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    yield json.loads(line)
+    if not path.is_file():
+        return
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                detail = json.loads(line)
+            except ValueError as exc:  # UnicodeDecodeError included
+                detail = exc
+            if not isinstance(detail, dict) or not all(isinstance(detail.get(k), str) for k in DETAIL_KEYS):
+                problem = f"unreadable detail ({detail})" if isinstance(detail, Exception) else \
+                    f"a detail must be a JSON object with the string fields {list(DETAIL_KEYS)}"
+                raise ResultsError(problem, file=str(path), where=f"line {number}",
+                                   fix="regenerate the run, or delete details.jsonl (the HTML report then shows "
+                                       "no arrays)")
+            yield detail
 
 
-def iter_results(run_dir: str | Path, repair_tail: bool = False) -> Iterator[Result]:
+def iter_results(run_dir: str | Path, complete_lines_only: bool = False) -> Iterator[Result]:
     """Rows of a run directory's results.jsonl; a bad line names the file and line.
 
-    With `repair_tail`, a last line cut short by a killed run is removed from the file
-    (every earlier line was flushed whole), so the run can be resumed.
+    With `complete_lines_only`, a last line cut short by a killed run (every earlier line
+    was flushed whole) is skipped instead of refused, so the run can be resumed.
     """
     path = Path(run_dir) / RESULTS_FILE
     if not path.is_file():
         raise ResultsError("no results.jsonl here", file=str(run_dir),
                            fix="pass the --out directory of a finished `kl-conformance run`")
-    if repair_tail:
-        _drop_partial_last_line(path)
-    with path.open(encoding="utf-8") as f:
+    with path.open("rb") as f:
         for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield Result.from_json(line)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ResultsError(f"unreadable row ({exc})", file=str(path), where=f"line {number}",
-                                   fix="regenerate the run, or remove the damaged line") from None
+            if complete_lines_only and not line.endswith(b"\n"):
+                return
+            if line.strip():
+                yield _parse_row(line, path, number)
 
 
-def _drop_partial_last_line(path: Path) -> None:
+def _parse_row(line: bytes, path: Path, number: int) -> Result:
+    """One line of results.jsonl; a damaged line or another format version names file and line."""
+    try:
+        row = json.loads(line)
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise ResultsError(f"unreadable row ({exc})", file=str(path), where=f"line {number}",
+                           fix="regenerate the run, or remove the damaged line") from None
+    if not isinstance(row, dict):
+        raise ResultsError(f"a row must be a JSON object, got {type(row).__name__}", file=str(path),
+                           where=f"line {number}", fix="regenerate the run, or remove the damaged line")
+    check_format_version(row, str(path), f"line {number}")
+    try:
+        return Result.from_row(row)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ResultsError(f"unreadable row ({exc})", file=str(path), where=f"line {number}",
+                           fix="regenerate the run, or remove the damaged line") from None
+
+
+def check_format_version(document: dict[str, Any], shown: str, where: str | None = None) -> None:
+    """Refuse a row or manifest of another format version (none written means version 1)."""
+    version = document.get("format_version", 1)
+    if version != FORMAT_VERSION:
+        raise ResultsError(f"written in format version {version!r}; this harness reads version {FORMAT_VERSION}",
+                           file=shown, where=where,
+                           fix="rerun it with this harness, or read it with the harness version that wrote it")
+
+
+def drop_partial_last_line(run_dir: Path) -> None:
+    """Remove a last line cut short by a killed run, so appending starts on a fresh line."""
+    path = run_dir / RESULTS_FILE
+    if not path.is_file():
+        return
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         with path.open("r+b") as f:
@@ -116,17 +142,23 @@ def _drop_partial_last_line(path: Path) -> None:
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
+    manifest = {**manifest, "format_version": FORMAT_VERSION}
     write_atomic(out_dir / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """run.json of a run directory ({} when there is none); another format version is refused."""
     path = Path(run_dir) / MANIFEST_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
-    except ValueError as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
         raise ResultsError(f"unreadable manifest ({exc})", file=str(path), fix="regenerate the run") from None
+    if not isinstance(manifest, dict):
+        raise ResultsError("a manifest must be a JSON object", file=str(path), fix="regenerate the run")
+    check_format_version(manifest, str(path))
+    return manifest
 
 
 def write_rows_atomic(path: Path, rows: Iterator[Result]) -> None:
@@ -138,12 +170,20 @@ def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:
     """Stream lines into a temporary file beside `path`, then rename it into place; memory stays flat."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file is a report like the others
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.writelines(lines)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it; the parent is single-threaded)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path: Path, text: str) -> None:

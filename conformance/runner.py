@@ -15,23 +15,25 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 import conformance
 from conformance.adapters.registry import get_adapter
+from conformance.cases.digest import case_digest
 from conformance.compare import classify
 from conformance.errors import ResultsError, UsageError
 from conformance.explain import explain
 from conformance.model import Case, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.profiles import DeviationLedger
 from conformance.refcache import ReferenceCache
-from conformance.reference.forward import expected_forward
+from conformance.reference.forward import expected_forward, takes_input_space
 from conformance.reference.grad import expected_grad
-from conformance.results import (RESULTS_FILE, ResultsWriter, array_detail, iter_results, prepare_out_dir,
-                                 read_manifest, write_manifest)
-from conformance.worker import Task, WorkerPool, WorkerUnavailable
+from conformance.outdir import check_out_dir, prepare_out_dir
+from conformance.results import (MANIFEST_FILE, RESULTS_FILE, ResultsWriter, array_detail, drop_partial_last_line,
+                                 iter_results, read_manifest, write_manifest)
+from conformance.worker import Task, WorkerLost, WorkerPool, WorkerUnavailable
 
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MEMORY_BUDGET_MB = 8192.0
@@ -49,7 +51,8 @@ class RunSummary:
     cases: int = 0
     skipped: int = 0
     restarts: int = 0
-    not_run: str | None = None
+    not_run: str | None = None  # why the framework could not be loaded
+    stopped: str | None = None  # why the run ended before its last case (the worker could not be restarted)
 
     @property
     def divergences(self) -> int:
@@ -64,6 +67,8 @@ class RunOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
     resume: bool = False
+    force: bool = False  # replace what an earlier run wrote into the output directory
+    known: Any = None  # a known.KnownFindings: marks the divergences a user accepts
     profiles_dir: Path | None = None
     cache_dir: Path | None = None  # the reference cache (refcache.py); None computes every expectation
 
@@ -83,7 +88,8 @@ def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str
     if absent:
         raise UsageError(f"device {absent[0]!r} is not present on this machine for {framework}", where="--device",
                          fix=f"use one of the present devices {list(present)}")
-    return [Target(framework, api, device) for api in (apis or api_names) for device in (devices or present)]
+    unique = lambda names: list(dict.fromkeys(names))  # `--api A --api A` runs A once
+    return [Target(framework, api, device) for api in unique(apis or api_names) for device in unique(devices or present)]
 
 
 def run_conformance(
@@ -98,46 +104,59 @@ def run_conformance(
 ) -> RunSummary:
     """Run every case on every selected target, appending each judged row to results.jsonl.
 
+    Nothing is written, and the output directory is not created, until every input is
+    checked: names, the resumed directory, and the devices the worker finds present.
+
     Raises
     ------
     UsageError
-        for an unknown framework, api or device, or an unwritable output directory.
+        for an unknown framework, api or device, a device not present, or an unwritable output directory.
     ResultsError
-        when --resume meets results of another spec or framework.
+        when --resume meets a directory made with another framework, spec or selection of cases.
     """
     adapter = get_adapter(framework)  # validates names before anything is written
     api_names = [a.name for a in adapter.apis]
     select(framework, api_names, adapter.known_devices, adapter.known_devices, options.apis, options.devices)
-    ledger = DeviationLedger(spec, framework, api_names, options.profiles_dir)
-    out = prepare_out_dir(out_dir)
-    done = _already_done(out, spec, framework) if options.resume else set()
+    check_dialects(adapter, spec)
+    ledger = DeviationLedger(spec, adapter.name, api_names, options.profiles_dir)  # "module:Class" too
+    out = check_out_dir(out_dir, resume=options.resume, force=options.force)
+    run_info = run_info or {}
+    done = _already_done(out, spec, framework, run_info.get("selection")) if options.resume else set()
     summary = RunSummary(out)
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
-                "harness_version": conformance.__version__, **provenance(), **(run_info or {})}
-    manifest["case_files_kept"] = _keep_case_files(out, manifest.get("case_files", []))
+                "harness_version": conformance.__version__, **provenance(), **run_info}
     pool = WorkerPool(framework, timeout_s=options.timeout_s)
-    cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
+    cache = None
     try:
         try:
             info = pool.start()
         except WorkerUnavailable as exc:
             summary.not_run = str(exc)
+            _prepare(out, options, manifest)
             if not options.resume:
                 ResultsWriter(out).close()
             write_manifest(out, {**manifest, "status": "not_run", "reason": str(exc)})
             return summary
+        # the devices present are known only now; an absent one is refused before anything is written
         targets = select(framework, api_names, adapter.known_devices, info.devices, options.apis, options.devices)
+        _prepare(out, options, manifest)
         manifest.update(framework_version=info.version, targets=[str(t) for t in targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         write_manifest(out, manifest)
+        cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
         with ResultsWriter(out, append=options.resume) as writer:
             rows = _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary,
                                 cache)
-            for case, result, detail in rows:
-                writer.write(result, detail)
-                summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
-                if on_result is not None:
-                    on_result(case, result)
+            try:
+                for case, result, detail in rows:
+                    if options.known is not None:
+                        result = options.known.mark(result)
+                    writer.write(result, detail)
+                    summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
+                    if on_result is not None:
+                        on_result(case, result)
+            except WorkerLost as exc:  # every row so far is written; --resume continues once the cause is fixed
+                summary.stopped = str(exc)
         summary.restarts = pool.restarts
     finally:
         pool.close()
@@ -146,11 +165,21 @@ def run_conformance(
     if cache is not None:
         manifest["reference_cache"] = {"dir": str(options.cache_dir), "hits": cache.hits, "misses": cache.misses,
                                        **({"problem": cache.problem} if cache.problem else {})}
-    write_manifest(out, {**manifest, "status": "complete", "cases": summary.cases + summary.skipped, "counts": summary.counts,
+    status = {"status": "stopped", "reason": summary.stopped} if summary.stopped else {"status": "complete"}
+    write_manifest(out, {**manifest, **status, "cases": summary.cases + summary.skipped, "counts": summary.counts,
                          "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     if progress is not None:
         progress(summary.cases)
     return summary
+
+
+def _prepare(out: Path, options: RunOptions, manifest: dict) -> None:
+    """Create the output directory (cleared on --force, its cut-short last row dropped on --resume) and copy
+    the user case files into it."""
+    prepare_out_dir(out, force=options.force)
+    if options.resume:
+        drop_partial_last_line(out)
+    manifest["case_files_kept"] = _keep_case_files(out, manifest.get("case_files", []))
 
 
 def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary, cache
@@ -186,40 +215,58 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
     for outcome in pool.run(tasks()):
         task = outcome.task
         case = task.case
+        digest = case_digest(case)
         if task.index in refused:
             reason = refused.pop(task.index)[1]
             for api_name, device, part in calls_of(case):
                 judgement = Judgement(Verdict.UNSUPPORTED, reason)
-                yield case, _result(case, Target(adapter.name, api_name, device), part, None, judgement,
+                yield case, _result(case, digest, Target(adapter.name, api_name, device), part, None, judgement,
                                     Observation(), (), spec, manifest, info), None
             summary.cases += 1
             continue
         judge = CaseJudge(case, spec, cache)  # works while the worker is already on the next cases
         for call in calls_of(case):
             api_name, device, part = call
-            expected = judge.expected(spec, part)
+            dialect = adapter.api(api_name).dialect
             reason = unsupported(case, call)
+            # a case in another input space than the API's dialect has no expectation there (unsupported)
+            expected = judge.expected(spec, part, dialect) if takes_input_space(case, dialect, spec) else None
             if outcome.failure is not None and reason is None:
                 observed = Observation()
                 judgement = Judgement(outcome.failure, outcome.failure_message, cause="harness.isolation")
             else:
                 observed = Observation(unsupported=reason) if reason else outcome.observations[call]
-                judgement = judge.judgement(part, observed)
-            documented_by = (ledger.documented(api_name, observed, lambda s: judge.expected(s, part))
+                # a call the API cannot express was not sent, and may have no expectation in its dialect
+                judgement = Judgement(Verdict.UNSUPPORTED, reason) if reason else judge.judgement(part, dialect, observed)
+            documented_by = (ledger.documented(api_name, observed, lambda s: judge.expected(s, part, dialect))
                              if judgement.verdict.is_divergence and outcome.failure is None else ())
-            result = _result(case, Target(adapter.name, api_name, device), part, expected, judgement, observed,
+            result = _result(case, digest, Target(adapter.name, api_name, device), part, expected, judgement, observed,
                              documented_by, spec, manifest, info)
             yield case, result, (_detail(case, expected, observed) if judgement.verdict.is_divergence else None)
         summary.cases += 1
 
 
-def expected_for(case: Case, spec: Spec, part: str):
-    """The spec's expectation for one part of a case."""
-    return expected_forward(case, spec) if part == "forward" else expected_grad(case, spec, part)
+def check_dialects(adapter, spec: Spec) -> None:
+    """Every API names a dialect of the spec, and takes the input space that dialect states."""
+    for api in adapter.apis:
+        if api.dialect not in spec.data["dialects"]:
+            raise UsageError(f"API {api.name} names dialect {api.dialect!r}, which the spec does not state",
+                             file=type(adapter).__module__, where=type(adapter).__name__,
+                             fix=f"use one of {sorted(spec.data['dialects'])} (spec: dialects)")
+        takes = spec.dialect(api.dialect)["input_space"] == "probability"
+        if api.prob_input != takes:
+            raise UsageError(f"API {api.name} says prob_input={api.prob_input}, but dialect {api.dialect!r} takes "
+                             f"{spec.dialect(api.dialect)['input_space']} input", file=type(adapter).__module__,
+                             where=type(adapter).__name__, fix="make the Api agree with spec: dialects")
+
+
+def expected_for(case: Case, spec: Spec, part: str, dialect: str = "canonical"):
+    """The spec's expectation for one part of a case, called through an API of `dialect`."""
+    return expected_forward(case, spec, dialect) if part == "forward" else expected_grad(case, spec, part, dialect)
 
 
 class CaseJudge:
-    """Judges one case's observations. Each expectation is computed once per (spec, part): every
+    """Judges one case's observations. Each expectation is computed once per (spec, part, dialect): every
     API and device of the case shares it, and so do the explanations and profiles that ask for
     alternative specs. Identical observations of one part (often every API of a framework) are
     judged once."""
@@ -229,27 +276,30 @@ class CaseJudge:
         self._expected: dict[tuple[str, str], object] = {}
         self._judged: dict[tuple, Judgement] = {}
 
-    def expected(self, spec: Spec, part: str):
-        key = (spec.hash, part)
+    def expected(self, spec: Spec, part: str, dialect: str = "canonical"):
+        key = (spec.hash, part, dialect)
         if key not in self._expected:
-            found = self.cache.get(self.case, spec, part) if self.cache is not None else None
+            found = self.cache.get(self.case, spec, part, dialect) if self.cache is not None else None
             if found is None:
-                found = expected_for(self.case, spec, part)
+                found = expected_for(self.case, spec, part, dialect)
                 if self.cache is not None:
-                    self.cache.put(self.case, spec, part, found)
+                    self.cache.put(self.case, spec, part, found, dialect)
             self._expected[key] = found
         return self._expected[key]
 
-    def judgement(self, part: str, observed: Observation) -> Judgement:
-        key = (part, *observation_key(observed))
+    def judgement(self, part: str, dialect: str, observed: Observation) -> Judgement:
+        key = (part, dialect, *observation_key(observed))
         if key not in self._judged:
-            self._judged[key] = self._judge(part, observed)
+            self._judged[key] = self._judge(part, dialect, observed)
         return self._judged[key]
 
-    def _judge(self, part: str, observed: Observation) -> Judgement:
-        judgement = classify(self.expected(self.spec, part), observed, self.spec)
+    def _judge(self, part: str, dialect: str, observed: Observation) -> Judgement:
+        if observed.unsupported is not None:  # nothing to compare (and no expectation where the API cannot take
+            return Judgement(Verdict.UNSUPPORTED, observed.unsupported)  # the case's input space)
+        judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
         if judgement.verdict.is_divergence:
-            behaves_as = explain(self.case, observed, self.spec, part, expect=lambda s: self.expected(s, part))
+            behaves_as = explain(self.case, observed, self.spec, part,
+                                 expect=lambda s: self.expected(s, part, dialect))
             if behaves_as:
                 return Judgement(judgement.verdict,
                                  f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
@@ -278,12 +328,12 @@ def _detail(case: Case, expected, observed: Observation) -> dict:
             "raised": f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None}
 
 
-def _result(case, target, part, expected, judgement, observed, documented_by, spec, manifest, info) -> Result:
+def _result(case, digest, target, part, expected, judgement, observed, documented_by, spec, manifest, info) -> Result:
     return Result(
-        case_id=case.id, family=case.family, reduction=case.params.reduction, log_target=case.params.log_target,
+        case_id=case.id, case_digest=digest, seed=manifest.get("seed"), family=case.family, reduction=case.params.reduction, log_target=case.params.log_target,
         framework=target.framework, framework_version=info.version, api=target.api, device=target.device,
         dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
-        part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by, max_abs_err=judgement.max_abs_err,
+        part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by, known_by=(), max_abs_err=judgement.max_abs_err,
         bound=judgement.bound, cause=judgement.cause, message=judgement.message, warnings=observed.warnings,
         missing_warnings=judgement.missing_warnings, elapsed_s=round(observed.elapsed_s, 9), source=case.source,
         spec_hash=spec.hash, harness_version=conformance.__version__, python_version=manifest["python_version"],
@@ -310,22 +360,44 @@ def _elements(case: Case) -> int:
     return case.input.size + case.target.size + out
 
 
-def _already_done(out: Path, spec: Spec, framework: str) -> set[tuple[str, str, str, str]]:
-    """Keys of the rows an interrupted run already wrote; refuses results of another spec or framework."""
+SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples", "case_files": "--cases",
+                     "only": "--only", "shard": "--shard", "known": "--known"}
+
+
+def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None) -> set[tuple[str, str, str, str]]:
+    """Keys of the rows an interrupted run already wrote. Reads only: refuses a directory made with another
+    framework, spec or selection of cases (seed, suite, samples, case file contents, --only, --shard, --known)."""
     if not (out / RESULTS_FILE).is_file():
         return set()
     manifest = read_manifest(out)
-    if manifest and manifest.get("framework") not in (None, framework):
+    fix = "resume with the options of that run, or start again with --force or another --out"
+    if not manifest:
+        raise ResultsError("results without a run.json: how they were made is unknown", file=str(out),
+                           where="--resume", fix="start again with --force or another --out")
+    if manifest.get("framework") != framework:
         raise ResultsError(f"this directory holds a run of {manifest.get('framework')!r}, not {framework!r}",
                            file=str(out), where="--resume", fix="resume with the same --framework, or use another --out")
+    if manifest.get("spec_hash") != spec.hash:
+        raise ResultsError(f"results were made with spec {manifest.get('spec_hash')}, this spec is {spec.hash}",
+                           file=str(out / MANIFEST_FILE), where="--resume",
+                           fix="rerun without --resume (or with the spec those results used)")
+    before = manifest.get("selection") or {}
+    for name, option in SELECTION_OPTIONS.items():
+        if selection is not None and before.get(name) != selection.get(name):
+            raise ResultsError(f"this directory was run with {option} {_shown(before.get(name))}, not "
+                               f"{_shown(selection.get(name))}", file=str(out), where="--resume", fix=fix)
     done = set()
-    for row in iter_results(out, repair_tail=True):
+    for row in iter_results(out, complete_lines_only=True):
         if row.spec_hash != spec.hash:
             raise ResultsError(f"results were made with spec {row.spec_hash}, this spec is {spec.hash}",
                                file=str(out / RESULTS_FILE), where=f"case {row.case_id!r}",
                                fix="rerun without --resume (or with the spec those results used)")
         done.add((row.case_id, row.api, row.device, row.part))
     return done
+
+
+def _shown(value) -> str:
+    return "(none)" if value in (None, [], "") else repr(value)
 
 
 def provenance() -> dict[str, str]:

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
 import yaml
 
 from conformance.errors import SpecError
-from conformance.model import Spec
+from conformance.formula import check_formulas
+from conformance.model import FLOAT_FORMATS, LAYOUTS, PARTS, UPSTREAM, Spec
 
 SPEC_PACKAGE = "conformance.spec"
 
@@ -74,18 +76,109 @@ def validate_spec_data(data: Any, shown: str) -> None:
 
 
 def _check_consistency(data: dict[str, Any], shown: str) -> None:
-    """Rules a JSON Schema cannot state: every floating pair has a promotion row."""
-    floating = data["dtypes"]["floating"]
-    pairs = {frozenset((r["input"], r["target"])) for r in data["dtypes"]["promotion"]}
-    for i, a in enumerate(floating):
-        for b in floating[i + 1:]:
-            if frozenset((a, b)) not in pairs:
-                raise SpecError(f"no promotion row for {a!r} with {b!r}", file=shown, where="dtypes.promotion",
-                                fix=f"add {{input: {a}, target: {b}, result: ...}}")
+    """Rules a JSON Schema cannot state, so that a spec stating something false is refused: the
+    dtype constants, the promotion table, the formulas' names and the upstream gradient."""
+    _check_dtype_constants(data["dtypes"], shown)
+    _check_promotion(data["dtypes"], shown)
+    check_formulas(data, shown)
+    stated = data["gradients"]["upstream"]
+    pattern = {key: stated["none"][key] for key in UPSTREAM["none"]}
+    if pattern != UPSTREAM["none"] or set(stated["none"]) != set(pattern) or stated["reduced"] != UPSTREAM["reduced"]:
+        raise SpecError(f"states {dict(stated['none'])} / {stated['reduced']}, but every adapter and reproducer "
+                        f"applies {UPSTREAM['none']} / {UPSTREAM['reduced']}",
+                        file=shown, where="gradients.upstream",
+                        fix="state the pattern of conformance.model.UPSTREAM (or change it there, for every adapter)")
+    _check_legacy_mapping(data["signature"], shown)
+    _check_dialect_reductions(data, shown)
+    if list(data["gradients"]["parts"]) != list(PARTS[1:]):
+        raise SpecError(f"lists {list(data['gradients']['parts'])}, but the harness computes {list(PARTS[1:])}",
+                        file=shown, where="gradients.parts", fix=f"write {list(PARTS[1:])}")
+    if list(data["shapes"]["layouts"]["values"]) != list(LAYOUTS):
+        raise SpecError(f"lists {list(data['shapes']['layouts']['values'])}, but the adapters lay tensors out as "
+                        f"{list(LAYOUTS)}", file=shown, where="shapes.layouts.values", fix=f"write {list(LAYOUTS)}")
     params = data["signature"]["parameters"]
     if params["reduction"]["default"] not in params["reduction"]["values"]:
         raise SpecError(f"default {params['reduction']['default']!r} is not one of {params['reduction']['values']}",
                         file=shown, where="signature.parameters.reduction.default", fix="pick one of the values")
+
+
+def _check_dialect_reductions(data: dict[str, Any], shown: str) -> None:
+    """The canonical dialect takes exactly the signature's reductions; every other dialect a subset of them."""
+    signature = list(data["signature"]["parameters"]["reduction"]["values"])
+    for name, dialect in data["dialects"].items():
+        taken = list(dialect["reductions"])
+        if (name == "canonical" and sorted(taken) != sorted(signature)) or not set(taken) <= set(signature):
+            raise SpecError(f"lists {taken}, but the signature's reductions are {signature}", file=shown,
+                            where=f"dialects.{name}.reductions",
+                            fix="list the signature's reductions (canonical), or some of them (another dialect)")
+
+
+def _check_legacy_mapping(signature: dict[str, Any], shown: str) -> None:
+    """The legacy mapping has one row for every combination of the legacy arguments' values in which at
+    least one is given, and maps it to a reduction of the signature."""
+    params = signature["parameters"]
+    reductions = list(params["reduction"]["values"])
+    rows = {(row["size_average"], row["reduce"]): row["reduction"] for row in signature["legacy"]["mapping"]}
+    for i, row in enumerate(signature["legacy"]["mapping"]):
+        if row["reduction"] not in reductions:
+            raise SpecError(f"maps to {row['reduction']!r}, not one of {reductions}", file=shown,
+                            where=f"signature.legacy.mapping[{i}].reduction", fix=f"use one of {reductions}")
+    for size_average in params["size_average"]["values"]:
+        for reduce in params["reduce"]["values"]:
+            if (size_average, reduce) != (None, None) and (size_average, reduce) not in rows:
+                raise SpecError(f"no row for size_average={size_average!r}, reduce={reduce!r}", file=shown,
+                                where="signature.legacy.mapping", fix="add the row, with the reduction it means")
+
+
+def _check_dtype_constants(dtypes: dict[str, Any], shown: str) -> None:
+    """unit_roundoff (2**-bits) and smallest_subnormal (2**(min_exp - bits + 1)) must be the formats'
+    own, and NumPy's finfo where NumPy has the type."""
+    for name, (bits, min_exp, _) in FLOAT_FORMATS.items():
+        truth = {"unit_roundoff": 2.0 ** -bits, "smallest_subnormal": 2.0 ** (min_exp - bits + 1)}
+        if name != "bfloat16":  # NumPy has no bfloat16; its constants follow from the format above
+            info = np.finfo(name)
+            truth = {"unit_roundoff": float(info.eps) / 2, "smallest_subnormal": float(info.smallest_subnormal)}
+        for field, value in truth.items():
+            stated = dtypes[field].get(name)
+            if stated != value:
+                raise SpecError(f"{name} is stated as {stated!r}, but the format's is {value!r}", file=shown,
+                                where=f"dtypes.{field}.{name}", fix=f"write {value!r}")
+
+
+def _check_promotion(dtypes: dict[str, Any], shown: str) -> None:
+    """The promotion table is symmetric, complete, closed and a lattice: one row per unordered pair of
+    floating dtypes, a result among them that holds both (no less precision or range than either),
+    and associative (promoting three dtypes in any order gives one answer)."""
+    floating = dtypes["floating"]
+    table: dict[frozenset, str] = {}
+    for i, row in enumerate(dtypes["promotion"]):
+        pair, where = frozenset((row["input"], row["target"])), f"dtypes.promotion[{i}]"
+        if not set(pair) | {row["result"]} <= set(floating):
+            raise SpecError(f"row {row} names a dtype outside dtypes.floating {floating}", file=shown, where=where,
+                            fix="promote only floating dtypes, to a floating dtype")
+        if len(pair) == 1:
+            raise SpecError(f"row {row} promotes a dtype with itself", file=shown, where=where,
+                            fix="remove the row: a dtype promotes to itself")
+        if pair in table:
+            raise SpecError(f"a second row for {sorted(pair)}", file=shown, where=where,
+                            fix="keep one row per pair: promotion is symmetric")
+        bits, min_exp, _ = FLOAT_FORMATS[row["result"]]
+        if any(FLOAT_FORMATS[d][0] > bits or FLOAT_FORMATS[d][1] < min_exp for d in pair):
+            raise SpecError(f"{row['result']} cannot hold every value of {sorted(pair)}", file=shown, where=where,
+                            fix="promote to a dtype with at least the precision and range of both")
+        table[pair] = row["result"]
+    promote = lambda a, b: a if a == b else table.get(frozenset((a, b)))
+    for i, a in enumerate(floating):
+        for b in floating[i + 1:]:
+            if frozenset((a, b)) not in table:
+                raise SpecError(f"no promotion row for {a!r} with {b!r}", file=shown, where="dtypes.promotion",
+                                fix=f"add {{input: {a}, target: {b}, result: ...}}")
+    for a in floating:
+        for b in floating:
+            for c in floating:
+                if promote(promote(a, b), c) != promote(a, promote(b, c)):
+                    raise SpecError(f"promoting {a}, {b} and {c} depends on the order", file=shown,
+                                    where="dtypes.promotion", fix="make the table a lattice (associative)")
 
 
 def _schema_fix(err: jsonschema.ValidationError) -> str:

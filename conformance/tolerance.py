@@ -1,42 +1,82 @@
-"""The spec's error bounds (spec: tolerance): pointwise, summation and reduction.
+"""The spec's error bounds (spec: tolerance): pointwise, summation, reduction and gradient.
 
-Owns the arithmetic of the tolerance policy and nothing else; it never widens a
-bound for a case. All inputs are NumPy arrays or scalars in extended precision.
+Owns the arithmetic of the tolerance policy and nothing else: every bound is the spec's own
+formula (conformance/formula.py), evaluated with the names the spec's `names` text describes.
+It never widens a bound for a case. Inputs are NumPy arrays or scalars, float64 or extended.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from conformance.formula import VARIABLES, evaluate
 from conformance.model import Spec
 
 
+def _rule(spec: Spec, name: str) -> dict:
+    return spec.data["tolerance"][name]
+
+
+def sensitivity(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec):
+    """s, how much an absolute error of an underflowing intermediate is amplified (spec:
+    tolerance.pointwise.sensitivity): ``abs(t - x)`` with log_target, ``0`` without."""
+    text = _rule(spec, "pointwise")["sensitivity"][f"log_target_{str(log_target).lower()}"]
+    return evaluate(text, VARIABLES["tolerance.pointwise.sensitivity.*"], input=x, target=t)
+
+
+def gradient_sensitivity(x: np.ndarray, t: np.ndarray, log_target: bool, which: str, spec: Spec):
+    """s of one gradient (spec: tolerance.gradient.sensitivity.<which>): which is input, target or second_order."""
+    text = _rule(spec, "gradient")["sensitivity"][which][f"log_target_{str(log_target).lower()}"]
+    return evaluate(text, VARIABLES["tolerance.gradient.sensitivity.*.*"], input=x, target=t)
+
+
 def pointwise_bound(magnitude: np.ndarray, sensitivity: np.ndarray, result_dtype: str, spec: Spec) -> np.ndarray:
-    """factor * (u * (|term_1| + |term_2|) + tiny * (1 + s)), per element (spec: tolerance.pointwise).
+    """factor * (u * magnitude + tiny * (1 + s)), per element (spec: tolerance.pointwise).
 
     Is equivalent to ``8 * (2**-24 * (abs(t * log(t)) + abs(t * x)) + 2**-149)`` for float32
     without log_target (s = 0), and to ``8 * (2**-24 * (abs(exp(t) * t) + abs(exp(t) * x))
     + 2**-149 * (1 + abs(t - x)))`` with it.
     """
-    u = spec.unit_roundoff(result_dtype)
-    return spec.tolerance_factor() * (magnitude * u + spec.smallest_subnormal(result_dtype) * (1 + sensitivity))
+    rule = _rule(spec, "pointwise")
+    bound = evaluate(rule["formula"], VARIABLES["tolerance.pointwise.formula"], factor=rule["factor"],
+                     u=spec.unit_roundoff(result_dtype), tiny=spec.smallest_subnormal(result_dtype),
+                     magnitude=magnitude, s=sensitivity)
+    return np.broadcast_to(bound, np.shape(magnitude))
 
 
-def summation_gamma(n: int, u: float) -> float:
-    """Relative error of a tree summation of n terms: (ceil(log2 n) + 1) * u; 0 for n = 0."""
-    return (math.ceil(math.log2(n)) + 1) * u if n > 0 else 0.0
+def summation_gamma(n: int, u: float, spec: Spec, part: str = "reduction") -> float:
+    """Relative error of a tree summation of n terms (spec: tolerance.<part>.gamma): (ceil(log2 n) + 1) * u."""
+    return float(evaluate(_rule(spec, part)["gamma"], VARIABLES[f"tolerance.{part}.gamma"], n=n, u=u))
 
 
-def reduction_bound(pointwise_bounds: np.ndarray, loss: np.ndarray, divisor: int, value, u: float):
-    """(sum pointwise_bound + gamma(n) * sum |L|) / divisor + 2u |value| (spec: tolerance.reduction).
+def reduction_bound(pointwise_bounds: np.ndarray, loss: np.ndarray, divisor: int, value, u: float, spec: Spec,
+                    axis: int | None = None):
+    """(sum_bounds + gamma * sum_abs) / divisor + 2u |result| (spec: tolerance.reduction), over every
+    element, or along one `axis` (one bound per sum along it).
 
-    Is equivalent to ``(b.sum() + gamma(n) * abs(L).sum()) / d + 2 * u * abs(value)``.
+    Is equivalent to ``(b.sum() + gamma(n) * abs(L).sum()) / d + 2 * u * abs(value)``; the sums are
+    taken in the operands' (extended) precision. A divisor of 0 (the mean of nothing) divides by 1:
+    the value is then NaN and needs no bound.
     """
     wide = pointwise_bounds.dtype.type
-    gamma = summation_gamma(loss.size, u)
+    n = loss.size if axis is None else loss.shape[axis]
     with np.errstate(all="ignore"):
-        spread = pointwise_bounds.sum(dtype=wide) + wide(gamma) * np.abs(loss).sum(dtype=wide)
-        return spread / wide(divisor or 1) + wide(2 * u) * np.abs(value)
+        return evaluate(_rule(spec, "reduction")["formula"], VARIABLES["tolerance.reduction.formula"],
+                        sum_bounds=pointwise_bounds.sum(axis=axis, dtype=wide),
+                        sum_abs=np.abs(loss).sum(axis=axis, dtype=wide),
+                        gamma=wide(summation_gamma(n, u, spec)), divisor=wide(divisor or 1),
+                        result=value, u=wide(u))
 
+
+def gradient_bound(magnitude, scale, sensitivity, u: float, tiny: float, spec: Spec):
+    """factor * (u * magnitude * |scale| + tiny * (1 + s)), per element (spec: tolerance.gradient)."""
+    return evaluate(_rule(spec, "gradient")["formula"], VARIABLES["tolerance.gradient.formula"],
+                    factor=_rule(spec, "pointwise")["factor"], u=u, tiny=tiny, magnitude=magnitude,
+                    scale=scale, s=sensitivity)
+
+
+def gradient_summation(n: int, sum_abs, u: float, spec: Spec):
+    """What summing n broadcast contributions back into one element adds (spec: tolerance.gradient.summation)."""
+    gamma = np.asarray(sum_abs).dtype.type(summation_gamma(n, u, spec, part="gradient"))
+    return evaluate(_rule(spec, "gradient")["summation"], VARIABLES["tolerance.gradient.summation"],
+                    gamma=gamma, sum_abs=sum_abs)

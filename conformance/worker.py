@@ -53,6 +53,9 @@ class WorkerInfo:
 
 def worker_main(conn, framework: str, output_path: str) -> None:
     """Entry point of the worker process: load the adapter, then serve batches until told to stop."""
+    # Ctrl-C is the parent's to handle (it stops the run and kills this process); a worker dying of it
+    # first would be recorded as a crash of the case it was on
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = os.open(output_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)  # the framework's own printing goes to a file the parent reads after a crash
     os.dup2(fd, 2)
@@ -93,6 +96,10 @@ def _observe(adapter, case: Case, api_name: str, device: str, part: str) -> Obse
 
 class WorkerUnavailable(Exception):
     """The framework cannot be loaded in the worker; carries the reason."""
+
+
+class WorkerLost(WorkerUnavailable):
+    """A worker that died or hung could not be replaced: the run cannot go on."""
 
 
 class WorkerPool:
@@ -153,7 +160,10 @@ class WorkerPool:
             if unsent:
                 batch = list(unsent)
                 unsent.clear()
-                self._conn.send(batch)
+                try:
+                    self._conn.send(batch)
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass  # the worker died on a case already in flight; _wait finds it, and the batch is resent
                 pending.extend(batch)
             if not pending:
                 return
@@ -211,7 +221,11 @@ class WorkerPool:
         self._kill()
         self.restarts += 1
         open(self._output.name, "w").close()
-        self.start()
+        try:
+            self.start()
+        except WorkerUnavailable as exc:
+            raise WorkerLost(f"the {self.framework} worker could not be restarted after a crash or timeout: "
+                             f"{exc}") from None
 
     def _kill(self) -> None:
         if self._process is not None and self._process.is_alive():

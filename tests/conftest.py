@@ -11,24 +11,61 @@ import pytest
 def pytest_addoption(parser):
     parser.addoption("--framework", action="append", default=[],
                      help="run adapter and end-to-end tests on this framework (repeatable); it must be installed")
+    parser.addoption("--allow-unavailable", action="store_true",
+                     help="a --framework that cannot be loaded here skips its tests, with one loud line saying so "
+                          "(for R torch, which no Python registry can install); otherwise that is an error")
 
 
 def pytest_configure(config):
     from conformance.adapters.registry import known_adapters
 
+    config.unavailable_frameworks = {}
     for name in config.getoption("--framework"):
         if name not in known_adapters():
             raise pytest.UsageError(f"--framework {name!r}: unknown; use one of {sorted(known_adapters())}")
-        if importlib.util.find_spec(name) is None:
+        reason = _why_unavailable(name)
+        if reason is None:
+            continue
+        if not config.getoption("--allow-unavailable"):
             # asking for a framework that is not installed is an error, not a skip
-            raise pytest.UsageError(f"--framework {name!r}: the framework is not installed in this environment")
+            raise pytest.UsageError(f"--framework {name!r}: the framework is not installed in this environment "
+                                    f"({reason})")
+        config.unavailable_frameworks[name] = reason
+
+
+def _why_unavailable(name: str) -> str | None:
+    """Why framework `name` cannot run here, or None. A Python framework is found without importing it;
+    one outside Python (R torch) is asked through its adapter's load()."""
+    if importlib.util.find_spec(name) is not None:
+        return None
+    from conformance.adapters.base import FrameworkUnavailable
+    from conformance.adapters.registry import get_adapter
+
+    adapter = get_adapter(name)
+    try:
+        adapter.load()
+    except FrameworkUnavailable as exc:
+        return str(exc)
+    getattr(adapter, "close", lambda: None)()
+    return None
 
 
 def pytest_generate_tests(metafunc):
     if "framework" in metafunc.fixturenames:
         names = metafunc.config.getoption("--framework")
-        metafunc.parametrize("framework", names or [pytest.param(None, marks=pytest.mark.skip(
-            reason="adapter tests need --framework NAME (tox -e tests-torch passes it)"))])
+        unavailable = metafunc.config.unavailable_frameworks
+        metafunc.parametrize("framework", [
+            pytest.param(name, marks=pytest.mark.skip(reason=f"{name} is not installed here (why: the run's last line)"))
+            if name in unavailable else name for name in names] or [pytest.param(None, marks=pytest.mark.skip(
+                reason="adapter tests need --framework NAME (tox -e tests-torch passes it)"))])
+
+
+def pytest_unconfigure(config):
+    """The loud line, after pytest's own summary, for each framework whose tests were skipped."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for name, reason in getattr(config, "unavailable_frameworks", {}).items():
+        if reporter is not None:
+            reporter.write_sep("!", f"{name} TESTS DID NOT RUN: {reason}", red=True, bold=True)
 
 
 @pytest.fixture(scope="session")

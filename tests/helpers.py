@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from conformance.model import Case, DtypePair, Params
@@ -14,3 +16,41 @@ def make_case(x, t, *, reduction="none", log_target=False, dtype="float64", size
     return Case(id=case_id, params=Params(reduction, log_target, size_average, reduce),
                 input=np.asarray(x, dtype=np.float64), target=np.asarray(t, dtype=np.float64),
                 dtype=pair, family="test", layout=layout)
+
+
+def load_adapter(loaded: dict, name: str):
+    """The adapter called `name`, loaded once and kept in `loaded` (the session's `loaded_adapters`)."""
+    if name not in loaded:
+        from conformance.adapters.registry import get_adapter
+
+        adapter = get_adapter(name)
+        adapter.load()
+        loaded[name] = adapter
+    return loaded[name]
+
+
+def make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s0", **fields):
+    """A Result row with plausible provenance; `fields` override any of them."""
+    from conformance.model import Result, Verdict
+
+    row = dict(case_id=case_id, case_digest="0" * 24, seed=20261122, family="softmax", reduction="sum",
+               log_target=False, framework="torch", framework_version="2.13.0", api="torch.nn.functional.kl_div",
+               device="cpu", dtype="float32", part="forward", verdict=Verdict.PASS, documented=False,
+               documented_by=(), known_by=(), max_abs_err=0.0, bound=1e-6, cause="", message="", warnings=(),
+               missing_warnings=(), elapsed_s=0.001, source="generated", spec_hash="0123456789abcdef",
+               harness_version="0.1.0", python_version="3.11.7", numpy_version="2.0.0", device_name="cpu")
+    row.update(fields)
+    if isinstance(row["verdict"], str):
+        row["verdict"] = Verdict(row["verdict"])
+    return Result(**row)
+def as_api_takes(case: Case, api, spec) -> Case:
+    """`case` as `api` expresses it: the target in log space for an API that takes log-probabilities only
+    (MLX), and batchmean as the mean over distributions for a dialect without batchmean (the same divisor
+    for a 2-d batch)."""
+    p = case.params
+    if api.only_log_target and not p.log_target:
+        with np.errstate(divide="ignore"):
+            case = replace(case, target=np.log(case.target), params=replace(p, log_target=True))
+    if case.params.reduction == "batchmean" and "batchmean" not in spec.dialect(api.dialect)["reductions"]:
+        case = replace(case, params=replace(case.params, reduction="mean"))
+    return case

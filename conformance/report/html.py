@@ -80,13 +80,14 @@ def _e(text: Any) -> str:
 
 def _provenance(manifests, tally: Tally) -> list[str]:
     out = ["<table id='provenance'><tr><th>framework</th><th>version</th><th>status</th><th>cases</th>"
-           "<th>python</th><th>numpy</th><th>spec</th><th>harness</th></tr>"]
+           "<th>seed</th><th>shard</th><th>python</th><th>numpy</th><th>spec</th><th>harness</th></tr>"]
     for m in manifests:
         status = m.get("status", "?") + (f": {m['reason']}" if m.get("reason") else "")
         out.append("<tr>" + "".join(f"<td>{_e(m.get(k, '-'))}</td>" for k in ("framework", "framework_version"))
                    + f"<td>{_e(status)}</td>"
-                   + "".join(f"<td>{_e(m.get(k, '-'))}</td>" for k in ("cases", "python_version", "numpy_version",
-                                                                     "spec_hash", "harness_version")) + "</tr>")
+                   + "".join(f"<td>{_e(m.get(k) if m.get(k) is not None else '-')}</td>"
+                             for k in ("cases", "seed", "shard", "python_version", "numpy_version", "spec_hash",
+                                       "harness_version")) + "</tr>")
     out.append(f"</table><p>{tally.total} results.</p>")
     return out
 
@@ -94,14 +95,16 @@ def _provenance(manifests, tally: Tally) -> list[str]:
 def _summary(tally: Tally) -> list[str]:
     present = [v for v in VERDICT_ORDER if any(c[v] for c in tally.by_target.values())]
     out = ["<h2>Summary</h2><table id='summary'><tr><th>framework / api / device / part</th><th>results</th>"
-           "<th>undocumented</th><th>documented</th>" + "".join(f"<th>{v}</th>" for v in present) + "</tr>"]
+           "<th>undocumented</th><th>documented</th><th>known</th>" + "".join(f"<th>{v}</th>" for v in present) + "</tr>"]
     for target in sorted(tally.by_target):
         c = tally.by_target[target]
         divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
         new = tally.undocumented[target]
+        known = tally.known[target]
         cls = "div" if new else ("doc" if divergent else "pass")
         out.append(f"<tr><td class='{cls}'>{_e(target)}</td><td class='num'>{sum(c.values())}</td>"
-                   f"<td class='num'>{new}</td><td class='num'>{divergent - new}</td>"
+                   f"<td class='num'>{new}</td><td class='num'>{divergent - new - known}</td>"
+                   f"<td class='num'>{known}</td>"
                    + "".join(f"<td class='num'>{c[v]}</td>" for v in present) + "</tr>")
     return out + ["</table>"]
 
@@ -122,13 +125,13 @@ def _filters(tally: Tally) -> list[str]:
         for k, v in _split(target).items():
             values[k].add(v)
     values["verdict"] = {v for c in tally.by_target.values() for v, n in c.items() if n and Verdict(v).is_divergence}
-    values["documented"] = {"yes", "no"}
+    values["documented"] = {"documented", "known", "no"}
     out = ["<h2>Filters</h2><div class='filters'>"]
     for key in ("framework", "api", "device", "part", "verdict", "documented"):
         options = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in sorted(values[key]))
         out.append(f"<label>{key} <select data-key='{key}'><option value=''>all</option>{options}</select></label>")
     out.append("</div><p class='legend'><span class='pass' style='background:#d9f2dc'>all pass</span>"
-               "<span style='background:#fbe7b5'>documented divergences only</span>"
+               "<span style='background:#fbe7b5'>documented or known divergences only</span>"
                "<span style='background:#f8c9c4'>undocumented divergences</span>"
                "<span style='background:#eceef1'>n/a (unsupported)</span></p>")
     return out
@@ -141,14 +144,14 @@ def _matrix(tally: Tally) -> list[str]:
            "<table id='matrix' class='matrix'><tr><th>family</th><th>reduction</th><th>log_target</th>"
            + "".join(f"<th class='rot' title='{_e(t)}' {_data(_split(t))}>{_e(_short(t))}</th>" for t in targets)
            + "</tr>"]
-    doc_by_cell = tally.documented_cells
+    accepted_by_cell = tally.accepted_cells
     for key in sorted(tally.by_family):
         cells = []
         for target in targets:
             c = tally.by_family[key][target]
             judged = sum(c.values()) - c["unsupported"]
             divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
-            undocumented = divergent - doc_by_cell[(key, target)]
+            undocumented = divergent - accepted_by_cell[(key, target)]
             if not sum(c.values()):
                 cls, text = "na", ""
             elif not judged:
@@ -206,8 +209,10 @@ def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list
            + (f" (the first {LISTED_IN_PAGE} are in this page; all are in results.jsonl)" if total > len(listed) else "")
            + ".</p><div id='divergences'>"]
     for r in listed:
-        attrs = {**_split(target_label(r)), "verdict": r.verdict.value, "documented": "yes" if r.documented else "no"}
-        doc = (f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
+        accepted = "documented" if r.documented else ("known" if r.known_by else "no")
+        attrs = {**_split(target_label(r)), "verdict": r.verdict.value, "documented": accepted}
+        doc = ((f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
+               + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
         body = [f"<p>{_e(r.message)}</p><p>cause: <code>{_e(r.cause)}</code></p>",
                 f"<p>reproduce:</p><pre>{_e(repro_command(r, run_info.get(r.framework, {})))}</pre>"]
         detail = details.get(_key(r))

@@ -1,7 +1,7 @@
 """Writes junit.xml: one testcase per case x framework x api x device x part, so CI shows results natively.
 
 An undocumented divergence is a failure (crash and timeout are errors); a documented
-divergence and an unsupported case are skipped, with the reason. Reads rows only, once,
+divergence, a known finding (--known) and an unsupported case are skipped, with the reason. Reads rows only, once,
 and streams: each suite's testcases go to a temporary file while the rows are read, and
 the suites are then joined under their counts, so memory stays flat for a million rows.
 """
@@ -68,13 +68,14 @@ def _counts(c: Counter) -> str:
 def _testcase(suite: str, r: Result) -> tuple[str, str | None]:
     """One <testcase> element, and which count it adds to (None for a pass)."""
     head = f"    <testcase classname={quoteattr(suite)} name={quoteattr(_text(r.case_id))} time=\"{r.elapsed_s:.6f}\""
-    if r.verdict in (Verdict.CRASH, Verdict.TIMEOUT):
+    if r.verdict.is_divergence and r.is_accepted:
+        reason = ("documented deviation: " + ", ".join(r.documented_by) if r.documented
+                  else "known finding: " + ", ".join(r.known_by))
+        child, kind = f"<skipped message={quoteattr(_text(reason))} />", "skipped"
+    elif r.verdict in (Verdict.CRASH, Verdict.TIMEOUT):
         child, kind = _child("error", r.verdict.value, r.message[:500], r.message), "errors"
-    elif r.verdict.is_divergence and not r.documented:
-        child, kind = _child("failure", r.verdict.value, r.message[:500], f"{r.message}\ncause: {r.cause}"), "failures"
     elif r.verdict.is_divergence:
-        reason = "documented deviation: " + ", ".join(r.documented_by)
-        child, kind = f"<skipped message={quoteattr(reason)} />", "skipped"
+        child, kind = _child("failure", r.verdict.value, r.message[:500], f"{r.message}\ncause: {r.cause}"), "failures"
     elif r.verdict is Verdict.UNSUPPORTED:
         child, kind = f"<skipped message={quoteattr(_text(r.message[:500]))} />", "skipped"
     else:

@@ -13,25 +13,27 @@ from conformance.model import Result, Verdict
 from conformance.report.tally import VERDICT_ORDER, Tally
 
 
-def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
-    """The whole report as Markdown text."""
+def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]], known_audit: Sequence[Any] | None = None) -> str:
+    """The whole report as Markdown text; `known_audit` (known.EntryAudit items) adds the known-findings section."""
     out: list[str] = ["# kl_div conformance report", ""]
     out += _provenance(tally, manifests)
     out += _summary(tally)
     out += _family_matrix(tally)
     out += _divergences(tally, manifests)
+    if known_audit is not None:
+        out += _known(known_audit)
     out += _warnings(tally)
     return "\n".join(out).rstrip() + "\n"
 
 
 def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
-    out = ["| run | framework | version | status | cases | python | numpy | spec | harness |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| run | framework | version | status | cases | shard | python | numpy | spec | harness |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for i, m in enumerate(manifests, start=1):
         status = m.get("status", "?") + (f": {m['reason']}" if m.get("reason") else "")
-        out.append(f"| {i} | {m.get('framework', '?')} | {m.get('framework_version', '-')} | {status} | "
-                   f"{m.get('cases', '-')} | {m.get('python_version', '-')} | {m.get('numpy_version', '-')} | "
-                   f"{m.get('spec_hash', '-')} | {m.get('harness_version', '-')} |")
+        out.append(f"| {i} | {m.get('framework', '?')} | {m.get('framework_version', '-')} | {_cell(status)} | "
+                   f"{m.get('cases', '-')} | {m.get('shard') or '-'} | {m.get('python_version', '-')} | "
+                   f"{m.get('numpy_version', '-')} | {m.get('spec_hash', '-')} | {m.get('harness_version', '-')} |")
     seeds = sorted({str(m.get("seed")) for m in manifests if m.get("seed") is not None})
     out += ["", f"{tally.total} results; seed {', '.join(seeds) or '-'}. "
                 "Verdicts: `pass`; divergences `value` (outside the bound), `nonfinite` (NaN/inf pattern), "
@@ -45,14 +47,15 @@ def _summary(tally: Tally) -> list[str]:
     counts = tally.by_target
     present = [v for v in VERDICT_ORDER if any(c[v] for c in counts.values())]
     out = ["## Summary", "",
-           "Divergences the framework's profile documents (spec/profiles) are counted apart from new ones.", "",
-           "| framework / api / device | results | undocumented | documented | " + " | ".join(present) + " |",
-           "|---|---:|---:|---:|" + "---:|" * len(present)]
+           "Divergences the framework's profile documents (spec/profiles) are counted apart from new ones, and so "
+           "are those a known-findings file (--known) accepts; `--strict` fails on the undocumented ones only.", "",
+           "| framework / api / device | results | undocumented | documented | known | " + " | ".join(present) + " |",
+           "|---|---:|---:|---:|---:|" + "---:|" * len(present)]
     for target in sorted(counts):
         c = counts[target]
         divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
-        new = tally.undocumented[target]
-        out.append(f"| {target} | {sum(c.values())} | {new} | {divergent - new} | "
+        new, known = tally.undocumented[target], tally.known[target]
+        out.append(f"| {target} | {sum(c.values())} | {new} | {divergent - new - known} | {known} | "
                    + " | ".join(str(c[v]) for v in present) + " |")
     return out + [""]
 
@@ -97,14 +100,30 @@ def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]
                 "Affects " + ", ".join(f"`{t}`" for t in targets) + ".", "",
                 "| case | api / device | finding | reproduce |", "|---|---|---|---|"]
         for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device)):
-            known = f" **documented** ({', '.join(r.documented_by)})" if r.documented else ""
+            tags = (f" **documented** ({', '.join(r.documented_by)})" if r.documented else "") + \
+                (f" **known** ({', '.join(r.known_by)})" if r.known_by else "")
             out.append(f"| `{r.case_id}` | {r.api} / {r.device}{'' if r.part == 'forward' else ' / ' + r.part} | "
-                       f"{_cell(r.message)}{known} | "
+                       f"{_cell(r.message)}{tags} | "
                        f"`{repro_command(r, run_info.get(r.framework, {}))}` |")
         if size > len(members):
             out.append(f"\n{size - len(members)} more in results.jsonl (cause `{cause}`, verdict `{verdict}`).")
         out.append("")
     return out
+
+
+def _known(audit: Sequence[Any]) -> list[str]:
+    """How each entry of the known-findings file fared: matched, stale, or about rows not in this report."""
+    out = ["## Known findings", ""]
+    if not audit:
+        return out + ["The known-findings file has no entries.", ""]
+    out += ["Entries of the known-findings file (--known). A stale entry concerns results here but matches none of "
+            "their divergences: the run or report fails until it is removed or corrected.", "",
+            "| entry | divergences accepted | results concerned | status | reason | link |", "|---|---:|---:|---|---|---|"]
+    for a in audit:
+        e = a.entry
+        status = f"**{a.status}**" if a.status == "stale" else a.status
+        out.append(f"| `{e.id}` | {a.accepted} | {a.concerned} | {status} | {_cell(e.reason)} | {_cell(e.link or '-')} |")
+    return out + [""]
 
 
 def _warnings(tally: Tally) -> list[str]:

@@ -7,19 +7,20 @@ as one run that produced all of their rows.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from conformance.errors import ResultsError
-from conformance.model import Result
-from conformance.report.baseline import compare, render_baseline_markdown
+from conformance.model import FORMAT_VERSION, Result
+from conformance.report.baseline import BaselineDiff, compare, render_baseline_markdown
 from conformance.report.html import render_html
 from conformance.report.junit import write_junit
 from conformance.report.markdown import render_markdown
 from conformance.report.summary import render_summary
 from conformance.report.tally import Tally
-from conformance.results import (DETAILS_FILE, RESULTS_FILE, iter_details, iter_results, read_manifest, write_atomic,
-                                 write_lines_atomic, write_rows_atomic)
+from conformance.results import (DETAILS_FILE, RESULTS_FILE, check_format_version, iter_details, iter_results,
+                                 read_manifest, write_atomic, write_lines_atomic, write_rows_atomic)
 
 REPORT_FILE = "report.md"
 RUNS_FILE = "runs.json"
@@ -38,7 +39,7 @@ def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) 
                 raise ResultsError("no results.jsonl here", file=str(run_dir),
                                    fix="pass the --out directory of a finished `kl-conformance run` "
                                        "(or --allow-missing to report it as not run)")
-            manifests.append({"framework": run_dir.name, "status": "not_run",
+            manifests.append({"format_version": FORMAT_VERSION, "framework": run_dir.name, "status": "not_run",
                               "reason": f"no results in {run_dir}: its environment did not produce a run"})
             continue
         present.append(run_dir)
@@ -55,11 +56,13 @@ def read_runs(merged_dir: Path) -> list[dict[str, Any]]:
     """The manifests a merge wrote into `merged_dir`/runs.json."""
     path = merged_dir / RUNS_FILE
     try:
-        runs = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
+        runs = json.loads(path.read_bytes())
+    except ValueError as exc:  # UnicodeDecodeError included
         raise ResultsError(f"unreadable list of runs ({exc})", file=str(path), fix="merge the runs again") from None
     if not isinstance(runs, list) or not all(isinstance(m, dict) for m in runs):
         raise ResultsError("not a list of run manifests", file=str(path), fix="merge the runs again")
+    for i, manifest in enumerate(runs):
+        check_format_version(manifest, str(path), f"run {i + 1}")
     return runs
 
 
@@ -77,38 +80,50 @@ def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
             yield row
 
 
+@dataclass
+class Written:
+    """What a report wrote: the path of report.md, and the comparison with the baseline (if one was given)."""
+
+    report: Path
+    baseline: BaselineDiff | None = None
+
+
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
-                 baseline: str | Path | None = None) -> Path:
+                 baseline: str | Path | None = None, known: Any = None) -> Written:
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
-    One pass over the rows gathers what the Markdown, HTML and summary show; junit.xml (one
-    element per row) and the baseline comparison stream the rows again. Each file is written
-    atomically.
+    One pass over the rows gathers what the Markdown, HTML and summary show (and, with `known`, a
+    known.KnownFindings, how each of its entries fared); junit.xml (one element per row) and the
+    baseline comparison stream the rows again. Each file is written atomically.
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
-    tally = Tally(iter_rows(present))
+    rows = iter_rows(present)
+    tally = Tally(known.observe(rows) if known is not None else rows)
     write_junit(out_dir / "junit.xml", iter_rows(present))
     write_atomic(out_dir / "summary.json", render_summary(tally, manifests))
     details = (d for run_dir in present for d in iter_details(run_dir))
     write_atomic(out_dir / "report.html", render_html(tally, manifests, details))
-    markdown = render_markdown(tally, manifests)
+    markdown = render_markdown(tally, manifests, known.audit() if known is not None else None)
+    diff = None
     if baseline is not None:
         diff = compare(iter_rows(present), baseline)
         write_atomic(out_dir / "baseline.json", diff.to_json())
         markdown = markdown.rstrip() + "\n\n" + "\n".join(render_baseline_markdown(diff)).rstrip() + "\n"
     path = out_dir / REPORT_FILE
     write_atomic(path, markdown)
-    return path
+    return Written(path, diff)
 
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False,
-               baseline: str | Path | None = None) -> Path:
-    """Merge run directories into `out_dir`: results.jsonl, runs.json and the reports."""
+               baseline: str | Path | None = None, known: Any = None) -> Written:
+    """Merge run directories into `out_dir`: results.jsonl (with `known`, its rows' known_by set by that
+    file), details.jsonl, runs.json and the reports. `out_dir` must not be one of the runs."""
     present, manifests = load_manifests(run_dirs, allow_missing)
-    if out_dir.resolve() not in {p.resolve() for p in present}:
-        write_rows_atomic(out_dir / RESULTS_FILE, iter_rows(present))
-        write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)))
-        write_atomic(out_dir / RUNS_FILE, json.dumps(manifests, indent=2, sort_keys=True) + "\n")
-        return write_report(out_dir, [out_dir], baseline=baseline)
-    return write_report(out_dir, run_dirs, allow_missing, baseline=baseline)
-
+    if out_dir.resolve() in {p.resolve() for p in present}:
+        raise ResultsError("the output directory is one of the runs to merge", file=str(out_dir), where="--out",
+                           fix="write the merged report into another directory")
+    rows = iter_rows(present)
+    write_rows_atomic(out_dir / RESULTS_FILE, (known.mark(r) for r in rows) if known is not None else rows)
+    write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)))
+    write_atomic(out_dir / RUNS_FILE, json.dumps(manifests, indent=2, sort_keys=True) + "\n")
+    return write_report(out_dir, [out_dir], baseline=baseline, known=known)

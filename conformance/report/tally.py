@@ -41,8 +41,9 @@ class Tally:
         self.group_sizes: Counter = Counter()
         self.group_targets: dict[tuple[str, str], set] = defaultdict(set)
         self.missing_warnings: Counter = Counter()
-        self.undocumented: Counter = Counter()
-        self.documented_cells: Counter = Counter()
+        self.undocumented: Counter = Counter()  # divergences neither documented nor known: what --strict fails on
+        self.known: Counter = Counter()  # divergences a known-findings file accepts and no profile documents
+        self.accepted_cells: Counter = Counter()
         self.ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
         self.listed_in_page: list[Result] = []
         self.spec_hashes: set[str] = set()
@@ -61,8 +62,9 @@ class Tally:
             if r.verdict.is_divergence:
                 if len(self.listed_in_page) < LISTED_IN_PAGE:
                     self.listed_in_page.append(r)
-                self.undocumented[target] += not r.documented
-                self.documented_cells[((r.family, r.reduction, int(r.log_target)), target)] += r.documented
+                self.undocumented[target] += not r.is_accepted
+                self.known[target] += bool(r.known_by) and not r.documented
+                self.accepted_cells[((r.family, r.reduction, int(r.log_target)), target)] += r.is_accepted
                 key = (r.cause or "unknown", r.verdict.value)
                 self.group_sizes[key] += 1
                 self.group_targets[key].add(target)

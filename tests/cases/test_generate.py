@@ -33,6 +33,12 @@ def test_another_seed_draws_other_values(spec):
     assert any(not np.array_equal(a[i].input, b[i].input) for i in softmax)
 
 
+def test_another_seed_keeps_the_same_ids(spec):
+    """--seed draws other values for the same cases; the design (which ids exist) does not move."""
+    assert [c.id for c in _suite(spec, seed=7)] == [c.id for c in _suite(spec)]
+    assert [c.id for c in generate_cases(spec, 7, samples=2)] == [c.id for c in generate_cases(spec, samples=2)]
+
+
 def test_values_depend_only_on_seed_and_id(spec):
     """Rebuilding a case from its id alone gives the same values as the suite."""
     for case in _suite(spec)[::17]:
@@ -94,11 +100,31 @@ def test_edge_families_run_in_full(spec):
 
 
 def test_suite_includes_every_spec_error(spec):
-    from conformance.reference.forward import expected_forward
+    """Every error the spec names is expected of some case, in some dialect (no_distribution_axis needs one
+    that sums over the last axis)."""
+    from conformance.reference.forward import expected_forward, takes_input_space
 
-    errors = {expected_forward(c, spec).error_id for c in _suite(spec)}
+    errors = {expected_forward(c, spec, d).error_id for c in _suite(spec) for d in spec.data["dialects"]
+              if takes_input_space(c, d, spec)}
     reachable = set(spec.error_order) - ({"mixed_dtypes"} if spec.data["dtypes"]["mixed"] == "promote" else set())
     assert errors >= reachable
+
+
+def test_log_target_only_apis_meet_every_shape_and_error(spec):
+    """An API that takes log-space targets only and no legacy argument (MLX's kl_div_loss) still meets every
+    shape level, every dtype pair, and every spec error in each log-input dialect."""
+    from conformance.reference.forward import expected_forward
+
+    cases = [c for c in _suite(spec) if c.params.log_target and not c.params.has_legacy and not c.params.prob_input]
+    shapes = {(k.input_shape, k.target_shape, k.layout) for k in (parse_id(c.id) for c in cases)}
+    assert {(s.input, s.target, s.layout) for s in parameter_levels(spec)["shape"]} <= shapes
+    assert set(parameter_levels(spec)["dtype"]) <= {c.dtype for c in cases}
+    reachable = set(spec.error_order) - ({"mixed_dtypes"} if spec.data["dtypes"]["mixed"] == "promote" else set())
+    for dialect, rules in spec.data["dialects"].items():
+        if rules["input_space"] == "log":
+            errors = {expected_forward(c, spec, dialect).error_id for c in cases}
+            wanted = reachable if rules["axis_sum"] else reachable - {"no_distribution_axis"}
+            assert errors >= wanted, (dialect, wanted - errors)
 
 
 def test_pairwise_design_is_deterministic_and_small():

@@ -74,3 +74,36 @@ def test_yaml_is_loaded_safely(tmp_path):
     path = _write(tmp_path, "- !!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(CaseFileError, match="invalid YAML"):
         load_case_file(path)
+
+
+def test_numbers_follow_yaml_1_2(tmp_path):
+    """PyYAML's YAML 1.1 rule read `1e-3` and `1E5` as strings (a float needed a dot)."""
+    path = _write(tmp_path, "- id: a\n  input: [1e-3, 1E5, .5, -2e+2, 0x10, 010]\n"
+                            "  target: [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]\n  dtype: float64\n")
+    (case,) = load_case_file(path)
+    assert case.input.tolist() == [0.001, 100000.0, 0.5, -200.0, 16.0, 10.0]
+
+
+@pytest.mark.parametrize("text, words", [
+    # a 400-digit integer is 1e400: it used to end in OverflowError
+    ("- id: a\n  input: [1" + "0" * 400 + "]\n  target: [0.5]\n", "(401 digits) is too large for a float64"),
+    ("- id: a\n  input: [1.0e400]\n  target: [0.5]\n", "too large for a float64"),
+    # YAML 1.1 let the second key win silently
+    ("- id: a\n  input: [1.0]\n  input: [2.0]\n  target: [0.5]\n", "key 'input' given twice"),
+    ("- id: a\n  input: 1:30\n  target: 0.5\n", "'1:30' at top level is not a number"),  # 90 in YAML 1.1
+    ("- id: a\n  input: " + "[" * 40 + "1" + "]" * 40 + "\n  target: 0.5\n", "more than 32 nested lists"),
+    ("- id: a\n  input: " + "[" * 3000 + "1" + "]" * 3000 + "\n  target: 0.5\n", "nested too deeply"),
+])
+def test_odd_values_are_refused_in_one_line(tmp_path, text, words):
+    path = _write(tmp_path, text)
+    with pytest.raises(CaseFileError) as info:
+        load_case_file(path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and words in message and "Fix:" in message, message
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("- id: café\n  input: [1.0]\n  target: [0.5]\n".encode("latin-1"))
+    with pytest.raises(CaseFileError, match="not UTF-8 text"):
+        load_case_file(path)

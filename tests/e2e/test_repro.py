@@ -9,6 +9,26 @@ from conformance.cli import main
 from conformance.results import iter_results
 
 PER_RUN = 10  # one reproducer per cause group, up to this many
+R_FRAMEWORKS = {"rtorch"}  # frameworks whose reproducers are R scripts
+
+
+def _run_script(framework: str, script: str, tmp_path) -> subprocess.CompletedProcess:
+    """Save the reproducer with its language's suffix and run it: R ones with the R and library path
+    the adapter uses (KL_RSCRIPT, KL_RTORCH_LIB), as a user runs them with their R."""
+    if framework in R_FRAMEWORKS:
+        from conformance.adapters.rtorch import find_rscript, r_environment
+
+        path = tmp_path / "repro.R"
+        path.write_text(script)
+        return subprocess.run([find_rscript(), str(path)], capture_output=True, text=True, timeout=300,
+                              env=r_environment())
+    path = tmp_path / "repro.py"
+    path.write_text(script)
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+
+
+def _opens_as_reproducer(script: str) -> bool:
+    return script.startswith(('"""Reproduces kl_div case', "# Reproduces kl_div case"))
 
 
 def _printed(output: str, label: str) -> str:
@@ -29,10 +49,8 @@ def test_each_cause_has_a_reproducer_that_shows_it(default_run, tmp_path, capsys
         assert main(["repro", r.case_id, "--framework", framework, "--api", r.api, "--device", r.device,
                      "--part", r.part, "--from", str(out)]) == 0
         script = capsys.readouterr().out
-        assert script.startswith('"""Reproduces kl_div case') and "import conformance" not in script
-        path = tmp_path / "repro.py"
-        path.write_text(script)
-        done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+        assert _opens_as_reproducer(script) and "import conformance" not in script
+        done = _run_script(framework, script, tmp_path)
         assert done.returncode == 0, done.stderr[-800:]
         got, want = _printed(done.stdout, f"{framework}:"), _printed(done.stdout, "expected:")
         assert got != want, f"{r.case_id} {r.api} {r.part}: the reproducer shows no divergence ({got})"
@@ -45,7 +63,10 @@ def test_repro_minimises_to_one_element(default_run, capsys):
     assert main(["repro", r.case_id, "--framework", framework, "--api", r.api, "--part", r.part,
                  "--from", str(out)]) == 0
     script = capsys.readouterr().out
-    assert "x_values = values([" in script and ", (1, 1))" in script
+    if framework in R_FRAMEWORKS:
+        assert "x_values <- c(" in script and "x_shape <- c(1L, 1L)" in script
+    else:
+        assert "x_values = values([" in script and ", (1, 1))" in script
 
 
 def test_repro_of_a_user_case_from_the_run_directory(default_run, tmp_path, capsys):
@@ -67,9 +88,9 @@ def test_repro_of_an_unknown_case_is_a_usage_error(default_run, capsys):
 
 
 def test_run_writes_a_reproducer_per_undocumented_divergence(default_run):
-    _, out = default_run
+    framework, out = default_run
     undocumented = [r for r in iter_results(out) if r.verdict.is_divergence and not r.documented
                     and r.verdict.value not in ("crash", "timeout")]
-    scripts = list((out / "repro").glob("*.py"))
+    scripts = list((out / "repro").glob("*.R" if framework in R_FRAMEWORKS else "*.py"))
     assert len(scripts) == len(undocumented) > 0
-    assert all(s.read_text().startswith('"""Reproduces kl_div case') for s in scripts[:20])
+    assert all(_opens_as_reproducer(s.read_text()) for s in scripts[:20])

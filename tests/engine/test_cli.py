@@ -11,7 +11,10 @@ from conformance.cli import main
 def test_unknown_framework_lists_the_known_ones(tmp_path, capsys):
     assert main(["run", "--framework", "tensorflo", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "unknown framework 'tensorflo'" in err and "['mindspore', 'oneflow', 'torch']" in err and "Fix:" in err
+    from conformance.adapters.registry import known_adapters
+
+    assert "unknown framework 'tensorflo'" in err and f"use one of {sorted(known_adapters())}" in err and "Fix:" in err
+    assert {"torch", "oneflow", "mindspore", "paddle", "mlx", "rtorch", "optax"} <= set(known_adapters())
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
@@ -53,3 +56,77 @@ def test_bad_arguments_exit_2(capsys):
 def test_module_and_console_script_are_the_same_command():
     out = subprocess.run([sys.executable, "-m", "conformance", "--help"], capture_output=True, text=True, check=True)
     assert "kl-conformance" in out.stdout and "run" in out.stdout
+
+
+def test_every_part_the_readme_offers_is_accepted(capsys):
+    """`run --part grad2_input` was refused by argparse although the README offers it."""
+    from conformance.cli import build_parser
+    from conformance.model import PARTS
+
+    for part in PARTS:
+        args = build_parser().parse_args(["run", "--framework", "torch", "--part", part])
+        assert args.part == [part]
+
+
+def test_huge_integer_in_a_case_file_exits_2_and_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "huge.yaml"
+    path.write_text("- id: big\n  input: [1" + "0" * 400 + "]\n  target: [0.5]\n")
+    assert main(["run", "--framework", "torch", "--cases", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "too large for a float64" in err and "Fix:" in err
+    assert not (tmp_path / "out").exists()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("case_id, words", [
+    ("fwd/sum/log_target=0/4x6/float32/bogus/s0", "unknown family 'bogus'"),  # was KeyError
+    ("fwd/sum/log_target=0/4x6/float12/softmax/s0", "unknown dtype 'float12'"),  # was ValueError
+    ("fwd/sum(size_average)/log_target=0/4x6/float32/softmax/s0", "legacy argument"),
+    ("fwd/sum(foo=1)/log_target=0/4x6/float32/softmax/s0", "legacy argument"),  # was rebuilt as another id
+    ("fwd/sum/log_target=0/7.T/float32/softmax/s0", "transposed"),
+    ("fwd/sum/log_target=1/4x6/float32/negative_target/s0", "log_target=1"),
+    ("fwd/sum/log_target=0/100000x100000/float32/softmax/s0", "MB"),  # would allocate 80 GB
+])
+def test_only_with_an_impossible_id_is_one_line(tmp_path, capsys, case_id, words):
+    out = tmp_path / "out"
+    for command in (["cases"], ["run", "--framework", "torch", "--out", str(out)]):
+        assert main([*command, "--only", case_id]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--only" in err and words in err and "Fix:" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--seed", "-1"], "--seed"),  # was a ValueError traceback from NumPy
+    (["--samples", "0"], "--samples"),
+])
+def test_bad_numbers_are_usage_errors(capsys, args, words):
+    assert main(["cases", "--count", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and "Fix:" in err[0]
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "-3"])
+def test_a_timeout_must_be_a_positive_number(tmp_path, capsys, value):
+    """--timeout-s nan passed the `<= 0` check and left the worker without a time limit."""
+    out = tmp_path / "out"
+    assert main(["run", "--framework", "torch", "--timeout-s", value, "--out", str(out)]) == 2
+    assert "--timeout-s" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_one_user_case_id_in_two_files_is_refused(tmp_path, capsys):
+    """The same file twice, or two files sharing an id, used to run the case twice under one id."""
+    one = tmp_path / "one.yaml"
+    one.write_text("- id: a\n  input: [-1.0]\n  target: [0.5]\n")
+    assert main(["cases", "--suite", "none", "--cases", str(one), "--cases", str(one)]) == 2
+    assert "duplicate id 'a'" in capsys.readouterr().err
+    generated = "fwd/sum/log_target=0/4x6/float32/softmax/s0"
+    clash = tmp_path / "clash.yaml"
+    clash.write_text(f"- id: {generated}\n  input: [-1.0]\n  target: [0.5]\n")
+    assert main(["cases", "--cases", str(clash), "--only", "fwd/sum/*/softmax/*"]) == 2
+    err = capsys.readouterr().err
+    assert f"case {generated!r}" in err and "generated case" in err and "Fix:" in err
+    assert main(["cases", "--cases", str(clash), "--suite", "none"]) == 0  # alone it is fine

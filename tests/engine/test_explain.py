@@ -10,12 +10,17 @@ import pytest
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
 from conformance.explain import alternatives, explain, touched_paths, with_alternatives
 from conformance.model import Observation
-from conformance.reference.forward import expected_forward
+from conformance.reference.forward import expected_forward, takes_input_space
 from conformance.reference.grad import expected_grad
 
 
-def _expect(case, spec, part):
-    return expected_forward(case, spec) if part == "forward" else expected_grad(case, spec, part)
+def _expect(case, spec, part, dialect):
+    return expected_forward(case, spec, dialect) if part == "forward" else expected_grad(case, spec, part, dialect)
+
+
+def _dialects(case, spec):
+    """The dialects whose APIs take the case's input space (spec: dialects)."""
+    return [d for d in spec.data["dialects"] if takes_input_space(case, d, spec)]
 
 
 def _same(a, b) -> bool:
@@ -41,11 +46,13 @@ def test_an_untouched_alternative_never_changes_an_expectation(spec, suite, part
         if part not in case.parts:
             continue
         touched = touched_paths(case)
-        canonical = _expect(case, spec, part)
-        for alt, alt_spec in alt_specs:
-            if alt.path not in touched:
-                assert _same(_expect(case, alt_spec, part), canonical), f"{case.id} {part}: {alt} changes it"
-                checked += 1
+        for dialect in _dialects(case, spec):
+            canonical = _expect(case, spec, part, dialect)
+            for alt, alt_spec in alt_specs:
+                if alt.path not in touched:
+                    assert _same(_expect(case, alt_spec, part, dialect), canonical), \
+                        f"{case.id} {part} ({dialect}): {alt} changes it"
+                    checked += 1
     assert checked > 1000
 
 
@@ -64,13 +71,13 @@ def test_explain_finds_each_alternative_it_can_tell_apart(spec, suite):
     found = 0
     for alt in alternatives(spec):
         alt_spec = with_alternatives(spec, (alt,))
-        for case in suite:
-            canonical, under_alt = expected_forward(case, spec), expected_forward(case, alt_spec)
+        for case, dialect in ((c, d) for c in suite for d in _dialects(c, spec)):
+            canonical, under_alt = expected_forward(case, spec, dialect), expected_forward(case, alt_spec, dialect)
             if under_alt.error_id is not None or canonical.error_id is not None or _same(canonical, under_alt):
                 continue
             observed = Observation(value=under_alt.value, dtype=under_alt.result_dtype, shape=under_alt.shape)
-            behaves_as = explain(case, observed, spec)
-            assert behaves_as is not None, f"{case.id}: {alt} not found"
+            behaves_as = explain(case, observed, spec, dialect=dialect)
+            assert behaves_as is not None, f"{case.id} ({dialect}): {alt} not found"
             found += 1
             break
     assert found >= 5

@@ -38,6 +38,25 @@ def test_hash_ignores_layout_but_not_meaning(tmp_path):
     (lambda d: d["errors"][0].update(exception=3), "errors[0].exception", "not of type"),
     (lambda d: d["dtypes"].update(colour="red"), "dtypes", "Additional properties"),
     (lambda d: d["dtypes"]["promotion"].pop(0), "dtypes.promotion", "no promotion row"),
+    # the loader refuses a spec that states something false (issue 11: no decorative fields)
+    (lambda d: d["dtypes"]["unit_roundoff"].update(float32=1e-7), "dtypes.unit_roundoff.float32",
+     "the format's is 5.960464477539063e-08"),
+    (lambda d: d["dtypes"]["smallest_subnormal"].update(bfloat16=1e-45), "dtypes.smallest_subnormal.bfloat16",
+     "the format's is 9.183549615799121e-41"),
+    (lambda d: d["dtypes"]["promotion"].append({"input": "float32", "target": "float16", "result": "float32"}),
+     "dtypes.promotion[6]", "a second row"),
+    (lambda d: d["dtypes"]["promotion"][0].update(result="bfloat16"), "dtypes.promotion[0]",
+     "cannot hold every value"),
+    (lambda d: d["tolerance"]["pointwise"].update(formula="factor * (u * magnitude + eps)"),
+     "tolerance.pointwise.formula", "unknown name 'eps'"),
+    (lambda d: d["tolerance"]["reduction"].update(gamma="__import__('os')"), "tolerance.reduction.gamma",
+     "a call of something other than a listed function"),
+    (lambda d: d["gradients"]["log_target_true"]["terms"]["target"].append("exp(target).real"),
+     "gradients.log_target_true.terms.target[3]", "Attribute is not allowed"),
+    (lambda d: d["gradients"]["upstream"].update(reduced=1.0), "gradients.upstream",
+     "every adapter and reproducer applies"),
+    (lambda d: d["warnings"]["expected"][0].update(when="reduction is mean"), "warnings.expected[0].when",
+     "is not of type 'object'"),
 ])
 def test_malformed_spec_names_the_yaml_path(tmp_path, mutate, where, words):
     path = _mutated(tmp_path, mutate)
@@ -60,3 +79,35 @@ def test_cli_exits_2_on_a_bad_spec_with_one_line(tmp_path, capsys):
     assert main(["--spec", str(path), "cases", "--count"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "reductions.batchmean.divisor" in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize("path, text", [
+    (("pointwise", "log_target_false", "formula"), "target * (log(target) + input)"),
+    (("pointwise", "log_target_true", "formula"), "exp(target) * target"),
+    (("gradients", "log_target_false", "target"), "log(target) - input"),
+    (("gradients", "second_order", "formula", "log_target_true"), "-exp(input)"),
+])
+def test_a_formula_the_reference_does_not_compute_is_refused(tmp_path, capsys, path, text):
+    """A formula is a statement about the reference: one that disagrees with it is refused (exit 2)."""
+    def mutate(data):
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = text
+
+    spec_path = _mutated(tmp_path, mutate)
+    assert main(["--spec", str(spec_path), "cases", "--count"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ".".join(path) in err[0] and "the reference computes" in err[0], err
+
+
+def test_the_tolerance_formulas_drive_the_bound(tmp_path):
+    """Editing a tolerance formula changes the bound (the code reads it, it is not decoration)."""
+    from conformance.reference.forward import expected_forward
+    from tests.helpers import make_case
+
+    case = make_case([-1.0, -2.0], [0.5, 0.25], reduction="sum", dtype="float32")
+    base = expected_forward(case, load_spec())
+    doubled = load_spec(_mutated(tmp_path, lambda d: d["tolerance"]["reduction"].update(
+        formula="2 * ((sum_bounds + gamma * sum_abs) / divisor + 2 * u * abs(result))")))
+    assert float(expected_forward(case, doubled).bound) == 2 * float(base.bound)

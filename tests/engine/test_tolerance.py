@@ -27,10 +27,12 @@ def test_log_target_bound_includes_underflow_sensitivity(spec):
     assert math.isclose(got, want, rel_tol=1e-12)
 
 
-def test_summation_gamma():
-    assert summation_gamma(0, 0.5) == 0
-    assert summation_gamma(1, 2.0**-24) == 2.0**-24
-    assert summation_gamma(1000, 2.0**-24) == 11 * 2.0**-24  # ceil(log2 1000) = 10
+def test_summation_gamma(spec):
+    """spec: tolerance.reduction.gamma, (ceil(log2(max(n, 1))) + 1) * u, written out by hand."""
+    assert summation_gamma(0, 0.5, spec) == 0.5  # an empty sum has no terms to scale it
+    assert summation_gamma(1, 2.0**-24, spec) == 2.0**-24
+    assert summation_gamma(1024, 2.0**-24, spec) == 11 * 2.0**-24  # ceil(log2 1024) = 10, exactly
+    assert summation_gamma(1025, 2.0**-24, spec) == 12 * 2.0**-24
 
 
 def test_near_zero_kl_is_judged_against_sum_of_magnitudes(spec):

@@ -109,3 +109,31 @@ class SlowAdapter(NumpyAdapter):
     """Honest but slow (20 ms a case), so a test can kill a run halfway."""
 
     delay_s = 0.02
+
+
+class UnloadableAdapter(NumpyAdapter):
+    """A framework that cannot be imported at all: the run is `not_run`."""
+
+    def load(self) -> None:
+        from conformance.adapters.base import FrameworkUnavailable
+
+        raise FrameworkUnavailable("No module named 'numpy_kl' (a stand-in for a framework that is not installed)")
+
+
+class NoRestartAdapter(SegfaultAdapter):
+    """Crashes on the fault case, and then cannot be loaded again (say, a GPU left in a bad state):
+    the worker cannot be restarted. Loads once per file named by $KL_TEST_LOAD_ONCE."""
+
+    def load(self) -> None:
+        from conformance.adapters.base import FrameworkUnavailable
+
+        marker = os.environ["KL_TEST_LOAD_ONCE"]
+        if os.path.exists(marker):
+            raise FrameworkUnavailable("device in a bad state after the crash")
+        open(marker, "w").close()
+
+
+class CpuOnlyAdapter(NumpyAdapter):
+    """Knows a `cuda` device that this machine does not have."""
+
+    known_devices = ("cpu", "cuda")

@@ -48,6 +48,22 @@ def test_a_dying_worker_costs_one_case(tmp_path, adapter, verdict, words):
     assert [rows[i].verdict.value for i in ("ok-before", "ok-after", "ok-last")] == ["pass", "pass", "pass"]
 
 
+def test_a_worker_that_dies_while_more_cases_are_sent_costs_one_case(tmp_path):
+    """More cases than the window: after the answer before the fault the parent sends the next case to a
+    worker that is already dead (a broken pipe), which must count as that worker's crash, not end the run."""
+    lines = [f"- {{id: ok-{i:02d}, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}}"
+             for i in range(60)]
+    lines.insert(20, "- {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}")
+    cases = tmp_path / "many.yaml"
+    cases.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    code = main(["run", "--framework", ADAPTERS + "ExitAdapter", "--cases", str(cases), "--suite", "none",
+                 "--out", str(out), "--no-progress"])
+    rows = {r.case_id: r for r in iter_results(out)}
+    assert code == 0 and len(rows) == 61 and rows["the-fault"].verdict.value == "crash"
+    assert all(r.verdict.value == "pass" for i, r in rows.items() if i != "the-fault")
+
+
 def test_a_hang_is_a_timeout_and_the_worker_is_replaced(tmp_path):
     start = time.monotonic()
     code, rows = _run(tmp_path, "HangAdapter", "--timeout-s", "3")
@@ -73,6 +89,21 @@ def test_memory_budget_refuses_before_running(tmp_path):
     code, rows = _run(tmp_path, "NumpyAdapter", "--memory-budget-mb", "0.0001")
     assert code == 0
     assert all(r.verdict.value == "unsupported" and r.message.startswith("refused: needs about") for r in rows.values())
+
+
+def test_a_case_in_another_input_space_is_unsupported_not_fatal(tmp_path):
+    """A probability-input case (Keras' dialect) on a log-input API: no expectation exists there, and none is
+    computed; the result is unsupported with the reason, and the run goes on."""
+    cases = tmp_path / "prob.yaml"
+    cases.write_text("- {id: prob-input, input: [[0.25, 0.75]], target: [[0.5, 0.5]], input_space: probability,"
+                     " reduction: sum, dtype: float64}\n" + CASES)
+    out = tmp_path / "out"
+    code = main(["run", "--framework", ADAPTERS + "NumpyAdapter", "--cases", str(cases), "--suite", "none",
+                 "--out", str(out), "--no-progress"])
+    rows = {r.case_id: r for r in iter_results(out)}
+    assert code == 0 and rows["prob-input"].verdict.value == "unsupported"
+    assert "takes log-probabilities as input" in rows["prob-input"].message
+    assert rows["ok-last"].verdict.value == "pass"
 
 
 def test_unknown_api_and_device_list_the_valid_ones(tmp_path, capsys):
@@ -149,3 +180,77 @@ def test_resume_refuses_results_of_another_spec(tmp_path, capsys):
                  "--cases", str(cases), "--out", str(out), "--resume"]) == 2
     assert "results were made with spec" in capsys.readouterr().err
     assert (out / "results.jsonl").read_text() == before  # nothing half-written
+
+
+def test_ctrl_c_is_one_line_and_resume_continues(tmp_path):
+    """Ctrl-C used to end in a KeyboardInterrupt traceback."""
+    args = ["-m", "conformance", "run", "--framework", ADAPTERS + "SlowAdapter", "--only", "fwd/*/float64/*",
+            "--no-progress", "--no-repro", "--out", str(tmp_path / "out")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    results = tmp_path / "out" / "results.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (results.exists() and len(results.read_bytes().splitlines()) > 5):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("kl-conformance: interrupted")
+    rows = list(iter_results(tmp_path / "out", complete_lines_only=True))
+    assert rows and not [r for r in rows if r.verdict.value == "crash"]  # Ctrl-C is not a crash of the case
+    done = len(rows)
+    subprocess.run([sys.executable, *args, "--resume"], env=env, check=True, capture_output=True)
+    assert len(list(iter_results(tmp_path / "out"))) > done
+
+
+def test_sending_to_a_worker_that_just_died_is_a_crash_not_a_broken_pipe():
+    """The worker can die while the parent sends it the next batch (the planted `crash` variant did):
+    the send must not end the run; the case in flight is a crash, and every other case still runs."""
+    from conformance.cases.userfile import load_case_file
+    from conformance.model import Verdict
+    from conformance.worker import Task, WorkerPool
+
+    cases = load_case_file(_case_file())
+    with WorkerPool(ADAPTERS + "NumpyAdapter", timeout_s=30) as pool:
+        pool.start()
+        pool._process.kill()  # dies before the first batch is sent: the send meets a closed pipe
+        pool._process.join()
+        calls = (("numpy.kl_div", "cpu", "forward"),)
+        outcomes = list(pool.run(Task(i, case, calls) for i, case in enumerate(cases)))
+    assert [o.task.index for o in outcomes] == list(range(len(cases)))
+    assert outcomes[0].failure is Verdict.CRASH and all(o.failure is None for o in outcomes[1:])
+    assert pool.restarts == 1
+
+
+def _case_file() -> Path:
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "cases.yaml"
+    path.write_text(CASES)
+    return path
+def test_a_worker_that_dies_while_the_next_cases_are_sent_costs_one_case(tmp_path):
+    """The worker answers a case and dies on the next one before the parent sends it more: the send
+    finds a closed pipe, and that is a crash of the case that killed it, not of the run."""
+    import numpy as np
+
+    from conformance.model import Case, DtypePair, Params
+    from conformance.worker import Task, WorkerPool
+
+    def case(case_id):
+        return Case(id=case_id, params=Params("sum", False, None, None), input=np.array([-1.0]),
+                    target=np.array([0.5]), dtype=DtypePair("float64", "float64"), family="test")
+
+    calls = (("numpy.kl_div", "cpu", "forward"),)
+
+    def tasks():
+        yield Task(0, case("ok-0"), calls)
+        yield Task(1, case("the-fault"), calls)
+        time.sleep(2)  # the parent is busy (judging) while the worker dies on the-fault
+        yield Task(2, case("ok-2"), calls)
+
+    with WorkerPool(ADAPTERS + "AbortAdapter", window=2) as pool:
+        pool.start()
+        outcomes = list(pool.run(tasks()))
+    assert [o.task.index for o in outcomes] == [0, 1, 2]
+    assert [o.failure.value if o.failure else "answered" for o in outcomes] == ["answered", "crash", "answered"]

@@ -1,0 +1,179 @@
+"""A known-findings file (`--known FILE`): the divergences a user has accepted, for now.
+
+Like array-api-tests' xfails file, and unlike spec/profiles: a profile documents how a
+framework departs from the spec, stated as spec choices and checked against the
+reference; a known-findings file is a maintainer's list of findings they know about and
+accept while a fix is pending, matched by case-id glob, framework, API, device, part,
+verdict and cause, each with a reason and a link. A divergence an entry matches carries the entry's
+id in `known_by`, shows as "known" in the reports, and does not fail `--strict` or
+`--fail-on-new`. An entry that concerns results of the run (its selectors match them)
+but matches none of their divergences is stale: the finding is gone or changed, and the
+run or report fails, so the list cannot hide a regression once it has rotted.
+
+Example::
+
+    - id: torch-log-target-neg-inf            # unique in the file; rows carry it in known_by
+      case_id: "fwd/*/log_target=1/*/onehot/*" # glob over case ids (required)
+      framework: torch                         # optional: exact adapter name
+      api: "torch.nn.*"                        # optional: glob over API names
+      device: cpu                              # optional: glob over devices
+      part: forward                            # optional: forward, grad_input, grad_target, grad2_input
+      verdict: nonfinite                       # optional: the divergence verdict accepted
+      cause: pointwise.conventions.log_target_neg_inf  # optional: glob over the spec path named as cause
+      reason: NaN at a log-space target of -inf; fix pending upstream
+      link: https://github.com/pytorch/pytorch/issues/0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from conformance.errors import KnownFileError
+from conformance.model import PARTS, Result, Verdict
+from conformance.yamlload import parse_yaml, read_text
+
+FIELDS = ("id", "case_id", "framework", "api", "device", "part", "verdict", "cause", "reason", "link")
+REQUIRED = ("id", "case_id", "reason")
+DIVERGENCES = tuple(v.value for v in Verdict if v.is_divergence)
+
+
+@dataclass(frozen=True)
+class KnownEntry:
+    """One accepted finding; a selector left out (None) matches anything."""
+
+    index: int
+    id: str
+    case_id: str
+    reason: str
+    framework: str | None = None
+    api: str | None = None
+    device: str | None = None
+    part: str | None = None
+    verdict: str | None = None
+    cause: str | None = None
+    link: str | None = None
+
+    def concerns(self, row: Result) -> bool:
+        """The row is one this entry speaks about, whatever its verdict."""
+        return (fnmatch.fnmatchcase(row.case_id, self.case_id)
+                and (self.framework is None or row.framework == self.framework)
+                and (self.api is None or fnmatch.fnmatchcase(row.api, self.api))
+                and (self.device is None or fnmatch.fnmatchcase(row.device, self.device))
+                and (self.part is None or row.part == self.part))
+
+    def accepts(self, row: Result) -> bool:
+        """The row is a divergence this entry accepts."""
+        return (row.verdict.is_divergence and (self.verdict is None or row.verdict.value == self.verdict)
+                and (self.cause is None or fnmatch.fnmatchcase(row.cause, self.cause)) and self.concerns(row))
+
+
+@dataclass
+class EntryAudit:
+    """How one entry fared over a set of rows."""
+
+    entry: KnownEntry
+    concerned: int = 0
+    accepted: int = 0
+
+    @property
+    def status(self) -> str:
+        """`matched`, `stale` (concerns rows, accepts none) or `not in these results`."""
+        if self.accepted:
+            return "matched"
+        return "stale" if self.concerned else "not in these results"
+
+
+class KnownFindings:
+    """The validated entries of one known-findings file."""
+
+    def __init__(self, entries: list[KnownEntry], source: str, digest: str) -> None:
+        self.entries = entries
+        self.source = source
+        self.digest = digest  # of the file's bytes: --resume refuses another file
+        self._audit = [EntryAudit(e) for e in entries]
+
+    def mark(self, row: Result) -> Result:
+        """The row with `known_by` set to the ids of the entries that accept it (replacing any earlier)."""
+        known_by = tuple(e.id for e in self.entries if e.accepts(row)) if row.verdict.is_divergence else ()
+        return row if known_by == row.known_by else dataclasses.replace(row, known_by=known_by)
+
+    def observe(self, rows: Iterable[Result]) -> Iterator[Result]:
+        """Pass the rows through, counting per entry the rows it concerns and those it accepts."""
+        self._audit = [EntryAudit(e) for e in self.entries]
+        for row in rows:
+            for audit in self._audit:
+                if audit.entry.concerns(row):
+                    audit.concerned += 1
+                    audit.accepted += audit.entry.accepts(row)
+            yield row
+
+    def audit(self) -> list[EntryAudit]:
+        """Per entry, what the last `observe` counted."""
+        return list(self._audit)
+
+    def stale(self) -> list[EntryAudit]:
+        return [a for a in self._audit if a.status == "stale"]
+
+    def stale_message(self, audit: EntryAudit) -> str:
+        e = audit.entry
+        return str(KnownFileError(
+            f"stale: matches none of the {audit.concerned} results it concerns (no divergence"
+            + (f" with verdict {e.verdict!r}" if e.verdict else "") + " left there)",
+            file=self.source, where=f"entry {e.index} (id {e.id!r})",
+            fix="remove the entry if the finding is fixed, or correct its selectors if the finding changed"))
+
+
+def load_known(path: str | Path) -> KnownFindings:
+    """Read and validate a known-findings file.
+
+    Raises
+    ------
+    KnownFileError
+        naming the file, the entry index and the field, with the fix.
+    """
+    shown = str(path)
+    text = read_text(path, shown, KnownFileError, fix="pass --known with the path of a readable YAML file")
+    data = parse_yaml(text, shown, KnownFileError)
+    if not isinstance(data, list):
+        raise KnownFileError(f"expected a YAML list of entries, got {type(data).__name__}", file=shown,
+                             fix="write the file as a list: '- id: my-finding' followed by its fields, or [] for none")
+    entries: list[KnownEntry] = []
+    seen: set[str] = set()
+    for index, item in enumerate(data):
+        entry = _parse_entry(item, index, shown)
+        if entry.id in seen:
+            raise KnownFileError(f"duplicate id {entry.id!r}", file=shown, where=f"entry {index}, field 'id'",
+                                 fix="give every entry a unique id")
+        seen.add(entry.id)
+        entries.append(entry)
+    return KnownFindings(entries, shown, hashlib.sha256(text.encode("utf-8")).hexdigest()[:16])
+
+
+def _parse_entry(item: Any, index: int, shown: str) -> KnownEntry:
+    def fail(field: str | None, problem: str, fix: str) -> KnownFileError:
+        return KnownFileError(problem, file=shown, where=f"entry {index}" + (f", field {field!r}" if field else ""),
+                              fix=fix)
+
+    if not isinstance(item, dict):
+        raise fail(None, f"expected a mapping, got {type(item).__name__}",
+                   "each list item needs fields such as 'id:', 'case_id:' and 'reason:'")
+    unknown = sorted(set(map(str, item)) - set(FIELDS))
+    if unknown:
+        raise fail(unknown[0], f"unknown field {unknown[0]!r}", f"use only the fields {list(FIELDS)}")
+    for name in REQUIRED:
+        if name not in item:
+            raise fail(name, f"missing field {name!r}", f"add '{name}:' to the entry")
+    for name in FIELDS:
+        value = item.get(name)
+        if name in item and (not isinstance(value, str) or not value.strip()):
+            raise fail(name, f"must be a non-empty string, got {value!r}", f"write e.g. '{name}: ...' (quote globs)")
+    if item.get("part") is not None and item["part"] not in PARTS:
+        raise fail("part", f"unknown part {item['part']!r}", f"use one of {list(PARTS)}")
+    if item.get("verdict") is not None and item["verdict"] not in DIVERGENCES:
+        raise fail("verdict", f"{item['verdict']!r} is not a divergence verdict", f"use one of {list(DIVERGENCES)}")
+    return KnownEntry(index=index, **{name: item.get(name) for name in FIELDS})

@@ -1,0 +1,85 @@
+"""Refuses result sets that would mix, in one read-only pass before a report writes anything.
+
+A merged report counts each row once and reads each case id as one case. That holds only
+when every row judges a distinct (case, framework, api, device, part), and when one case
+id has one content (`case_digest`) in every run and in the baseline: a run given twice, a
+merged directory beside one of its own runs, two seeds, or two versions of a user's case
+file under one id would otherwise be counted, or compared, as one matrix. The pass also
+reads every details.jsonl, so a damaged file stops the report before any file is written.
+Memory grows with the number of case ids, not of rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from conformance.errors import ResultsError
+from conformance.report.merge import load_manifests
+from conformance.results import RESULTS_FILE, iter_details, iter_results
+
+
+def check_runs(run_dirs: Sequence[str | Path], allow_missing: bool = False,
+               baseline: str | Path | None = None) -> None:
+    """Raise ResultsError (one line: file, case, problem, fix) if the runs cannot be merged soundly.
+
+    Raises
+    ------
+    ResultsError
+        for a directory given twice, a row key seen twice, one case id with two case digests
+        (in the runs, or between the runs and the baseline), rows of different specs, or a
+        damaged results, details or manifest file.
+    """
+    resolved = [Path(d).resolve() for d in run_dirs]
+    for i, path in enumerate(resolved):
+        if path in resolved[:i]:
+            raise ResultsError("this run directory is given twice", file=str(run_dirs[i]),
+                               fix="pass each run directory once")
+    present, _ = load_manifests(run_dirs, allow_missing)
+    first_digest: dict[str, tuple[str, Path]] = {}
+    seen_targets: dict[str, int] = {}  # case id -> bit mask over `targets`
+    targets: dict[tuple[str, str, str, str], int] = {}
+    spec_hash: str | None = None
+    for run_dir in present:
+        results = run_dir / RESULTS_FILE
+        for row in iter_results(run_dir):
+            where = f"case {row.case_id!r}, {row.framework} / {row.api} / {row.device} / {row.part}"
+            if spec_hash is None:
+                spec_hash = row.spec_hash
+            elif row.spec_hash != spec_hash:
+                raise ResultsError(f"results come from different specs (spec hashes {spec_hash} and "
+                                   f"{row.spec_hash})", file=str(results), where=where,
+                                   fix="rerun the older runs with the current spec, or report them separately")
+            digest, origin = first_digest.setdefault(row.case_id, (row.case_digest, results))
+            if digest != row.case_digest:
+                raise ResultsError(f"this case holds other values than in {origin} (case digest {row.case_digest} "
+                                   f"against {digest}): the runs drew it with another --seed, or from another "
+                                   f"version of its case file", file=str(results), where=where,
+                                   fix="merge runs made with the same --seed and case files (rerun the odd one), "
+                                       "or give an edited user case a new id")
+            bit = 1 << targets.setdefault((row.framework, row.api, row.device, row.part), len(targets))
+            mask = seen_targets.get(row.case_id, 0)
+            if mask & bit:
+                raise ResultsError("the same result appears twice: a run given twice (under two paths), or a "
+                                   "merged directory given together with one of its runs",
+                                   file=str(results), where=where, fix="pass each run once")
+            seen_targets[row.case_id] = mask | bit
+        for _ in iter_details(run_dir):
+            pass
+    if baseline is not None:
+        _check_baseline(Path(baseline), first_digest, spec_hash)
+
+
+def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], spec_hash: str | None) -> None:
+    """The baseline must be readable, of the same spec, and hold the same content under each shared id."""
+    results = baseline / RESULTS_FILE
+    for row in iter_results(baseline):
+        if spec_hash is not None and row.spec_hash != spec_hash:
+            raise ResultsError(f"the baseline was made with spec {row.spec_hash}, these results with {spec_hash}",
+                               file=str(baseline), where="--baseline", fix="rerun the baseline with the current spec")
+        mine = first_digest.get(row.case_id)
+        if mine is not None and mine[0] != row.case_digest:
+            raise ResultsError(f"the baseline holds other values for this case than {mine[1]} (case digest "
+                               f"{row.case_digest} against {mine[0]}): another --seed or another version of its "
+                               "case file", file=str(results), where=f"case {row.case_id!r}",
+                               fix="compare runs made with the same --seed and case files")

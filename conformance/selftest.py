@@ -1,0 +1,560 @@
+"""The planted-bug self-test: the harness proves that it flags every kind of fault a port can have.
+
+A variant wraps a real framework adapter and plants one kind of fault into what the framework
+returned (a value just outside rounding, a wrong divisor, a lost infinity, a wrong dtype, a raise, a
+crash, another convention taken silently ...). Each variant runs over the suite through the whole
+harness, exactly as `kl-conformance run` does; the variant records which rows it changed, and the
+self-test counts how many of those rows were flagged, i.e. neither `pass` nor `documented`.
+
+What a variant plants depends only on the case, the framework's own answer and the reference's
+expectations (under the spec, and under the API's declared deviations): never on a verdict. A
+planted answer counts only where it is a fault by the spec's comparison rule (spec:
+tolerance.comparison), restated here independently of conformance/compare.py, so a comparator that
+lets a wrong answer pass fails the self-test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import zlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, ClassVar, Iterable, Sequence
+
+import numpy as np
+
+from conformance.adapters.registry import get_adapter
+from conformance.explain import alternatives, with_alternatives
+from conformance.model import FLOAT_FORMATS, GRAD_PARTS, Case, Expected, Observation, Spec, upstream_gradient
+from conformance.profiles import DeviationLedger, apply_deviations
+from conformance.reference.forward import in_result_dtype
+from conformance.reference.rounding import round_to_dtype
+from conformance.results import iter_results
+from conformance.runner import RunOptions, expected_for, run_conformance
+from conformance.specload import load_spec
+
+ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"  # how the parent tells a worker's variant
+HANG_TIMEOUT_S = 5.0  # the per-case limit for the variant that hangs
+
+
+@dataclass
+class Call:
+    """One call of the framework, with everything a variant may read to plant its fault."""
+
+    case: Case
+    api: str
+    part: str
+    observed: Observation  # the real framework's answer
+    expected: Expected     # the spec's expectation
+    deviated: Expected | None  # the expectation under the API's declared deviations, if it has any
+    spec: Spec
+    declared_paths: frozenset[str] = frozenset()  # spec paths the API's deviations set
+    dialect: str = "canonical"  # how the API states the loss (spec: dialects)
+
+
+class Variant:
+    """One planted fault. `plant` returns the faulty observation, or None where this fault does not apply."""
+
+    name: ClassVar[str]
+    fault: ClassVar[str]
+
+    def plant(self, call: Call) -> Observation | None:
+        raise NotImplementedError
+
+    def not_applicable(self, adapter, ledger: DeviationLedger) -> str | None:
+        """Why no call of `adapter` can carry this fault (what it needs, no API of the framework takes),
+        or None. Derived from the adapter's declared APIs and profile, never from a run."""
+        return None
+
+
+def _answer(call: Call) -> np.ndarray | None:
+    """The framework's values where they have the expected shape, as a float64 copy."""
+    obs, e = call.observed, call.expected
+    if obs.value is None or e.value is None or np.shape(obs.value) != tuple(e.shape):
+        return None
+    return np.array(obs.value, dtype=np.float64)
+
+
+def _with(call: Call, values: np.ndarray) -> Observation:
+    """The observation with other values, rounded to the dtype the framework answered in."""
+    return replace(call.observed, value=in_result_dtype(values, call.observed.dtype))
+
+
+class ValueOutsideRounding(Variant):
+    name, fault = "value_outside_rounding", "every finite value moved just outside the spec's bound, in the result dtype"
+
+    def plant(self, call):
+        got = _answer(call)
+        if got is None:
+            return None
+        want, bound = call.expected.value, call.expected.bound
+        finite = np.isfinite(want)
+        sign = np.where(np.arange(want.size).reshape(want.shape) % 2 == 0, 1.0, -1.0)
+        got[finite] = _beyond(want[finite], bound[finite], sign[finite], call.observed.dtype)
+        return _with(call, got)
+
+
+class WrongDivisor(Variant):
+    name, fault = "wrong_divisor", "mean divides by the batch and batchmean by the number of elements"
+
+    def plant(self, call):
+        got, p = _answer(call), call.case.params
+        if got is None or call.part != "forward" or p.has_legacy or p.reduction not in ("mean", "batchmean"):
+            return None
+        shape = np.broadcast_shapes(call.case.input.shape, call.case.target.shape)
+        numel, batch = int(np.prod(shape)), (shape[0] if shape else 1)
+        right, wrong = (numel, batch) if p.reduction == "mean" else (batch, numel)
+        return _with(call, got * right / wrong) if right != wrong and wrong else None
+
+    def not_applicable(self, adapter, ledger):
+        if all(api.reductions is not None and not {"mean", "batchmean"} & set(api.reductions) for api in adapter.apis):
+            return f"no API of {adapter.name} takes reduction mean or batchmean"
+        return None
+
+
+class UpstreamDropped(Variant):
+    name, fault = "upstream_dropped", "a gradient ignores the gradient flowing into the loss (as if it were 1)"
+
+    def plant(self, call):
+        got = _answer(call)
+        if got is None or call.part == "forward":
+            return None
+        if got.shape == () or call.case.input.shape != call.case.target.shape:
+            return _with(call, got / float(upstream_gradient(())))
+        reduced = call.case.params.reduction != "none" or call.case.params.has_legacy
+        return _with(call, got / (float(upstream_gradient(())) if reduced else upstream_gradient(got.shape)))
+
+
+class SignError(Variant):
+    name, fault = "sign_error", "the result has the wrong sign"
+
+    def plant(self, call):
+        got = _answer(call)
+        return None if got is None else _with(call, -got)
+
+
+class InfinityLost(Variant):
+    name, fault = "infinity_lost", "an expected infinity comes out as the largest finite value"
+
+    def plant(self, call):
+        got = _answer(call)
+        if got is None or not np.isinf(call.expected.value).any():
+            return None
+        where = np.isinf(call.expected.value)
+        got[where] = np.sign(call.expected.value[where]) * FLOAT_FORMATS[call.observed.dtype][2]
+        return _with(call, got) if call.observed.dtype in FLOAT_FORMATS else None
+
+
+class InfinityFlipped(Variant):
+    name, fault = "infinity_flipped", "an expected infinity comes out with the other sign"
+
+    def plant(self, call):
+        got = _answer(call)
+        where = None if got is None else np.isinf(call.expected.value)
+        if where is None or not where.any():
+            return None
+        got[where] = -call.expected.value[where]
+        return _with(call, got)
+
+
+class NaNLost(Variant):
+    name, fault = "nan_lost", "an expected NaN comes out as 0"
+
+    def plant(self, call):
+        got = _answer(call)
+        where = None if got is None else np.isnan(call.expected.value)
+        if where is None or not where.any():
+            return None
+        got[where] = 0.0
+        return _with(call, got)
+
+
+class SpuriousNaN(Variant):
+    name, fault = "spurious_nan", "a NaN where a finite value is expected"
+
+    def plant(self, call):
+        got = _answer(call)
+        finite = None if got is None else np.flatnonzero(np.isfinite(call.expected.value))
+        if finite is None or not finite.size:
+            return None
+        got.reshape(-1)[finite[0]] = np.nan
+        return _with(call, got)
+
+
+class WrongDtype(Variant):
+    name, fault = "wrong_dtype", "the result comes back in another dtype, with the same values"
+    OTHER = {"float16": "float32", "bfloat16": "float32", "float32": "float64", "float64": "float32"}
+
+    def plant(self, call):
+        obs = call.observed
+        if obs.value is None or obs.dtype not in self.OTHER:
+            return None
+        return replace(obs, dtype=self.OTHER[obs.dtype])
+
+
+class WrongShape(Variant):
+    name, fault = "wrong_shape", "the result comes back in another shape (a 0-d result as (1,), others flattened)"
+
+    def plant(self, call):
+        obs = call.observed
+        if obs.value is None:
+            return None
+        value = np.asarray(obs.value)
+        shape = (1,) if value.ndim == 0 else (value.size, 1) if value.ndim == 1 else (value.size,)
+        return replace(obs, value=value.reshape(shape), shape=shape)
+
+
+class RaisesOnValid(Variant):
+    name, fault = "raises_on_valid", "a call the spec defines raises"
+
+    def plant(self, call):
+        if call.expected.error_id is not None:
+            return None
+        return Observation(exception_type="RuntimeError", exception_message="planted: refused a valid call")
+
+
+class ValueWhereError(Variant):
+    name, fault = "value_where_error", "a call the spec refuses returns a value"
+
+    def plant(self, call):
+        if call.expected.error_id is None:
+            return None
+        return Observation(value=np.zeros(()), dtype="float32", shape=())
+
+
+class WrongExceptionType(Variant):
+    name, fault = "wrong_exception_type", "a refused call raises another exception type"
+
+    def plant(self, call):
+        if call.expected.error_id is None:
+            return None
+        return Observation(exception_type="KeyError", exception_message=f"planted: {call.expected.error_id}")
+
+
+class MissingGradient(Variant):
+    name, fault = "missing_gradient", "autograd gives no gradient (None)"
+
+    def plant(self, call):
+        if call.part == "forward" or call.observed.value is None:
+            return None
+        return Observation(exception_type="MissingGradient", exception_message="planted: no gradient")
+
+
+class ZeroGradient(Variant):
+    name, fault = "zero_gradient", "autograd gives zeros"
+
+    def plant(self, call):
+        got = _answer(call)
+        return None if got is None or call.part == "forward" else _with(call, np.zeros_like(got))
+
+
+class OtherConvention(Variant):
+    name, fault = "other_convention", "another convention the spec lists, taken silently (one the profile does not declare)"
+
+    def plant(self, call):
+        if call.expected.error_id is not None or call.observed.value is None:
+            return None
+        for alt in alternatives(call.spec):
+            if alt.path.removesuffix(".choice") in call.declared_paths or alt.path in call.declared_paths:
+                continue
+            other = _expectation(call.case, _alternative(call.spec, alt), call.part, call.dialect)
+            if other.error_id is not None or other.value is None or other.result_dtype != call.observed.dtype:
+                continue
+            planted = replace(call.observed, value=np.array(other.value), shape=tuple(other.shape))
+            if is_fault(planted, call):
+                return planted
+        return None
+
+
+class GarbageWhereDocumented(Variant):
+    name, fault = ("garbage_where_documented", "garbage where a documented deviation predicts a finite value, "
+                   "or another exception where it predicts a refusal")
+
+    def plant(self, call):
+        d, e = call.deviated, call.expected
+        if d is not None and d.error_id is not None and e.error_id is None:
+            return Observation(exception_type="KeyError", exception_message=f"planted: not {d.error_type} ({d.error_id})")
+        got = _answer(call)
+        if got is None or d is None or d.value is None or e.value is None or d.value.shape != e.value.shape:
+            return None
+        with np.errstate(invalid="ignore"):
+            differs = np.isfinite(d.value) & (~np.isfinite(e.value) | (np.abs(d.value - e.value) > e.bound))
+        if not differs.any():
+            return None
+        got = np.where(differs, d.value + 1000.0 * (1.0 + np.abs(d.value)), d.value)
+        return _with(call, got)
+
+    def not_applicable(self, adapter, ledger):
+        return None if any(ledger.by_api.values()) else f"the profile of {adapter.name} documents no deviation"
+
+
+class Crash(Variant):
+    name, fault = "crash", "the framework kills its process on a few cases"
+
+    def plant(self, call):
+        if not _chosen(call.case.id):
+            return None
+        record(call, self.name, whole_case=True)
+        os.abort()
+
+
+class Hang(Variant):
+    name, fault = "hang", "the framework never returns on a few cases"
+
+    def plant(self, call):
+        if not _chosen(call.case.id):
+            return None
+        record(call, self.name, whole_case=True)
+        time.sleep(3600)
+
+
+VARIANTS: dict[str, type[Variant]] = {v.name: v for v in (
+    ValueOutsideRounding, WrongDivisor, UpstreamDropped, SignError, InfinityLost, InfinityFlipped, NaNLost,
+    SpuriousNaN, WrongDtype, WrongShape, RaisesOnValid, ValueWhereError, WrongExceptionType, MissingGradient,
+    ZeroGradient, OtherConvention, GarbageWhereDocumented, Crash, Hang)}
+
+
+def _chosen(case_id: str) -> bool:
+    """A few cases, picked by id alone, for the variants that crash or hang."""
+    return zlib.crc32(case_id.encode()) % 97 == 0
+
+
+def _beyond(want: np.ndarray, bound: np.ndarray, sign: np.ndarray, dtype: str) -> np.ndarray:
+    """For each element, a value of `dtype` on the side `sign` of `want`, just past `bound` from it."""
+    delta = np.maximum(2 * bound, 2 * _ulp(want, dtype))
+    out = round_to_dtype(want + sign * delta, dtype)
+    for _ in range(64):  # rounding can land back inside the bound: step further out until it does not
+        inside = ~(np.abs(out - want) > bound)
+        if not inside.any():
+            break
+        delta[inside] *= 2
+        out[inside] = round_to_dtype(want[inside] + sign[inside] * delta[inside], dtype)
+    return out
+
+
+def _ulp(values: np.ndarray, dtype: str) -> np.ndarray:
+    bits, min_exp, _ = FLOAT_FORMATS.get(dtype, FLOAT_FORMATS["float64"])
+    _, exp = np.frexp(np.abs(values))
+    return np.ldexp(1.0, np.maximum(exp - 1, min_exp) - (bits - 1))
+
+
+# -- the comparison rule, restated (spec: tolerance.comparison) ---------------------------------------
+
+def accepted(observed: Observation, expected: Expected) -> bool:
+    """Whether `observed` meets `expected` under the spec's comparison rule: the right exception (type and
+    message pattern), or the right shape, dtype, NaN/inf pattern and finite values within the bound."""
+    if expected.error_id is not None:
+        return (observed.exception_type == expected.error_type
+                and (not expected.error_match or re.search(expected.error_match, observed.exception_message or "")))
+    if observed.raised or observed.unsupported is not None or observed.value is None:
+        return False
+    got = np.asarray(observed.value, dtype=np.float64)
+    if observed.dtype != expected.result_dtype or tuple(observed.shape) != tuple(expected.shape) \
+            or got.shape != tuple(expected.shape):
+        return False
+    want = expected.value
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        if not np.array_equal(test(got), test(want)):
+            return False
+    finite = np.isfinite(want)
+    return bool(np.all(np.abs(got[finite] - want[finite]) <= expected.bound[finite]))
+
+
+def is_fault(planted: Observation, call: Call) -> bool:
+    """A planted answer is a fault when neither the spec nor the API's declared deviations accept it."""
+    return not accepted(planted, call.expected) and not (call.deviated is not None and accepted(planted, call.deviated))
+
+
+# -- the planted adapter, as the worker process sees it ------------------------------------------------
+
+def planted_adapter_class(framework: str, variant_name: str) -> type:
+    """A subclass of `framework`'s adapter that plants `variant_name`'s fault into its answers."""
+    base = type(get_adapter(framework))
+    variant = VARIANTS[variant_name]()
+
+    class Planted(base):
+        def run(self, case, api, device, part):
+            observed = super().run(case, api, device, part)
+            return _plant(self, variant, case, api, part, observed)
+
+    Planted.__name__ = Planted.__qualname__ = class_name(framework, variant_name)
+    return Planted
+
+
+def class_name(framework: str, variant_name: str) -> str:
+    return f"Planted__{framework}__{variant_name}"
+
+
+def __getattr__(name: str):
+    """`conformance.selftest:Planted__<framework>__<variant>` names a planted adapter for the worker."""
+    if name.startswith("Planted__") and name.count("__") == 2:
+        _, framework, variant_name = name.split("__")
+        if variant_name in VARIANTS:
+            cls = planted_adapter_class(framework, variant_name)
+            globals()[name] = cls
+            return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_STATE: dict = {}
+
+
+def _plant(adapter, variant: Variant, case: Case, api, part: str, observed: Observation) -> Observation:
+    if observed.unsupported is not None:
+        return observed  # nothing ran: nothing to plant
+    spec = _STATE.get("spec")
+    if spec is None:
+        spec = _STATE["spec"] = load_spec(os.environ.get(ENV_SPEC) or None)
+        _STATE["ledger"] = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis])
+    declared = _STATE["ledger"].by_api.get(api.name, ())
+    deviated = _expectation(case, _deviated_spec(spec, declared), part, api.dialect) if declared else None
+    call = Call(case, api.name, part, observed, _expectation(case, spec, part, api.dialect), deviated, spec,
+                frozenset(path for d in declared for path in d.set), api.dialect)
+    planted = variant.plant(call)
+    if planted is None or not is_fault(planted, call):
+        return observed
+    record(call, variant.name)
+    return planted
+
+
+def _expectation(case: Case, spec: Spec, part: str, dialect: str) -> Expected:
+    key = (id(case), spec.hash, part, dialect)
+    memo = _STATE.setdefault("expected", {})
+    if memo.get("case") is not case:
+        memo.clear()
+        memo["case"] = case
+    if key not in memo:
+        memo[key] = expected_for(case, spec, part, dialect)
+    return memo[key]
+
+
+def _deviated_spec(spec: Spec, declared) -> Spec:
+    key = ("deviated", tuple(d.id for d in declared))
+    if key not in _STATE:
+        _STATE[key] = apply_deviations(spec, list(declared))
+    return _STATE[key]
+
+
+def _alternative(spec: Spec, alt) -> Spec:
+    key = ("alternative", alt)
+    if key not in _STATE:
+        _STATE[key] = with_alternatives(spec, (alt,))
+    return _STATE[key]
+
+
+def record(call: Call, variant_name: str, whole_case: bool = False) -> None:
+    """Append the planted row's key to the log the parent reads (flushed at once: a crash may follow)."""
+    path = os.environ.get(ENV_LOG)
+    if not path:
+        return
+    row = {"case_id": call.case.id, "api": call.api, "part": call.part, "variant": variant_name,
+           "whole_case": whole_case}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+# -- the parent: run each variant, count what was flagged ----------------------------------------------
+
+@dataclass
+class VariantReport:
+    name: str
+    fault: str
+    planted: int = 0
+    flagged: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)
+    missed: list[str] = field(default_factory=list)  # rows planted but not flagged (first few)
+    not_applicable: str | None = None  # why the framework can carry no such fault (the variant did not run)
+
+    @property
+    def ok(self) -> bool:
+        return (self.planted > 0 or self.not_applicable is not None) and self.flagged == self.planted
+
+
+def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Path,
+                 variants: Iterable[str] = (), options: RunOptions = RunOptions(),
+                 progress: Callable[[str], None] | None = None) -> tuple[dict, list[VariantReport]]:
+    """Run the unwrapped adapter (the control) and each planted variant over `cases`; count, per variant,
+    the rows it changed and how many of them were flagged (neither pass nor documented).
+
+    Returns the control run's verdict counts and one report per variant.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    adapter = get_adapter(framework)
+    os.environ[ENV_SPEC] = str(spec.source)
+    control = run_conformance(spec, framework, cases, out_dir / "control", options)
+    if control.not_run:
+        raise RuntimeError(f"{framework} did not run: {control.not_run}")
+    ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis])
+    reports = []
+    ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir)
+    for name in (variants or VARIANTS):
+        reason = VARIANTS[name]().not_applicable(adapter, ledger)
+        if reason is not None:
+            reports.append(VariantReport(name, VARIANTS[name].fault, not_applicable=reason))
+            continue
+        if progress is not None:
+            progress(name)
+        log = out_dir / f"{name}.planted.jsonl"
+        log.unlink(missing_ok=True)
+        os.environ[ENV_LOG] = str(log)
+        timeout = HANG_TIMEOUT_S if name == "hang" else options.timeout_s
+        try:
+            run_conformance(spec, f"{__name__}:{class_name(framework, name)}", cases, out_dir / name,
+                            replace(options, timeout_s=timeout))
+        finally:
+            os.environ.pop(ENV_LOG, None)
+        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, cases))
+    return dict(control.counts), reports
+
+
+def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Sequence[Case]) -> VariantReport:
+    report = VariantReport(variant.name, variant.fault)
+    planted: set[tuple[str, str, str]] = set()
+    whole: set[str] = set()
+    if log.is_file():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            (whole.add(row["case_id"]) if row["whole_case"] else planted.add((row["case_id"], row["api"],
+                                                                                row["part"])))
+    by_id = {c.id: c for c in cases if c.id in whole}
+    for case_id in whole:  # a crash or hang costs every call of the case that was sent to the framework
+        case = by_id[case_id]
+        planted |= {(case_id, api.name, part) for api in adapter.apis for part in case.parts
+                    if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None}
+    for row in iter_results(run_dir):
+        if (row.case_id, row.api, row.part) not in planted:
+            continue
+        report.planted += 1
+        report.verdicts[row.verdict.value] = report.verdicts.get(row.verdict.value, 0) + 1
+        if row.verdict.is_divergence and not row.documented:
+            report.flagged += 1
+        elif len(report.missed) < 10:
+            report.missed.append(f"{row.case_id} {row.api} {row.device} {row.part}: {row.verdict.value}"
+                                 f"{' (documented)' if row.documented else ''} {row.message}")
+    return report
+
+
+def render_selftest(framework: str, control: dict, reports: list[VariantReport]) -> str:
+    """The self-test's Markdown summary: one row per variant."""
+    lines = [f"# kl-conformance self-test on {framework}", "",
+             f"Control (the real adapter): {sum(control.values())} results, "
+             + ", ".join(f"{n} {v}" for v, n in sorted(control.items())) + ".", "",
+             "| variant | planted fault | rows planted | flagged | verdicts |", "|---|---|---|---|---|"]
+    for r in reports:
+        share = (f"{r.flagged}/{r.planted} ({100 * r.flagged / r.planted:.0f}%)" if r.planted
+                 else f"not applicable: {r.not_applicable}" if r.not_applicable else "0/0")
+        mark = "" if r.ok else " **FAIL**"
+        lines.append(f"| `{r.name}` | {r.fault} | {r.planted} | {share}{mark} | "
+                     + ", ".join(f"{n} {v}" for v, n in sorted(r.verdicts.items())) + " |")
+    failed = [r for r in reports if not r.ok]
+    lines += ["", "All planted rows were flagged." if not failed else
+              f"{len(failed)} variants failed: a variant must plant at least one fault (unless the framework "
+              "can carry no such fault), and every planted row must be flagged."]
+    for r in failed:
+        lines += ["", f"## `{r.name}`: " + ("planted nothing" if not r.planted else
+                                           f"{r.planted - r.flagged} planted rows not flagged")]
+        lines += [f"- {m}" for m in r.missed]
+    return "\n".join(lines) + "\n"

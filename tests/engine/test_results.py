@@ -1,0 +1,80 @@
+"""The run directory's files: atomic writes honour the umask, rows carry their format version."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from conformance.results import write_atomic, write_lines_atomic
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_files_honour_the_umask(tmp_path, umask, mode):
+    """Files written through mkstemp came out 0600 whatever the umask, unlike the rest."""
+    saved = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "report.md", "text\n")
+        write_lines_atomic(tmp_path / "results.jsonl", iter(["a\n", "b\n"]))
+        (tmp_path / "plain.txt").write_text("plain")
+    finally:
+        os.umask(saved)
+    for name in ("report.md", "results.jsonl", "plain.txt"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
+
+
+import json  # noqa: E402
+
+from conformance.errors import ResultsError  # noqa: E402
+from conformance.results import ResultsWriter, iter_details, iter_results, read_manifest, write_manifest  # noqa: E402
+from tests.helpers import make_result  # noqa: E402
+
+
+def test_rows_carry_format_version_seed_and_digest(tmp_path):
+    row = make_result(seed=7, case_digest="ab" * 12, known_by=("torch-onehot",), verdict="value")
+    with ResultsWriter(tmp_path) as writer:
+        writer.write(row)
+    (line,) = (tmp_path / "results.jsonl").read_text().splitlines()
+    parsed = json.loads(line)
+    assert (parsed["format_version"], parsed["seed"], parsed["case_digest"], parsed["known_by"]) == \
+        (2, 7, "ab" * 12, ["torch-onehot"])
+    assert list(iter_results(tmp_path)) == [row]
+
+
+@pytest.mark.parametrize("version", [None, 1, 3])
+def test_rows_of_another_format_version_are_refused(tmp_path, version):
+    row = json.loads(make_result().to_json())
+    if version is None:
+        del row["format_version"]
+    else:
+        row["format_version"] = version
+    (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(ResultsError) as info:
+        list(iter_results(tmp_path))
+    message = str(info.value)
+    assert f"results.jsonl: line 1: written in format version {version or 1}" in message and "Fix:" in message
+
+
+def test_manifest_format_version(tmp_path):
+    write_manifest(tmp_path, {"framework": "torch"})
+    assert read_manifest(tmp_path)["format_version"] == 2
+    (tmp_path / "run.json").write_text(json.dumps({"framework": "torch"}))
+    with pytest.raises(ResultsError, match="run.json: written in format version 1"):
+        read_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["{not json\n", "[1, 2]\n", '{"case_id": "x"}\n', b"\xff\xfe\n"])
+def test_damaged_details_name_file_and_line(tmp_path, damage):
+    good = json.dumps({"case_id": "a", "framework": "torch", "api": "f", "device": "cpu", "part": "forward"})
+    path = tmp_path / "details.jsonl"
+    path.write_bytes(good.encode() + b"\n" + (damage if isinstance(damage, bytes) else damage.encode()))
+    with pytest.raises(ResultsError) as info:
+        list(iter_details(tmp_path))
+    assert f"{path}: line 2:" in str(info.value) and "Fix:" in str(info.value)
+
+
+def test_a_results_file_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / "results.jsonl").write_bytes(make_result().to_json().encode() + b"\n\xff\n")
+    with pytest.raises(ResultsError, match="line 2: unreadable row"):
+        list(iter_results(tmp_path))
