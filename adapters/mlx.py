@@ -1,0 +1,148 @@
+"""MLX adapter: mlx.nn.losses.kl_div_loss on cpu and gpu.
+
+Quirks live here:
+- kl_div_loss(inputs, targets, axis=-1, reduction="none") takes both arguments as
+  log-probabilities and sums over the distribution axis before reducing (spec:
+  dialects.distribution_sum); cases with a probability-space target are unsupported
+  (https://ml-explore.github.io/mlx/build/html/python/nn/_autosummary_functions/mlx.nn.losses.kl_div_loss.html).
+  It is called with its default axis, and the case's reduction string is passed as is.
+- mx.array(a_float64_numpy_array) silently gives float32: arrays are built with an
+  explicit dtype, which is how float64 reaches the CPU kernels.
+- MLX is lazy: a result is evaluated inside the observed call, so its errors and its
+  time belong to that call. Inputs are evaluated when built, so a transposed or
+  strided layout is a real strided array over its buffer, not a copy.
+- Arrays live in unified memory; the device is the stream an operation runs on.
+  MLX has no float64 on a GPU ("float64 is not supported on the GPU"): no kernel.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.model import Case, upstream_gradient
+
+API = "mlx.nn.losses.kl_div_loss"
+NO_KERNEL_MARKERS = ("is not supported on the GPU",)  # MLX's array constructor for float64 on a GPU stream
+VIEWS = {"contiguous": "", "transposed": ".swapaxes(-1, -2)", "strided": "[..., ::2]"}
+
+
+class MlxAdapter(Adapter):
+    name = "mlx"
+    apis = (Api(API, grads=("input", "target"), dialect="distribution_sum", only_log_target=True),)
+    known_devices = ("cpu", "gpu")
+
+    def __init__(self) -> None:
+        self.mx = None
+        self.kl_div_loss = None
+        self._device = "cpu"
+
+    def load(self) -> None:
+        try:
+            import mlx.core as mx
+            from mlx.nn.losses import kl_div_loss
+        except Exception as exc:  # `pip install mlx` without mlx[cpu] on Linux: ImportError libmlx.so
+            raise FrameworkUnavailable(f"cannot import mlx: {type(exc).__name__}: {exc}") from None
+        self.mx, self.kl_div_loss = mx, kl_div_loss
+
+    def version(self) -> str:
+        return self.mx.__version__
+
+    def devices(self) -> tuple[str, ...]:
+        return ("cpu", "gpu") if self.mx.is_available(self.mx.gpu) else ("cpu",)
+
+    def device_name(self, device: str) -> str:
+        info = self.mx.device_info() if device == "gpu" else {}
+        return str(info.get("device_name") or platform.processor() or platform.machine())
+
+    def _stream(self, device: str):
+        return self.mx.stream(self.mx.gpu if device == "gpu" else self.mx.cpu)
+
+    def build(self, case: Case, device: str):
+        with self._stream(device):
+            inputs = tuple(self._array(values, dtype, case.layout)
+                           for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
+            self.mx.eval(*inputs)
+        return inputs
+
+    def _array(self, values: np.ndarray, dtype: str, layout: str):
+        buffer, view = layout_buffer(values, layout, swap=lambda a: a.swapaxes(-1, -2))
+        return view(self.mx.array(buffer, dtype=self._dtype(dtype)))
+
+    def _dtype(self, name: str):
+        return getattr(self.mx, "bool_" if name == "bool" else name)
+
+    def run(self, case: Case, api: Api, device: str, part: str):
+        self._device = device  # invoke() is not told the device; its stream is the run's
+        return super().run(case, api, device, part)
+
+    def invoke(self, case: Case, api: Api, inputs):
+        x, t = inputs
+        with self._stream(self._device):
+            result = self.kl_div_loss(x, t, reduction=case.params.reduction)
+            self.mx.eval(result)
+        return result
+
+    def gradient(self, case: Case, api: Api, device: str, part: str):
+        """mx.vjp with the upstream gradient; grad2_input differentiates sum(w * grad_input) with respect to
+        target through that vjp (MLX's transforms compose)."""
+        mx = self.mx
+        x, t = self._cache.get(case, device, self.build)  # MLX arrays are immutable: the forward's inputs serve
+        loss = lambda a, b: self.kl_div_loss(a, b, reduction=case.params.reduction)
+        with self._stream(device):
+            out = loss(x, t)  # the shape is known before evaluation
+            upstream = mx.array(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
+
+            def grad_input(b):
+                return mx.vjp(lambda a: loss(a, b), [x], [upstream])[1][0]
+            if part == "grad_input":
+                grad = grad_input(t)
+            elif part == "grad_target":
+                grad = mx.vjp(lambda b: loss(x, b), [t], [upstream])[1][0]
+            else:
+                w = mx.array(upstream_gradient(tuple(x.shape)), dtype=x.dtype)
+                grad = mx.grad(lambda b: mx.sum(w * grad_input(b)))(t)
+            mx.eval(grad)
+        return grad
+
+    def is_no_kernel(self, exc: Exception) -> bool:
+        return any(m in str(exc) for m in NO_KERNEL_MARKERS)
+
+    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+        view = VIEWS[case.layout]
+
+        def array(name, dtype):
+            return f"mx.array({_layout_buffer_expr(name, case.layout)}, dtype=mx.{'bool_' if dtype == 'bool' else dtype}){view}"
+        lines = ["import mlx.core as mx",
+                 "from mlx.nn.losses import kl_div_loss", "",
+                 f"mx.set_default_device(mx.{device})",
+                 f"x = {array('x_values', case.dtype.input)}  # explicit dtype: mx.array(float64 NumPy) is float32",
+                 f"t = {array('t_values', case.dtype.target)}",
+                 f"loss = lambda a, b: kl_div_loss(a, b, reduction={case.params.reduction!r})",
+                 "out = loss(x, t)"]
+        if part == "forward":
+            lines.append("grad = out")
+        else:
+            lines.append("g = mx.array(upstream(tuple(out.shape)), dtype=out.dtype)")
+            lines.append("grad_input = lambda b: mx.vjp(lambda a: loss(a, b), [x], [g])[1][0]")
+            if part == "grad_input":
+                lines.append("grad = grad_input(t)")
+            elif part == "grad_target":
+                lines.append("grad = mx.vjp(lambda b: loss(x, b), [t], [g])[1][0]")
+            else:
+                lines.append("w = mx.array(upstream(tuple(x.shape)), dtype=x.dtype)")
+                lines.append("grad = mx.grad(lambda b: mx.sum(w * grad_input(b)))(t)")
+        lines.append("result = np.array(grad.astype(mx.float32) if grad.dtype == mx.bfloat16 else grad).astype(np.float64)")
+        return "\n".join(lines)
+
+    def to_numpy(self, result):
+        mx = self.mx
+        if not isinstance(result, mx.array):
+            raise TypeError(f"kl_div_loss returned {type(result).__name__}, not an array")
+        dtype = str(result.dtype).removeprefix("mlx.core.")
+        if result.dtype == mx.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
+            with mx.stream(mx.cpu):
+                result = result.astype(mx.float32)
+        return np.array(result).astype(np.float64), dtype, tuple(result.shape)

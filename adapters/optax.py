@@ -1,0 +1,152 @@
+"""optax adapter (JAX): optax.losses.kl_divergence and kl_divergence_with_log_targets on cpu and gpu.
+
+Quirks live here:
+- Both functions sum the pointwise terms over `axis` (default -1) and take no reduction
+  argument: one KL divergence per distribution (spec: dialects.distribution_sum, reduction
+  none only). The adapter calls them with the default axis, as a user does. log_target is
+  the choice of function, not an argument: kl_divergence takes probabilities,
+  kl_divergence_with_log_targets log-probabilities
+  (https://optax.readthedocs.io/en/latest/api/losses.html#optax.losses.kl_divergence).
+- x64: JAX turns float64 into float32 unless x64 is enabled, silently for NumPy inputs.
+  `load()` sets `jax_enable_x64` before any array exists (tox also sets JAX_ENABLE_X64=1),
+  so float64 cases really run in float64, and the reproducers do the same.
+- Layouts: a JAX array is an immutable value with no user-visible strides. A transposed or
+  strided case is built as JAX users build one: the buffer goes to the device, and
+  jnp.swapaxes or [..., ::2] takes the view. In eager mode that op materialises a new
+  array, so the loss sees a default-layout array: these cases check JAX's transpose or
+  slice followed by the loss, not a strided kernel path (none exists to check). They are
+  run rather than called unsupported, because the values a user gets from them are real.
+- Calls are eager (what a user calls), not under jax.jit; XLA may fuse a jitted call
+  differently (last-ulp float32 differences, within the spec's bound).
+- Gradients: jax.vjp with the upstream gradient; the second order differentiates that
+  vjp with jax.grad (double backward through JAX's own autodiff).
+- Devices: `cpu`, and `gpu` where jax reports a GPU backend (a CUDA jaxlib plugin).
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.model import Case, upstream_gradient
+
+FUNCTIONS = {  # API name -> the optax.losses function it calls
+    "optax.losses.kl_divergence": "kl_divergence",
+    "optax.losses.kl_divergence_with_log_targets": "kl_divergence_with_log_targets",
+}
+
+
+class OptaxAdapter(Adapter):
+    name = "optax"
+    apis = (
+        Api("optax.losses.kl_divergence", grads=("input", "target"), log_target=False,
+            dialect="distribution_sum", reductions=("none",)),
+        Api("optax.losses.kl_divergence_with_log_targets", grads=("input", "target"), only_log_target=True,
+            dialect="distribution_sum", reductions=("none",)),
+    )
+    known_devices = ("cpu", "gpu")
+
+    def __init__(self) -> None:
+        self.jax = self.jnp = self.optax = None
+
+    def load(self) -> None:
+        try:
+            import jax
+            import jax.numpy as jnp
+            import optax
+        except Exception as exc:  # ImportError, or a jaxlib that does not match jax
+            raise FrameworkUnavailable(f"cannot import optax: {type(exc).__name__}: {exc}") from None
+        jax.config.update("jax_enable_x64", True)  # before any array: float64 stays float64
+        self.jax, self.jnp, self.optax = jax, jnp, optax
+
+    def version(self) -> str:
+        import jaxlib
+
+        x64 = ", x64" if self.jax.config.jax_enable_x64 else ", x64 off: float64 runs as float32"
+        return f"{self.optax.__version__} (jax {self.jax.__version__}, jaxlib {jaxlib.__version__}{x64})"
+
+    def devices(self) -> tuple[str, ...]:
+        return tuple(d for d in self.known_devices if self._platform_devices(d))
+
+    def device_name(self, device: str) -> str:
+        if device == "gpu":
+            return self._platform_devices("gpu")[0].device_kind
+        return platform.processor() or platform.machine()
+
+    def _platform_devices(self, device: str) -> list:
+        try:
+            return self.jax.devices(device)
+        except RuntimeError:  # "Unknown backend: 'gpu' requested, but no platforms ... are present"
+            return []
+
+    def build(self, case: Case, device: str):
+        return tuple(self._array(values, dtype, case.layout, device)
+                     for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
+
+    def _array(self, values: np.ndarray, dtype: str, layout: str, device: str):
+        """The case's values as a JAX array of `dtype` on `device`, the view taken by JAX (see the module doc)."""
+        buffer, view = layout_buffer(values, layout, swap=lambda a: self.jnp.swapaxes(a, -1, -2))
+        return view(self.jax.device_put(buffer.astype(self.jnp.dtype(dtype)), self._platform_devices(device)[0]))
+
+    def _function(self, api: Api):
+        return getattr(self.optax.losses, FUNCTIONS[api.name])
+
+    def invoke(self, case: Case, api: Api, inputs):
+        x, t = inputs
+        return self._function(api)(x, t)
+
+    def gradient(self, case: Case, api: Api, device: str, part: str):
+        """jax.vjp of the call with the upstream gradient; grad2_input is jax.grad, with respect to target,
+        of sum(w * grad_input)."""
+        jax, jnp = self.jax, self.jnp
+        x, t = self._cache.get(case, device, self.build)  # JAX arrays are immutable: shared safely
+        loss = self._function(api)
+        out, pullback = jax.vjp(loss, x, t)
+        upstream = jnp.asarray(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
+        grad_input, grad_target = pullback(upstream)
+        if part == "grad_input":
+            return grad_input
+        if part == "grad_target":
+            return grad_target
+        w = jnp.asarray(upstream_gradient(tuple(grad_input.shape)), dtype=grad_input.dtype)
+
+        def weighted_grad_input(b):
+            return jnp.sum(jax.vjp(loss, x, b)[1](upstream)[0] * w)
+        return jax.grad(weighted_grad_input)(t)
+
+    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+        view = {"contiguous": "", "transposed": "jnp.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}[case.layout]
+
+        def array(name: str, dtype: str) -> str:
+            placed = f"jax.device_put({_layout_buffer_expr(name, case.layout)}.astype(jnp.{dtype}), device)"
+            return view.format(placed) if view else placed
+        lines = ["import jax",
+                 "jax.config.update('jax_enable_x64', True)  # else float64 is silently float32",
+                 "import jax.numpy as jnp",
+                 "import optax",
+                 "",
+                 f"device = jax.devices({device!r})[0]",
+                 f"x = {array('x_values', case.dtype.input)}",
+                 f"t = {array('t_values', case.dtype.target)}",
+                 f"loss = optax.losses.{FUNCTIONS[api.name]}  # default axis=-1: one value per distribution",
+                 "out = loss(x, t)"]
+        if part == "forward":
+            lines.append("result = np.asarray(out).astype(np.float64)")
+            return "\n".join(lines)
+        lines += ["g = jnp.asarray(upstream(out.shape), dtype=out.dtype)",
+                  "grad_input, grad_target = jax.vjp(loss, x, t)[1](g)"]
+        if part == "grad2_input":
+            lines += ["w = jnp.asarray(upstream(grad_input.shape), dtype=grad_input.dtype)",
+                      "grad = jax.grad(lambda b: jnp.sum(jax.vjp(loss, x, b)[1](g)[0] * w))(t)"]
+        else:
+            lines.append(f"grad = {part}")
+        lines.append("result = np.asarray(grad).astype(np.float64)")
+        return "\n".join(lines)
+
+    def to_numpy(self, result):
+        if not isinstance(result, self.jax.Array):
+            raise TypeError(f"{type(result).__name__} returned, not a jax.Array")
+        value = np.asarray(result)  # waits for the computation (JAX dispatches asynchronously)
+        return value.astype(np.float64), str(result.dtype), tuple(result.shape)

@@ -1,0 +1,216 @@
+"""MLX through its adapter: the docstring's formula, its reductions, and the quirks found (README: MLX findings).
+
+mlx.nn.losses.kl_div_loss(inputs, targets, axis=-1, reduction="none") takes both arguments as
+log-probabilities and sums over the distribution axis (spec: dialects.distribution_sum).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.compare import classify
+from conformance.explain import explain
+from conformance.model import Verdict, upstream_gradient
+from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_grad
+from tests.helpers import make_case
+
+FRAMEWORK = "mlx"
+DIALECT = "distribution_sum"
+API = "mlx.nn.losses.kl_div_loss"
+
+# log-softmax rows: two distributions over three classes
+LOG_Q = np.log([[0.1, 0.2, 0.7], [0.3, 0.3, 0.4]])
+LOG_P = np.log([[0.2, 0.3, 0.5], [0.7, 0.1, 0.2]])
+
+
+def _run(adapter, case, part="forward"):
+    return adapter.run(case, adapter.api(API), "cpu", part)
+
+
+def _judge(adapter, spec, case, part="forward"):
+    observed = _run(adapter, case, part)
+    expected = expected_forward(case, spec, DIALECT) if part == "forward" else expected_grad(case, spec, part, DIALECT)
+    return observed, classify(expected, observed, spec)
+
+
+def _behaves_as(adapter, spec, case, part="forward"):
+    observed = _run(adapter, case, part)
+    return [str(a) for a in explain(case, observed, spec, part, dialect=DIALECT) or ()]
+
+
+def test_the_docstring_formula_reproduces(framework_adapter, spec):
+    """"Computes the following when reduction == 'none': (mx.exp(targets) * (targets - inputs)).sum(axis)",
+    evaluated here in NumPy float64: one value per distribution, within the spec's bound of float32."""
+    case = make_case(LOG_Q, LOG_P, reduction="none", log_target=True, dtype="float32")
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert judgement.verdict is Verdict.PASS and observed.shape == (2,) and observed.dtype == "float32"
+    x, t = LOG_Q.astype(np.float32).astype(np.float64), LOG_P.astype(np.float32).astype(np.float64)
+    formula = (np.exp(t) * (t - x)).sum(-1)
+    assert np.all(np.abs(observed.value - formula) <= expected_forward(case, spec, DIALECT).bound)
+
+
+def test_mean_divides_by_the_number_of_distributions(framework_adapter, spec):
+    """mean is the mean of the per-distribution values (the dialect), not of the elements: on a (2, 2, 3)
+    batch it is the sum over 4 distributions divided by 4; sum is the sum."""
+    x, t = np.stack([LOG_Q, LOG_Q[::-1]]), np.stack([LOG_P, LOG_P[::-1]])
+    per_distribution = (np.exp(t) * (t - x)).sum(-1)
+    for reduction, want in (("mean", per_distribution.sum() / 4), ("sum", per_distribution.sum())):
+        case = make_case(x, t, reduction=reduction, log_target=True, dtype="float64")
+        observed = _run(framework_adapter, case)
+        assert observed.shape == () and observed.value == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["batchmean", "avg", "SUM", "elementwise_mean"])
+def test_reductions_outside_the_dialect_raise_value_error(framework_adapter, spec, reduction):
+    case = make_case(LOG_Q, LOG_P, reduction=reduction, log_target=True, dtype="float32")
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert observed.exception_type == "ValueError" and "Invalid reduction" in observed.exception_message
+    assert judgement.verdict is Verdict.PASS
+
+
+def test_probability_targets_are_unsupported(framework_adapter):
+    case = make_case(LOG_Q, np.exp(LOG_P), reduction="none", log_target=False, dtype="float32")
+    assert framework_adapter.unsupported_reason(case, framework_adapter.api(API)) == \
+        f"{API} takes the target as log-probabilities only"
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+def test_layouts_are_real_strided_arrays(framework_adapter, layout):
+    """The built inputs are evaluated views of their buffers: the buffer protocol shows their strides."""
+    case = make_case(LOG_Q, LOG_P, reduction="none", log_target=True, dtype="float32", layout=layout)
+    for array in framework_adapter.build(case, "cpu"):
+        view = memoryview(array)
+        assert view.shape == LOG_Q.shape and not view.c_contiguous
+    assert view.strides == {"transposed": (4, 8), "strided": (24, 8)}[layout]
+
+
+def test_float64_arrives_as_float64(framework_adapter):
+    """mx.array of a float64 NumPy array is float32 (MLX's conversion default); the adapter asks for float64."""
+    mx = framework_adapter.mx
+    assert mx.array(np.zeros(2)).dtype == mx.float32
+    case = make_case(LOG_Q, LOG_P, reduction="none", log_target=True, dtype="float64")
+    assert _run(framework_adapter, case).dtype == "float64"
+
+
+def test_mixed_float16_bfloat16_promotes_but_takes_exp_in_bfloat16(framework_adapter, spec):
+    """Finding: float16 input with a bfloat16 target gives float32, as the spec's promotion says, but
+    mx.exp(targets) is taken on the bfloat16 target before promotion, so the result carries bfloat16's
+    rounding of exp(target) (as torch's does)."""
+    from conformance.reference.rounding import round_to_dtype
+
+    case = make_case(LOG_Q, LOG_P, reduction="sum", log_target=True, dtype=("float16", "bfloat16"))
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert observed.dtype == "float32" and judgement.verdict is Verdict.VALUE and judgement.cause == "dtypes.promotion"
+    x, t = round_to_dtype(LOG_Q, "float16"), round_to_dtype(LOG_P, "bfloat16")
+    exp_in_bfloat16 = (round_to_dtype(np.exp(t), "bfloat16") * (t - x)).sum()
+    assert observed.value == pytest.approx(exp_in_bfloat16, rel=1e-6)
+
+
+def test_incompatible_shapes_raise_value_error(framework_adapter, spec):
+    case = make_case(np.zeros((2, 4)), np.zeros((2, 3)), reduction="sum", log_target=True, dtype="float32")
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert observed.exception_type == "ValueError" and judgement.verdict is Verdict.PASS
+
+
+# -- findings: each a real call, judged by the harness ------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [("int32", "int32"), ("bool", "bool"), ("float32", "int64")])
+def test_integer_inputs_are_accepted(framework_adapter, spec, dtype):
+    """Finding: integer and bool arguments are promoted (exp of an integer array is float32) where the spec
+    expects TypeError."""
+    case = make_case(np.zeros((2, 3)), np.ones((2, 3)), reduction="sum", log_target=True, dtype=dtype)
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert not observed.raised and observed.dtype == "float32"
+    assert judgement.verdict is Verdict.ERROR and judgement.cause == "errors.integral_dtype"
+
+
+def test_zero_dim_raises_index_error(framework_adapter, spec):
+    """Finding: 0-d arguments have no axis -1; MLX raises IndexError where the spec expects ValueError."""
+    case = make_case(-1.0, -0.5, reduction="sum", log_target=True, dtype="float32")
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert observed.exception_type == "IndexError" and "Invalid axis -1" in observed.exception_message
+    assert judgement.verdict is Verdict.ERROR and judgement.cause == "errors.no_distribution_axis"
+
+
+def test_one_hot_target_in_log_space_gives_nan(framework_adapter, spec):
+    """Finding: exp(-inf) * (-inf - x) is 0 * -inf = NaN, so a one-hot target makes its row NaN."""
+    case = make_case([[-1.0, -0.5]], [[-np.inf, 0.0]], reduction="none", log_target=True, dtype="float32")
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert np.isnan(observed.value).all() and judgement.verdict is Verdict.NONFINITE
+    assert _behaves_as(framework_adapter, spec, case) == ["pointwise.conventions.log_target_neg_inf = ieee"]
+
+
+def test_grad_target_is_nan_at_a_log_target_of_minus_infinity(framework_adapter, spec):
+    case = make_case([[-1.0, -0.5]], [[-np.inf, 0.0]], reduction="sum", log_target=True, dtype="float32")
+    observed = _run(framework_adapter, case, "grad_target")
+    assert np.isnan(observed.value[0, 0]) and np.isfinite(observed.value[0, 1])
+    assert _behaves_as(framework_adapter, spec, case, "grad_target") == ["gradients.conventions.log_target_neg_inf = nan"]
+
+
+def test_grad_input_ignores_a_nan_input(framework_adapter, spec):
+    """Finding: d/dinput is -exp(target) * upstream whatever the input, so a NaN input gets a finite gradient."""
+    case = make_case([[np.nan, -0.5]], [[-0.25, -2.0]], reduction="sum", log_target=True, dtype="float32")
+    observed = _run(framework_adapter, case, "grad_input")
+    np.testing.assert_allclose(observed.value, -np.exp([[-0.25, -2.0]]) * 1.25, rtol=1e-6)
+    assert _behaves_as(framework_adapter, spec, case, "grad_input") == ["gradients.conventions.nan_propagation = formula"]
+
+
+def test_float64_is_float32_accurate(framework_adapter, spec):
+    """Finding: MLX's CPU exp is a float32 polynomial for every dtype (mlx/backend/cpu/simd/math.h), so a
+    float64 loss carries float32 error: ~1e-8 relative, far outside float64's bound."""
+    case = make_case(LOG_Q, LOG_P, reduction="none", log_target=True, dtype="float64")
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert observed.dtype == "float64" and judgement.verdict is Verdict.VALUE
+    assert 1e-10 < judgement.max_abs_err < 1e-6
+
+
+def test_float64_exp_overflows_at_float32_range(framework_adapter, spec):
+    """Finding: the float32 exp saturates at 88 whatever the dtype: a float64 log target of 89 gives +inf where
+    exp(89) * (89 - 0) is about 4e40, finite in float64."""
+    case = make_case([[0.0]], [[89.0]], reduction="none", log_target=True, dtype="float64")
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert observed.value[0] == np.inf and judgement.verdict is Verdict.NONFINITE
+
+
+def test_exp_flushes_results_below_float32_normal_range_to_zero(framework_adapter, spec):
+    """Finding: exp(x) is 0 below x = -88 (float32's smallest normal is exp(-87.3)); the spec's terms there are
+    float32 subnormals. The gradient with respect to input, -exp(target), comes back 0."""
+    case = make_case([[-100.0]], [[-95.0]], reduction="none", log_target=True, dtype="float32")
+    for part in ("forward", "grad_input"):
+        observed, judgement = _judge(framework_adapter, spec, case, part)
+        assert observed.value.ravel()[0] == 0.0 and judgement.verdict is Verdict.VALUE, part
+
+
+def test_grad_target_is_nan_where_exp_overflows(framework_adapter, spec):
+    """Finding: autodiff sums the product rule's two terms, exp(t) * (t - x) * g + exp(t) * g, which are
+    -inf and +inf once exp(t) overflows (float16: t = 35), so the sum is NaN where the spec's exp(t) *
+    (t - x + 1) * g is -inf."""
+    case = make_case([[235.0]], [[35.0]], reduction="none", log_target=True, dtype="float16")
+    observed, judgement = _judge(framework_adapter, spec, case, "grad_target")
+    assert np.isnan(observed.value[0, 0]) and judgement.verdict is Verdict.NONFINITE
+    assert expected_grad(case, spec, "grad_target", DIALECT).value[0, 0] == -np.inf
+
+
+# -- gradients and the reproducer --------------------------------------------------------------------
+
+@pytest.mark.parametrize("part", ["grad_input", "grad_target", "grad2_input"])
+def test_gradients_follow_the_spec_on_a_well_posed_batch(framework_adapter, spec, part):
+    case = make_case(LOG_Q, LOG_P, reduction="mean", log_target=True, dtype="float32")
+    observed, judgement = _judge(framework_adapter, spec, case, part)
+    assert observed.shape == (2, 3) and judgement.verdict is Verdict.PASS, judgement.message
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+@pytest.mark.parametrize("part", ["forward", "grad_input", "grad_target", "grad2_input"])
+def test_reproducer_lines_compute_what_the_adapter_observes(framework_adapter, layout, part):
+    """The reproducer's lines, run here on the same arrays, give the adapter's observation."""
+    rng = np.random.default_rng(7)
+    case = make_case(np.log(rng.dirichlet(np.ones(5), size=(2, 3))), np.log(rng.dirichlet(np.ones(5), size=(2, 3))),
+                     reduction="none", log_target=True, dtype="bfloat16", layout=layout)
+    api = framework_adapter.api(API)
+    observed = framework_adapter.run(case, api, "cpu", part)
+    namespace = {"np": np, "x_values": case.input, "t_values": case.target, "upstream": upstream_gradient}
+    exec(framework_adapter.repro_source(case, api, "cpu", part), namespace)
+    np.testing.assert_array_equal(namespace["result"], observed.value)
