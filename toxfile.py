@@ -1,8 +1,9 @@
 """tox inline plugin: let tox find interpreters that pyenv installed but left off PATH.
 
-The OneFlow environment needs CPython 3.10 (OneFlow 0.9.0 has wheels for 3.8-3.10 only).
-Where `python3.10` is not on PATH but pyenv has one, its folder is appended to PATH
-for tox's interpreter discovery, after every existing entry, so `python3` is unchanged.
+The OneFlow environment needs CPython 3.10 (OneFlow 0.9.0 has wheels for 3.8-3.10 only), and
+the optax environment CPython 3.12 (jax and jaxlib 0.11 and later require it). Where such a
+`python3.X` is not on PATH but pyenv has one, its folder is appended to PATH for tox's
+interpreter discovery, after every existing entry, so `python3` is unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tox.plugin import impl
 def _append_pyenv_interpreters() -> None:
     root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
     path = os.environ.get("PATH", "").split(os.pathsep)
-    for minor in ("3.10",):
+    for minor in ("3.10", "3.12"):
         if _runs(shutil.which(f"python{minor}")):  # a pyenv shim is on PATH but may refuse to run
             continue
         for folder in sorted(glob.glob(os.path.join(root, "versions", f"{minor}.*", "bin")), reverse=True):

@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from conformance.model import Case, Observation
+from conformance.model import UPSTREAM, Case, Expected, Observation
 
 
 class FrameworkUnavailable(Exception):
@@ -28,13 +28,23 @@ class MissingGradient(Exception):
 
 @dataclass(frozen=True)
 class Api:
-    """One API row of a framework: the dotted path a user types, and what it differentiates."""
+    """One API row of a framework: the dotted path a user types, and what it differentiates.
+
+    `dialect` names how the API states the loss (spec: dialects): canonical for torch's form,
+    distribution_sum for a sum over the last axis (optax, MLX), keras for Keras' probabilities.
+    `prob_input` says the API takes probabilities as input (the dialect's input space);
+    `reductions` the reduction arguments it takes, where it does not take every one.
+    """
 
     name: str
     grads: tuple[str, ...] = ()
     log_target: bool = True
     legacy_args: bool = False
     second_order: bool = True
+    dialect: str = "canonical"
+    prob_input: bool = False
+    only_log_target: bool = False
+    reductions: tuple[str, ...] | None = None  # None: any string is passed on (unknown ones test the error path)
 
 
 class Adapter:
@@ -63,8 +73,15 @@ class Adapter:
         """Why `api` cannot express `case`, or None: the default covers the shared API traits."""
         if case.params.log_target and not api.log_target:
             return f"{api.name} has no log_target argument"
+        if not case.params.log_target and api.only_log_target:
+            return f"{api.name} takes the target as log-probabilities only"
         if case.params.has_legacy and not api.legacy_args:
             return f"{api.name} has no size_average/reduce arguments"
+        if case.params.prob_input != api.prob_input:
+            return (f"{api.name} takes probabilities as input, not log-probabilities" if api.prob_input
+                    else f"{api.name} takes log-probabilities as input, not probabilities")
+        if api.reductions is not None and case.params.reduction not in api.reductions:
+            return f"{api.name} has no reduction {case.params.reduction!r} (it takes {list(api.reductions)})"
         return None
 
     def unsupported_part(self, api: Api, part: str) -> str | None:
@@ -104,6 +121,15 @@ class Adapter:
         part, with `upstream(shape)` as the upstream gradient) and leave a float64 NumPy
         array in `result`. They may import only the framework and NumPy."""
         raise NotImplementedError
+
+    def repro_script(self, case: Case, api: Api, device: str, part: str, about: tuple[str, ...],
+                     expected: Expected) -> tuple[str, str]:
+        """A standalone reproducer script and its file suffix. `about` is what it opens with (the case,
+        the API, the verdict), `expected` the spec's value or error, which it prints beside the result.
+
+        The default is a Python script around `repro_source`; an adapter of a framework in another
+        language (R torch) writes the whole script in that language instead."""
+        return python_repro_script(self.name, self.repro_source(case, api, device, part), case, about, expected), ".py"
 
     def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
         """Forward: build (once per case and device), invoke, convert. Gradients: the framework's autograd.
@@ -159,6 +185,55 @@ def _layout_buffer_expr(name: str, layout: str) -> str:
     if layout == "strided":
         return f"np.repeat({name}, 2, axis=-1)"  # every other element of the view is the value
     return f"np.array({name}, order='C')"
+
+
+def python_repro_script(framework: str, source: str, case: Case, about: tuple[str, ...], expected: Expected) -> str:
+    """A Python reproducer: the case's exact values (hex floats), the adapter's `source` lines, and the
+    result printed beside the spec's expected value. Needs only the framework and NumPy."""
+    if expected.error_id:
+        expectation = f"expected = 'raises {expected.error_type} ({expected.error_id})'"
+    else:
+        expectation = (f"expected = values({hex_floats(expected.value)}, {tuple(expected.shape)})"
+                       f"  # float64, dtype {expected.result_dtype}")
+    title, *rest = about
+    pattern = UPSTREAM["none"]
+    return "\n".join([
+        f'"""{title}',
+        "",
+        *rest[:-1], f"{rest[-1]} Needs only {framework} and numpy.",
+        '"""',
+        "import numpy as np",
+        "",
+        "np.set_printoptions(precision=17)  # every digit: some divergences are in the last ones",
+        "",
+        "",
+        "def values(hexes, shape):",
+        "    return np.array([float.fromhex(h) for h in hexes], dtype=np.float64).reshape(shape)",
+        "",
+        "",
+        "def upstream(shape):  # the gradient flowing into the loss (spec: gradients.upstream)",
+        "    if shape == ():",
+        f"        return np.asarray({UPSTREAM['reduced']!r})",
+        f"    return ({pattern['base']!r} + {pattern['step']!r} * (np.arange(int(np.prod(shape))) % "
+        f"{pattern['period']!r})).reshape(shape)",
+        "",
+        "",
+        f"x_values = values({hex_floats(case.input)}, {tuple(case.input.shape)})",
+        f"t_values = values({hex_floats(case.target)}, {tuple(case.target.shape)})",
+        "try:",
+        "\n".join("    " + line if line else "" for line in source.splitlines()),
+        "except Exception as exc:  # the framework's exception is the result",
+        "    result = f'raises {type(exc).__name__}: {exc}'.splitlines()[0]",
+        expectation,
+        f'print("{framework}: ", result)',
+        'print("expected:", expected)',
+        "",
+    ])
+
+
+def hex_floats(array) -> list[str]:
+    """The values of `array` as exact hex floats (float64, C order)."""
+    return [float(v).hex() for v in np.asarray(array, dtype=np.float64).reshape(-1)]
 
 
 def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndarray, str, tuple[int, ...]]],

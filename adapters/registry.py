@@ -16,6 +16,10 @@ BUILTIN = {
     "torch": "conformance.adapters.torch:TorchAdapter",
     "oneflow": "conformance.adapters.oneflow:OneFlowAdapter",
     "mindspore": "conformance.adapters.mindspore:MindSporeAdapter",
+    "mlx": "conformance.adapters.mlx:MlxAdapter",
+    "paddle": "conformance.adapters.paddle:PaddleAdapter",
+    "rtorch": "conformance.adapters.rtorch:RTorchAdapter",
+    "optax": "conformance.adapters.optax:OptaxAdapter",
 }
 ENTRY_POINT_GROUP = "kl_conformance.adapters"
 
