@@ -12,6 +12,8 @@ from typing import Callable
 
 import numpy as np
 
+from conformance.cases import rounded_math
+
 Shape = tuple[int, ...]
 Draw = Callable[[np.random.Generator, Shape, Shape, bool], tuple[np.ndarray, np.ndarray]]
 
@@ -33,12 +35,12 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     if logits.size == 0:
         return logits
     shifted = logits - np.max(logits, axis=-1, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
+    return shifted - rounded_math.log(np.sum(rounded_math.exp(shifted), axis=-1, keepdims=True))
 
 
 def _distribution(rng: np.random.Generator, shape: Shape, log_space: bool, scale: float = 2.0) -> np.ndarray:
     logp = _log_softmax(rng.standard_normal(shape) * scale)
-    return logp if log_space else np.exp(logp)
+    return logp if log_space else rounded_math.exp(logp)
 
 
 def _softmax(rng, in_shape, tg_shape, log_target):
@@ -56,7 +58,7 @@ def _identical(rng, in_shape, tg_shape, log_target):
     logp = _distribution(rng, base_shape, True)
     try:
         x = np.broadcast_to(logp, in_shape).copy()
-        t = np.broadcast_to(logp if log_target else np.exp(logp), tg_shape).copy()
+        t = np.broadcast_to(logp if log_target else rounded_math.exp(logp), tg_shape).copy()
     except ValueError:  # shapes that broadcast only mutually: draw each side alone
         return _distribution(rng, in_shape, True), _distribution(rng, tg_shape, log_target)
     return x, t
@@ -70,7 +72,7 @@ def _onehot(rng, in_shape, tg_shape, log_target):
         classes = rng.integers(0, tg_shape[-1], tg_shape[:-1])
         np.put_along_axis(p, classes[..., None], 1.0, axis=-1)
     with np.errstate(divide="ignore"):
-        return _distribution(rng, in_shape, True), (np.log(p) if log_target else p)
+        return _distribution(rng, in_shape, True), (rounded_math.log(p) if log_target else p)
 
 
 def _pick(rng: np.random.Generator, choices: list[float], shape: Shape) -> np.ndarray:
@@ -110,15 +112,15 @@ def _nan(rng, in_shape, tg_shape, log_target):
 def _tiny(rng, in_shape, tg_shape, log_target):
     """Subnormal and near-underflow probabilities (spec: tolerance.pointwise, its tiny term)."""
     exponents = rng.uniform(-160.0, -10.0, tg_shape)  # float32 subnormals start below 2**-126
-    target = exponents * np.log(2.0) if log_target else np.exp2(exponents)
+    target = exponents * rounded_math.log(2.0) if log_target else rounded_math.exp2(exponents)
     return rng.uniform(-110.0, -5.0, in_shape), target
 
 
 def _large(rng, in_shape, tg_shape, log_target):
     """Large magnitudes that overflow narrow dtypes (spec: dtypes.precision)."""
     sign = np.where(rng.random(in_shape) < 0.5, -1.0, 1.0)
-    x = sign * np.exp(rng.uniform(np.log(10.0), np.log(6.0e4), in_shape))
-    target = rng.uniform(-20.0, 40.0, tg_shape) if log_target else np.exp(rng.uniform(0.0, np.log(1.0e3), tg_shape))
+    x = sign * rounded_math.exp(rng.uniform(rounded_math.log(10.0), rounded_math.log(6.0e4), in_shape))
+    target = rng.uniform(-20.0, 40.0, tg_shape) if log_target else rounded_math.exp(rng.uniform(0.0, rounded_math.log(1.0e3), tg_shape))
     return x, target
 
 

@@ -20,6 +20,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_integers
+from conformance.cases import rounded_math
 from conformance.cases.ids import CaseKey, build_id
 from conformance.model import FLOAT_DTYPES, PARTS, Case, DtypePair, Params, Spec
 from conformance.reference.rounding import INTEGER_DTYPES, round_to_dtype
@@ -241,8 +242,7 @@ def build_case(key: CaseKey, seed: int) -> Case:
     else:
         x, t = FAMILIES[key.family].draw(rng, key.input_shape, key.target_shape, key.params.log_target)
     if key.params.prob_input:  # the family draws log q; the case holds q
-        with np.errstate(over="ignore"):
-            x = np.exp(np.asarray(x, dtype=np.float64))
+        x = rounded_math.exp(x)
     return Case(
         id=case_id, params=key.params,
         input=round_to_dtype(np.asarray(x, dtype=np.float64), key.dtype.input),

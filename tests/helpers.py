@@ -54,3 +54,21 @@ def as_api_takes(case: Case, api, spec) -> Case:
     if case.params.reduction == "batchmean" and "batchmean" not in spec.dialect(api.dialect)["reductions"]:
         case = replace(case, params=replace(case.params, reduction="mean"))
     return case
+
+
+def default_suite_digest() -> str:
+    """One digest of every default case's id and content, for comparing environments (NumPy 1 and 2)."""
+    import hashlib
+
+    from conformance.cases.digest import case_digest
+    from conformance.cases.generate import DEFAULT_SEED, generate_cases
+    from conformance.specload import load_spec
+
+    lines = "".join(f"{case.id} {case_digest(case)}\n" for case in generate_cases(load_spec(), DEFAULT_SEED))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+# The default suite's digest, the same under every NumPy and libm (cases/rounded_math.py): each framework's
+# environment checks it (tests/e2e/test_case_values.py), so `report` can merge their rows. It changes only when
+# the generator, the spec's suite or the case format changes; then update it here, in the same commit.
+DEFAULT_SUITE_DIGEST = "4699d4bfc68891cf8380e37c543eaaa206b11b80f3a049afd1a1217e217fb74b"
