@@ -9,14 +9,20 @@ bytes of its values; not its id, which a user file may reuse). A hit is therefor
 exactly what the reference would compute, and any change misses.
 
 Entries are a JSON header plus raw array bytes, never pickles: a cache file is data,
-and reading it runs no code. One SQLite file per reference build: opening the cache removes the files of other
-builds, so it does not grow with every edit. Concurrent runs (tox -p) share it.
+and reading it runs no code. One SQLite file per reference build, side by side: the
+environments of a matrix run different NumPy versions (torch's NumPy 2, OneFlow's NumPy 1,
+whose float64 log differs in the last bit of some bounds), and each keeps its own build.
+A build is removed when nobody has opened it for MAX_IDLE_S, or, oldest first, while all
+builds together pass MAX_TOTAL_BYTES; never while a process holds it open (each open cache
+holds a shared lock on its build's lock file, and removal needs the exclusive lock).
+Concurrent runs (tox -p) share a build.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 import hashlib
 import importlib.util
 import os
@@ -27,6 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): builds of other environments are then never removed
+    fcntl = None
+
 from conformance.model import Case, Expected, Spec
 
 # Past this many elements a case's expectation is not stored: its framework calls cost
@@ -35,6 +46,10 @@ MAX_CACHED_ELEMENTS = 1 << 16
 # Past this size on disk no more entries are written (the default suite needs about 4 MB;
 # an exhaustive suite with several samples would otherwise grow the file to gigabytes).
 MAX_CACHE_BYTES = 512 * 2**20
+# Builds of other reference versions or NumPy versions: removed when unused this long, or,
+# oldest first, while all builds together pass this size.
+MAX_IDLE_S = 30 * 86400
+MAX_TOTAL_BYTES = 2 * MAX_CACHE_BYTES
 COMMIT_EVERY = 512
 ENV_DIR = "KL_CACHE_DIR"
 # The modules whose code decides an expectation (their source is part of the cache key).
@@ -88,12 +103,12 @@ class ReferenceCache:
         self.full = False
         self._pending: list[tuple[bytes, bytes]] = []
         self._db: sqlite3.Connection | None = None
+        self._lock = None
         build = reference_build()
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            for old in directory.glob("reference-*.sqlite*"):
-                if not old.name.startswith(f"reference-{build}.sqlite"):
-                    old.unlink(missing_ok=True)
+            self._lock = _hold(directory / f"reference-{build}.lock")
+            remove_unused_builds(directory, keep=build)
             self.path = directory / f"reference-{build}.sqlite"
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -148,12 +163,65 @@ class ReferenceCache:
         if self._db is not None:
             self._db.close()
             self._db = None
+        if self._lock is not None:
+            self._lock.close()  # releases the shared lock
+            self._lock = None
 
     def _disable(self, reason: str) -> None:
         self.problem = reason
         if self._db is not None:
             self._db.close()
         self._db = None
+
+
+def _hold(lock_path: Path):
+    """Open `lock_path` with a shared lock held (the build is in use) and mark it used now; None without flock."""
+    if fcntl is None:
+        return None
+    while True:
+        handle = open(lock_path, "a")
+        fcntl.flock(handle, fcntl.LOCK_SH)  # waits only while a removal of this build is under way
+        try:
+            if os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino:
+                os.utime(lock_path)
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()  # the build was removed while we waited: lock the file that stands there now
+
+
+def remove_unused_builds(directory: Path, keep: str, now: float | None = None) -> list[str]:
+    """Remove the files of builds other than `keep` that are idle past MAX_IDLE_S, then, oldest first,
+    while all builds together pass MAX_TOTAL_BYTES; skip any build a process holds open. Returns the removed builds."""
+    if fcntl is None:
+        return []
+    now = time.time() if now is None else now
+    builds: dict[str, list[Path]] = {}
+    for path in directory.glob("reference-*"):
+        builds.setdefault(path.name[len("reference-"):].split(".")[0], []).append(path)
+    stats = {b: [p.stat() for p in files if p.exists()] for b, files in builds.items()}
+    total = sum(st.st_size for sts in stats.values() for st in sts)
+    removed = []
+    for build in sorted((b for b in builds if b != keep and stats[b]), key=lambda b: max(st.st_mtime for st in stats[b])):
+        size = sum(st.st_size for st in stats[build])
+        if now - max(st.st_mtime for st in stats[build]) <= MAX_IDLE_S and total <= MAX_TOTAL_BYTES:
+            continue
+        if _remove_unless_open(directory / f"reference-{build}.lock", builds[build]):
+            total -= size
+            removed.append(build)
+    return removed
+
+
+def _remove_unless_open(lock_path: Path, files: list[Path]) -> bool:
+    with open(lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a run has this build open
+            return False
+        for path in sorted(files, key=lambda p: p.suffix == ".lock"):  # the lock file last
+            path.unlink(missing_ok=True)
+        lock_path.unlink(missing_ok=True)
+    return True
 
 
 def _too_big(case: Case) -> bool:

@@ -71,12 +71,59 @@ def test_large_cases_are_not_stored(spec, suite, tmp_path):
     assert cache.get(big, spec, "forward") is None
 
 
-def test_files_of_other_reference_builds_are_removed(tmp_path):
-    stale = tmp_path / "reference-0000000000000000.sqlite"
-    stale.write_bytes(b"old")
+def _build_files(directory, build, size=3, age_s=0.0):
+    """The files an older cache of `build` left, last used `age_s` ago."""
+    import os
+    import time
+
+    files = [directory / f"reference-{build}.sqlite", directory / f"reference-{build}.sqlite-wal"]
+    for path in files:
+        path.write_bytes(b"x" * size)
+        os.utime(path, (time.time() - age_s,) * 2)
+    return files
+
+
+def test_builds_of_other_environments_are_kept_side_by_side(tmp_path):
+    # another environment's NumPy makes another build: opening this one must not delete it (tox -m conformance)
+    other = _build_files(tmp_path, "0000000000000000")
     ReferenceCache(tmp_path).close()
-    assert not stale.exists()
+    assert all(p.exists() for p in other)
     assert (tmp_path / f"reference-{reference_build()}.sqlite").is_file()
+
+
+def test_idle_builds_are_removed(tmp_path):
+    import conformance.refcache as refcache
+
+    idle = _build_files(tmp_path, "1111111111111111", age_s=refcache.MAX_IDLE_S + 60)
+    recent = _build_files(tmp_path, "2222222222222222", age_s=refcache.MAX_IDLE_S - 60)
+    ReferenceCache(tmp_path).close()
+    assert not any(p.exists() for p in idle) and not (tmp_path / "reference-1111111111111111.lock").exists()
+    assert all(p.exists() for p in recent)
+
+
+def test_over_size_the_oldest_builds_go_first(tmp_path, monkeypatch):
+    import conformance.refcache as refcache
+
+    oldest = _build_files(tmp_path, "1111111111111111", size=400, age_s=300)
+    older = _build_files(tmp_path, "2222222222222222", size=400, age_s=200)
+    newer = _build_files(tmp_path, "3333333333333333", size=400, age_s=100)
+    monkeypatch.setattr(refcache, "MAX_TOTAL_BYTES", 1700)  # the three (2400 bytes) are over; two are under
+    assert refcache.remove_unused_builds(tmp_path, keep="none") == ["1111111111111111"]
+    assert not any(p.exists() for p in oldest) and all(p.exists() for p in older + newer)
+
+
+def test_a_build_that_a_run_holds_open_is_never_removed(tmp_path, monkeypatch):
+    import conformance.refcache as refcache
+
+    monkeypatch.setattr(refcache, "reference_build", lambda: "4444444444444444")
+    in_use = ReferenceCache(tmp_path)  # another run, still going
+    files = sorted(tmp_path.glob("reference-4444444444444444*"))
+    monkeypatch.setattr(refcache, "MAX_IDLE_S", -1.0)  # every other build counts as idle
+    assert refcache.remove_unused_builds(tmp_path, keep="5555555555555555") == []
+    assert all(p.exists() for p in files)
+    in_use.close()
+    assert refcache.remove_unused_builds(tmp_path, keep="5555555555555555") == ["4444444444444444"]
+    assert not any(tmp_path.glob("reference-4444444444444444*"))
 
 
 def test_an_unusable_cache_is_reported_not_fatal(spec, suite, tmp_path):
