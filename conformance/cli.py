@@ -33,6 +33,7 @@ from conformance.selection import file_digest, select_cases, selected_shard
 from conformance.specload import load_spec
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
+REPRO_TIMEOUT_S = 900  # the reproducer process of a run is stopped after this long
 
 
 class _Parser(argparse.ArgumentParser):
@@ -149,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--cases", dest="case_file", metavar="FILE", help="take the case from a user case file")
     repro.add_argument("--seed", type=_natural, help=f"seed of a generated case (default: the run's, or {DEFAULT_SEED})")
     repro.add_argument("--no-minimize", action="store_true", help="keep the whole case")
+    repro.add_argument("--cache-dir", metavar="DIR", help="with --all: read and store expectations in this reference cache")
+    repro.add_argument("--progress", action="store_true", help="with --all: print 'progress DONE TOTAL' lines on stdout")
 
     selftest = sub.add_parser("selftest", help="plant bugs into a real adapter and check that every planted "
                                                "fault is flagged (exit 1 if one is not)")
@@ -183,22 +186,43 @@ def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_reproducers(args: argparse.Namespace, out: Path) -> None:
+def _write_reproducers(args: argparse.Namespace, out: Path, show_progress: bool) -> None:
     """Reproducers for the run's undocumented divergences, written by a separate process: minimising
-    them calls the framework, and a crash there must not touch the results and reports written."""
+    them calls the framework, and a crash there must not touch the results and reports written. It
+    reads the run's expectations from the reference cache, and its progress goes on the bar."""
     import subprocess
+    import tempfile
+    import threading
 
     out = out.resolve()
     spec = ["--spec", str(Path(args.spec).resolve())] if args.spec else []
-    command = [sys.executable, "-m", "conformance", *spec, "repro", "--all", str(out / "repro"), "--from", str(out)]
-    try:
+    cache = [] if args.no_cache else ["--cache-dir", str(Path(args.cache_dir).resolve() if args.cache_dir
+                                                          else default_cache_dir())]
+    command = [sys.executable, "-m", "conformance", *spec, "repro", "--all", str(out / "repro"), "--from", str(out),
+               *cache, "--progress"]
+    with tempfile.TemporaryFile("w+") as errors:
         # cwd=out: `python -m` puts the working directory first on sys.path, and a source checkout's
         # conformance/ there would shadow the installed package
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=out)
-        if done.returncode != 0:
-            print(f"warning: reproducers not written ({done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
-    except subprocess.TimeoutExpired:
-        print("warning: writing reproducers took over 900 s; stopped (use kl-conformance repro)", file=sys.stderr)
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=out)
+        timed_out = threading.Event()
+        timer = threading.Timer(REPRO_TIMEOUT_S, lambda: (timed_out.set(), child.kill()))
+        timer.start()
+        try:
+            for line in child.stdout:
+                done, _, total = line.removeprefix("progress ").strip().partition(" ")
+                if show_progress and line.startswith("progress ") and done.isdigit() and total.isdigit():
+                    _draw_bar(int(done), int(total), "reproducers")
+            code = child.wait()
+        finally:
+            timer.cancel()
+        if show_progress:
+            sys.stderr.write("\n")
+        if timed_out.is_set():
+            print(f"warning: writing reproducers took over {REPRO_TIMEOUT_S} s; stopped (use kl-conformance repro)",
+                  file=sys.stderr)
+        elif code != 0:
+            errors.seek(0)
+            print(f"warning: reproducers not written ({errors.read().strip().splitlines()[-1:]})", file=sys.stderr)
 
 
 def _check_gate_options(spec: Spec, args: argparse.Namespace, seed: int | None = None) -> KnownFindings | None:
@@ -268,7 +292,7 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
         sys.stderr.write("\n")
     written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known)
     if not args.no_repro and not summary.not_run and summary.divergences:
-        _write_reproducers(args, summary.out_dir)
+        _write_reproducers(args, summary.out_dir, show_progress=progress is not None)
     incomplete = []
     if summary.not_run:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")
@@ -319,7 +343,9 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     if args.all_to:
         if not args.run_dir:
             raise UsageError("--all needs --from RUN_DIR", where="--all", fix="pass the run directory with --from")
-        count = write_all(args.run_dir, spec, Path(args.all_to))
+        progress = (lambda done, total: print(f"progress {done} {total}", flush=True)) if args.progress else None
+        count = write_all(args.run_dir, spec, Path(args.all_to),
+                          cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress)
         print(f"{count} reproducers in {args.all_to}")
         return EXIT_OK
     if not args.case_id or not args.framework:
@@ -389,12 +415,14 @@ def _progress_and_details(progress, show_details: bool):
 
 
 def _progress_bar(total: int):
-    def show(done: int) -> None:
-        width = 30
-        filled = int(width * done / max(total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} cases")
-        sys.stderr.flush()
-    return show
+    return lambda done: _draw_bar(done, total, "cases")
+
+
+def _draw_bar(done: int, total: int, what: str) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}")
+    sys.stderr.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -22,59 +23,104 @@ from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.compare import classify
 from conformance.errors import UsageError
-from conformance.model import Case, Spec, Verdict
-from conformance.runner import expected_for
+from conformance.model import Case, Expected, Spec, Verdict
+from conformance.runner import CaseJudge
 
 MAX_CANDIDATES = 64  # single elements tried when minimising
 
 
 def find_case(case_id: str, run_dir: str | None, case_file: str | None, seed: int | None) -> Case:
     """The case called `case_id`, from a case file, a run directory, or its generated id."""
-    files = [case_file] if case_file else []
-    if run_dir:
-        manifest_path = Path(run_dir) / "run.json"
-        if not manifest_path.is_file():
-            raise UsageError("no run.json here", file=str(run_dir), where="--from",
-                             fix="pass the --out directory of a `kl-conformance run`")
-        manifest = json.loads(manifest_path.read_text())
-        seed = manifest.get("seed", seed) if seed is None else seed
-        files += [str(Path(run_dir) / kept) for kept in manifest.get("case_files_kept", [])]
-        files += manifest.get("case_files", [])
-    for path in files:
-        for case in load_case_file(path):
-            if case.id == case_id:
-                return case
-    try:
-        return build_case(parse_id(case_id), DEFAULT_SEED if seed is None else seed)
-    except ValueError:
-        raise UsageError(f"case {case_id!r} is not a generated id and not in {files or 'any case file'}",
-                         where="CASE_ID", fix="pass --cases FILE or --from RUN_DIR for a user case") from None
+    return CaseSource(run_dir, case_file, seed).get(case_id)
 
 
-def minimise(case: Case, adapter, api, device: str, part: str, spec: Spec) -> Case:
+class CaseSource:
+    """Where reproducers find their cases: the user case files of a run (or one named file), each parsed
+    once into an index by id, else the generated case of that id drawn with the run's seed."""
+
+    def __init__(self, run_dir: str | None, case_file: str | None, seed: int | None) -> None:
+        self.files = [case_file] if case_file else []
+        if run_dir:
+            manifest_path = Path(run_dir) / "run.json"
+            if not manifest_path.is_file():
+                raise UsageError("no run.json here", file=str(run_dir), where="--from",
+                                 fix="pass the --out directory of a `kl-conformance run`")
+            manifest = json.loads(manifest_path.read_text())
+            seed = manifest.get("seed", seed) if seed is None else seed
+            self.files += [str(Path(run_dir) / kept) for kept in manifest.get("case_files_kept", [])]
+            self.files += manifest.get("case_files", [])
+        self.seed = DEFAULT_SEED if seed is None else seed
+        self._index: dict[str, Case] = {}
+        self._unread = list(self.files)  # read in order, each once, only as far as an id needs
+
+    def get(self, case_id: str) -> Case:
+        while case_id not in self._index and self._unread:
+            for case in load_case_file(self._unread.pop(0)):
+                self._index.setdefault(case.id, case)  # the first file that has the id wins
+        if case_id in self._index:
+            return self._index[case_id]
+        try:
+            return build_case(parse_id(case_id), self.seed)
+        except ValueError:
+            raise UsageError(f"case {case_id!r} is not a generated id and not in {self.files or 'any case file'}",
+                             where="CASE_ID", fix="pass --cases FILE or --from RUN_DIR for a user case") from None
+
+
+def expectations(spec: Spec, cache=None) -> Callable[[Case, str, str], Expected]:
+    """expect(case, part, dialect): the spec's expectation, through the reference cache when one is given."""
+    return lambda case, part, dialect: CaseJudge(case, spec, cache).expected(spec, part, dialect)
+
+
+def minimise(case: Case, adapter, api, device: str, part: str, spec: Spec, expect=None) -> Case:
     """The smallest case (a single element, if one does) that diverges with the same verdict."""
-    verdict = _verdict(case, adapter, api, device, part, spec)
+    expect = expect or expectations(spec)
+    verdict = _verdict(case, adapter, api, device, part, spec, expect)
     if not verdict.is_divergence or case.input.shape != case.target.shape or case.input.size <= 1:
         return case
     ndim = case.input.ndim
     flat_x, flat_t = case.input.reshape(-1), case.target.reshape(-1)
-    for i in range(min(case.input.size, MAX_CANDIDATES)):
+    for i in _screened(case, adapter, api, device, part, expect, min(case.input.size, MAX_CANDIDATES)):
         one = replace(case, input=np.full((1,) * max(ndim, 1), flat_x[i]), target=np.full((1,) * max(ndim, 1), flat_t[i]),
                       layout="contiguous")
-        if _verdict(one, adapter, api, device, part, spec) is verdict:
+        if _verdict(one, adapter, api, device, part, spec, expect) is verdict:
             return one
     return case
 
 
-def _verdict(case, adapter, api, device, part, spec) -> Verdict:
-    return classify(expected_for(case, spec, part, api.dialect), adapter.run(case, api, device, part), spec).verdict
+def _screened(case: Case, adapter, api, device: str, part: str, expect, count: int) -> list[int]:
+    """The first `count` elements in the order to try them: first those where one call on all of them at once,
+    unreduced and each its own distribution (shape (count, 1)), diverges. The batch only orders the candidates;
+    each is still judged alone with the case's own parameters, so a screen that misleads costs calls, not truth."""
+    order = list(range(count))
+    if api.reductions is not None and "none" not in api.reductions:
+        return order
+    batch = replace(case, id=f"{case.id}#candidates", layout="contiguous",
+                    params=replace(case.params, reduction="none", size_average=None, reduce=None),
+                    input=case.input.reshape(-1)[:count].reshape(count, 1),
+                    target=case.target.reshape(-1)[:count].reshape(count, 1))
+    expected, observed = expect(batch, part, api.dialect), adapter.run(batch, api, device, part)
+    if observed.raised or expected.value is None or np.size(observed.value) != count or expected.value.size != count:
+        return order
+    got = np.asarray(observed.value, dtype=np.float64).reshape(count)
+    want, bound = expected.value.reshape(count), expected.bound.reshape(count)
+    with np.errstate(invalid="ignore"):
+        off = ((np.isnan(got) != np.isnan(want)) | (np.isposinf(got) != np.isposinf(want))
+               | (np.isneginf(got) != np.isneginf(want)) | (np.isfinite(want) & ~(np.abs(got - want) <= bound)))
+    return [i for i in order if off[i]] + [i for i in order if not off[i]]
 
 
-def write_all(run_dir: str, spec: Spec, out_dir: Path, minimize_first: int = 100) -> int:
-    """Write a reproducer for every undocumented divergence of a run into `out_dir`; returns the count.
+def _verdict(case, adapter, api, device, part, spec, expect) -> Verdict:
+    return classify(expect(case, part, api.dialect), adapter.run(case, api, device, part), spec).verdict
 
-    The first `minimize_first` are minimised (each costs framework calls); the rest are written whole.
+
+def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = None,
+              progress: Callable[[int, int], None] | None = None) -> int:
+    """Write a reproducer, minimised, for every undocumented divergence of a run into `out_dir`; returns the count.
+
+    Expectations come from the reference cache in `cache_dir` (the run's own are there already);
+    `progress(done, total)` is called after each reproducer.
     """
+    from conformance.refcache import ReferenceCache
     from conformance.results import iter_results
 
     rows = [r for r in iter_results(run_dir) if r.verdict.is_divergence and not r.documented
@@ -84,14 +130,22 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, minimize_first: int = 100
     adapter = get_adapter(rows[0].framework)
     adapter.load()
     out_dir.mkdir(parents=True, exist_ok=True)
-    cases: dict[str, Case] = {}
-    for i, r in enumerate(rows):
-        if r.case_id not in cases:
-            cases[r.case_id] = find_case(r.case_id, run_dir, None, None)
-        script, suffix = _script(adapter, cases[r.case_id], adapter.api(r.api), r.device, r.part, spec,
-                                 minimize=i < minimize_first)
-        name = "".join(c if c.isalnum() or c in "-_=." else "_" for c in f"{r.case_id}__{r.api}__{r.device}__{r.part}")
-        (out_dir / f"{name}{suffix}").write_text(script, encoding="utf-8")
+    cache = ReferenceCache(cache_dir) if cache_dir is not None else None
+    expect = expectations(spec, cache)
+    source, cases = CaseSource(run_dir, None, None), {}
+    try:
+        for done, r in enumerate(rows, 1):
+            if r.case_id not in cases:
+                cases[r.case_id] = source.get(r.case_id)
+            script, suffix = _script(adapter, cases[r.case_id], adapter.api(r.api), r.device, r.part, spec,
+                                     minimize=True, expect=expect)
+            name = "".join(c if c.isalnum() or c in "-_=." else "_" for c in f"{r.case_id}__{r.api}__{r.device}__{r.part}")
+            (out_dir / f"{name}{suffix}").write_text(script, encoding="utf-8")
+            if progress is not None:
+                progress(done, len(rows))
+    finally:
+        if cache is not None:
+            cache.close()
     return len(rows)
 
 
@@ -109,11 +163,13 @@ def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None 
     return _script(adapter, case, api, device, part, spec, minimize)[0]
 
 
-def _script(adapter, case: Case, api, device: str, part: str, spec: Spec, minimize: bool) -> tuple[str, str]:
+def _script(adapter, case: Case, api, device: str, part: str, spec: Spec, minimize: bool,
+            expect=None) -> tuple[str, str]:
     """The reproducer's text and file suffix, from the adapter (a Python script unless it writes its own)."""
+    expect = expect or expectations(spec)
     if minimize:
-        case = minimise(case, adapter, api, device, part, spec)
-    expected = expected_for(case, spec, part, api.dialect)
+        case = minimise(case, adapter, api, device, part, spec, expect)
+    expected = expect(case, part, api.dialect)
     judgement = classify(expected, adapter.run(case, api, device, part), spec)
     about = (f"Reproduces kl_div case {case.id} on {api.name} ({device}, {part}).",
              f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
