@@ -115,6 +115,11 @@ class Adapter:
         """Whether `exc` is the framework saying it has no kernel for this device or dtype."""
         return False
 
+    def describe_exception(self, exc: Exception) -> str:
+        """The message recorded for `exc`: the framework's own, less anything that depends on what ran
+        before it in the process (so one call gives one message in any run, shard or baseline)."""
+        return str(exc)
+
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
         """Python lines, for a standalone script, that turn the float64 arrays `x_values` and
         `t_values` into the framework's tensors, call `api` (and its autograd for a gradient
@@ -136,14 +141,14 @@ class Adapter:
         Exceptions come back as data; a None gradient is a MissingGradient observation."""
         if part == "forward":
             return call_observed(lambda: self.invoke(case, api, self._cache.get(case, device, self.build)),
-                                 self.to_numpy, self.is_no_kernel)
+                                 self.to_numpy, self.is_no_kernel, self.describe_exception)
 
         def grad():
             value = self.gradient(case, api, device, part)
             if value is None:
                 raise MissingGradient(f"{api.name} returned no gradient (None) for {part}")
             return value
-        return call_observed(grad, self.to_numpy, self.is_no_kernel)
+        return call_observed(grad, self.to_numpy, self.is_no_kernel, self.describe_exception)
 
     @property
     def _cache(self) -> "TensorCache":
@@ -237,7 +242,8 @@ def hex_floats(array) -> list[str]:
 
 
 def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndarray, str, tuple[int, ...]]],
-                  is_no_kernel: Callable[[Exception], bool] = lambda exc: False) -> Observation:
+                  is_no_kernel: Callable[[Exception], bool] = lambda exc: False,
+                  describe: Callable[[Exception], str] = str) -> Observation:
     """Call `fn` (which builds the tensors and calls the API), recording warnings and exceptions as data.
 
     An exception that `is_no_kernel` recognises as the framework saying it has no
@@ -253,8 +259,8 @@ def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndar
             elapsed = time.perf_counter() - start
             if is_no_kernel(exc):
                 return Observation(unsupported=f"no kernel for this device: {type(exc).__name__}: "
-                                               f"{_first_lines(str(exc), 300)}", elapsed_s=elapsed)
-            return Observation(exception_type=type(exc).__name__, exception_message=_first_lines(str(exc)),
+                                               f"{_first_lines(describe(exc), 300)}", elapsed_s=elapsed)
+            return Observation(exception_type=type(exc).__name__, exception_message=_first_lines(describe(exc)),
                                warnings=_texts(caught), elapsed_s=elapsed)
         elapsed = time.perf_counter() - start
     return Observation(value=value, dtype=dtype, shape=shape, warnings=_texts(caught), elapsed_s=elapsed)

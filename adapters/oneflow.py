@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import re
 import site
 import sys
 
@@ -77,6 +78,11 @@ class OneFlowAdapter(Adapter):
 
     def is_no_kernel(self, exc: Exception) -> bool:
         return "Cannot find the kernel" in str(exc)
+
+    def describe_exception(self, exc: Exception) -> str:
+        # OneFlow numbers the ops a process creates ("op_name: kl_div_loss2"): the number counts what ran
+        # before, so a shard and the whole run would record one refusal with two messages
+        return re.sub(r"(op_name: [A-Za-z_]+?)\d+\b", r"\1", str(exc))
 
     def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False):
         buffer, view = layout_buffer(values, layout)

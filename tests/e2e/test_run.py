@@ -68,8 +68,6 @@ _PADDLE = ("paddle.nn.functional.kl_div", "paddle.nn.KLDivLoss")
 KNOWN_WELL_POSED = (
     KnownFinding("oneflow", _ONEFLOW, "forward", "float64", "value",
                  "the float64 kernel takes log(target) at float32 precision: errors near 1e-8"),
-    KnownFinding("oneflow", _ONEFLOW, "grad_target", "float64", "value",
-                 "the float64 kernel takes log(target) at float32 precision in its target gradient too"),
     KnownFinding("oneflow", _ONEFLOW, "grad2_input", "float*", "value", "double backward returns zeros"),
     KnownFinding("mindspore", _MS_OPS, "grad_target", "float*", "value", "gradients with respect to target are 0"),
     *(KnownFinding("mlx", ("mlx.nn.losses.kl_div_loss",), part, "float64", "value",
@@ -263,7 +261,11 @@ def test_shards_merged_equal_the_unsharded_run(default_run, tmp_path):
         shards.append(shard)
     merged = tmp_path / "merged"
     assert main(["report", *map(str, shards), "--out", str(merged)]) == 0
-    strip = lambda rows: sorted((json.loads(r.to_json()) | {"elapsed_s": 0}).__repr__() for r in rows)
+    # MindSpore's float64 reductions differ in the last bit between identical calls (spec: known_differences,
+    # order_varies_between_calls; tests/adapters/test_mindspore.py checks it still occurs): its rows' errors
+    # and messages may differ, every other field may not
+    varies = {"elapsed_s": 0} | ({"max_abs_err": 0, "message": ""} if framework == "mindspore" else {})
+    strip = lambda rows: sorted((json.loads(r.to_json()) | varies).__repr__() for r in rows)
     assert strip(iter_results(merged)) == strip(iter_results(out))
     ids = [{r.case_id for r in iter_results(s)} for s in shards]
     assert all(ids) and not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
