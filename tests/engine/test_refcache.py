@@ -172,3 +172,19 @@ def test_a_full_cache_stops_growing(spec, suite, tmp_path, monkeypatch):
     cache.flush()
     assert cache.full and "full" in cache.problem
     assert cache.get(first, spec, "forward") is not None and cache.get(second, spec, "forward") is None
+
+
+def test_entries_are_small_enough_for_the_exhaustive_suite(spec, suite, tmp_path):
+    # entries were about 790 bytes, most of it a JSON header repeating field and rule names, so the 512 MB
+    # cap filled a third of the way through `--exhaustive --samples 2` (1.2M results); deflated with a preset
+    # dictionary they fit it whole
+    import sqlite3
+
+    cache = ReferenceCache(tmp_path)
+    for case in suite:
+        for part in case.parts:
+            cache.put(case, spec, part, _expect(case, spec, part))
+    cache.close()
+    with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:
+        sizes = [len(blob) for (blob,) in db.execute("SELECT value FROM expected")]
+    assert sum(sizes) / len(sizes) < 300, sum(sizes) / len(sizes)
