@@ -20,6 +20,7 @@ BUILTIN = {
     "paddle": "conformance.adapters.paddle:PaddleAdapter",
     "rtorch": "conformance.adapters.rtorch:RTorchAdapter",
     "optax": "conformance.adapters.optax:OptaxAdapter",
+    "keras": "conformance.adapters.keras:KerasAdapter",
 }
 ENTRY_POINT_GROUP = "kl_conformance.adapters"
 

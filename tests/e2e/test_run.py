@@ -73,6 +73,10 @@ KNOWN_WELL_POSED = (
     *(KnownFinding("mlx", ("mlx.nn.losses.kl_div_loss",), part, "float64", "value",
                    "the CPU exp is a float32 polynomial for every dtype: float64 results carry float32 error")
       for part in ("forward", "grad_input", "grad_target", "grad2_input")),
+    *(KnownFinding("keras", ("keras.losses.KLDivergence",), part, "float64", "value",
+                   "the class computes in keras.config.floatx() (float32) by default: float64 gradients carry "
+                   "float32 error (its float64 forward is a dtype divergence)")
+      for part in ("grad_input", "grad_target", "grad2_input")),
     KnownFinding("paddle", _PADDLE, "grad_target", "float*", "error",
                  "the label gets no gradient: paddle.grad returns None (MissingGradient)"),
     KnownFinding("paddle", _PADDLE, "grad2_input", "float*", "error",

@@ -1,0 +1,287 @@
+"""Keras 3 adapter: keras.losses.KLDivergence and keras.losses.kl_divergence on the backend of its process.
+
+Quirks live here:
+- Keras fixes its backend when it is imported, from KERAS_BACKEND (else ~/.keras/keras.json, else
+  tensorflow; https://keras.io/getting_started/#configuring-your-backend). One process runs one
+  backend, so each backend is its own tox environment, and the devices name the backend
+  (`tensorflow:cpu`, `jax:cpu`, `torch:cpu`; `tensorflow:gpu`, `jax:gpu`, `torch:cuda` where
+  present): a merged report has one column per backend.
+- Both APIs take probabilities, called as (y_true, y_pred) = (target, input) (spec: dialects.keras).
+  kl_divergence has no reduction (the values per distribution); the class maps the spec's `none`,
+  `mean` and `sum` to its `reduction=None`, its default "sum_over_batch_size" and "sum", and passes
+  any other string as given, so an unknown one meets the class's own check.
+- Inputs are built as the backend's own tensors of the case's dtypes (keras.ops.convert_to_tensor in
+  the device's scope), so no NumPy-to-floatx conversion stands between the case and the call. The
+  class still casts both arguments to its `dtype`, keras.config.floatx() (float32) by default, as its
+  documentation says; the adapter calls it as a user does, with the default, so float16, bfloat16
+  and float64 cases come back float32 (a finding, see spec/profiles/keras.yaml).
+- JAX: float64 is silently float32 unless x64 is on; load() enables it before Keras imports JAX
+  (tox also sets JAX_ENABLE_X64=1). JAX and TensorFlow tensors have no user-visible strides: a
+  transposed or strided layout is the backend's swapaxes or slice of the buffer, a new tensor
+  (as in adapters/optax.py); on torch it is a real strided view.
+- Gradients through the backend's own autodiff: tf.GradientTape (nested for the second order),
+  jax.vjp (jax.grad of that vjp), torch.autograd.grad (create_graph=True).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import numpy as np
+
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.model import Case, upstream_gradient
+
+CLASS, FUNCTION = "keras.losses.KLDivergence", "keras.losses.kl_divergence"
+REDUCTIONS = {"none": None, "mean": "sum_over_batch_size", "sum": "sum"}  # spec -> KLDivergence(reduction=)
+ACCELERATORS = {"tensorflow": "gpu", "jax": "gpu", "torch": "cuda"}  # each backend's own word
+VIEWS = {"contiguous": "{}", "transposed": "keras.ops.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}
+NO_KERNEL_MARKERS = ("No registered", "OpKernel", "not implemented for")  # TF's and torch's "no kernel" words
+
+
+def keras_reduction(reduction: str):
+    """The class's reduction argument for the spec's `reduction`; any other string as given."""
+    return REDUCTIONS.get(reduction, reduction)
+
+
+class KerasAdapter(Adapter):
+    name = "keras"
+    apis = (
+        Api(CLASS, grads=("input", "target"), log_target=False, dialect="keras", prob_input=True),
+        Api(FUNCTION, grads=("input", "target"), log_target=False, dialect="keras", prob_input=True,
+            reductions=("none",)),
+    )
+    known_devices = tuple(f"{backend}:{kind}" for backend, accel in ACCELERATORS.items() for kind in ("cpu", accel))
+
+    def __init__(self) -> None:
+        self.keras = None
+        self.backend = ""
+        self._device = ""
+
+    def load(self) -> None:
+        if os.environ.get("KERAS_BACKEND") == "jax":
+            try:
+                import jax
+            except Exception as exc:
+                raise FrameworkUnavailable(f"KERAS_BACKEND=jax, but jax cannot be imported: "
+                                           f"{type(exc).__name__}: {exc}") from None
+            jax.config.update("jax_enable_x64", True)  # before Keras makes any array: float64 stays float64
+        try:
+            import keras
+        except Exception as exc:  # ImportError, or the backend Keras picked cannot be imported
+            raise FrameworkUnavailable(f"cannot import keras: {type(exc).__name__}: {exc}") from None
+        self.keras, self.backend = keras, keras.backend.backend()
+        if self.backend == "jax":  # chosen by ~/.keras/keras.json, not KERAS_BACKEND: x64 now, before any case
+            self._module().config.update("jax_enable_x64", True)
+        if self.backend not in ACCELERATORS:
+            raise FrameworkUnavailable(f"Keras backend {self.backend!r} is not one this adapter runs "
+                                       f"(KERAS_BACKEND one of {list(ACCELERATORS)})")
+        self._device = f"{self.backend}:cpu"  # invoke() outside run() (bench's bare loop) calls on the CPU
+
+    def _module(self):
+        return __import__(self.backend)
+
+    def version(self) -> str:
+        extra = ""
+        if self.backend == "jax":
+            extra = ", x64" if self._module().config.jax_enable_x64 else ", x64 off: float64 runs as float32"
+        return f"{self.keras.__version__} ({self.backend} {self._module().__version__}{extra})"
+
+    def devices(self) -> tuple[str, ...]:
+        return (f"{self.backend}:cpu",) + ((f"{self.backend}:{ACCELERATORS[self.backend]}",)
+                                           if self._has_accelerator() else ())
+
+    def _has_accelerator(self) -> bool:
+        module = self._module()
+        if self.backend == "tensorflow":
+            return bool(module.config.list_physical_devices("GPU"))
+        if self.backend == "torch":
+            return module.cuda.is_available()
+        try:
+            return bool(module.devices("gpu"))
+        except RuntimeError:  # "Unknown backend: 'gpu' requested, but no platforms ... are present"
+            return False
+
+    def device_name(self, device: str) -> str:
+        if self._keras_device(device) == "cpu:0":
+            return platform.processor() or platform.machine()
+        module = self._module()
+        if self.backend == "torch":
+            return module.cuda.get_device_name()
+        if self.backend == "jax":
+            return module.devices("gpu")[0].device_kind
+        details = module.config.experimental.get_device_details(module.config.list_physical_devices("GPU")[0])
+        return details.get("device_name", "GPU")
+
+    def _keras_device(self, device: str) -> str:
+        """Keras' name ("cpu:0" or "gpu:0"; Keras turns gpu into cuda for torch) for a device of ours. A bare
+        "cpu" (the CLI's default for `repro`) is this backend's CPU; another backend's device is refused."""
+        backend, _, kind = device.rpartition(":")
+        if backend not in ("", self.backend) or kind not in ("cpu", ACCELERATORS[self.backend]):
+            raise ValueError(f"device {device!r} is not one of the {self.backend} backend's {self.devices()}")
+        return "cpu:0" if kind == "cpu" else "gpu:0"
+
+    def _scope(self, device: str):
+        return self.keras.device(self._keras_device(device))
+
+    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False):
+        """The case's values as a tensor of the backend of `dtype` on `device`, in `layout`."""
+        ops = self.keras.ops
+        buffer, view = layout_buffer(values, layout, swap=lambda a: ops.swapaxes(a, -1, -2))
+        with self._scope(device):
+            leaf = ops.convert_to_tensor(buffer, dtype=dtype)
+            if requires_grad:  # torch only: a leaf that records, its view is what the loss sees
+                leaf.requires_grad_(True)
+            return view(leaf)
+
+    def build(self, case: Case, device: str):
+        return tuple(self._tensor(values, dtype, case.layout, device)
+                     for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
+
+    def _loss(self, case: Case, api: Api):
+        """The call as a function of (input, target): y_pred = input, y_true = target."""
+        if api.name == FUNCTION:
+            return lambda x, t: self.keras.losses.kl_divergence(t, x)
+        loss = self.keras.losses.KLDivergence(reduction=keras_reduction(case.params.reduction))
+        return lambda x, t: loss(t, x)
+
+    def run(self, case: Case, api: Api, device: str, part: str):
+        self._device = device  # invoke() is not told the device; the call runs in its scope
+        return super().run(case, api, device, part)
+
+    def invoke(self, case: Case, api: Api, inputs):
+        x, t = inputs
+        with self._scope(self._device):
+            return self._loss(case, api)(x, t)
+
+    def gradient(self, case: Case, api: Api, device: str, part: str):
+        loss = self._loss(case, api)
+        with self._scope(device):
+            return getattr(self, f"_gradient_{self.backend}")(case, loss, device, part)
+
+    def _gradient_tensorflow(self, case: Case, loss, device: str, part: str):
+        """tf.GradientTape with the upstream as output_gradients; grad2_input is an outer tape's gradient,
+        with respect to target, of sum(w * grad_input)."""
+        tf = self._module()
+        x, t = self._cache.get(case, device, self.build)  # TF tensors are immutable: the forward's serve
+        with tf.GradientTape() as outer:
+            outer.watch(t)
+            with tf.GradientTape() as inner:
+                inner.watch([x, t])
+                out = loss(x, t)
+            upstream = tf.constant(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
+            wrt = t if part == "grad_target" else x
+            grad = inner.gradient(out, wrt, output_gradients=upstream)
+            if part != "grad2_input" or grad is None:
+                return grad
+            weighted = tf.reduce_sum(grad * tf.constant(upstream_gradient(tuple(grad.shape)), dtype=grad.dtype))
+        return outer.gradient(weighted, t)
+
+    def _gradient_jax(self, case: Case, loss, device: str, part: str):
+        """jax.vjp with the upstream; grad2_input is jax.grad, with respect to target, of sum(w * grad_input)."""
+        jax, jnp = self._module(), self._module().numpy
+        x, t = self._cache.get(case, device, self.build)  # JAX arrays are immutable: shared safely
+        out, pullback = jax.vjp(loss, x, t)
+        upstream = jnp.asarray(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
+        grad_input, grad_target = pullback(upstream)
+        if part != "grad2_input":
+            return grad_input if part == "grad_input" else grad_target
+        w = jnp.asarray(upstream_gradient(tuple(grad_input.shape)), dtype=grad_input.dtype)
+        return jax.grad(lambda b: jnp.sum(jax.vjp(loss, x, b)[1](upstream)[0] * w))(t)
+
+    def _gradient_torch(self, case: Case, loss, device: str, part: str):
+        """torch.autograd.grad with the upstream; create_graph=True for the second order, then the gradient,
+        with respect to target, of sum(w * grad_input)."""
+        torch = self._module()
+        second = part == "grad2_input"
+        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=part != "grad_target")
+        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=part != "grad_input")
+        out = loss(x, t)
+        upstream = torch.from_numpy(upstream_gradient(tuple(out.shape))).to(device=out.device, dtype=out.dtype)
+        (grad,) = torch.autograd.grad(out, [t if part == "grad_target" else x], grad_outputs=upstream,
+                                      allow_unused=True, create_graph=second)
+        if not second or grad is None:
+            return grad
+        w = torch.from_numpy(upstream_gradient(tuple(grad.shape))).to(device=grad.device, dtype=grad.dtype)
+        (grad2,) = torch.autograd.grad((grad * w).sum(), [t], allow_unused=True)
+        return grad2
+
+    def is_no_kernel(self, exc: Exception) -> bool:
+        return any(m in str(exc) for m in NO_KERNEL_MARKERS)
+
+    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+        scope = self._keras_device(device)
+        lines = ["import os",
+                 f"os.environ['KERAS_BACKEND'] = {self.backend!r}  # Keras fixes its backend at import",
+                 {"tensorflow": "import tensorflow as tf", "jax": "import jax", "torch": "import torch"}[self.backend]]
+        if self.backend == "jax":
+            lines += ["jax.config.update('jax_enable_x64', True)  # else float64 is silently float32"]
+        lines += ["import keras", "",
+                  f"with keras.device({scope!r}):"]
+        body = []
+
+        def tensor(name: str, dtype: str, grad: bool) -> str:
+            leaf = f"keras.ops.convert_to_tensor({_layout_buffer_expr(name, case.layout)}, dtype={dtype!r})"
+            if self.backend == "torch" and part != "forward":
+                leaf += f".requires_grad_({grad})"
+            return VIEWS[case.layout].format(leaf)
+        body += [f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}  # y_pred",
+                 f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}  # y_true"]
+        if api.name == FUNCTION:
+            body.append("loss = lambda x, t: keras.losses.kl_divergence(t, x)")
+        else:
+            body.append(f"loss = lambda x, t: keras.losses.KLDivergence("
+                        f"reduction={keras_reduction(case.params.reduction)!r})(t, x)")
+        body += self._repro_part(part)
+        body.append("result = " + {"tensorflow": "grad.numpy().astype(np.float64)",
+                                   "jax": "np.asarray(grad).astype(np.float64)",
+                                   "torch": "grad.detach().to('cpu', torch.float64).numpy()"}[self.backend])
+        return "\n".join(lines + ["    " + line if line else "" for line in body])
+
+    def _repro_part(self, part: str) -> list[str]:
+        """The lines, in the device's scope, that leave the part's value in `grad`."""
+        if part == "forward":
+            return ["grad = loss(x, t)"]
+        wrt = "t" if part == "grad_target" else "x"
+        if self.backend == "tensorflow":
+            lines = ["with tf.GradientTape() as outer:",
+                     "    outer.watch(t)",
+                     "    with tf.GradientTape() as inner:",
+                     "        inner.watch([x, t])",
+                     "        out = loss(x, t)",
+                     f"    grad = inner.gradient(out, {wrt}, output_gradients=tf.constant(upstream(tuple(out.shape)), "
+                     "dtype=out.dtype))"]
+            if part == "grad2_input":
+                lines += ["    w = tf.constant(upstream(tuple(grad.shape)), dtype=grad.dtype)",
+                          "    weighted = tf.reduce_sum(grad * w)",
+                          "grad = outer.gradient(weighted, t)"]
+            return lines
+        if self.backend == "jax":
+            lines = ["import jax.numpy as jnp",
+                     "out, pullback = jax.vjp(loss, x, t)",
+                     "g = jnp.asarray(upstream(tuple(out.shape)), dtype=out.dtype)",
+                     "grad_input, grad_target = pullback(g)"]
+            if part == "grad2_input":
+                return lines + ["w = jnp.asarray(upstream(tuple(grad_input.shape)), dtype=grad_input.dtype)",
+                                "grad = jax.grad(lambda b: jnp.sum(jax.vjp(loss, x, b)[1](g)[0] * w))(t)"]
+            return lines + [f"grad = {part}"]
+        lines = ["out = loss(x, t)",
+                 "g = torch.from_numpy(upstream(tuple(out.shape))).to(out.device, out.dtype)",
+                 f"(grad,) = torch.autograd.grad(out, [{wrt}], grad_outputs=g, create_graph={part == 'grad2_input'})"]
+        if part == "grad2_input":
+            lines += ["w = torch.from_numpy(upstream(tuple(grad.shape))).to(grad.device, grad.dtype)",
+                      "(grad,) = torch.autograd.grad((grad * w).sum(), [t])"]
+        return lines
+
+    def to_numpy(self, result):
+        if not self.keras.ops.is_tensor(result):
+            raise TypeError(f"the loss returned {type(result).__name__}, not a {self.backend} tensor")
+        dtype = self.keras.backend.standardize_dtype(result.dtype)
+        if self.backend == "torch":  # NumPy has no bfloat16; float64 holds every dtype's values exactly
+            value = result.detach().to("cpu", self._module().float64).numpy()
+        elif self.backend == "tensorflow":
+            value = result.numpy()  # not np.array(tensor): NumPy 2 warns about TF's __array__ (copy=)
+        else:
+            value = np.asarray(result)  # waits for the computation (JAX dispatches asynchronously)
+        return np.asarray(value).astype(np.float64), dtype, tuple(result.shape)
