@@ -159,6 +159,10 @@ def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None 
         raise UsageError(f"unknown api {api_name!r} for {framework!r}", where="--api", fix=f"use one of {api_names}")
     api = adapter.api(api_name or api_names[0])
     case = find_case(case_id, run_dir, case_file, seed)
+    why = adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, part)
+    if why:
+        raise UsageError(f"{api.name} cannot express case {case_id!r} ({part}): {why}", where="CASE_ID",
+                         fix="pick a case and part the report shows for this API (its rows are not `unsupported`)")
     adapter.load()
     return _script(adapter, case, api, device, part, spec, minimize)[0]
 

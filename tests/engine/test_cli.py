@@ -130,3 +130,11 @@ def test_one_user_case_id_in_two_files_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"case {generated!r}" in err and "generated case" in err and "Fix:" in err
     assert main(["cases", "--cases", str(clash), "--suite", "none"]) == 0  # alone it is fine
+
+
+def test_repro_of_a_case_the_api_cannot_express_is_one_line(capsys):
+    # it ended in a ValueError traceback from the reference (found with the Keras adapter); no framework is
+    # imported to tell (optax is not installed here)
+    assert main(["repro", "fwd/sum/log_target=0/4x6/float32/softmax/s0", "--framework", "optax"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot express" in err and "no reduction 'sum'" in err
