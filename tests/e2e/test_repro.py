@@ -69,6 +69,13 @@ def test_repro_minimises_to_one_element(default_run, capsys):
         assert "x_values = values([" in script and ", (1, 1))" in script
 
 
+def _takes_log_targets_only(framework: str) -> bool:
+    """Whether every API of `framework` takes the target as log-probabilities only (MLX)."""
+    from conformance.adapters.registry import get_adapter
+
+    return all(api.only_log_target for api in get_adapter(framework).apis)
+
+
 def _takes_probabilities(framework: str) -> bool:
     """Whether every API of `framework` takes probabilities as input (Keras): user cases must be written so."""
     from conformance.adapters.registry import get_adapter
@@ -79,8 +86,11 @@ def _takes_probabilities(framework: str) -> bool:
 def test_repro_of_a_user_case_from_the_run_directory(default_run, tmp_path, capsys):
     framework, _ = default_run
     cases = tmp_path / "mine.yaml"
+    # written as the framework's APIs take it: probabilities (Keras), log targets only (MLX), or as torch does
     cases.write_text("- {id: my-zero-target, input: [0.0, 0.25], target: [0.0, 0.5], reduction: none, "
                      "input_space: probability}\n" if _takes_probabilities(framework) else
+                     "- {id: my-zero-target, input: [-.inf, -1.0], target: [-.inf, -0.6931471805599453], "
+                     "reduction: none, log_target: true}\n" if _takes_log_targets_only(framework) else
                      "- {id: my-zero-target, input: [-.inf, -1.0], target: [0.0, 0.5], reduction: none}\n")
     run = tmp_path / "run"
     assert main(["run", "--framework", framework, "--cases", str(cases), "--suite", "none", "--out", str(run),
