@@ -101,8 +101,7 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
             if (err <= bound).all():
                 worst = int(np.argmax(err / np.where(bound > 0, bound, np.finfo(np.float64).tiny)))
                 return Judgement(Verdict.PASS, "", float(err.max()), float(bound.flat[worst]))
-    pattern_differs = ((np.isnan(got) != np.isnan(want)) | (np.isposinf(got) != np.isposinf(want))
-                       | (np.isneginf(got) != np.isneginf(want)))
+    pattern_differs = differs_in_nonfinite_pattern(got, want)
     if pattern_differs.any():
         where = np.argwhere(pattern_differs)
         first = tuple(where[0])
@@ -122,6 +121,12 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
                    f"|err| {err[worst]:.3g} > bound {worst_bound:.3g}")
         return Judgement(Verdict.VALUE, message, max_abs_err, worst_bound, cause=_cause(expected, outside))
     return Judgement(Verdict.PASS, "", max_abs_err, worst_bound)
+
+
+def differs_in_nonfinite_pattern(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per element: NaN where the other is not, or an infinity of another sign or none (spec: tolerance.comparison)."""
+    return ((np.isnan(got) != np.isnan(want)) | (np.isposinf(got) != np.isposinf(want))
+            | (np.isneginf(got) != np.isneginf(want)))
 
 
 def check_bound(want: np.ndarray, bound: np.ndarray) -> None:

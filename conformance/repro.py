@@ -21,7 +21,7 @@ from conformance.adapters.registry import get_adapter
 from conformance.cases.generate import DEFAULT_SEED, build_case
 from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
-from conformance.compare import classify
+from conformance.compare import classify, differs_in_nonfinite_pattern
 from conformance.errors import UsageError
 from conformance.model import Case, Expected, Spec, Verdict
 from conformance.runner import CaseJudge
@@ -104,8 +104,7 @@ def _screened(case: Case, adapter, api, device: str, part: str, expect, count: i
     got = np.asarray(observed.value, dtype=np.float64).reshape(count)
     want, bound = expected.value.reshape(count), expected.bound.reshape(count)
     with np.errstate(invalid="ignore"):
-        off = ((np.isnan(got) != np.isnan(want)) | (np.isposinf(got) != np.isposinf(want))
-               | (np.isneginf(got) != np.isneginf(want)) | (np.isfinite(want) & ~(np.abs(got - want) <= bound)))
+        off = differs_in_nonfinite_pattern(got, want) | (np.isfinite(want) & ~(np.abs(got - want) <= bound))
     return [i for i in order if off[i]] + [i for i in order if not off[i]]
 
 
