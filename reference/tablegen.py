@@ -72,35 +72,30 @@ def _worst(c: Fraction, lo: Fraction, hi: Fraction) -> Fraction:
     return max(abs((1 + lo) * c - 1), abs((1 + hi) * c - 1))
 
 
+def _level(step: int, grain: int, slack: Fraction, r_prev: Fraction) -> tuple[list[int], Fraction, int]:
+    """One table step after the first: for each index j, the constant 1 / (1 + j / 2**step) on the grain
+    2**-grain, the worst reduced argument over inputs |r| <= r_prev whose rounded index is j, and the
+    largest |j|."""
+    j_max = int((r_prev + slack) * 2**step) + 1  # an index rounded from an r within `slack` of |r| <= r_prev
+    table, worst = [], Fraction(0)
+    for j in range(-j_max, j_max + 1):
+        i = round(Fraction(2**(step + grain), 2**step + j))
+        c = Fraction(i, 2**grain)
+        lo = max(Fraction(2 * j - 1, 2**(step + 1)) - slack, -r_prev)
+        hi = min(Fraction(2 * j + 1, 2**(step + 1)) + slack, r_prev)
+        if lo <= hi:
+            worst = max(worst, _worst(c, lo, hi))
+        table.append(i)
+    return table, worst, j_max
+
+
 def build() -> dict:
     """Every table and bound, as plain Python floats and ints."""
     ln2 = _ln(Fraction(2))
     level1 = log_level1()
     r1 = max(max(abs(lo * Fraction(i1, 2**9) - 1), abs(hi * Fraction(i1, 2**9) - 1)) for i1, lo, hi in level1)
-    r1_index = r1 + INDEX_SLACK_2
-
-    j2_max = int(r1_index * 2**LEVEL2_STEP) + 1
-    level2, r2 = [], Fraction(0)
-    for j2 in range(-j2_max, j2_max + 1):
-        i2 = round(Fraction(2**(LEVEL2_STEP + LEVEL2_GRAIN), 2**LEVEL2_STEP + j2))
-        c2 = Fraction(i2, 2**LEVEL2_GRAIN)
-        lo = max(Fraction(2 * j2 - 1, 2**(LEVEL2_STEP + 1)) - INDEX_SLACK_2, -r1)
-        hi = min(Fraction(2 * j2 + 1, 2**(LEVEL2_STEP + 1)) + INDEX_SLACK_2, r1)
-        if lo <= hi:
-            r2 = max(r2, _worst(c2, lo, hi))
-        level2.append(i2)
-    r2_index = r2 + INDEX_SLACK_3
-
-    j3_max = int(r2_index * 2**LEVEL3_STEP) + 1
-    level3, r3 = [], Fraction(0)
-    for j3 in range(-j3_max, j3_max + 1):
-        i3 = round(Fraction(2**(LEVEL3_STEP + LEVEL3_GRAIN), 2**LEVEL3_STEP + j3))
-        c3 = Fraction(i3, 2**LEVEL3_GRAIN)
-        lo = max(Fraction(2 * j3 - 1, 2**(LEVEL3_STEP + 1)) - INDEX_SLACK_3, -r2)
-        hi = min(Fraction(2 * j3 + 1, 2**(LEVEL3_STEP + 1)) + INDEX_SLACK_3, r2)
-        if lo <= hi:
-            r3 = max(r3, _worst(c3, lo, hi))
-        level3.append(i3)
+    level2, r2, j2_max = _level(LEVEL2_STEP, LEVEL2_GRAIN, INDEX_SLACK_2, r1)
+    level3, r3, j3_max = _level(LEVEL3_STEP, LEVEL3_GRAIN, INDEX_SLACK_3, r2)
 
     # C = c1 c2 c3 is exact: at most 53 significant bits whatever the three indices
     assert max(_bits(i1) for i1, _, _ in level1) + max(map(_bits, level2)) + max(map(_bits, level3)) <= 53
