@@ -52,6 +52,33 @@ def classify(expected: Expected, observed: Observation, spec: Spec) -> Judgement
                      judgement.cause, missing)
 
 
+def passes(expected: Expected, observed: Observation) -> bool:
+    """Whether `classify` gives PASS, decided without building its message: explanations and profiles
+    try many expectations against one observation. tests/engine/test_compare_properties.py checks
+    that the two always agree."""
+    if observed.unsupported is not None:
+        return False
+    if expected.error_id is not None:
+        return (observed.raised and observed.exception_type == expected.error_type
+                and (not expected.error_match
+                     or re.search(expected.error_match, observed.exception_message or "") is not None))
+    if observed.raised or observed.dtype != expected.result_dtype:
+        return False
+    if tuple(observed.shape) != tuple(expected.shape) or np.shape(observed.value) != tuple(expected.shape):
+        return False
+    want, bound, got = expected.value, expected.bound, np.asarray(observed.value, dtype=np.float64)
+    check_bound(want, bound)
+    if got.size == 0:
+        return True
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = np.isfinite(want)
+        if finite.all():
+            return bool((np.abs(got - want) <= bound).all())
+        if differs_in_nonfinite_pattern(got, want).any():
+            return False
+        return not (np.where(finite, np.abs(got - want), 0.0) > bound).any()
+
+
 def _judge(expected: Expected, observed: Observation) -> Judgement:
     raised = f"{observed.exception_type}: {observed.exception_message}"
     if expected.error_id is not None:
@@ -151,6 +178,8 @@ def check_bound(want: np.ndarray, bound: np.ndarray) -> None:
 
 def missing_warnings(expected: Expected, observed: Observation, spec: Spec) -> tuple[str, ...]:
     """Ids of expected warnings that no observed warning matches (spec: warnings; advisory only)."""
+    if not expected.warnings:
+        return ()
     patterns = {row["id"]: row.get("match") for row in spec.data["warnings"]["expected"]}
     missing = []
     for warning_id in expected.warnings:

@@ -16,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from conformance.compare import classify
-from conformance.model import Case, Expected, Observation, Spec, Verdict
+from conformance.compare import passes
+from conformance.model import Case, Expected, Observation, Spec
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 from conformance.reference.rounding import round_to_dtype
@@ -111,14 +111,15 @@ def with_alternatives(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
 
 
 def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward", max_combined: int = 2,
-            expect: Callable[[Spec], Expected] | None = None,
-            dialect: str = "canonical") -> tuple[Alternative, ...] | None:
+            expect: Callable[[Spec], Expected] | None = None, dialect: str = "canonical",
+            touched: frozenset[str] | None = None) -> tuple[Alternative, ...] | None:
     """The smallest set of alternative choices under which `observed` passes, or None.
 
     An observation that raised is explained by a choice under which the spec
     expects an error at all, whatever its exception type. Only alternatives whose
     choice points touch the case are tried. `expect(spec)` gives the case's
-    expectation for `part` under a spec (the runner passes one that remembers).
+    expectation for `part` under a spec (the runner passes one that remembers), and
+    `touched` the case's touched_paths, where the caller keeps them.
     """
     if observed.unsupported is not None:
         return None
@@ -127,7 +128,7 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
             (lambda s: expected_grad(case, s, part, dialect))
     if observed.raised and expect(spec).error_id is not None:
         return None  # an error was due anyway: only its type differs, which no choice explains
-    touched = touched_paths(case)
+    touched = touched_paths(case) if touched is None else touched
     for alts in _candidate_sets(spec, max_combined):
         if not all(a.path in touched for a in alts):
             continue
@@ -135,7 +136,7 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
         if observed.raised:
             if expected.error_id is not None:
                 return alts
-        elif classify(expected, observed, spec).verdict is Verdict.PASS:
+        elif passes(expected, observed):
             return alts
     return None
 

@@ -264,6 +264,7 @@ class Judgement:
 # It changes when a field is removed or renamed or changes meaning; adding a field does not
 # change it. Readers refuse another version (spec/results.schema.json says the same).
 FORMAT_VERSION = 2
+STRICT_JSON = json.JSONEncoder(allow_nan=False)  # JSON without NaN/inf, one encoder: json.dumps(allow_nan=False) builds one per call
 
 RESULT_FIELDS = (
     "case_id", "case_digest", "seed", "family", "reduction", "log_target", "framework", "framework_version", "api",
@@ -328,7 +329,7 @@ class Result:
             row[key] = list(row[key])
         for key in ("max_abs_err", "bound"):
             row[key] = _finite_or_text(row[key])
-        return json.dumps(row, sort_keys=False, allow_nan=False)
+        return STRICT_JSON.encode(row)
 
     @classmethod
     def from_json(cls, text: str) -> "Result":

@@ -1,7 +1,8 @@
 """Reads and writes a run directory: results.jsonl (a public format), run.json, atomic files.
 
-results.jsonl is append-only and flushed per line, so a run stopped at any moment
-leaves every finished row readable. Reports and other files are written to a
+results.jsonl is append-only and flushed once per case (the runner calls `flush` after a
+case's rows), so a run stopped at any moment leaves every finished case's rows readable;
+a last line cut short is dropped on --resume. Reports and other files are written to a
 temporary file and renamed into place, so none is ever half-written.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from conformance.errors import ResultsError
-from conformance.model import FORMAT_VERSION, Result
+from conformance.model import FORMAT_VERSION, STRICT_JSON, Result
 
 RESULTS_FILE = "results.jsonl"
 DETAILS_FILE = "details.jsonl"
@@ -24,8 +25,9 @@ DETAIL_KEYS = ("case_id", "framework", "api", "device", "part")  # a detail's ro
 
 
 class ResultsWriter:
-    """Writes Result rows to results.jsonl, one flushed line each (appending, to resume a run),
-    and, for divergences, their inputs and values to details.jsonl for the HTML report."""
+    """Writes Result rows to results.jsonl, one line each (appending, to resume a run), and, for
+    divergences, their inputs and values to details.jsonl for the HTML report. `flush` puts what
+    was written on disk; closing flushes too."""
 
     def __init__(self, out_dir: Path, append: bool = False) -> None:
         self.path = out_dir / RESULTS_FILE
@@ -34,11 +36,14 @@ class ResultsWriter:
 
     def write(self, result: Result, detail: dict[str, Any] | None = None) -> None:
         self._file.write(result.to_json() + "\n")
-        self._file.flush()
         if detail is not None:
             key = {k: getattr(result, k) for k in DETAIL_KEYS}
-            self._details.write(json.dumps({**key, **detail}, allow_nan=False) + "\n")
-            self._details.flush()
+            self._details.write(STRICT_JSON.encode({**key, **detail}) + "\n")
+
+    def flush(self) -> None:
+        """Put every row written so far on disk (the runner calls it after each case)."""
+        self._file.flush()
+        self._details.flush()
 
     def close(self) -> None:
         self._file.close()
@@ -59,7 +64,9 @@ def array_detail(values) -> dict[str, Any] | None:
         return None
     a = np.asarray(values, dtype=np.float64)
     flat = a.reshape(-1)[:DETAIL_ELEMENTS]
-    as_json = [float(v) if np.isfinite(v) else ("nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")) for v in flat]
+    as_json = flat.tolist()
+    for i in np.flatnonzero(~np.isfinite(flat)).tolist():
+        as_json[i] = "nan" if np.isnan(flat[i]) else ("inf" if flat[i] > 0 else "-inf")
     return {"shape": list(a.shape), "values": as_json, "truncated": bool(a.size > DETAIL_ELEMENTS)}
 
 

@@ -10,6 +10,7 @@ calls the framework. A crash or a timeout costs one case; --resume skips every
 from __future__ import annotations
 
 import hashlib
+import itertools
 import platform
 import sys
 import time
@@ -24,8 +25,8 @@ from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
 from conformance.compare import classify
 from conformance.errors import ResultsError, UsageError
-from conformance.explain import explain
-from conformance.model import Case, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.explain import explain, touched_paths
+from conformance.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.profiles import DeviationLedger
 from conformance.refcache import ReferenceCache
 from conformance.reference.forward import expected_forward, takes_input_space
@@ -126,10 +127,14 @@ def run_conformance(
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **run_info}
     pool = WorkerPool(framework, timeout_s=options.timeout_s)
-    cache = None
+    cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
+    cases = iter(cases)
     try:
         try:
-            info = pool.start()
+            pool.launch()
+            # while the worker imports the framework (seconds), the first cases' expectations are made
+            prefetched = _prefetch(spec, adapter, cases, pool, options, cache)
+            info = pool.wait_ready()
         except WorkerUnavailable as exc:
             summary.not_run = str(exc)
             _prepare(out, options, manifest)
@@ -143,18 +148,19 @@ def run_conformance(
         manifest.update(framework_version=info.version, targets=[str(t) for t in targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         write_manifest(out, manifest)
-        cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
         with ResultsWriter(out, append=options.resume) as writer:
-            rows = _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary,
-                                cache)
+            judged = _judged_cases(spec, adapter, ledger, pool, targets, itertools.chain(prefetched, cases), done,
+                                   options, manifest, info, summary, cache)
             try:
-                for case, result, detail in rows:
-                    if options.known is not None:
-                        result = options.known.mark(result)
-                    writer.write(result, detail)
-                    summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
-                    if on_result is not None:
-                        on_result(case, result)
+                for case, rows in judged:
+                    for result, detail in rows:
+                        if options.known is not None:
+                            result = options.known.mark(result)
+                        writer.write(result, detail)
+                        summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
+                        if on_result is not None:
+                            on_result(case, result)
+                    writer.flush()  # a case's rows are on disk before the next case's are judged
             except WorkerLost as exc:  # every row so far is written; --resume continues once the cause is fixed
                 summary.stopped = str(exc)
         summary.restarts = pool.restarts
@@ -182,10 +188,45 @@ def _prepare(out: Path, options: RunOptions, manifest: dict) -> None:
     manifest["case_files_kept"] = _keep_case_files(out, manifest.get("case_files", []))
 
 
-def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary, cache
-                 ) -> Iterator[tuple[Case, Result, dict | None]]:
-    """Send runnable cases to the worker, and judge each answer against the reference."""
+PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched at most: bounded memory
+PREFETCH_CASES = 50_000
+
+
+def _prefetch(spec: Spec, adapter, cases: Iterator[Case], pool: WorkerPool, options: RunOptions,
+              cache: ReferenceCache | None) -> list[Case | tuple[Case, "CaseJudge"]]:
+    """The first cases, each with a judge holding its expectations, made while the worker is still loading
+    the framework: the parent would otherwise wait idle. Stops when the worker is ready, or at the bound.
+    Only what the run would compute anyway is computed (selected parts, the selected APIs' dialects)."""
+    prefetched: list[Case | tuple[Case, CaseJudge]] = []
+    if options.resume:  # which calls remain is known only from the devices the worker finds
+        return prefetched
+    dialects = list(dict.fromkeys(a.dialect for a in adapter.apis if not options.apis or a.name in options.apis))
+    elements = 0
+    while not pool.ready() and elements < PREFETCH_ELEMENTS and len(prefetched) < PREFETCH_CASES:
+        case = next(cases, None)
+        if case is None:
+            break
+        size = _elements(case)
+        if size * BYTES_PER_ELEMENT / 2**20 > options.memory_budget_mb:
+            prefetched.append(case)  # refused when its turn comes; nothing to compute
+            continue
+        judge = CaseJudge(case, spec, cache)
+        for part in case.parts:
+            if not options.parts or part in options.parts:
+                for dialect in dialects:
+                    if takes_input_space(case, dialect, spec):
+                        judge.expected(spec, part, dialect)
+        prefetched.append((case, judge))
+        elements += size
+    return prefetched
+
+
+def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary, cache
+                  ) -> Iterator[tuple[Case, list[tuple[Result, dict | None]]]]:
+    """Send runnable cases to the worker, and judge each answer against the reference: each case with its
+    rows. `cases` may pair a case with a judge already holding its expectations (_prefetch)."""
     refused: dict[int, tuple[Case, str]] = {}
+    judges: dict[int, CaseJudge] = {}
 
     def calls_of(case: Case) -> tuple[tuple[str, str, str], ...]:
         parts = [p for p in case.parts if not options.parts or p in options.parts]
@@ -198,10 +239,14 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
         return adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, call[2])
 
     def tasks() -> Iterator[Task]:
-        for index, case in enumerate(cases):
+        for index, item in enumerate(cases):
+            case = item
+            if isinstance(item, tuple):
+                case, judges[index] = item
             todo = calls_of(case)
             if not todo:
                 summary.skipped += 1
+                judges.pop(index, None)
                 continue
             need_mb = _elements(case) * BYTES_PER_ELEMENT / 2**20
             if need_mb > options.memory_budget_mb:
@@ -216,15 +261,18 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
         task = outcome.task
         case = task.case
         digest = case_digest(case)
+        rows = []
         if task.index in refused:
             reason = refused.pop(task.index)[1]
             for api_name, device, part in calls_of(case):
                 judgement = Judgement(Verdict.UNSUPPORTED, reason)
-                yield case, _result(case, digest, Target(adapter.name, api_name, device), part, None, judgement,
-                                    Observation(), (), spec, manifest, info), None
+                rows.append((_result(case, digest, Target(adapter.name, api_name, device), part, None, judgement,
+                                     Observation(), (), spec, manifest, info), None))
             summary.cases += 1
+            yield case, rows
             continue
-        judge = CaseJudge(case, spec, cache)  # works while the worker is already on the next cases
+        # works while the worker is already on the next cases
+        judge = judges.pop(task.index, None) or CaseJudge(case, spec, cache)
         for call in calls_of(case):
             api_name, device, part = call
             dialect = adapter.api(api_name).dialect
@@ -242,8 +290,9 @@ def _judged_rows(spec, adapter, ledger, pool, targets, cases, done, options, man
                              if judgement.verdict.is_divergence and outcome.failure is None else ())
             result = _result(case, digest, Target(adapter.name, api_name, device), part, expected, judgement, observed,
                              documented_by, spec, manifest, info)
-            yield case, result, (_detail(case, expected, observed) if judgement.verdict.is_divergence else None)
+            rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1
+        yield case, rows
 
 
 def check_dialects(adapter, spec: Spec) -> None:
@@ -275,6 +324,9 @@ class CaseJudge:
         self.case, self.spec, self.cache = case, spec, cache
         self._expected: dict[tuple[str, str], object] = {}
         self._judged: dict[tuple, Judgement] = {}
+        self._case_detail: dict | None = None
+        self._touched: frozenset[str] | None = None  # explain's touched_paths, once per case
+        self._expected_detail: dict[int, dict] = {}
 
     def expected(self, spec: Spec, part: str, dialect: str = "canonical"):
         key = (spec.hash, part, dialect)
@@ -287,6 +339,20 @@ class CaseJudge:
             self._expected[key] = found
         return self._expected[key]
 
+    def detail(self, expected: Expected | None, observed: Observation) -> dict:
+        """What the HTML report shows when a divergence is expanded. The previews of the case's arrays
+        and of each expectation are made once, however many APIs of the case diverge."""
+        if self._case_detail is None:
+            case = self.case
+            self._case_detail = {"params": vars(case.params), "dtype": str(case.dtype), "layout": case.layout,
+                                 "input": array_detail(case.input), "target": array_detail(case.target)}
+        if id(expected) not in self._expected_detail:  # the expectations are held in self._expected: ids stay theirs
+            self._expected_detail[id(expected)] = {
+                "expected": array_detail(expected.value) if expected is not None else None,
+                "expected_error": expected.error_type if expected is not None else None}
+        return {**self._case_detail, **self._expected_detail[id(expected)], "got": array_detail(observed.value),
+                "raised": f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None}
+
     def judgement(self, part: str, dialect: str, observed: Observation) -> Judgement:
         key = (part, dialect, *observation_key(observed))
         if key not in self._judged:
@@ -298,8 +364,10 @@ class CaseJudge:
             return Judgement(Verdict.UNSUPPORTED, observed.unsupported)  # the case's input space)
         judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
         if judgement.verdict.is_divergence:
+            if self._touched is None:
+                self._touched = touched_paths(self.case)
             behaves_as = explain(self.case, observed, self.spec, part,
-                                 expect=lambda s: self.expected(s, part, dialect))
+                                 expect=lambda s: self.expected(s, part, dialect), touched=self._touched)
             if behaves_as:
                 return Judgement(judgement.verdict,
                                  f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
@@ -318,14 +386,6 @@ def observation_key(observed: Observation) -> tuple:
             observed.warnings, observed.unsupported)
 
 
-def _detail(case: Case, expected, observed: Observation) -> dict:
-    """What the HTML report shows when a divergence is expanded."""
-    return {"params": vars(case.params), "dtype": str(case.dtype), "layout": case.layout,
-            "input": array_detail(case.input), "target": array_detail(case.target),
-            "expected": array_detail(expected.value) if expected is not None else None,
-            "expected_error": expected.error_type if expected is not None else None,
-            "got": array_detail(observed.value),
-            "raised": f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None}
 
 
 def _result(case, digest, target, part, expected, judgement, observed, documented_by, spec, manifest, info) -> Result:

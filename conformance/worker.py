@@ -126,13 +126,31 @@ class WorkerPool:
         self.restarts = 0
 
     def start(self) -> WorkerInfo:
+        """Start the worker and wait until it has loaded the framework."""
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the worker without waiting: it imports the framework (seconds) while the caller works."""
         parent, child = self._ctx.Pipe()
         self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._output.name),
                                           daemon=True)
         self._process.start()
         child.close()
         self._conn = parent
-        if not parent.poll(self.start_timeout_s):
+        self._launched = time.monotonic()
+
+    def ready(self) -> bool:
+        """Whether the launched worker has answered (loaded, or failed to): wait_ready() will not block."""
+        try:
+            return self._conn.poll(0)
+        except (EOFError, OSError):
+            return True
+
+    def wait_ready(self) -> WorkerInfo:
+        """The launched worker's versions and devices, once it has loaded the framework."""
+        parent = self._conn
+        if not parent.poll(max(0.0, self.start_timeout_s - (time.monotonic() - self._launched))):
             self._kill()
             raise WorkerUnavailable(f"the {self.framework} worker did not start within {self.start_timeout_s:.0f} s")
         try:

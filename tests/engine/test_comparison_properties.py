@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from conformance.compare import classify
+from conformance.compare import classify, passes
 from conformance.errors import HarnessBug
 from conformance.model import FLOAT_DTYPES, Expected, Observation, Verdict
 
@@ -93,6 +93,36 @@ def test_a_bad_bound_at_a_finite_expectation_stops_the_harness(spec, expected, b
     broken = Expected(result_dtype=expected.result_dtype, shape=expected.shape, value=expected.value, bound=bound)
     with pytest.raises(HarnessBug):
         classify(broken, _observed(expected.value, expected), spec)
+
+
+OBSERVED = st.one_of(FINITE, SPECIAL, st.just(0.0))
+
+
+@settings(max_examples=500, deadline=None)
+@given(expectations(), st.data())
+def test_passes_agrees_with_classify(spec, expected, data):
+    """`passes` (what explanations and profiles ask) is exactly `classify(...) is PASS`, for answers near,
+    far, non-finite, of another shape, dtype or error."""
+    want = expected.value
+    kind = data.draw(st.sampled_from(["near", "any", "shape", "dtype", "raised", "error_expected"]))
+    if kind == "near":
+        fraction = data.draw(arrays(np.float64, want.shape, elements=st.floats(-2, 2)))
+        with np.errstate(invalid="ignore", over="ignore"):
+            got = np.where(np.isfinite(want), want + fraction * np.nan_to_num(expected.bound), want)
+    else:
+        got = data.draw(arrays(np.float64, want.shape, elements=OBSERVED))
+    observed = _observed(got, expected)
+    if kind == "shape":
+        observed = Observation(value=got.reshape(-1)[:1], dtype=expected.result_dtype, shape=(1,))
+    elif kind == "dtype":
+        observed = Observation(value=got, dtype=data.draw(st.sampled_from(FLOAT_DTYPES)), shape=tuple(expected.shape))
+    elif kind in ("raised", "error_expected"):
+        observed = Observation(exception_type=data.draw(st.sampled_from(["ValueError", "RuntimeError"])),
+                               exception_message=data.draw(st.sampled_from(["size mismatch", "bad reduction", ""])))
+    if kind == "error_expected":
+        expected = Expected(result_dtype=None, shape=(), value=None, bound=None, error_id="incompatible_shapes",
+                            error_type="RuntimeError", error_match=data.draw(st.sampled_from([None, "size", "x"])))
+    assert passes(expected, observed) == (classify(expected, observed, spec).verdict is Verdict.PASS)
 
 
 CALL_VALUES = st.one_of(st.floats(-1e4, 1e4), st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-310,
