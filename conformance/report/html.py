@@ -8,16 +8,14 @@ Reads rows, manifests and details only; never a framework or the reference.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
-import math
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
 from conformance.model import Result, Verdict
 from conformance.report.markdown import repro_command
+from conformance.report.plot import ratio_histogram_svg
 from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally, split_label as _split, target_label
 
 STYLE = """
@@ -31,7 +29,7 @@ td.pass{background:#d9f2dc}td.div{background:#f8c9c4}td.doc{background:#fbe7b5}t
 details{border:1px solid #dde;margin:4px 0;padding:4px 8px;border-radius:4px}
 summary{cursor:pointer}code,pre{font:12px ui-monospace,monospace}pre{background:#f6f8fa;padding:6px;overflow:auto}
 .v-pass{color:#1a7f37}.v-div{color:#b42318;font-weight:600}.doc-tag{color:#8a6100;font-weight:600}
-img.plot{max-width:100%;border:1px solid #ddd}
+svg.plot{max-width:100%;height:auto;border:1px solid #ddd}
 """
 
 SCRIPT = """
@@ -168,38 +166,8 @@ def _plots(tally: Tally) -> list[str]:
     out = ["<h2>Error relative to the bound</h2>",
            "<p>log10(max |error| / bound) of every judged value, per framework and result dtype; "
            "right of 0 is outside the spec's bound; the bar at the far left is exact results.</p>"]
-    png = _ratio_plot(tally.ratios)
-    if png is None:
-        return out + ["<p>(plots need matplotlib)</p>"]
-    return out + [f"<img class='plot' alt='error over bound per framework and dtype' src='data:image/png;base64,{png}'>"]
-
-
-def _ratio_plot(ratios: dict[tuple[str, str], list[float]]) -> str | None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    frameworks = sorted({fw for fw, _ in ratios})
-    if not frameworks:
-        return None
-    fig, axes = plt.subplots(1, len(frameworks), figsize=(5 * len(frameworks), 3.2), squeeze=False, sharey=True)
-    bins = [x / 2 for x in range(-26, 9)]
-    for ax, fw in zip(axes[0], frameworks):
-        for (name, dtype), values in sorted(ratios.items()):
-            if name == fw and values:
-                ax.hist([max(math.log10(v), -12.9) for v in values], bins=bins, histtype="step", label=dtype)
-        ax.axvline(0, color="#b42318", linewidth=1)
-        ax.set_title(fw)
-        ax.set_xlabel("log10(|error| / bound)")
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("results")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    svg = ratio_histogram_svg(tally.ratios)
+    return out + [svg if svg is not None else "<p>(no judged values to plot)</p>"]
 
 
 def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list[str]:

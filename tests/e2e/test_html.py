@@ -30,7 +30,8 @@ def _run(chromium, tmp_path, *args):
 def test_html_is_self_contained(default_run):
     _, out = default_run
     page = (out / "report.html").read_text()
-    assert "<table id='matrix'" in page and "data:image/png;base64," in page
+    assert "<table id='matrix'" in page and page.count('<svg class="plot" xmlns="http://www.w3.org/2000/svg"') == 1
+    assert "data:image/png" not in page  # the plot is inline SVG, not a picture
     assert "http://" not in page.split("<div id='divergences'>")[0].replace("http://www.w3.org", "")
     assert "<script src" not in page and "<link " not in page  # nothing fetched
 
