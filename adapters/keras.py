@@ -118,9 +118,16 @@ class KerasAdapter(Adapter):
         """Keras' name ("cpu:0" or "gpu:0"; Keras turns gpu into cuda for torch) for a device of ours. A bare
         "cpu" (the CLI's default for `repro`) is this backend's CPU; another backend's device is refused."""
         backend, _, kind = device.rpartition(":")
-        if backend not in ("", self.backend) or kind not in ("cpu", ACCELERATORS[self.backend]):
-            raise ValueError(f"device {device!r} is not one of the {self.backend} backend's {self.devices()}")
+        own = self._backend_of(device)
+        if backend not in ("", own) or own not in ACCELERATORS or kind not in ("cpu", ACCELERATORS[own]):
+            raise ValueError(f"device {device!r} is not one of the {own or 'loaded'} backend's "
+                             f"{self.devices() if self.keras is not None else self.known_devices}")
         return "cpu:0" if kind == "cpu" else "gpu:0"
+
+    def _backend_of(self, device: str) -> str:
+        """The loaded backend; before loading (a run's reproducers are written without Keras), the one
+        the device names ("jax:cpu")."""
+        return self.backend or device.rpartition(":")[0]
 
     def _scope(self, device: str):
         return self.keras.device(self._keras_device(device))
@@ -211,11 +218,11 @@ class KerasAdapter(Adapter):
         return any(m in str(exc) for m in NO_KERNEL_MARKERS)
 
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
-        scope = self._keras_device(device)
+        scope, backend = self._keras_device(device), self._backend_of(device)
         lines = ["import os",
-                 f"os.environ['KERAS_BACKEND'] = {self.backend!r}  # Keras fixes its backend at import",
-                 {"tensorflow": "import tensorflow as tf", "jax": "import jax", "torch": "import torch"}[self.backend]]
-        if self.backend == "jax":
+                 f"os.environ['KERAS_BACKEND'] = {backend!r}  # Keras fixes its backend at import",
+                 {"tensorflow": "import tensorflow as tf", "jax": "import jax", "torch": "import torch"}[backend]]
+        if backend == "jax":
             lines += ["jax.config.update('jax_enable_x64', True)  # else float64 is silently float32"]
         lines += ["import keras", "",
                   f"with keras.device({scope!r}):"]
@@ -223,7 +230,7 @@ class KerasAdapter(Adapter):
 
         def tensor(name: str, dtype: str, grad: bool) -> str:
             leaf = f"keras.ops.convert_to_tensor({_layout_buffer_expr(name, case.layout)}, dtype={dtype!r})"
-            if self.backend == "torch" and part != "forward":
+            if backend == "torch" and part != "forward":
                 leaf += f".requires_grad_({grad})"
             return VIEWS[case.layout].format(leaf)
         body += [f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}  # y_pred",
@@ -233,18 +240,19 @@ class KerasAdapter(Adapter):
         else:
             body.append(f"loss = lambda x, t: keras.losses.KLDivergence("
                         f"reduction={keras_reduction(case.params.reduction)!r})(t, x)")
-        body += self._repro_part(part)
+        body += self._repro_part(part, backend)
         body.append("result = " + {"tensorflow": "grad.numpy().astype(np.float64)",
                                    "jax": "np.asarray(grad).astype(np.float64)",
-                                   "torch": "grad.detach().to('cpu', torch.float64).numpy()"}[self.backend])
+                                   "torch": "grad.detach().to('cpu', torch.float64).numpy()"}[backend])
         return "\n".join(lines + ["    " + line if line else "" for line in body])
 
-    def _repro_part(self, part: str) -> list[str]:
+    @staticmethod
+    def _repro_part(part: str, backend: str) -> list[str]:
         """The lines, in the device's scope, that leave the part's value in `grad`."""
         if part == "forward":
             return ["grad = loss(x, t)"]
         wrt = "t" if part == "grad_target" else "x"
-        if self.backend == "tensorflow":
+        if backend == "tensorflow":
             lines = ["with tf.GradientTape() as outer:",
                      "    outer.watch(t)",
                      "    with tf.GradientTape() as inner:",
@@ -257,7 +265,7 @@ class KerasAdapter(Adapter):
                           "    weighted = tf.reduce_sum(grad * w)",
                           "grad = outer.gradient(weighted, t)"]
             return lines
-        if self.backend == "jax":
+        if backend == "jax":
             lines = ["import jax.numpy as jnp",
                      "out, pullback = jax.vjp(loss, x, t)",
                      "g = jnp.asarray(upstream(tuple(out.shape)), dtype=out.dtype)",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -31,9 +32,10 @@ from conformance.results import RESULTS_FILE, iter_results
 from conformance.runner import DEFAULT_MEMORY_BUDGET_MB, DEFAULT_TIMEOUT_S, RunOptions, run_conformance
 from conformance.selection import file_digest, select_cases, selected_shard
 from conformance.specload import load_spec
+from conformance.worker import WorkerPool
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
-REPRO_TIMEOUT_S = 900  # the reproducer process of a run is stopped after this long
+REPRO_TIMEOUT_S = 900  # minimising a run's reproducers stops after this long
 
 
 class _Parser(argparse.ArgumentParser):
@@ -186,43 +188,28 @@ def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_reproducers(args: argparse.Namespace, out: Path, show_progress: bool) -> None:
-    """Reproducers for the run's undocumented divergences, written by a separate process: minimising
-    them calls the framework, and a crash there must not touch the results and reports written. It
-    reads the run's expectations from the reference cache, and its progress goes on the bar."""
-    import subprocess
-    import tempfile
-    import threading
+def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, show_progress: bool) -> None:
+    """Reproducers for the run's undocumented divergences, minimised by the run's own worker (the framework
+    is loaded once; a crash or hang there costs one call, never the results and reports written). They
+    read the run's expectations from the reference cache, and their progress goes on the bar. Past
+    REPRO_TIMEOUT_S the rest keep their whole case."""
+    from conformance.repro import write_all
+    from conformance.worker import WorkerLost
 
-    out = out.resolve()
-    spec = ["--spec", str(Path(args.spec).resolve())] if args.spec else []
-    cache = [] if args.no_cache else ["--cache-dir", str(Path(args.cache_dir).resolve() if args.cache_dir
-                                                          else default_cache_dir())]
-    command = [sys.executable, "-m", "conformance", *spec, "repro", "--all", str(out / "repro"), "--from", str(out),
-               *cache, "--progress"]
-    with tempfile.TemporaryFile("w+") as errors:
-        # cwd=out: `python -m` puts the working directory first on sys.path, and a source checkout's
-        # conformance/ there would shadow the installed package
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=out)
-        timed_out = threading.Event()
-        timer = threading.Timer(REPRO_TIMEOUT_S, lambda: (timed_out.set(), child.kill()))
-        timer.start()
-        try:
-            for line in child.stdout:
-                done, _, total = line.removeprefix("progress ").strip().partition(" ")
-                if show_progress and line.startswith("progress ") and done.isdigit() and total.isdigit():
-                    _draw_bar(int(done), int(total), "reproducers")
-            code = child.wait()
-        finally:
-            timer.cancel()
+    cache = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    bar = (lambda done, total: _draw_bar(done, total, "reproducers")) if show_progress else None
+    try:
+        _, whole = write_all(str(out), spec, out / "repro", cache_dir=cache, progress=bar, pool=pool,
+                             deadline=time.monotonic() + REPRO_TIMEOUT_S)
+    except (WorkerLost, ConformanceError) as exc:
+        print(f"warning: reproducers not written ({exc})", file=sys.stderr)
+        return
+    finally:
         if show_progress:
             sys.stderr.write("\n")
-        if timed_out.is_set():
-            print(f"warning: writing reproducers took over {REPRO_TIMEOUT_S} s; stopped (use kl-conformance repro)",
-                  file=sys.stderr)
-        elif code != 0:
-            errors.seek(0)
-            print(f"warning: reproducers not written ({errors.read().strip().splitlines()[-1:]})", file=sys.stderr)
+    if whole:
+        print(f"warning: minimising reproducers took over {REPRO_TIMEOUT_S} s; {whole} keep their whole case "
+              f"(kl-conformance repro minimises one)", file=sys.stderr)
 
 
 def _check_gate_options(spec: Spec, args: argparse.Namespace, seed: int | None = None) -> KnownFindings | None:
@@ -284,15 +271,16 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
                          profiles_dir=Path(args.profiles) if args.profiles else None,
                          cache_dir=None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir())
-    summary = run_conformance(
-        spec, args.framework, select_cases(spec, args), args.out, options, run_info=run_info,
-        progress=progress, on_result=_progress_and_details(progress, show_details),
-    )
-    if progress is not None:
-        sys.stderr.write("\n")
-    written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known)
-    if not args.no_repro and not summary.not_run and summary.divergences:
-        _write_reproducers(args, summary.out_dir, show_progress=progress is not None)
+    with WorkerPool(args.framework, timeout_s=args.timeout_s) as pool:  # the run's, then the reproducers'
+        summary = run_conformance(
+            spec, args.framework, select_cases(spec, args), args.out, options, run_info=run_info,
+            progress=progress, on_result=_progress_and_details(progress, show_details), pool=pool,
+        )
+        if progress is not None:
+            sys.stderr.write("\n")
+        written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known)
+        if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
+            _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None)
     incomplete = []
     if summary.not_run:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")
@@ -344,8 +332,8 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
         if not args.run_dir:
             raise UsageError("--all needs --from RUN_DIR", where="--all", fix="pass the run directory with --from")
         progress = (lambda done, total: print(f"progress {done} {total}", flush=True)) if args.progress else None
-        count = write_all(args.run_dir, spec, Path(args.all_to),
-                          cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress)
+        count, _ = write_all(args.run_dir, spec, Path(args.all_to),
+                             cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress)
         print(f"{count} reproducers in {args.all_to}")
         return EXIT_OK
     if not args.case_id or not args.framework:

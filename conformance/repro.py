@@ -10,9 +10,10 @@ Composes the adapter, the reference and the comparator; runs in the framework's 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -23,8 +24,9 @@ from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.compare import classify, differs_in_nonfinite_pattern
 from conformance.errors import UsageError
-from conformance.model import Case, Expected, Spec, Verdict
+from conformance.model import Case, Expected, Observation, Spec, Verdict
 from conformance.runner import CaseJudge
+from conformance.worker import Task, WorkerPool, WorkerUnavailable
 
 MAX_CANDIDATES = 64  # single elements tried when minimising
 
@@ -71,34 +73,104 @@ def expectations(spec: Spec, cache=None) -> Callable[[Case, str, str], Expected]
     return lambda case, part, dialect: CaseJudge(case, spec, cache).expected(spec, part, dialect)
 
 
+# calls (case, api name, device, part) -> one Observation each, in order
+Observe = Callable[[list[tuple[Case, str, str, str]]], list[Observation]]
+
+
+def in_process(adapter) -> Observe:
+    """Calls made by a loaded adapter in this process (one reproducer on the command line)."""
+    return lambda calls: [adapter.run(case, adapter.api(api), device, part) for case, api, device, part in calls]
+
+
+def through_worker(pool: WorkerPool) -> Observe:
+    """Calls made by a worker process (the run's own, already loaded): a crash or a hang there costs one
+    call, which then counts as not reproducing, and never the reproducers already written."""
+    def observe(calls: list[tuple[Case, str, str, str]]) -> list[Observation]:
+        found = []
+        for outcome in pool.run(Task(i, case, ((api, device, part),)) for i, (case, api, device, part) in enumerate(calls)):
+            if outcome.failure is not None:
+                found.append(Observation(exception_type=outcome.failure.value, exception_message=outcome.failure_message))
+            else:
+                found.append(outcome.observations[outcome.task.calls[0]])
+        return found
+    return observe
+
+
+@dataclass
+class _Job:
+    """One reproducer being made: the case and call, and the verdict its minimised case must keep."""
+
+    case: Case
+    api: Any
+    device: str
+    part: str
+    verdict: Verdict | None  # the run's verdict; None until the whole case is observed
+    minimize: bool = True
+    order: list[int] = field(default_factory=list)  # the single elements still to try
+    final: Case | None = None  # the case the script holds
+    observed: Observation | None = None  # of `final` (or of the whole case, until minimised)
+
+    def call(self, case: Case) -> tuple[Case, str, str, str]:
+        return case, self.api.name, self.device, self.part
+
+
 def minimise(case: Case, adapter, api, device: str, part: str, spec: Spec, expect=None) -> Case:
     """The smallest case (a single element, if one does) that diverges with the same verdict."""
-    expect = expect or expectations(spec)
-    verdict = _verdict(case, adapter, api, device, part, spec, expect)
-    if not verdict.is_divergence or case.input.shape != case.target.shape or case.input.size <= 1:
-        return case
-    ndim = case.input.ndim
-    flat_x, flat_t = case.input.reshape(-1), case.target.reshape(-1)
-    for i in _screened(case, adapter, api, device, part, expect, min(case.input.size, MAX_CANDIDATES)):
-        one = replace(case, input=np.full((1,) * max(ndim, 1), flat_x[i]), target=np.full((1,) * max(ndim, 1), flat_t[i]),
-                      layout="contiguous")
-        if _verdict(one, adapter, api, device, part, spec, expect) is verdict:
-            return one
-    return case
+    job = _Job(case, api, device, part, verdict=None)
+    _minimise_all([job], in_process(adapter), expect or expectations(spec), spec)
+    return job.final
 
 
-def _screened(case: Case, adapter, api, device: str, part: str, expect, count: int) -> list[int]:
-    """The first `count` elements in the order to try them: first those where one call on all of them at once,
-    unreduced and each its own distribution (shape (count, 1)), diverges. The batch only orders the candidates;
-    each is still judged alone with the case's own parameters, so a screen that misleads costs calls, not truth."""
+def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadline: float | None = None,
+                  progress: Callable[[int], None] | None = None) -> None:
+    """Set each job's final case and its observation: a single element where one diverges with the job's
+    verdict, else the whole case. Every step is one batch of calls for all the jobs (one round of candidates
+    at a time), so the framework is called at the speed of a run. Past `deadline` (time.monotonic()), the
+    jobs not yet minimised keep their whole case."""
+    unknown = [j for j in jobs if j.verdict is None]
+    for job, observed in zip(unknown, observe([j.call(j.case) for j in unknown])):
+        job.verdict = classify(expect(job.case, job.part, job.api.dialect), observed, spec).verdict
+        job.observed = observed
+    todo = [j for j in jobs if j.minimize and j.verdict.is_divergence and j.case.input.shape == j.case.target.shape
+            and j.case.input.size > 1]
+    screened = [j for j in todo if j.api.reductions is None or "none" in j.api.reductions]
+    batches = [_candidates_case(j.case) for j in screened]
+    for job, batch, observed in zip(screened, batches, observe([j.call(b) for j, b in zip(screened, batches)])):
+        job.order = _screen(expect(batch, job.part, job.api.dialect), observed, batch.input.size)
+    for job in todo:
+        if job not in screened:
+            job.order = list(range(min(job.case.input.size, MAX_CANDIDATES)))
+    while todo and (deadline is None or time.monotonic() < deadline):
+        tried = [(job, _single(job.case, job.order.pop(0))) for job in todo]
+        for (job, one), observed in zip(tried, observe([job.call(one) for job, one in tried])):
+            if classify(expect(one, job.part, job.api.dialect), observed, spec).verdict is job.verdict:
+                job.final, job.observed = one, observed
+        todo = [j for j in todo if j.final is None and j.order]
+        if progress is not None:
+            progress(sum(1 for j in jobs if j.final is not None or not j.order))
+    whole = [j for j in jobs if j.final is None]
+    for job in whole:
+        job.final = job.case
+    unseen = [j for j in whole if j.observed is None]
+    for job, observed in zip(unseen, observe([j.call(j.case) for j in unseen])):
+        job.observed = observed
+
+
+def _candidates_case(case: Case) -> Case:
+    """The case's first MAX_CANDIDATES elements as one unreduced call, each its own distribution (shape
+    (count, 1)): which of them diverge orders the single elements to try."""
+    count = min(case.input.size, MAX_CANDIDATES)
+    return replace(case, id=f"{case.id}#candidates", layout="contiguous",
+                   params=replace(case.params, reduction="none", size_average=None, reduce=None),
+                   input=case.input.reshape(-1)[:count].reshape(count, 1),
+                   target=case.target.reshape(-1)[:count].reshape(count, 1))
+
+
+def _screen(expected: Expected, observed: Observation, count: int) -> list[int]:
+    """The candidates in the order to try them: first those that diverge in the batch. The batch only orders
+    them; each is still judged alone with the case's own parameters, so a screen that misleads costs calls,
+    not truth."""
     order = list(range(count))
-    if api.reductions is not None and "none" not in api.reductions:
-        return order
-    batch = replace(case, id=f"{case.id}#candidates", layout="contiguous",
-                    params=replace(case.params, reduction="none", size_average=None, reduce=None),
-                    input=case.input.reshape(-1)[:count].reshape(count, 1),
-                    target=case.target.reshape(-1)[:count].reshape(count, 1))
-    expected, observed = expect(batch, part, api.dialect), adapter.run(batch, api, device, part)
     if observed.raised or expected.value is None or np.size(observed.value) != count or expected.value.size != count:
         return order
     got = np.asarray(observed.value, dtype=np.float64).reshape(count)
@@ -108,16 +180,21 @@ def _screened(case: Case, adapter, api, device: str, part: str, expect, count: i
     return [i for i in order if off[i]] + [i for i in order if not off[i]]
 
 
-def _verdict(case, adapter, api, device, part, spec, expect) -> Verdict:
-    return classify(expect(case, part, api.dialect), adapter.run(case, api, device, part), spec).verdict
+def _single(case: Case, i: int) -> Case:
+    """The case's i-th element alone, in the case's number of dimensions."""
+    shape = (1,) * max(case.input.ndim, 1)
+    return replace(case, input=np.full(shape, case.input.reshape(-1)[i]),
+                   target=np.full(shape, case.target.reshape(-1)[i]), layout="contiguous")
 
 
 def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = None,
-              progress: Callable[[int, int], None] | None = None) -> int:
-    """Write a reproducer, minimised, for every undocumented divergence of a run into `out_dir`; returns the count.
+              progress: Callable[[int, int], None] | None = None, pool: WorkerPool | None = None,
+              deadline: float | None = None) -> tuple[int, int]:
+    """Write a reproducer, minimised, for every undocumented divergence of a run into `out_dir`.
 
-    Expectations come from the reference cache in `cache_dir` (the run's own are there already);
-    `progress(done, total)` is called after each reproducer.
+    The framework is called by `pool` (the run's worker), else by a worker started here. Expectations
+    come from the reference cache in `cache_dir` (the run's own are there already). `progress(done,
+    total)` follows the minimisation. Returns (reproducers written, those left whole at `deadline`).
     """
     from conformance.refcache import ReferenceCache
     from conformance.results import iter_results
@@ -125,27 +202,41 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     rows = [r for r in iter_results(run_dir) if r.verdict.is_divergence and not r.documented
             and r.verdict not in (Verdict.CRASH, Verdict.TIMEOUT)]
     if not rows:
-        return 0
-    adapter = get_adapter(rows[0].framework)
-    adapter.load()
+        return 0, 0
+    adapter = get_adapter(rows[0].framework)  # not loaded here: it names the APIs and writes the scripts' text
+    own_pool = pool is None
+    if own_pool:
+        pool = WorkerPool(rows[0].framework)
+        try:
+            pool.start()
+        except WorkerUnavailable as exc:
+            pool.close()
+            raise UsageError(f"{rows[0].framework} cannot be loaded here: {exc}", file=str(run_dir), where="--from",
+                             fix="write the reproducers in the environment that made the run") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = ReferenceCache(cache_dir) if cache_dir is not None else None
     expect = expectations(spec, cache)
     source, cases = CaseSource(run_dir, None, None), {}
     try:
-        for done, r in enumerate(rows, 1):
+        jobs = []
+        for r in rows:
             if r.case_id not in cases:
                 cases[r.case_id] = source.get(r.case_id)
-            script, suffix = _script(adapter, cases[r.case_id], adapter.api(r.api), r.device, r.part, spec,
-                                     minimize=True, expect=expect)
+            jobs.append(_Job(cases[r.case_id], adapter.api(r.api), r.device, r.part, verdict=r.verdict))
+        shown = None if progress is None else (lambda done: progress(done, len(jobs)))
+        _minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
+        for r, job in zip(rows, jobs):
+            script, suffix = _render(adapter, job, spec, expect)
             name = "".join(c if c.isalnum() or c in "-_=." else "_" for c in f"{r.case_id}__{r.api}__{r.device}__{r.part}")
             (out_dir / f"{name}{suffix}").write_text(script, encoding="utf-8")
-            if progress is not None:
-                progress(done, len(rows))
+        if progress is not None:
+            progress(len(jobs), len(jobs))
     finally:
         if cache is not None:
             cache.close()
-    return len(rows)
+        if own_pool:
+            pool.close()
+    return len(jobs), sum(1 for j in jobs if j.final is j.case and j.order)  # cut short by the deadline
 
 
 def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None = None, device: str = "cpu",
@@ -163,18 +254,19 @@ def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None 
         raise UsageError(f"{api.name} cannot express case {case_id!r} ({part}): {why}", where="CASE_ID",
                          fix="pick a case and part the report shows for this API (its rows are not `unsupported`)")
     adapter.load()
-    return _script(adapter, case, api, device, part, spec, minimize)[0]
+    expect = expectations(spec)
+    job = _Job(case, api, device, part, verdict=None, minimize=minimize)
+    _minimise_all([job], in_process(adapter), expect, spec)
+    return _render(adapter, job, spec, expect)[0]
 
 
-def _script(adapter, case: Case, api, device: str, part: str, spec: Spec, minimize: bool,
-            expect=None) -> tuple[str, str]:
-    """The reproducer's text and file suffix, from the adapter (a Python script unless it writes its own)."""
-    expect = expect or expectations(spec)
-    if minimize:
-        case = minimise(case, adapter, api, device, part, spec, expect)
-    expected = expect(case, part, api.dialect)
-    judgement = classify(expected, adapter.run(case, api, device, part), spec)
-    about = (f"Reproduces kl_div case {case.id} on {api.name} ({device}, {part}).",
+def _render(adapter, job: _Job, spec: Spec, expect) -> tuple[str, str]:
+    """The reproducer's text and file suffix for a minimised job (a Python script unless the adapter
+    writes its own)."""
+    case = job.final
+    expected = expect(case, job.part, job.api.dialect)
+    judgement = classify(expected, job.observed, spec)
+    about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({job.device}, {job.part}).",
              f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
              f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
-    return adapter.repro_script(case, api, device, part, about, expected)
+    return adapter.repro_script(case, job.api, job.device, job.part, about, expected)

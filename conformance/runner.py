@@ -102,6 +102,7 @@ def run_conformance(
     run_info: dict | None = None,
     progress: Callable[[int], None] | None = None,
     on_result: Callable[[Case, Result], None] | None = None,
+    pool: WorkerPool | None = None,
 ) -> RunSummary:
     """Run every case on every selected target, appending each judged row to results.jsonl.
 
@@ -114,6 +115,9 @@ def run_conformance(
         for an unknown framework, api or device, a device not present, or an unwritable output directory.
     ResultsError
         when --resume meets a directory made with another framework, spec or selection of cases.
+
+    `pool`, when given, is a worker pool the caller owns: the run starts it, and leaves it running
+    for the caller's further calls (reproducers) and closing.
     """
     adapter = get_adapter(framework)  # validates names before anything is written
     api_names = [a.name for a in adapter.apis]
@@ -126,7 +130,8 @@ def run_conformance(
     summary = RunSummary(out)
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **run_info}
-    pool = WorkerPool(framework, timeout_s=options.timeout_s)
+    own_pool = pool is None
+    pool = WorkerPool(framework, timeout_s=options.timeout_s) if own_pool else pool
     cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
     cases = iter(cases)
     try:
@@ -165,7 +170,8 @@ def run_conformance(
                 summary.stopped = str(exc)
         summary.restarts = pool.restarts
     finally:
-        pool.close()
+        if own_pool:
+            pool.close()
         if cache is not None:
             cache.close()
     if cache is not None:
