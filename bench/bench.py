@@ -1,6 +1,6 @@
 """Benchmark: the harness against a bare loop over the same framework calls, and the reference.
 
-Run inside one framework's environment (tox -m bench runs all three):
+Run inside one framework's environment (tox -m bench runs it in every framework's):
 
     python bench/bench.py --framework torch
 
@@ -14,6 +14,9 @@ Run inside one framework's environment (tox -m bench runs all three):
     in total and after its worker has started (the framework's import is paid once);
     cold (every expectation computed) and warm (expectations from the reference
     cache, as for the second framework of a matrix or the next CI run).
+(c) whole run: `kl-conformance run --framework NAME` as a user types it (a fresh interpreter,
+    the run, its reports and its reproducers), against the floor of the framework's import
+    plus (a); cold (empty reference cache) and warm.
 (a') observed: the same calls through `Adapter.run` in one process, i.e. (a) plus what
     recording a result needs (input conversion, warnings, exceptions as data).
 Also the float64 reference on 16M elements against a plain NumPy elementwise pass
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,6 +119,27 @@ def harness(framework: str, cases: list[Case], spec, cache_dir: Path | None) -> 
         total = time.perf_counter() - start
     steady = total - (started.get("t", start) - start)
     return total, steady, sum(summary.counts.values())
+
+
+def import_seconds(framework: str, repeat: int) -> float:
+    """Best-of-`repeat` seconds for loading the framework (the adapter's load(): its import) in a fresh process."""
+    code = ("import time; from conformance.adapters.registry import get_adapter; a = get_adapter(%r); "
+            "t = time.perf_counter(); a.load(); print(time.perf_counter() - t)" % framework)
+    with tempfile.TemporaryDirectory() as here:  # not the checkout: its conformance/ would shadow the package
+        return min(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=here,
+                                        check=True).stdout.split()[-1]) for _ in range(repeat))
+
+
+def whole_run(framework: str, cache_dir: Path) -> tuple[float, int]:
+    """Wall seconds of `kl-conformance run --framework NAME` on the default suite, as a user types it:
+    interpreter start, run, reports and reproducers. Returns the seconds and the reproducers written."""
+    with tempfile.TemporaryDirectory() as here:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "conformance", "run", "--framework", framework, "--out", "run",
+                        "--no-progress", "--cache-dir", str(cache_dir)], cwd=here, check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        seconds = time.perf_counter() - start
+        return seconds, len(list((Path(here) / "run" / "repro").glob("*")))
 
 
 REFERENCE_FAMILIES = ("softmax", "identical", "unnormalized", "tiny", "large")
@@ -210,6 +235,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as cache_dir:
         harness(args.framework, cases, spec, Path(cache_dir))  # fills the cache, as another framework's run would
         warm_total_s, warm_steady_s, _ = harness(args.framework, cases, spec, Path(cache_dir))
+    import_s = import_seconds(args.framework, args.repeat)
+    with tempfile.TemporaryDirectory() as cache_dir:
+        cli_cold_s, reproducers = whole_run(args.framework, Path(cache_dir))
+        cli_warm_s, _ = whole_run(args.framework, Path(cache_dir))
+    floor_s = import_s + bare_s
     own, children = peak_rss_mb()
     print(f"framework            {args.framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
     print(f"default suite        {len(cases)} cases, {calls} runnable calls (forward and gradients), {results} results")
@@ -222,6 +252,10 @@ def main(argv=None) -> int:
           f"({results / warm_total_s:,.0f} results/s); expectations from the reference cache")
     print(f"ratio b/a, cold      {total_s / bare_s:.1f} total, {steady_s / bare_s:.1f} after start")
     print(f"ratio b/a, warm      {warm_total_s / bare_s:.1f} total, {warm_steady_s / bare_s:.1f} after start")
+    print(f"import               {import_s:.3f} s to load {args.framework} in a fresh process")
+    print(f"(c) whole run        `kl-conformance run --framework {args.framework}`, {reproducers} reproducers: "
+          f"{cli_cold_s:.2f} s cold, {cli_warm_s:.2f} s warm; (c)/(import + a) {cli_cold_s / floor_s:.1f} cold, "
+          f"{cli_warm_s / floor_s:.1f} warm")
     print(f"peak RSS             {own:.0f} MB harness process, {children:.0f} MB worker")
     print_reference(args.reference_elements, args.repeat)
     return 0

@@ -35,6 +35,7 @@ from conformance.specload import load_spec
 from conformance.worker import WorkerPool
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
+KEEP_CASES = 20_000  # a selection up to this many cases is drawn once per run, a larger one twice (flat memory)
 REPRO_TIMEOUT_S = 900  # minimising a run's reproducers stops after this long
 
 
@@ -253,9 +254,22 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     shard = selected_shard(args)
     known = _check_gate_options(spec, args, seed=args.seed)
     check_out_dir(args.out, resume=args.resume, force=args.force)
-    # One pass to validate case files and ids and to count, before any output is written;
-    # the run then generates the cases again, lazily, so memory stays flat however many there are.
-    total = sum(1 for _ in select_cases(spec, args))
+    with WorkerPool(args.framework, timeout_s=args.timeout_s) as pool:  # the run's, then the reproducers'
+        pool.launch()  # the framework imports (seconds) while the cases are drawn and checked
+        return _run_with(spec, args, known, shard, pool)
+
+
+def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
+    """The run, once its worker is importing the framework: cases, results, reports, reproducers."""
+    # One pass validates case files and ids and counts, before any output is written. A selection of up to
+    # KEEP_CASES is kept from it; a larger one is generated again, lazily, so memory stays flat however many.
+    kept: list[Case] | None = []
+    total = 0
+    for case in select_cases(spec, args):
+        total += 1
+        if kept is not None:
+            kept.append(case)
+            kept = kept if len(kept) <= KEEP_CASES else None
     if not total:
         raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
                          fix="check the ids with `kl-conformance cases`")
@@ -271,16 +285,15 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
                          profiles_dir=Path(args.profiles) if args.profiles else None,
                          cache_dir=None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir())
-    with WorkerPool(args.framework, timeout_s=args.timeout_s) as pool:  # the run's, then the reproducers'
-        summary = run_conformance(
-            spec, args.framework, select_cases(spec, args), args.out, options, run_info=run_info,
-            progress=progress, on_result=_progress_and_details(progress, show_details), pool=pool,
-        )
-        if progress is not None:
-            sys.stderr.write("\n")
-        written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known)
-        if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
-            _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None)
+    summary = run_conformance(
+        spec, args.framework, kept if kept is not None else select_cases(spec, args), args.out, options,
+        run_info=run_info, progress=progress, on_result=_progress_and_details(progress, show_details), pool=pool,
+    )
+    if progress is not None:
+        sys.stderr.write("\n")
+    written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known)
+    if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
+        _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None)
     incomplete = []
     if summary.not_run:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")

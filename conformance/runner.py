@@ -116,8 +116,8 @@ def run_conformance(
     ResultsError
         when --resume meets a directory made with another framework, spec or selection of cases.
 
-    `pool`, when given, is a worker pool the caller owns: the run starts it, and leaves it running
-    for the caller's further calls (reproducers) and closing.
+    `pool`, when given, is a worker pool the caller owns (and may have launched already): the run
+    starts it, and leaves it running for the caller's further calls (reproducers) and closing.
     """
     adapter = get_adapter(framework)  # validates names before anything is written
     api_names = [a.name for a in adapter.apis]
@@ -136,7 +136,8 @@ def run_conformance(
     cases = iter(cases)
     try:
         try:
-            pool.launch()
+            if not pool.launched:
+                pool.launch()
             # while the worker imports the framework (seconds), the first cases' expectations are made
             prefetched = _prefetch(spec, adapter, cases, pool, options, cache)
             info = pool.wait_ready()

@@ -140,6 +140,10 @@ class WorkerPool:
         self._conn = parent
         self._launched = time.monotonic()
 
+    @property
+    def launched(self) -> bool:
+        return self._process is not None
+
     def ready(self) -> bool:
         """Whether the launched worker has answered (loaded, or failed to): wait_ready() will not block."""
         try:
