@@ -444,6 +444,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         if debug:
             raise
-        # every finished row is already on disk (flushed per line)
+        # every finished case's rows are already on disk (flushed per case)
         print("kl-conformance: interrupted. Continue a run with the same command and --resume", file=sys.stderr)
         return EXIT_INTERRUPTED

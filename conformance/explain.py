@@ -129,9 +129,7 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
     if observed.raised and expect(spec).error_id is not None:
         return None  # an error was due anyway: only its type differs, which no choice explains
     touched = touched_paths(case) if touched is None else touched
-    for alts in _candidate_sets(spec, max_combined):
-        if not all(a.path in touched for a in alts):
-            continue
+    for alts in _touched_candidates(spec, max_combined, touched):
         expected = expect(_alternative_spec(spec, alts))
         if observed.raised:
             if expected.error_id is not None:
@@ -152,6 +150,16 @@ def _candidate_sets(spec: Spec, max_combined: int) -> list[tuple[Alternative, ..
     return _CANDIDATES[key]
 
 
+def _touched_candidates(spec: Spec, max_combined: int, touched: frozenset[str]) -> list[tuple[Alternative, ...]]:
+    """The candidate sets whose every choice point touches the case, in the order of _candidate_sets.
+    Listed once per set of touched paths: cases share a few, and filtering the few hundred pairs for
+    every divergence cost more than judging them."""
+    key = (spec.hash, max_combined, touched)
+    if key not in _TOUCHED:
+        _TOUCHED[key] = [alts for alts in _candidate_sets(spec, max_combined) if all(a.path in touched for a in alts)]
+    return _TOUCHED[key]
+
+
 def _alternative_spec(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
     """`with_alternatives`, built the first time a case needs it."""
     key = (spec.hash, alts)
@@ -162,6 +170,7 @@ def _alternative_spec(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
 
 _CANDIDATES: dict[tuple[str, int], list[tuple[Alternative, ...]]] = {}
 _ALTERNATIVE_SPECS: dict[tuple[str, tuple[Alternative, ...]], Spec] = {}
+_TOUCHED: dict[tuple[str, int, frozenset[str]], list[tuple[Alternative, ...]]] = {}
 
 
 def get_path(data, dotted: str):
