@@ -201,7 +201,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
     bar = (lambda done, total: _draw_bar(done, total, "reproducers")) if show_progress else None
     try:
         _, whole = write_all(str(out), spec, out / "repro", cache_dir=cache, progress=bar, pool=pool,
-                             deadline=time.monotonic() + REPRO_TIMEOUT_S)
+                             deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework)
     except (WorkerLost, ConformanceError) as exc:
         print(f"warning: reproducers not written ({exc})", file=sys.stderr)
         return

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 import conformance
+from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
 from conformance.cases.generate import DEFAULT_SEED, build_case
 from conformance.cases.ids import parse_id
@@ -189,10 +190,11 @@ def _single(case: Case, i: int) -> Case:
 
 def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = None,
               progress: Callable[[int, int], None] | None = None, pool: WorkerPool | None = None,
-              deadline: float | None = None) -> tuple[int, int]:
+              deadline: float | None = None, framework: str | None = None) -> tuple[int, int]:
     """Write a reproducer, minimised, for every undocumented divergence of a run into `out_dir`.
 
-    The framework is called by `pool` (the run's worker), else by a worker started here. Expectations
+    `framework` is the adapter as the run named it (a "module:Class" too); by default the run's
+    framework. The framework is called by `pool` (the run's worker), else by a worker started here. Expectations
     come from the reference cache in `cache_dir` (the run's own are there already). `progress(done,
     total)` follows the minimisation. Returns (reproducers written, those left whole at `deadline`).
     """
@@ -203,15 +205,19 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
             and r.verdict not in (Verdict.CRASH, Verdict.TIMEOUT)]
     if not rows:
         return 0, 0
-    adapter = get_adapter(rows[0].framework)  # not loaded here: it names the APIs and writes the scripts' text
+    framework = framework or rows[0].framework
+    adapter = get_adapter(framework)  # not loaded here: it names the APIs and writes the scripts' text
+    if type(adapter).repro_source is Adapter.repro_source and type(adapter).repro_script is Adapter.repro_script:
+        raise UsageError(f"adapter {framework} writes no reproducers", where=type(adapter).__name__,
+                         fix="give the adapter a repro_source (adapters/base.py says what it returns)")
     own_pool = pool is None
     if own_pool:
-        pool = WorkerPool(rows[0].framework)
+        pool = WorkerPool(framework)
         try:
             pool.start()
         except WorkerUnavailable as exc:
             pool.close()
-            raise UsageError(f"{rows[0].framework} cannot be loaded here: {exc}", file=str(run_dir), where="--from",
+            raise UsageError(f"{framework} cannot be loaded here: {exc}", file=str(run_dir), where="--from",
                              fix="write the reproducers in the environment that made the run") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = ReferenceCache(cache_dir) if cache_dir is not None else None

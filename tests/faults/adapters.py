@@ -105,6 +105,19 @@ class NanAdapter(NumpyAdapter):
         return Observation(value=value, dtype="float64", shape=value.shape)
 
 
+class CrashWhileMinimisingAdapter(NumpyAdapter):
+    """Off by one on the fault case, and dies of SIGSEGV when called on one element of it: the run is
+    fine, minimising its reproducer crashes on every candidate. Writes reproducers (NumPy lines)."""
+
+    def misbehave(self, case):
+        if case.input.size == 1:
+            ctypes.string_at(0)  # SIGSEGV
+        return call_observed(lambda: self.compute(case) + 1.0, lambda v: (v, "float64", v.shape))
+
+    def repro_source(self, case, api, device, part):
+        return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
+
+
 class SlowAdapter(NumpyAdapter):
     """Honest but slow (20 ms a case), so a test can kill a run halfway."""
 

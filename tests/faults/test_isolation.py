@@ -64,6 +64,25 @@ def test_a_worker_that_dies_while_more_cases_are_sent_costs_one_case(tmp_path):
     assert all(r.verdict.value == "pass" for i, r in rows.items() if i != "the-fault")
 
 
+def test_a_crash_while_minimising_a_reproducer_costs_that_call_only(tmp_path, capsys):
+    """Reproducers are minimised by the run's worker: a crash there restarts it, and the reproducer keeps
+    its whole case; the results, the reports and the other reproducers are untouched."""
+    code, rows = _run(tmp_path, "CrashWhileMinimisingAdapter")
+    assert code == 0 and rows["the-fault"].verdict.value == "value" and rows["ok-after"].verdict.value == "pass"
+    scripts = sorted((tmp_path / "out" / "repro").glob("*.py"))
+    assert [p.name.split("__")[0] for p in scripts] == ["the-fault"]
+    assert "x_values = values([" in scripts[0].read_text() and ", (1, 2))" in scripts[0].read_text()  # whole case
+    assert "Traceback" not in capsys.readouterr().err
+    assert (tmp_path / "out" / "report.md").is_file()
+
+
+def test_an_adapter_that_writes_no_reproducers_is_one_warning(tmp_path, capsys):
+    code, rows = _run(tmp_path, "NanAdapter")
+    assert code == 0 and rows["the-fault"].verdict.value == "nonfinite"
+    err = capsys.readouterr().err
+    assert "writes no reproducers" in err and "Traceback" not in err
+
+
 def test_a_hang_is_a_timeout_and_the_worker_is_replaced(tmp_path):
     start = time.monotonic()
     code, rows = _run(tmp_path, "HangAdapter", "--timeout-s", "3")
