@@ -216,8 +216,8 @@ def test_changing_a_profile_flips_documented(default_run, tmp_path):
     documented = next((r for r in iter_results(out) if r.documented and r.source == "generated"), None)
     if documented is None:
         pytest.skip(f"{framework} has no documented divergence")
-    args = ["run", "--framework", framework, "--api", documented.api, "--part", documented.part,
-            "--only", documented.case_id, "--no-progress"]
+    args = ["run", "--framework", framework, "--api", documented.api, "--device", documented.device,
+            "--part", documented.part, "--only", documented.case_id, "--no-progress"]  # one row, GPU or not
     assert main(args + ["--out", str(tmp_path / "with"), "--strict"]) == 0
     (row,) = iter_results(tmp_path / "with")
     assert row.documented and row.documented_by == documented.documented_by
