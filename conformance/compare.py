@@ -54,8 +54,8 @@ def classify(expected: Expected, observed: Observation, spec: Spec) -> Judgement
 
 def passes(expected: Expected, observed: Observation) -> bool:
     """Whether `classify` gives PASS, decided without building its message: explanations and profiles
-    try many expectations against one observation. tests/engine/test_compare_properties.py checks
-    that the two always agree."""
+    try many expectations against one observation. tests/engine/test_comparison_properties.py
+    checks that the two always agree."""
     if observed.unsupported is not None:
         return False
     if expected.error_id is not None:

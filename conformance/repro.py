@@ -134,13 +134,12 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
         job.observed = observed
     todo = [j for j in jobs if j.minimize and j.verdict.is_divergence and j.case.input.shape == j.case.target.shape
             and j.case.input.size > 1]
+    for job in todo:
+        job.order = list(range(min(job.case.input.size, MAX_CANDIDATES)))
     screened = [j for j in todo if j.api.reductions is None or "none" in j.api.reductions]
     batches = [_candidates_case(j.case) for j in screened]
     for job, batch, observed in zip(screened, batches, observe([j.call(b) for j, b in zip(screened, batches)])):
         job.order = _screen(expect(batch, job.part, job.api.dialect), observed, batch.input.size)
-    for job in todo:
-        if job not in screened:
-            job.order = list(range(min(job.case.input.size, MAX_CANDIDATES)))
     while todo and (deadline is None or time.monotonic() < deadline):
         tried = [(job, _single(job.case, job.order.pop(0))) for job in todo]
         for (job, one), observed in zip(tried, observe([job.call(one) for job, one in tried])):

@@ -155,7 +155,8 @@ def run_conformance(
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         write_manifest(out, manifest)
         with ResultsWriter(out, append=options.resume) as writer:
-            judged = _judged_cases(spec, adapter, ledger, pool, targets, itertools.chain(prefetched, cases), done,
+            rest = ((case, None) for case in cases)
+            judged = _judged_cases(spec, adapter, ledger, pool, targets, itertools.chain(prefetched, rest), done,
                                    options, manifest, info, summary, cache)
             try:
                 for case, rows in judged:
@@ -200,11 +201,11 @@ PREFETCH_CASES = 50_000
 
 
 def _prefetch(spec: Spec, adapter, cases: Iterator[Case], pool: WorkerPool, options: RunOptions,
-              cache: ReferenceCache | None) -> list[Case | tuple[Case, "CaseJudge"]]:
+              cache: ReferenceCache | None) -> list[tuple[Case, "CaseJudge | None"]]:
     """The first cases, each with a judge holding its expectations, made while the worker is still loading
     the framework: the parent would otherwise wait idle. Stops when the worker is ready, or at the bound.
     Only what the run would compute anyway is computed (selected parts, the selected APIs' dialects)."""
-    prefetched: list[Case | tuple[Case, CaseJudge]] = []
+    prefetched: list[tuple[Case, CaseJudge | None]] = []
     if options.resume:  # which calls remain is known only from the devices the worker finds
         return prefetched
     dialects = list(dict.fromkeys(a.dialect for a in adapter.apis if not options.apis or a.name in options.apis))
@@ -213,30 +214,28 @@ def _prefetch(spec: Spec, adapter, cases: Iterator[Case], pool: WorkerPool, opti
         case = next(cases, None)
         if case is None:
             break
-        size = _elements(case)
-        if size * BYTES_PER_ELEMENT / 2**20 > options.memory_budget_mb:
-            prefetched.append(case)  # refused when its turn comes; nothing to compute
+        if _needs_mb(case) > options.memory_budget_mb:
+            prefetched.append((case, None))  # refused when its turn comes; nothing to compute
             continue
         judge = CaseJudge(case, spec, cache)
-        for part in case.parts:
-            if not options.parts or part in options.parts:
-                for dialect in dialects:
-                    if takes_input_space(case, dialect, spec):
-                        judge.expected(spec, part, dialect)
+        for part in _selected_parts(case, options):
+            for dialect in dialects:
+                if takes_input_space(case, dialect, spec):
+                    judge.expected(spec, part, dialect)
         prefetched.append((case, judge))
-        elements += size
+        elements += _elements(case)
     return prefetched
 
 
 def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary, cache
                   ) -> Iterator[tuple[Case, list[tuple[Result, dict | None]]]]:
     """Send runnable cases to the worker, and judge each answer against the reference: each case with its
-    rows. `cases` may pair a case with a judge already holding its expectations (_prefetch)."""
+    rows. `cases` pairs each case with a judge already holding its expectations (_prefetch), or None."""
     refused: dict[int, tuple[Case, str]] = {}
     judges: dict[int, CaseJudge] = {}
 
     def calls_of(case: Case) -> tuple[tuple[str, str, str], ...]:
-        parts = [p for p in case.parts if not options.parts or p in options.parts]
+        parts = _selected_parts(case, options)
         return tuple((t.api, t.device, part) for t in targets for part in parts
                      if (case.id, t.api, t.device, part) not in done)
 
@@ -246,16 +245,14 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
         return adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, call[2])
 
     def tasks() -> Iterator[Task]:
-        for index, item in enumerate(cases):
-            case = item
-            if isinstance(item, tuple):
-                case, judges[index] = item
+        for index, (case, judge) in enumerate(cases):
             todo = calls_of(case)
             if not todo:
                 summary.skipped += 1
-                judges.pop(index, None)
                 continue
-            need_mb = _elements(case) * BYTES_PER_ELEMENT / 2**20
+            if judge is not None:
+                judges[index] = judge
+            need_mb = _needs_mb(case)
             if need_mb > options.memory_budget_mb:
                 refused[index] = (case, f"refused: needs about {need_mb:,.0f} MB, over the memory budget of "
                                         f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
@@ -393,8 +390,6 @@ def observation_key(observed: Observation) -> tuple:
             observed.warnings, observed.unsupported)
 
 
-
-
 def _result(case, digest, target, part, expected, judgement, observed, documented_by, spec, manifest, info) -> Result:
     return Result(
         case_id=case.id, case_digest=digest, seed=manifest.get("seed"), family=case.family, reduction=case.params.reduction, log_target=case.params.log_target,
@@ -417,6 +412,16 @@ def _keep_case_files(out: Path, case_files: Sequence[str]) -> list[str]:
         (out / name).write_bytes(Path(path).read_bytes())
         kept.append(name)
     return kept
+
+
+def _selected_parts(case: Case, options: RunOptions) -> list[str]:
+    """The parts of `case` the run asks for (--part narrows them)."""
+    return [p for p in case.parts if not options.parts or p in options.parts]
+
+
+def _needs_mb(case: Case) -> float:
+    """The memory a case is estimated to need, in MB (BYTES_PER_ELEMENT of each element)."""
+    return _elements(case) * BYTES_PER_ELEMENT / 2**20
 
 
 def _elements(case: Case) -> int:
