@@ -11,6 +11,7 @@ import re
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import numpy as np
@@ -53,6 +54,9 @@ class Adapter:
     name: ClassVar[str]
     apis: ClassVar[tuple[Api, ...]]
     known_devices: ClassVar[tuple[str, ...]]
+    # Where the framework may keep what it compiles between runs (set by the worker before load():
+    # the harness's cache directory, None with --no-cache). Only frameworks that compile eagerly use it.
+    compile_cache_dir: Path | None = None
 
     def load(self) -> None:
         """Import the framework; raise FrameworkUnavailable(reason) when it cannot be."""
@@ -282,8 +286,14 @@ class TensorCache:
         return self._tensors
 
 
+# Warnings the harness's own machinery causes during a call, not the framework's answer: JAX's
+# persistent compilation cache (adapters/jaxcache.py) warns when it meets an entry another run is
+# still writing, and compiles again.
+HARNESS_WARNINGS = re.compile(r"Error (reading|writing) persistent compilation cache entry")
+
+
 def _texts(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
-    return tuple(f"{w.category.__name__}: {w.message}" for w in caught)
+    return tuple(f"{w.category.__name__}: {w.message}" for w in caught if not HARNESS_WARNINGS.match(str(w.message)))
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

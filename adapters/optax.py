@@ -16,6 +16,9 @@ Quirks live here:
   array, so the loss sees a default-layout array: these cases check JAX's transpose or
   slice followed by the loss, not a strided kernel path (none exists to check). They are
   run rather than called unsupported, because the values a user gets from them are real.
+- Compiling: eager JAX compiles every primitive once per shape and dtype, which is most of a
+  run. `load()` points JAX's persistent compilation cache into the harness's cache directory
+  (adapters/jaxcache.py), so the next run reads the executables back; --no-cache turns it off.
 - Calls are eager (what a user calls), not under jax.jit; XLA may fuse a jitted call
   differently (last-ulp float32 differences, within the spec's bound).
 - Gradients: jax.vjp with the upstream gradient; the second order differentiates that
@@ -29,6 +32,7 @@ import platform
 
 import numpy as np
 
+from conformance.adapters import jaxcache
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
 from conformance.model import Case, upstream_gradient
 
@@ -59,6 +63,7 @@ class OptaxAdapter(Adapter):
         except Exception as exc:  # ImportError, or a jaxlib that does not match jax
             raise FrameworkUnavailable(f"cannot import optax: {type(exc).__name__}: {exc}") from None
         jax.config.update("jax_enable_x64", True)  # before any array: float64 stays float64
+        jaxcache.enable(jax, self.compile_cache_dir)  # before anything compiles
         self.jax, self.jnp, self.optax = jax, jnp, optax
 
     def version(self) -> str:

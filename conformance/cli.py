@@ -128,9 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S,
                      help=f"time limit of one case; past it the verdict is timeout (default {DEFAULT_TIMEOUT_S:g})")
     run.add_argument("--cache-dir", metavar="DIR",
-                     help="where computed expectations are kept for later runs and other frameworks "
-                          "(default $KL_CACHE_DIR, else ~/.cache/kl-conformance)")
-    run.add_argument("--no-cache", action="store_true", help="compute every expectation; read and write no cache")
+                     help="where computed expectations are kept for later runs and other frameworks, and JAX's "
+                          "compiled kernels (default $KL_CACHE_DIR, else ~/.cache/kl-conformance)")
+    run.add_argument("--no-cache", action="store_true",
+                     help="compute every expectation and compile every kernel; read and write no cache")
     run.add_argument("--memory-budget-mb", type=_positive, default=DEFAULT_MEMORY_BUDGET_MB,
                      help=f"refuse a case estimated to need more memory (default {DEFAULT_MEMORY_BUDGET_MB:g})")
     add_case_options(run)
@@ -189,6 +190,11 @@ def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cache_dir(args: argparse.Namespace) -> Path | None:
+    """The reference cache's directory (also where a framework keeps its compiled kernels); None with --no-cache."""
+    return None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+
+
 def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, show_progress: bool) -> None:
     """Reproducers for the run's undocumented divergences, minimised by the run's own worker (the framework
     is loaded once; a crash or hang there costs one call, never the results and reports written). They
@@ -197,7 +203,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
     from conformance.repro import write_all
     from conformance.worker import WorkerLost
 
-    cache = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    cache = _cache_dir(args)
     bar = (lambda done, total: _draw_bar(done, total, "reproducers")) if show_progress else None
     try:
         _, whole = write_all(str(out), spec, out / "repro", cache_dir=cache, progress=bar, pool=pool,
@@ -254,7 +260,7 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     shard = selected_shard(args)
     known = _check_gate_options(spec, args, seed=args.seed)
     check_out_dir(args.out, resume=args.resume, force=args.force)
-    with WorkerPool(args.framework, timeout_s=args.timeout_s) as pool:  # the run's, then the reproducers'
+    with WorkerPool(args.framework, timeout_s=args.timeout_s, compile_cache_dir=_cache_dir(args)) as pool:  # the run's, then the reproducers'
         pool.launch()  # the framework imports (seconds) while the cases are drawn and checked
         return _run_with(spec, args, known, shard, pool)
 
@@ -284,7 +290,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
     options = RunOptions(apis=args.api, devices=args.device, parts=args.part, timeout_s=args.timeout_s,
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
                          profiles_dir=Path(args.profiles) if args.profiles else None,
-                         cache_dir=None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir())
+                         cache_dir=_cache_dir(args))
     summary = run_conformance(
         spec, args.framework, kept if kept is not None else select_cases(spec, args), args.out, options,
         run_info=run_info, progress=progress, on_result=_progress_and_details(progress, show_details), pool=pool,

@@ -211,7 +211,7 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
                          fix="give the adapter a repro_source (adapters/base.py says what it returns)")
     own_pool = pool is None
     if own_pool:
-        pool = WorkerPool(framework)
+        pool = WorkerPool(framework, compile_cache_dir=cache_dir)
         try:
             pool.start()
         except WorkerUnavailable as exc:

@@ -131,7 +131,7 @@ def run_conformance(
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **run_info}
     own_pool = pool is None
-    pool = WorkerPool(framework, timeout_s=options.timeout_s) if own_pool else pool
+    pool = WorkerPool(framework, timeout_s=options.timeout_s, compile_cache_dir=options.cache_dir) if own_pool else pool
     cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
     cases = iter(cases)
     try:

@@ -18,6 +18,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Deque, Iterator
 
 from conformance.model import Case, Observation, Verdict
@@ -51,7 +52,7 @@ class WorkerInfo:
     device_names: dict[str, str]
 
 
-def worker_main(conn, framework: str, output_path: str) -> None:
+def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str | None = None) -> None:
     """Entry point of the worker process: load the adapter, then serve batches until told to stop."""
     # Ctrl-C is the parent's to handle (it stops the run and kills this process); a worker dying of it
     # first would be recorded as a crash of the case it was on
@@ -63,6 +64,7 @@ def worker_main(conn, framework: str, output_path: str) -> None:
     from conformance.adapters.registry import get_adapter
 
     adapter = get_adapter(framework)
+    adapter.compile_cache_dir = Path(compile_cache_dir) if compile_cache_dir else None
     try:
         adapter.load()
     except FrameworkUnavailable as exc:
@@ -110,10 +112,13 @@ class WorkerPool:
     framework : adapter name (or "module:Class").
     timeout_s : limit for one case, from the moment the worker is free to start it.
     window : cases sent ahead of the one being waited for.
+    compile_cache_dir : where the framework may keep compiled kernels between runs (Adapter.compile_cache_dir).
     """
 
-    def __init__(self, framework: str, timeout_s: float = 60.0, window: int = 16, start_timeout_s: float = 600.0):
+    def __init__(self, framework: str, timeout_s: float = 60.0, window: int = 16, start_timeout_s: float = 600.0,
+                 compile_cache_dir: Path | None = None):
         self.framework = framework
+        self.compile_cache_dir = compile_cache_dir
         self.timeout_s = timeout_s
         self.window = window
         self.start_timeout_s = start_timeout_s
@@ -133,7 +138,8 @@ class WorkerPool:
     def launch(self) -> None:
         """Start the worker without waiting: it imports the framework (seconds) while the caller works."""
         parent, child = self._ctx.Pipe()
-        self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._output.name),
+        self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._output.name,
+                                                str(self.compile_cache_dir) if self.compile_cache_dir else None),
                                           daemon=True)
         self._process.start()
         child.close()

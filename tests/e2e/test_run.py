@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 from dataclasses import dataclass
 
 import jsonschema
@@ -171,18 +172,28 @@ def test_merged_report_equals_combined_run(default_run, tmp_path):
 
 
 def test_same_seed_same_results_apart_from_timing(default_run, tmp_path):
-    """Three runs: without the reference cache, filling a new one, and reading from it."""
+    """Three runs: without the caches, filling new ones, and reading from them. The rows are the same
+    whether the expectations and (JAX) the compiled kernels come from the cache or not."""
     framework, _ = default_run
-    rows, caches = [], []
+    rows, caches, kernels = [], [], []
     for name, cache_options in (("none", ["--no-cache"]), ("cold", ["--cache-dir", str(tmp_path / "cache")]),
                                 ("warm", ["--cache-dir", str(tmp_path / "cache")])):
-        assert main(["run", "--framework", framework, "--only", "fwd/sum/*", "--out", str(tmp_path / name),
+        assert main(["run", "--framework", framework, "--only", "fwd/none/*", "--out", str(tmp_path / name),
                      "--no-progress", *cache_options]) == 0
         lines = (tmp_path / name / "results.jsonl").read_text().splitlines()
         rows.append([{k: v for k, v in json.loads(line).items() if k != "elapsed_s"} for line in lines])
         caches.append(json.loads((tmp_path / name / "run.json").read_text()).get("reference_cache"))
+        kernels.append(sorted(p.name for p in (tmp_path / "cache").glob("jax-*/*")))
     assert rows[0] == rows[1] == rows[2] and len(rows[0]) > 20
     assert caches[0] is None and caches[1]["hits"] == 0 and caches[2]["misses"] == 0 and caches[2]["hits"] > 0
+    if _runs_on_jax(framework):  # the cold run kept its kernels; the warm one found them all (it added none)
+        assert kernels[1] and kernels[2] == kernels[1]
+    else:
+        assert kernels == [[], [], []]
+
+
+def _runs_on_jax(framework: str) -> bool:
+    return framework == "optax" or (framework == "keras" and os.environ.get("KERAS_BACKEND") == "jax")
 
 
 def test_every_profile_deviation_documents_something(default_run, spec):
