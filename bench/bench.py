@@ -27,6 +27,13 @@ family within 2x of softmax and the whole reference within 10x of the plain pass
 
     python bench/bench.py --reference-only
 
+`--exhaustive` measures the scale figures instead: the exhaustive suite with two samples
+(`kl-conformance run --exhaustive --samples 2 --no-repro`, 1.2M results on torch) as a whole
+run, cold and warm, with its peak RSS, against import + the bare loop over the same calls
+(several minutes each; the issue's target is 2x):
+
+    python bench/bench.py --framework torch --exhaustive
+
 Prints one line per figure; no figure is asserted.
 """
 
@@ -130,13 +137,14 @@ def import_seconds(framework: str, repeat: int) -> float:
                                         check=True).stdout.split()[-1]) for _ in range(repeat))
 
 
-def whole_run(framework: str, cache_dir: Path) -> tuple[float, int]:
-    """Wall seconds of `kl-conformance run --framework NAME` on the default suite, as a user types it:
-    interpreter start, run, reports and reproducers. Returns the seconds and the reproducers written."""
+def whole_run(framework: str, cache_dir: Path, options: tuple[str, ...] = ()) -> tuple[float, int]:
+    """Wall seconds of `kl-conformance run --framework NAME` on the default suite (or as `options` select), as
+    a user types it: interpreter start, run, reports and reproducers. Returns the seconds and the reproducers
+    written."""
     with tempfile.TemporaryDirectory() as here:
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "conformance", "run", "--framework", framework, "--out", "run",
-                        "--no-progress", "--cache-dir", str(cache_dir)], cwd=here, check=False,
+                        "--no-progress", "--cache-dir", str(cache_dir), *options], cwd=here, check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seconds = time.perf_counter() - start
         return seconds, len(list((Path(here) / "run" / "repro").glob("*")))
@@ -203,6 +211,36 @@ def print_reference(n: int, repeat: int) -> None:
     print(f"peak RSS             {own:.0f} MB with the reference")
 
 
+EXHAUSTIVE_SAMPLES = 2
+
+
+def exhaustive(framework: str, spec) -> int:
+    """The scale figures: the exhaustive suite's whole run, cold and warm, against import + its bare loop."""
+    cases = list(generate_cases(spec, DEFAULT_SEED, exhaustive=True, samples=EXHAUSTIVE_SAMPLES))
+    try:
+        bare_s, calls = bare_loop(framework, cases, repeat=1)
+    except FrameworkUnavailable as exc:
+        print(f"framework            {framework} is not installed here; nothing measured: {exc}")
+        return 0
+    count = len(cases)
+    del cases  # the runs below are separate processes; this one should not hold the suite meanwhile
+    import_s = import_seconds(framework, 3)
+    options = ("--exhaustive", "--samples", str(EXHAUSTIVE_SAMPLES), "--no-repro")
+    with tempfile.TemporaryDirectory() as cache_dir:
+        cold_s, _ = whole_run(framework, Path(cache_dir), options)
+        warm_s, _ = whole_run(framework, Path(cache_dir), options)
+    _, children = peak_rss_mb()
+    floor_s = import_s + bare_s
+    print(f"framework            {framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
+    print(f"exhaustive suite     {count} cases (--samples {EXHAUSTIVE_SAMPLES}), {calls} runnable calls")
+    print(f"(a) bare loop        {bare_s:.1f} s  ({1e6 * bare_s / max(calls, 1):.1f} us per call)")
+    print(f"import               {import_s:.3f} s")
+    print(f"(c) whole run        `kl-conformance run --framework {framework} {' '.join(options)}`: {cold_s:.1f} s cold, "
+          f"{warm_s:.1f} s warm; (c)/(import + a) {cold_s / floor_s:.1f} cold, {warm_s / floor_s:.1f} warm")
+    print(f"peak RSS             {children:.0f} MB, the largest of the runs' processes")
+    return 0
+
+
 def peak_rss_mb() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -215,6 +253,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--reference-elements", type=int, default=16 * 2**20)
     parser.add_argument("--reference-only", action="store_true", help="measure only the reference (no framework)")
+    parser.add_argument("--exhaustive", action="store_true",
+                        help="measure the exhaustive suite (two samples) end to end instead of the default suite")
     args = parser.parse_args(argv)
     if args.reference_only:
         print(f"reference            python {sys.version.split()[0]}, numpy {np.__version__}")
@@ -224,6 +264,8 @@ def main(argv=None) -> int:
         parser.error("--framework is required (or --reference-only)")
 
     spec = load_spec()
+    if args.exhaustive:
+        return exhaustive(args.framework, spec)
     cases = list(generate_cases(spec, DEFAULT_SEED))
     try:
         bare_s, calls = bare_loop(args.framework, cases, args.repeat)
