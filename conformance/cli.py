@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -453,3 +454,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # every finished case's rows are already on disk (flushed per case)
         print("kl-conformance: interrupted. Continue a run with the same command and --resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `kl-conformance cases | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit must not fail
+        return EXIT_OK

@@ -58,6 +58,17 @@ def test_module_and_console_script_are_the_same_command():
     assert "kl-conformance" in out.stdout and "run" in out.stdout
 
 
+def test_cases_piped_into_head_ends_quietly(tmp_path):
+    """`kl-conformance cases | head` printed a BrokenPipeError traceback once head had its lines."""
+    process = subprocess.Popen([sys.executable, "-m", "conformance", "cases"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=tmp_path)
+    first = process.stdout.readline()
+    process.stdout.close()  # what head does after its lines
+    err = process.stderr.read()
+    assert process.wait(timeout=60) == 0
+    assert first.startswith(b"fwd/") and b"Traceback" not in err and b"BrokenPipe" not in err, err
+
+
 def test_every_part_the_readme_offers_is_accepted(capsys):
     """`run --part grad2_input` was refused by argparse although the README offers it."""
     from conformance.cli import build_parser
