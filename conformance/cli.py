@@ -333,7 +333,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known)
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
-    count = sum(1 for _ in iter_results(out))
+    count = written.results
     print(f"merged {len(args.runs)} runs, {count} results" + (f"; not run: {', '.join(not_run)}" if not_run else "")
           + f". Report: {written.report}")
     incomplete = [f"{m.get('framework', '?')} run is {m.get('status', 'of unknown status')}"

@@ -231,45 +231,51 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
                   ) -> Iterator[tuple[Case, list[tuple[Result, dict | None]]]]:
     """Send runnable cases to the worker, and judge each answer against the reference: each case with its
     rows. `cases` pairs each case with a judge already holding its expectations (_prefetch), or None."""
-    refused: dict[int, tuple[Case, str]] = {}
+    refused: dict[int, str] = {}
     judges: dict[int, CaseJudge] = {}
+    plans: dict[int, list[tuple[tuple[str, str, str], str | None]]] = {}  # each call of a task, and why not sent
+    dialects = {api.name: api.dialect for api in adapter.apis}
 
-    def calls_of(case: Case) -> tuple[tuple[str, str, str], ...]:
+    def plan(case: Case) -> list[tuple[tuple[str, str, str], str | None]]:
+        """The calls still to make of `case`, each with the reason the API cannot express it (such a call is
+        never sent to the framework), or None."""
         parts = _selected_parts(case, options)
-        return tuple((t.api, t.device, part) for t in targets for part in parts
-                     if (case.id, t.api, t.device, part) not in done)
-
-    def unsupported(case: Case, call: tuple[str, str, str]) -> str | None:
-        """Why the API cannot express this call; such calls are never sent to the framework."""
-        api = adapter.api(call[0])
-        return adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, call[2])
+        out = []
+        for t in targets:
+            api = adapter.api(t.api)
+            why_not = adapter.unsupported_reason(case, api)
+            for part in parts:
+                if (case.id, t.api, t.device, part) not in done:
+                    out.append(((t.api, t.device, part), why_not or adapter.unsupported_part(api, part)))
+        return out
 
     def tasks() -> Iterator[Task]:
         for index, (case, judge) in enumerate(cases):
-            todo = calls_of(case)
+            todo = plan(case)
             if not todo:
                 summary.skipped += 1
                 continue
+            plans[index] = todo
             if judge is not None:
                 judges[index] = judge
             need_mb = _needs_mb(case)
             if need_mb > options.memory_budget_mb:
-                refused[index] = (case, f"refused: needs about {need_mb:,.0f} MB, over the memory budget of "
-                                        f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
+                refused[index] = (f"refused: needs about {need_mb:,.0f} MB, over the memory budget of "
+                                  f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
                 yield Task(index, case, ())  # an empty task keeps the order; nothing runs
                 continue
             # its reference is computed when the answer is judged
-            yield Task(index, case, tuple(call for call in todo if unsupported(case, call) is None))
+            yield Task(index, case, tuple(call for call, reason in todo if reason is None))
 
     for outcome in pool.run(tasks()):
         task = outcome.task
         case = task.case
         digest = case_digest(case)
+        todo = plans.pop(task.index)
         rows = []
         if task.index in refused:
-            reason = refused.pop(task.index)[1]
-            for api_name, device, part in calls_of(case):
-                judgement = Judgement(Verdict.UNSUPPORTED, reason)
+            judgement = Judgement(Verdict.UNSUPPORTED, refused.pop(task.index))
+            for (api_name, device, part), _ in todo:
                 rows.append((_result(case, digest, Target(adapter.name, api_name, device), part, None, judgement,
                                      Observation(), (), spec, manifest, info), None))
             summary.cases += 1
@@ -277,10 +283,9 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
             continue
         # works while the worker is already on the next cases
         judge = judges.pop(task.index, None) or CaseJudge(case, spec, cache)
-        for call in calls_of(case):
+        for call, reason in todo:
             api_name, device, part = call
-            dialect = adapter.api(api_name).dialect
-            reason = unsupported(case, call)
+            dialect = dialects[api_name]
             # a case in another input space than the API's dialect has no expectation there (unsupported)
             expected = judge.expected(spec, part, dialect) if takes_input_space(case, dialect, spec) else None
             if outcome.failure is not None and reason is None:

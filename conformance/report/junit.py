@@ -1,8 +1,8 @@
 """Writes junit.xml: one testcase per case x framework x api x device x part, so CI shows results natively.
 
 An undocumented divergence is a failure (crash and timeout are errors); a documented
-divergence, a known finding (--known) and an unsupported case are skipped, with the reason. Reads rows only, once,
-and streams: each suite's testcases go to a temporary file while the rows are read, and
+divergence, a known finding (--known) and an unsupported case are skipped, with the reason. Takes rows one
+at a time (JunitWriter.add) and streams: each suite's testcases go to a temporary file while the rows are read, and
 the suites are then joined under their counts, so memory stays flat for a million rows.
 """
 
@@ -29,22 +29,44 @@ def _text(s: str) -> str:
 
 def write_junit(path: Path, rows: Iterable[Result]) -> None:
     """Write junit.xml for `rows` to `path` atomically."""
-    counts: dict[str, Counter] = defaultdict(Counter)
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".junit-") as tmp:
-        files: dict[str, IO[str]] = {}
+    with JunitWriter(path) as junit:
+        for r in rows:
+            junit.add(r)
+
+
+class JunitWriter:
+    """junit.xml written as rows arrive (`add`), so the report's one pass over the rows feeds it too;
+    the file appears, whole, when the writer is closed without an error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._counts: dict[str, Counter] = defaultdict(Counter)
+        self._tmp = tempfile.TemporaryDirectory(dir=path.parent, prefix=".junit-")
+        self._files: dict[str, IO[str]] = {}
+
+    def add(self, r: Result) -> None:
+        name = f"{r.framework}.{r.api}.{r.device}.{r.part}"
+        if name not in self._files:
+            self._files[name] = open(Path(self._tmp.name) / f"{len(self._files)}.xml", "w+", encoding="utf-8")
+        element, kind = _testcase(name, r)
+        self._files[name].write(element)
+        self._counts[name]["tests"] += 1
+        self._counts[name][kind] += kind is not None
+
+    def close(self, write: bool = True) -> None:
         try:
-            for r in rows:
-                name = f"{r.framework}.{r.api}.{r.device}.{r.part}"
-                if name not in files:
-                    files[name] = open(Path(tmp) / f"{len(files)}.xml", "w+", encoding="utf-8")
-                element, kind = _testcase(name, r)
-                files[name].write(element)
-                counts[name]["tests"] += 1
-                counts[name][kind] += kind is not None
-            write_lines_atomic(path, _document(files, counts))
+            if write:
+                write_lines_atomic(self.path, _document(self._files, self._counts))
         finally:
-            for f in files.values():
+            for f in self._files.values():
                 f.close()
+            self._tmp.cleanup()
+
+    def __enter__(self) -> "JunitWriter":
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(write=exc_type is None)
 
 
 def _document(files: dict[str, IO[str]], counts: dict[str, Counter]) -> Iterator[str]:

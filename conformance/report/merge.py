@@ -15,7 +15,7 @@ from conformance.errors import ResultsError
 from conformance.model import FORMAT_VERSION, Result
 from conformance.report.baseline import BaselineDiff, compare, render_baseline_markdown
 from conformance.report.html import render_html
-from conformance.report.junit import write_junit
+from conformance.report.junit import JunitWriter
 from conformance.report.markdown import render_markdown
 from conformance.report.summary import render_summary
 from conformance.report.tally import Tally
@@ -82,10 +82,12 @@ def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
 
 @dataclass
 class Written:
-    """What a report wrote: the path of report.md, and the comparison with the baseline (if one was given)."""
+    """What a report wrote: the path of report.md, the comparison with the baseline (if one was given), and
+    how many results it reports."""
 
     report: Path
     baseline: BaselineDiff | None = None
+    results: int = 0
 
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
@@ -93,13 +95,13 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
     One pass over the rows gathers what the Markdown, HTML and summary show (and, with `known`, a
-    known.KnownFindings, how each of its entries fared); junit.xml (one element per row) and the
-    baseline comparison stream the rows again. Each file is written atomically.
+    known.KnownFindings, how each of its entries fared) and writes junit.xml (one element per row);
+    only the baseline comparison streams the rows again. Each file is written atomically.
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
-    rows = iter_rows(present)
-    tally = Tally(known.observe(rows) if known is not None else rows)
-    write_junit(out_dir / "junit.xml", iter_rows(present))
+    with JunitWriter(out_dir / "junit.xml") as junit:
+        rows = _feeding(junit, iter_rows(present))
+        tally = Tally(known.observe(rows) if known is not None else rows)
     write_atomic(out_dir / "summary.json", render_summary(tally, manifests))
     details = (d for run_dir in present for d in iter_details(run_dir))
     write_atomic(out_dir / "report.html", render_html(tally, manifests, details))
@@ -111,7 +113,14 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
         markdown = markdown.rstrip() + "\n\n" + "\n".join(render_baseline_markdown(diff)).rstrip() + "\n"
     path = out_dir / REPORT_FILE
     write_atomic(path, markdown)
-    return Written(path, diff)
+    return Written(path, diff, tally.total)
+
+
+def _feeding(junit: JunitWriter, rows: Iterator[Result]) -> Iterator[Result]:
+    """The rows, each also added to junit.xml: the tally and junit.xml share one read of results.jsonl."""
+    for row in rows:
+        junit.add(row)
+        yield row
 
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False,
