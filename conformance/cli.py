@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -31,12 +31,12 @@ from conformance.report.merge import load_manifests, merge_runs, write_report
 from conformance.report.provenance import check_runs
 from conformance.results import RESULTS_FILE, iter_results
 from conformance.runner import DEFAULT_MEMORY_BUDGET_MB, DEFAULT_TIMEOUT_S, RunOptions, run_conformance
-from conformance.selection import file_digest, select_cases, selected_shard
+from conformance.selection import file_digest, select_cases, select_lazily, selected_shard
 from conformance.specload import load_spec
 from conformance.worker import WorkerPool
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
-KEEP_CASES = 20_000  # a selection up to this many cases is drawn once per run, a larger one twice (flat memory)
+KEEP_CASES = 20_000  # a selection up to this many cases is kept once drawn; a larger one is drawn as the run takes it (flat memory)
 REPRO_TIMEOUT_S = 900  # minimising a run's reproducers stops after this long
 
 
@@ -268,15 +268,17 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
 
 def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
     """The run, once its worker is importing the framework: cases, results, reports, reproducers."""
-    # One pass validates case files and ids and counts, before any output is written. A selection of up to
-    # KEEP_CASES is kept from it; a larger one is generated again, lazily, so memory stays flat however many.
-    kept: list[Case] | None = []
+    # One pass over the ids validates case files and ids and counts, before any output is written or any value
+    # drawn. A selection of up to KEEP_CASES is then made and kept; a larger one is made lazily, as the run
+    # takes it, so memory stays flat however many.
+    makers: list[Callable[[], Case]] | None = []
     total = 0
-    for case in select_cases(spec, args):
+    for _, make in select_lazily(spec, args):
         total += 1
-        if kept is not None:
-            kept.append(case)
-            kept = kept if len(kept) <= KEEP_CASES else None
+        if makers is not None:
+            makers.append(make)
+            makers = makers if len(makers) <= KEEP_CASES else None
+    kept = [make() for make in makers] if makers is not None else None
     if not total:
         raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
                          fix="check the ids with `kl-conformance cases`")

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import functools
 import hashlib
 import math
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
-from conformance.cases.generate import build_case, check_key, generate_cases
+from conformance.cases.generate import build_case, check_key, generated_keys
 from conformance.cases.ids import CaseKey, build_id, parse_id
 from conformance.cases.shard import Shard, parse_shard
 from conformance.cases.userfile import load_case_file
@@ -24,9 +25,15 @@ from conformance.runner import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB
 
 def select_cases(spec: Spec, args: argparse.Namespace) -> Iterator[Case]:
     """Generated and user cases, filtered by --only and --shard; user files are validated before anything runs."""
+    return (make() for _, make in select_lazily(spec, args))
+
+
+def select_lazily(spec: Spec, args: argparse.Namespace) -> Iterator[tuple[str, Callable[[], Case]]]:
+    """`select_cases` as (case id, a function that makes the case): a generated case's values are drawn only
+    when it is made, so the selection can be checked and counted at the cost of its ids."""
     shard = selected_shard(args)
-    cases = _selected(spec, args)
-    return cases if shard is None else (case for case in cases if shard.holds(case.id))
+    selected = _selected(spec, args)
+    return selected if shard is None else ((case_id, make) for case_id, make in selected if shard.holds(case_id))
 
 
 def selected_shard(args: argparse.Namespace) -> Shard | None:
@@ -38,7 +45,8 @@ def selected_shard(args: argparse.Namespace) -> Shard | None:
         raise UsageError(str(exc), where="--shard", fix="write --shard K/N, e.g. --shard 1/4 ... --shard 4/4") from None
 
 
-def _selected(spec: Spec, args: argparse.Namespace) -> Iterator[Case]:
+def _selected(spec: Spec, args: argparse.Namespace) -> Iterator[tuple[str, Callable[[], Case]]]:
+    """Each selected case's id, and how to make the case (a generated case's values are drawn only then)."""
     user = _user_cases(args.cases)
     exact = [p for p in args.only if not any(ch in p for ch in "*?[")]
     if args.only and exact == args.only and args.suite != "none":
@@ -47,18 +55,24 @@ def _selected(spec: Spec, args: argparse.Namespace) -> Iterator[Case]:
         for case_id in exact:
             if case_id in seen_user:
                 continue
-            yield build_case(_generated_key(case_id, args), args.seed)
-        yield from (c for c in user if c.id in exact)
+            key = _generated_key(case_id, args)
+            yield case_id, functools.partial(build_case, key, args.seed)
+        yield from ((c.id, functools.partial(_given, c)) for c in user if c.id in exact)
         return
-    generated = () if args.suite == "none" else generate_cases(spec, args.seed, exhaustive=args.suite == "exhaustive",
-                                                               samples=args.samples)
+    generated = () if args.suite == "none" else (
+        (case_id, "generated", functools.partial(build_case, key, args.seed))
+        for case_id, key in generated_keys(spec, exhaustive=args.suite == "exhaustive", samples=args.samples))
     user_ids = {c.id: c.source for c in user}
-    for case in _chain(generated, user):
-        if case.source == "generated" and case.id in user_ids:
-            raise CaseFileError("this id is also a generated case's id: two cases would share it", file=user_ids[case.id],
-                                where=f"case {case.id!r}", fix="rename the case, or run your file alone with --suite none")
-        if not args.only or any(fnmatch.fnmatchcase(case.id, p) for p in args.only):
-            yield case
+    for case_id, source, make in _chain(generated, ((c.id, c.source, functools.partial(_given, c)) for c in user)):
+        if source == "generated" and case_id in user_ids:
+            raise CaseFileError("this id is also a generated case's id: two cases would share it", file=user_ids[case_id],
+                                where=f"case {case_id!r}", fix="rename the case, or run your file alone with --suite none")
+        if not args.only or any(fnmatch.fnmatchcase(case_id, p) for p in args.only):
+            yield case_id, make
+
+
+def _given(case: Case) -> Case:
+    return case
 
 
 def _user_cases(paths: list[str]) -> list[Case]:
