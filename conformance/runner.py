@@ -295,7 +295,7 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
                 observed = Observation(unsupported=reason) if reason else outcome.observations[call]
                 # a call the API cannot express was not sent, and may have no expectation in its dialect
                 judgement = Judgement(Verdict.UNSUPPORTED, reason) if reason else judge.judgement(part, dialect, observed)
-            documented_by = (ledger.documented(api_name, observed, lambda s: judge.expected(s, part, dialect))
+            documented_by = (judge.documented(ledger, api_name, part, dialect, observed)
                              if judgement.verdict.is_divergence and outcome.failure is None else ())
             result = _result(case, digest, Target(adapter.name, api_name, device), part, expected, judgement, observed,
                              documented_by, spec, manifest, info)
@@ -333,6 +333,7 @@ class CaseJudge:
         self.case, self.spec, self.cache = case, spec, cache
         self._expected: dict[tuple[str, str], object] = {}
         self._judged: dict[tuple, Judgement] = {}
+        self._documented: dict[tuple, tuple[str, ...]] = {}
         self._case_detail: dict | None = None
         self._touched: frozenset[str] | None = None  # explain's touched_paths, once per case
         self._expected_detail: dict[int, dict] = {}
@@ -367,6 +368,18 @@ class CaseJudge:
         if key not in self._judged:
             self._judged[key] = self._judge(part, dialect, observed)
         return self._judged[key]
+
+    def documented(self, ledger: DeviationLedger, api: str, part: str, dialect: str,
+                   observed: Observation) -> tuple[str, ...]:
+        """The profile deviations that document this divergence (DeviationLedger.documented), decided once
+        for the APIs of the case that declare the same deviations and observed the same."""
+        declared = tuple(d.id for d in ledger.by_api.get(api, ()))
+        if not declared:
+            return ()
+        key = (declared, part, dialect, *observation_key(observed))
+        if key not in self._documented:
+            self._documented[key] = ledger.documented(api, observed, lambda s: self.expected(s, part, dialect))
+        return self._documented[key]
 
     def _judge(self, part: str, dialect: str, observed: Observation) -> Judgement:
         if observed.unsupported is not None:  # nothing to compare (and no expectation where the API cannot take
