@@ -168,22 +168,41 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def write_rows_atomic(path: Path, rows: Iterator[Result]) -> None:
-    """Stream rows into a temporary file beside `path`, then rename it into place."""
-    write_lines_atomic(path, (row.to_json() + "\n" for row in rows))
-
-
 def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:
     """Stream lines into a temporary file beside `path`, then rename it into place; memory stays flat."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file is a report like the others
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(lines)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with AtomicLines(path) as f:
+        for line in lines:
+            f.write(line)
+
+
+class AtomicLines:
+    """A file written piece by piece into a temporary file beside `path`, and renamed into place when the
+    `with` block ends without an error (else removed): no reader ever sees it half-written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        fd, self._tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file is a report like the others
+            self._file = os.fdopen(fd, "w", encoding="utf-8")
+        except BaseException:
+            os.close(fd)
+            Path(self._tmp).unlink(missing_ok=True)
+            raise
+
+    def write(self, text: str) -> None:
+        self._file.write(text)
+
+    def __enter__(self) -> "AtomicLines":
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        try:
+            self._file.close()
+            if exc_type is None:
+                os.replace(self._tmp, self.path)
+        finally:
+            Path(self._tmp).unlink(missing_ok=True)  # gone already once renamed
 
 
 def _umask() -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from conformance.errors import ResultsError
 from conformance.model import FORMAT_VERSION, Result
@@ -19,8 +19,8 @@ from conformance.report.junit import JunitWriter
 from conformance.report.markdown import render_markdown
 from conformance.report.summary import render_summary
 from conformance.report.tally import Tally
-from conformance.results import (DETAILS_FILE, RESULTS_FILE, check_format_version, iter_details, iter_results,
-                                 read_manifest, write_atomic, write_lines_atomic, write_rows_atomic)
+from conformance.results import (DETAILS_FILE, RESULTS_FILE, AtomicLines, check_format_version, iter_details,
+                                 iter_results, read_manifest, write_atomic, write_lines_atomic)
 
 REPORT_FILE = "report.md"
 RUNS_FILE = "runs.json"
@@ -99,9 +99,21 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
     only the baseline comparison streams the rows again. Each file is written atomically.
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
+    tally = _tally_and_junit(out_dir, iter_rows(present), known)
+    return _write_reports(out_dir, tally, present, manifests, baseline, known)
+
+
+def _tally_and_junit(out_dir: Path, rows: Iterator[Result], known: Any) -> Tally:
+    """The one pass over the rows: the tally, and junit.xml written as the rows go by."""
     with JunitWriter(out_dir / "junit.xml") as junit:
-        rows = _feeding(junit, iter_rows(present))
-        tally = Tally(known.observe(rows) if known is not None else rows)
+        rows = _feeding(junit.add, rows)
+        return Tally(known.observe(rows) if known is not None else rows)
+
+
+def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifests: list[dict[str, Any]],
+                   baseline: str | Path | None, known: Any) -> Written:
+    """Everything written from the tally: summary.json, report.html (with the details of `present`),
+    report.md and, with a baseline, baseline.json (the one further read of the rows)."""
     write_atomic(out_dir / "summary.json", render_summary(tally, manifests))
     details = (d for run_dir in present for d in iter_details(run_dir))
     write_atomic(out_dir / "report.html", render_html(tally, manifests, details))
@@ -116,23 +128,29 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
     return Written(path, diff, tally.total)
 
 
-def _feeding(junit: JunitWriter, rows: Iterator[Result]) -> Iterator[Result]:
-    """The rows, each also added to junit.xml: the tally and junit.xml share one read of results.jsonl."""
+def _feeding(consume: Callable[[Result], Any], rows: Iterator[Result]) -> Iterator[Result]:
+    """The rows, each also given to `consume` as it goes by: several outputs share one read of the rows."""
     for row in rows:
-        junit.add(row)
+        consume(row)
         yield row
 
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False,
                baseline: str | Path | None = None, known: Any = None) -> Written:
     """Merge run directories into `out_dir`: results.jsonl (with `known`, its rows' known_by set by that
-    file), details.jsonl, runs.json and the reports. `out_dir` must not be one of the runs."""
+    file), details.jsonl, runs.json and the reports. `out_dir` must not be one of the runs.
+
+    The merged rows are written in the same pass that tallies them and writes junit.xml, so the runs'
+    rows are read once here (`report` has read them once before, to check they can be merged)."""
     present, manifests = load_manifests(run_dirs, allow_missing)
     if out_dir.resolve() in {p.resolve() for p in present}:
         raise ResultsError("the output directory is one of the runs to merge", file=str(out_dir), where="--out",
                            fix="write the merged report into another directory")
     rows = iter_rows(present)
-    write_rows_atomic(out_dir / RESULTS_FILE, (known.mark(r) for r in rows) if known is not None else rows)
+    rows = (known.mark(r) for r in rows) if known is not None else rows
+    with AtomicLines(out_dir / RESULTS_FILE) as results:
+        tally = _tally_and_junit(out_dir, _feeding(lambda row: results.write(row.to_json() + "\n"), rows), known)
     write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)))
     write_atomic(out_dir / RUNS_FILE, json.dumps(manifests, indent=2, sort_keys=True) + "\n")
-    return write_report(out_dir, [out_dir], baseline=baseline, known=known)
+    _, merged = load_manifests([out_dir])  # as a later `report` of this directory reads them
+    return _write_reports(out_dir, tally, [out_dir], merged, baseline, known)
