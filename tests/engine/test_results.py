@@ -24,6 +24,23 @@ def test_atomic_files_honour_the_umask(tmp_path, umask, mode):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
 
 
+def test_a_file_cut_short_by_an_error_is_never_seen(tmp_path):
+    """An error while the rows are written (a merge meeting a damaged run) leaves the old file as it was,
+    and no temporary file beside it."""
+    from conformance.results import AtomicLines
+
+    (tmp_path / "results.jsonl").write_text("old\n")
+    with pytest.raises(RuntimeError):
+        with AtomicLines(tmp_path / "results.jsonl") as f:
+            f.write("new first row\n")
+            raise RuntimeError("a damaged run")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
+    assert (tmp_path / "results.jsonl").read_text() == "old\n"
+    with AtomicLines(tmp_path / "results.jsonl") as f:
+        f.write("new\n")
+    assert (tmp_path / "results.jsonl").read_text() == "new\n" and len(list(tmp_path.iterdir())) == 1
+
+
 import json  # noqa: E402
 
 from conformance.errors import ResultsError  # noqa: E402
