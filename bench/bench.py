@@ -137,17 +137,23 @@ def import_seconds(framework: str, repeat: int) -> float:
                                         check=True).stdout.split()[-1]) for _ in range(repeat))
 
 
-def whole_run(framework: str, cache_dir: Path, options: tuple[str, ...] = ()) -> tuple[float, int]:
+def whole_run(framework: str, cache_dir: Path, options: tuple[str, ...] = ()) -> tuple[float, int, float]:
     """Wall seconds of `kl-conformance run --framework NAME` on the default suite (or as `options` select), as
-    a user types it: interpreter start, run, reports and reproducers. Returns the seconds and the reproducers
-    written."""
+    a user types it: interpreter start, run, reports and reproducers. Returns the seconds, the reproducers
+    written, and the peak RSS in MB of the run's largest process (the CLI or its worker).
+
+    A small wrapper process starts the run and reads that peak: the peak getrusage gives for a child
+    starts at its parent's resident size (fork and vfork share the parent's pages until exec), so a
+    run started from this process, which holds the suite, would report this process's memory."""
+    wrapper = ("import resource, subprocess, sys, time; start = time.perf_counter(); "
+               "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+               "print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     with tempfile.TemporaryDirectory() as here:
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "conformance", "run", "--framework", framework, "--out", "run",
-                        "--no-progress", "--cache-dir", str(cache_dir), *options], cwd=here, check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        seconds = time.perf_counter() - start
-        return seconds, len(list((Path(here) / "run" / "repro").glob("*")))
+        measured = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "conformance", "run",
+                                   "--framework", framework, "--out", "run", "--no-progress", "--cache-dir",
+                                   str(cache_dir), *options], cwd=here, check=True, capture_output=True, text=True)
+        seconds, peak_kb = measured.stdout.split()[-2:]
+        return float(seconds), len(list((Path(here) / "run" / "repro").glob("*"))), int(peak_kb) / 1024
 
 
 REFERENCE_FAMILIES = ("softmax", "identical", "unnormalized", "tiny", "large")
@@ -207,8 +213,7 @@ def print_reference(n: int, repeat: int) -> None:
         print(f"reference families   log_target={int(log_target)} (CPU): "
               + ", ".join(f"{name} {ref:.2f} s ({ref / plain:.1f}x plain)" for name, (ref, plain) in found.items())
               + f"; slowest/softmax {found[worst][0] / softmax_s:.2f} ({worst})")
-    own, _ = peak_rss_mb()
-    print(f"peak RSS             {own:.0f} MB with the reference")
+    print(f"peak RSS             {peak_rss_mb():.0f} MB with the reference")
 
 
 EXHAUSTIVE_SAMPLES = 2
@@ -227,9 +232,8 @@ def exhaustive(framework: str, spec) -> int:
     import_s = import_seconds(framework, 3)
     options = ("--exhaustive", "--samples", str(EXHAUSTIVE_SAMPLES), "--no-repro")
     with tempfile.TemporaryDirectory() as cache_dir:
-        cold_s, _ = whole_run(framework, Path(cache_dir), options)
-        warm_s, _ = whole_run(framework, Path(cache_dir), options)
-    _, children = peak_rss_mb()
+        cold_s, _, cold_mb = whole_run(framework, Path(cache_dir), options)
+        warm_s, _, warm_mb = whole_run(framework, Path(cache_dir), options)
     floor_s = import_s + bare_s
     print(f"framework            {framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
     print(f"exhaustive suite     {count} cases (--samples {EXHAUSTIVE_SAMPLES}), {calls} runnable calls")
@@ -237,14 +241,13 @@ def exhaustive(framework: str, spec) -> int:
     print(f"import               {import_s:.3f} s")
     print(f"(c) whole run        `kl-conformance run --framework {framework} {' '.join(options)}`: {cold_s:.1f} s cold, "
           f"{warm_s:.1f} s warm; (c)/(import + a) {cold_s / floor_s:.1f} cold, {warm_s / floor_s:.1f} warm")
-    print(f"peak RSS             {children:.0f} MB, the largest of the runs' processes")
+    print(f"peak RSS             {cold_mb:.0f} MB cold, {warm_mb:.0f} MB warm: the run's largest process")
     return 0
 
 
-def peak_rss_mb() -> tuple[float, float]:
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return own, children
+def peak_rss_mb() -> float:
+    """This process's peak RSS in MB (the reference bench's, which holds its draws)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main(argv=None) -> int:
@@ -279,10 +282,9 @@ def main(argv=None) -> int:
         warm_total_s, warm_steady_s, _ = harness(args.framework, cases, spec, Path(cache_dir))
     import_s = import_seconds(args.framework, args.repeat)
     with tempfile.TemporaryDirectory() as cache_dir:
-        cli_cold_s, reproducers = whole_run(args.framework, Path(cache_dir))
-        cli_warm_s, _ = whole_run(args.framework, Path(cache_dir))
+        cli_cold_s, reproducers, cold_mb = whole_run(args.framework, Path(cache_dir))
+        cli_warm_s, _, warm_mb = whole_run(args.framework, Path(cache_dir))
     floor_s = import_s + bare_s
-    own, children = peak_rss_mb()
     print(f"framework            {args.framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
     print(f"default suite        {len(cases)} cases, {calls} runnable calls (forward and gradients), {results} results")
     print(f"(a) bare loop        {bare_s:.3f} s  ({1e6 * bare_s / max(calls, 1):.1f} us per call)")
@@ -298,7 +300,7 @@ def main(argv=None) -> int:
     print(f"(c) whole run        `kl-conformance run --framework {args.framework}`, {reproducers} reproducers: "
           f"{cli_cold_s:.2f} s cold, {cli_warm_s:.2f} s warm; (c)/(import + a) {cli_cold_s / floor_s:.1f} cold, "
           f"{cli_warm_s / floor_s:.1f} warm")
-    print(f"peak RSS             {own:.0f} MB harness process, {children:.0f} MB worker")
+    print(f"peak RSS             {max(cold_mb, warm_mb):.0f} MB: the largest process of the whole runs (c)")
     print_reference(args.reference_elements, args.repeat)
     return 0
 
