@@ -4,7 +4,8 @@ In eager mode JAX compiles every primitive once per shape and dtype, and nearly 
 of a suite is a new signature: compiling is most of a JAX run (the default suite on optax:
 about 9 of its 13 seconds). The executables read back from this cache are the ones JAX
 compiled and ran the first time, so a run with the cache gives the same rows as a run
-without it (tests/adapters/test_jax_compile_cache.py compares them), only sooner.
+without it (tests/e2e/test_run.py::test_same_seed_same_results_apart_from_timing compares
+them in the JAX environments), only sooner.
 
 JAX keys an entry by the computation, its compile options and the jax/jaxlib versions.
 XLA:CPU compiles for the host's instruction set, and an executable carried to a CPU without
@@ -12,10 +13,11 @@ those features could fault, so the cache is scoped here by the machine and its C
 well (a home directory shared by machines of a CI fleet is the case in point). Scopes unused
 for MAX_IDLE_S are removed; a scope past MAX_BYTES is emptied when a run opens it. JAX's own
 size bound is not used: it needs the `filelock` package and lists the whole folder on every
-write (the default suite's first run took 29 s with it, against 20 s without the cache). Concurrent runs (tox -p) share a scope; an entry another run is still writing
-reads as damaged, which JAX answers by compiling again, with a warning that the adapters do not
-record as the framework's (adapters/base.py: HARNESS_WARNINGS). A JAX_COMPILATION_CACHE_DIR the
-user set is left as it is.
+write (the default suite's first run took 29 s with it, against 20 s without the cache).
+Concurrent runs (tox -p) share a scope; an entry another run is still writing reads as
+damaged, which JAX answers by compiling again, with a warning that the adapters do not record
+as the framework's (adapters/base.py: HARNESS_WARNINGS). A JAX_COMPILATION_CACHE_DIR the user
+set is left as it is.
 """
 
 from __future__ import annotations

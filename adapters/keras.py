@@ -16,9 +16,9 @@ Quirks live here:
   documentation says; the adapter calls it as a user does, with the default, so float16, bfloat16
   and float64 cases come back float32 (a finding, see spec/profiles/keras.yaml).
 - JAX: float64 is silently float32 unless x64 is on; load() enables it before Keras imports JAX
-  (tox also sets JAX_ENABLE_X64=1), and points JAX's persistent compilation cache into the harness's
-  cache directory (adapters/jaxcache.py: eager JAX compiles each new shape). JAX and TensorFlow tensors have no user-visible strides: a
-  transposed or strided layout is the backend's swapaxes or slice of the buffer, a new tensor
+  (tox also sets JAX_ENABLE_X64=1), and points JAX's persistent compilation cache into the
+  harness's cache directory (adapters/jaxcache.py: eager JAX compiles each new shape). JAX and
+  TensorFlow tensors have no user-visible strides: a transposed or strided layout is the backend's swapaxes or slice of the buffer, a new tensor
   (as in adapters/optax.py); on torch it is a real strided view.
 - Gradients through the backend's own autodiff: tf.GradientTape (nested for the second order),
   jax.vjp (jax.grad of that vjp), torch.autograd.grad (create_graph=True).
@@ -77,7 +77,8 @@ class KerasAdapter(Adapter):
         self.keras, self.backend = keras, keras.backend.backend()
         if self.backend == "jax":  # chosen by ~/.keras/keras.json, not KERAS_BACKEND: x64 now, before any case
             self._module().config.update("jax_enable_x64", True)
-            jaxcache.enable(self._module(), self.compile_cache_dir)
+            if os.environ.get("KERAS_BACKEND") != "jax":  # else enabled above, before Keras imported JAX
+                jaxcache.enable(self._module(), self.compile_cache_dir)
         if self.backend not in ACCELERATORS:
             raise FrameworkUnavailable(f"Keras backend {self.backend!r} is not one this adapter runs "
                                        f"(KERAS_BACKEND one of {list(ACCELERATORS)})")

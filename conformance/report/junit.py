@@ -12,7 +12,7 @@ import re
 import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO, Iterator
 from xml.sax.saxutils import escape, quoteattr
 
 from conformance.model import Result, Verdict
@@ -25,13 +25,6 @@ KINDS = ("failures", "errors", "skipped")
 def _text(s: str) -> str:
     """Only characters XML 1.0 allows (a framework's message may carry terminal escapes)."""
     return _NOT_XML.sub("", s)
-
-
-def write_junit(path: Path, rows: Iterable[Result]) -> None:
-    """Write junit.xml for `rows` to `path` atomically."""
-    with JunitWriter(path) as junit:
-        for r in rows:
-            junit.add(r)
 
 
 class JunitWriter:
