@@ -59,7 +59,9 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         summed = reduction != "none" or rules_of["axis_sum"] or legacy_then_batchmean(case, spec)
         loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=summed)
     with np.errstate(invalid="ignore"):
-        s = np.where(rule_map == FORMULA, sensitivity(x, t, case.params.log_target, spec), 0.0)
+        s = sensitivity(x, t, case.params.log_target, spec)
+        if np.ndim(s) or s != 0:  # a constant 0 (spec: sensitivity without log_target) needs no mask
+            s = np.where(rule_map == FORMULA, s, 0.0)
         pointwise_bound = tolerance_pointwise_bound(magnitude, s, result_dtype, spec)
 
     rules = _rules_used(case, spec, rule_map, reduction, shape)
@@ -128,11 +130,18 @@ def reduce_operand(operand: np.ndarray, reduction: str, divisor: int, spec: Spec
         return operand.sum(dtype=WIDE) / WIDE(divisor)
 
 
+FLOAT64_MAX = np.finfo(np.float64).max
+
+
 def as_bound(bound) -> np.ndarray:
     """A bound in float64: one past float64's range (terms near 1e308 in a narrow dtype) is the largest
-    float64, still finite (spec: tolerance.comparison -- a finite value has a finite bound)."""
+    float64, still finite (spec: tolerance.comparison -- a finite value has a finite bound). Returned as
+    it is (not copied) when nothing is past the range: callers only read bounds."""
     with np.errstate(over="ignore"):
-        return np.minimum(np.asarray(bound, dtype=np.float64), np.finfo(np.float64).max)
+        bound = np.asarray(bound, dtype=np.float64)
+    if bound.size and not bound.max() <= FLOAT64_MAX:  # also taken for a NaN, which minimum keeps
+        return np.minimum(bound, FLOAT64_MAX)
+    return bound
 
 
 def legacy_then_batchmean(case: Case, spec: Spec) -> bool:
@@ -144,7 +153,7 @@ def legacy_then_batchmean(case: Case, spec: Spec) -> bool:
 def in_result_dtype(value: np.ndarray, result_dtype: str) -> np.ndarray:
     """The float64 value, with magnitudes that overflow the result dtype set to +-inf (spec: dtypes.precision)."""
     with np.errstate(over="ignore"):  # a long double past float64's range is inf, as in the dtype
-        out = np.asarray(value).astype(np.float64)
+        out = np.asarray(value).astype(np.float64, copy=result_dtype != "float64")  # copied where changed below
     if result_dtype != "float64":  # a float64 value cannot overflow float64
         overflow = np.isinf(round_to_dtype(out, result_dtype)) & np.isfinite(out)
         out[overflow] = np.copysign(np.inf, out[overflow])
@@ -165,10 +174,9 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
     loss, residual, magnitude = kl_term(x, t, log_target, residual=extended)
     magnitude = term_magnitude(spec.data["pointwise"][f"log_target_{str(log_target).lower()}"]["terms"], x, t,
                                fused=magnitude, log_target=log_target)
-    nan_in = np.isnan(x) | np.isnan(t)
-    special = ~np.isfinite(x) | ~np.isfinite(t) | (t <= 0) if not log_target else ~np.isfinite(x) | ~np.isfinite(t)
-    if not special.any():  # no convention applies: the formula everywhere
+    if _formula_everywhere(x, t, log_target):  # no convention applies
         return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
+    nan_in = np.isnan(x) | np.isnan(t)
     inf_in = (np.isinf(x) | np.isinf(t)) & ~nan_in
 
     # spec: pointwise.conventions.infinities
@@ -207,6 +215,19 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
     return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
 
 
+def _formula_everywhere(x: np.ndarray, t: np.ndarray, log_target: bool) -> bool:
+    """Whether no convention applies anywhere: every input finite, and every t > 0 without log_target.
+
+    Read off four reductions (a NaN makes min and max NaN, and every comparison with NaN false), which
+    spares the masks on the common path.
+    """
+    if x.size == 0:
+        return True
+    finite_x = np.isfinite(x.min()) and np.isfinite(x.max())
+    low, high = t.min(), t.max()
+    return bool(finite_x and high < np.inf and (low > -np.inf if log_target else low > 0))
+
+
 def _with_residual(loss: np.ndarray, residual: np.ndarray, rule_map: np.ndarray, extended: bool) -> np.ndarray:
     """The float64 loss, or with `extended` loss + residual in long double (residual only where the formula holds)."""
     if not extended:
@@ -225,7 +246,7 @@ def term_magnitude(terms: list[str], x: np.ndarray, t: np.ndarray, fused: np.nda
     finite arguments (|t * x| past 1.8e308 while the loss cancels), in extended precision."""
     names = VARIABLES["pointwise.log_target_false.terms[]"]
     if fused is not None and list(terms) == FUSED_TERMS[log_target]:
-        magnitude = np.array(fused, dtype=np.float64)
+        magnitude = np.asarray(fused, dtype=np.float64)  # klterm's own array: pointwise may zero parts of it
     else:
         magnitude = np.array(sum_of_abs(terms, names, input=x, target=t), dtype=np.float64)
     with np.errstate(invalid="ignore"):
@@ -292,7 +313,8 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
 
 def _rules_used(case: Case, spec: Spec, rule_map: np.ndarray, reduction: str, shape: tuple[int, ...]) -> tuple[str, ...]:
     """Spec paths that shaped this expected value beyond the plain formula."""
-    rules = [RULE_NAMES[code] for code in sorted(set(np.unique(rule_map).tolist()) - {FORMULA})]
+    conventions = rule_map[rule_map != FORMULA]  # mostly empty: unique() of the whole map cost a sort
+    rules = [RULE_NAMES[code] for code in np.unique(conventions).tolist()]
     if case.params.has_legacy:
         rules.append("signature.legacy")
     if case.input.shape != case.target.shape:

@@ -30,12 +30,9 @@ from conformance.reference import logexp_tables as T
 from conformance.reference.doubledouble import fast_two_sum, split, two_diff, two_prod, two_sum
 
 I64 = np.int64
-MANTISSA = 0x000FFFFFFFFFFFFF
-HALF_EXPONENT = 0x3FE0000000000000  # the exponent bits of [1/2, 1)
 LOW27 = ~((1 << 27) - 1)  # clears the 27 low mantissa bits: a 26-bit head
 ROUNDER = 1.5 * 2.0**52  # v + ROUNDER: v rounded to an integer, readable in the low bits
 ROUNDER_BITS = int(np.float64(ROUNDER).view(I64))
-INTEGER_BITS = 0x4330000000000000  # the bits of 2**52: OR-ing a small integer in gives 2**52 + n
 A0, A1, A2, A3 = (float(v) for v in T.LN2)
 
 TIER_A_MIN = 2.0**-8.8  # fast_log_diff certifies |sigma| >= this
@@ -43,22 +40,14 @@ TIER_B_MIN = 2.0**-68.5  # precise_log_diff certifies |dh| >= this
 
 
 def decompose(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """f, E (as float64) and the bits of the (rescaled) t, with t == f * 2**E, f in [1/2, 1).
+    """f, E (as float64) and the bits of f, with t == f * 2**E, f in [1/2, 1).
 
-    For finite t > 0. A subnormal t is first scaled by 2**64 (exact), so its bits are those
-    of a normal number, and E is lowered by 64: |E| <= 1073 always.
+    For finite t > 0, subnormals included: frexp is exact, and |E| <= 1073. The bits of f
+    carry t's significand (normalised for a subnormal t), which is what _level1 indexes by.
+    One frexp costs a third of reading the fields out of t's bits.
     """
-    subnormal = None
-    if t.size and t.min() < 2.0**-1022:
-        subnormal = t < 2.0**-1022
-        t = t.copy()
-        t[subnormal] *= 2.0**64
-    bits = t.view(I64)
-    f = ((bits & MANTISSA) | HALF_EXPONENT).view(np.float64)
-    exponent = ((bits >> 52) | INTEGER_BITS).view(np.float64) - (2.0**52 + 1022)
-    if subnormal is not None:
-        exponent -= np.where(subnormal, 64.0, 0.0)
-    return f, exponent, bits
+    f, exponent = np.frexp(t)
+    return f, exponent.astype(np.float64), f.view(I64)
 
 
 def _index(value: np.ndarray, offset: int) -> np.ndarray:

@@ -133,3 +133,30 @@ def test_cancelling_0d_term_is_refined(spec):
     got = expected_forward(make_case(x, t), spec).value
     # mpmath at 60 digits: 0.3 * (log(0.3) - x) = 2.68065647502113267897580486904e-17
     assert got.shape == () and abs(float(got) - 2.68065647502113267897580486904e-17) <= np.spacing(2.68e-17)
+
+
+@pytest.mark.parametrize("log_target", [False, True])
+def test_the_formula_everywhere_shortcut_sees_every_special_element(log_target):
+    """pointwise skips the convention masks when its reductions find nothing special; one special
+    element anywhere (NaN, an infinity, a target <= 0 without log_target) must still be seen."""
+    from conformance.reference.forward import _formula_everywhere
+    ordinary = [-3.0, -1.0, 0.5, 2.0]
+    for special in (nan, inf, -inf, 0.0, -0.0, -0.5, 5e-324):
+        for where in range(4):
+            for which in ("input", "target"):
+                x, t = np.array(ordinary), np.abs(np.array(ordinary))
+                (x if which == "input" else t)[where] = special
+                masks = ~np.isfinite(x) | ~np.isfinite(t) | (np.zeros(4, bool) if log_target else t <= 0)
+                assert _formula_everywhere(x, t, log_target) == (not masks.any()), (special, where, which)
+    assert _formula_everywhere(np.empty(0), np.empty(0), log_target)
+
+
+def test_a_bound_past_float64_is_the_largest_float64_and_others_are_kept():
+    """spec: tolerance.comparison -- a finite expectation has a finite bound; NaN bounds stay NaN."""
+    from conformance.reference.forward import as_bound
+    wide = np.array([1.0, np.finfo(np.float64).max], dtype=np.longdouble)
+    wide[1] *= 4
+    assert as_bound(wide).tolist() == [1.0, np.finfo(np.float64).max]
+    assert np.isnan(as_bound(np.array([nan, 2.0])))[0] and as_bound(np.array([nan, 2.0]))[1] == 2.0
+    assert as_bound(np.array([inf, 2.0])).tolist() == [np.finfo(np.float64).max, 2.0]
+    assert as_bound(np.array(3.0)).tolist() == 3.0 and as_bound(np.empty((0, 2))).shape == (0, 2)

@@ -6,6 +6,7 @@ few ulps of log t, t near 1, subnormal and huge t, huge x, every table bucket's 
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from pathlib import Path
 
@@ -195,3 +196,17 @@ def test_kl_term_at_the_edges_of_float64_within_one_ulp(log_target):
             assert gi == np.sign(float(exact)) * np.inf, (xi, ti, gi)
         else:
             assert abs(mpmath.mpf(gi) - exact) <= np.spacing(abs(float(exact))), (xi, ti, gi, float(exact))
+
+
+def test_decompose_splits_every_positive_float64_exactly():
+    """f * 2**E == t with f in [1/2, 1), and the bits _level1 indexes by are t's top 8 significand
+    bits (normalised for subnormals), checked against Python's frexp on every binade's edges."""
+    from conformance.reference.logexp import decompose
+    edges = [2.0**e for e in range(-1074, 1024)]
+    t = np.array(sorted({v for e in edges for v in (e, np.nextafter(e, 0), np.nextafter(e, np.inf) , 1.75 * e)
+                         if 0 < v < np.inf}))
+    f, exponent, bits = decompose(t)
+    for value, f_i, e_i, bits_i in zip(t.tolist(), f.tolist(), exponent.tolist(), bits.tolist()):
+        want_f, want_e = math.frexp(value)
+        assert (f_i, e_i) == (want_f, float(want_e)), value
+        assert (bits_i >> 44) & 0xFF == int((want_f - 0.5) * 2**9), value  # the top 8 bits below the leading 1
