@@ -188,3 +188,28 @@ def test_entries_are_small_enough_for_the_exhaustive_suite(spec, suite, tmp_path
     with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:
         sizes = [len(blob) for (blob,) in db.execute("SELECT value FROM expected")]
     assert sum(sizes) / len(sizes) < 300, sum(sizes) / len(sizes)
+
+
+def test_entries_that_share_a_header_decode_to_their_own_arrays(monkeypatch):
+    """decode parses each distinct header once; what it shares must never carry one entry's values
+    into another's, nor let a caller's write reach the next hit, and the memo stays bounded."""
+    import conformance.refcache as refcache
+    from conformance.model import Expected
+
+    def entry(scale):
+        return refcache.encode(Expected(result_dtype="float32", shape=(2, 3), value=np.arange(6.0).reshape(2, 3) * scale,
+                                        bound=np.full((2, 3), scale), rules=("shapes.broadcasting",)))
+    one, two = entry(1.0), entry(2.0)
+    assert one[:4 + int.from_bytes(one[:4], "little")] == two[:4 + int.from_bytes(two[:4], "little")]  # one header
+    first, second = refcache.decode(one), refcache.decode(two)
+    assert first.value.tolist() == [[0, 1, 2], [3, 4, 5]] and second.value.tolist() == [[0, 2, 4], [6, 8, 10]]
+    assert first.bound.tolist() == [[1.0] * 3] * 2 and second.bound.tolist() == [[2.0] * 3] * 2
+    assert first.shape == second.shape == (2, 3) and first.rules == ("shapes.broadcasting",)
+    first.value[0, 0] = 99.0
+    assert refcache.decode(one).value[0, 0] == 0.0
+    monkeypatch.setattr(refcache, "_MAX_LAYOUTS", 2)
+    refcache._LAYOUTS.clear()
+    for scale_shape in [(1,), (2,), (3,), (4,)]:
+        refcache.decode(refcache.encode(Expected(result_dtype="float64", shape=scale_shape, value=np.zeros(scale_shape),
+                                                 bound=np.zeros(scale_shape))))
+    assert len(refcache._LAYOUTS) <= 2
