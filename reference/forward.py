@@ -131,6 +131,9 @@ def reduce_operand(operand: np.ndarray, reduction: str, divisor: int, spec: Spec
 
 
 FLOAT64_MAX = np.finfo(np.float64).max
+# Arrays up to this many elements take the plain full-array passes: there a NumPy call costs more
+# than the pass, and the shortcuts below (reductions first, no copies) add calls.
+SMALL = 1 << 12
 
 
 def as_bound(bound) -> np.ndarray:
@@ -139,9 +142,9 @@ def as_bound(bound) -> np.ndarray:
     it is (not copied) when nothing is past the range: callers only read bounds."""
     with np.errstate(over="ignore"):
         bound = np.asarray(bound, dtype=np.float64)
-    if bound.size and not bound.max() <= FLOAT64_MAX:  # also taken for a NaN, which minimum keeps
-        return np.minimum(bound, FLOAT64_MAX)
-    return bound
+    if bound.size > SMALL and bound.max() <= FLOAT64_MAX:  # a NaN makes max NaN: minimum keeps it
+        return bound
+    return np.minimum(bound, FLOAT64_MAX)
 
 
 def legacy_then_batchmean(case: Case, spec: Spec) -> bool:
@@ -218,11 +221,12 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
 def _formula_everywhere(x: np.ndarray, t: np.ndarray, log_target: bool) -> bool:
     """Whether no convention applies anywhere: every input finite, and every t > 0 without log_target.
 
-    Read off four reductions (a NaN makes min and max NaN, and every comparison with NaN false), which
-    spares the masks on the common path.
+    Beyond SMALL elements it is read off four reductions (a NaN makes min and max NaN, and every
+    comparison with NaN false), which spares the masks on the common path.
     """
-    if x.size == 0:
-        return True
+    if x.size <= SMALL:
+        special = ~np.isfinite(x) | ~np.isfinite(t) if log_target else ~np.isfinite(x) | ~np.isfinite(t) | (t <= 0)
+        return not special.any()
     finite_x = np.isfinite(x.min()) and np.isfinite(x.max())
     low, high = t.min(), t.max()
     return bool(finite_x and high < np.inf and (low > -np.inf if log_target else low > 0))
@@ -313,8 +317,8 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
 
 def _rules_used(case: Case, spec: Spec, rule_map: np.ndarray, reduction: str, shape: tuple[int, ...]) -> tuple[str, ...]:
     """Spec paths that shaped this expected value beyond the plain formula."""
-    conventions = rule_map[rule_map != FORMULA]  # mostly empty: unique() of the whole map cost a sort
-    rules = [RULE_NAMES[code] for code in np.unique(conventions).tolist()]
+    codes = np.unique(rule_map if rule_map.size <= SMALL else rule_map[rule_map != FORMULA])  # no sort of a large map
+    rules = [RULE_NAMES[code] for code in codes.tolist() if code != FORMULA]
     if case.params.has_legacy:
         rules.append("signature.legacy")
     if case.input.shape != case.target.shape:

@@ -135,11 +135,16 @@ def test_cancelling_0d_term_is_refined(spec):
     assert got.shape == () and abs(float(got) - 2.68065647502113267897580486904e-17) <= np.spacing(2.68e-17)
 
 
+@pytest.mark.parametrize("small", [True, False], ids=["masks", "reductions"])
 @pytest.mark.parametrize("log_target", [False, True])
-def test_the_formula_everywhere_shortcut_sees_every_special_element(log_target):
-    """pointwise skips the convention masks when its reductions find nothing special; one special
-    element anywhere (NaN, an infinity, a target <= 0 without log_target) must still be seen."""
+def test_the_formula_everywhere_shortcut_sees_every_special_element(log_target, small, monkeypatch):
+    """pointwise skips the convention masks when nothing is special (read off reductions beyond
+    SMALL elements); one special element anywhere (NaN, an infinity, a target <= 0 without
+    log_target) must still be seen."""
+    from conformance.reference import forward
     from conformance.reference.forward import _formula_everywhere
+    if not small:
+        monkeypatch.setattr(forward, "SMALL", 0)
     ordinary = [-3.0, -1.0, 0.5, 2.0]
     for special in (nan, inf, -inf, 0.0, -0.0, -0.5, 5e-324):
         for where in range(4):
@@ -151,12 +156,32 @@ def test_the_formula_everywhere_shortcut_sees_every_special_element(log_target):
     assert _formula_everywhere(np.empty(0), np.empty(0), log_target)
 
 
-def test_a_bound_past_float64_is_the_largest_float64_and_others_are_kept():
-    """spec: tolerance.comparison -- a finite expectation has a finite bound; NaN bounds stay NaN."""
+@pytest.mark.parametrize("small", [True, False], ids=["copied", "checked"])
+def test_a_bound_past_float64_is_the_largest_float64_and_others_are_kept(small, monkeypatch):
+    """spec: tolerance.comparison -- a finite expectation has a finite bound; NaN bounds stay NaN
+    (beyond SMALL elements a bound within range is returned uncopied, after one max())."""
+    from conformance.reference import forward
     from conformance.reference.forward import as_bound
+    if not small:
+        monkeypatch.setattr(forward, "SMALL", 0)
     wide = np.array([1.0, np.finfo(np.float64).max], dtype=np.longdouble)
     wide[1] *= 4
     assert as_bound(wide).tolist() == [1.0, np.finfo(np.float64).max]
     assert np.isnan(as_bound(np.array([nan, 2.0])))[0] and as_bound(np.array([nan, 2.0]))[1] == 2.0
     assert as_bound(np.array([inf, 2.0])).tolist() == [np.finfo(np.float64).max, 2.0]
     assert as_bound(np.array(3.0)).tolist() == 3.0 and as_bound(np.empty((0, 2))).shape == (0, 2)
+
+
+@pytest.mark.parametrize("log_target", [False, True])
+def test_large_and_small_arrays_name_the_same_rules_and_values(spec, log_target, monkeypatch):
+    """The paths beyond SMALL elements (reductions, uncopied bounds, the rules read off the convention
+    codes only) give what the full-array passes give, on every convention at once."""
+    from conformance.reference import forward
+    rows = LOG_SPACE if log_target else PROB_SPACE
+    case = make_case([r[0] for r in rows], [r[1] for r in rows], log_target=log_target)
+    small = expected_forward(case, spec)
+    monkeypatch.setattr(forward, "SMALL", 0)
+    large = expected_forward(case, spec)
+    assert large.rules == small.rules and len(small.rules) >= 3
+    assert np.array_equal(large.value, small.value, equal_nan=True) and np.array_equal(large.bound, small.bound)
+    assert np.array_equal(large.rule_map, small.rule_map)
