@@ -62,7 +62,8 @@ class KerasAdapter(Adapter):
         self._device = ""
 
     def load(self) -> None:
-        if os.environ.get("KERAS_BACKEND") == "jax":
+        jax_first = os.environ.get("KERAS_BACKEND") == "jax"  # then JAX is set up before Keras imports it
+        if jax_first:
             try:
                 import jax
             except Exception as exc:
@@ -77,7 +78,7 @@ class KerasAdapter(Adapter):
         self.keras, self.backend = keras, keras.backend.backend()
         if self.backend == "jax":  # chosen by ~/.keras/keras.json, not KERAS_BACKEND: x64 now, before any case
             self._module().config.update("jax_enable_x64", True)
-            if os.environ.get("KERAS_BACKEND") != "jax":  # else enabled above, before Keras imported JAX
+            if not jax_first:  # else enabled above
                 jaxcache.enable(self._module(), self.compile_cache_dir)
         if self.backend not in ACCELERATORS:
             raise FrameworkUnavailable(f"Keras backend {self.backend!r} is not one this adapter runs "

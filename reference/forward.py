@@ -315,10 +315,16 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return True
 
 
+def conventions_applied(rule_map: np.ndarray, names: tuple[str, ...], formula: int) -> list[str]:
+    """The names of the rule codes in `rule_map` other than `formula`, in code order (the forward's and the
+    gradients' rule maps alike); a large map is not sorted whole, only its convention codes."""
+    codes = np.unique(rule_map if rule_map.size <= SMALL else rule_map[rule_map != formula])
+    return [names[code] for code in codes.tolist() if code != formula]
+
+
 def _rules_used(case: Case, spec: Spec, rule_map: np.ndarray, reduction: str, shape: tuple[int, ...]) -> tuple[str, ...]:
     """Spec paths that shaped this expected value beyond the plain formula."""
-    codes = np.unique(rule_map if rule_map.size <= SMALL else rule_map[rule_map != FORMULA])  # no sort of a large map
-    rules = [RULE_NAMES[code] for code in codes.tolist() if code != FORMULA]
+    rules = conventions_applied(rule_map, RULE_NAMES, FORMULA)
     if case.params.has_legacy:
         rules.append("signature.legacy")
     if case.input.shape != case.target.shape:

@@ -12,9 +12,9 @@ import numpy as np
 from conformance.formula import VARIABLES, sum_of_abs
 from conformance.model import GRAD_PARTS, Case, Expected, Spec, upstream_gradient
 from conformance.reference import dialect
-from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, effective_reduction, expected_error,
-                                           expected_warnings, in_result_dtype, legacy_then_batchmean,
-                                           reduction_divisor)
+from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied,
+                                           effective_reduction, expected_error, expected_warnings, in_result_dtype,
+                                           legacy_then_batchmean, reduction_divisor)
 from conformance.reference.statements import verify_formulas
 from conformance.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 
@@ -90,7 +90,7 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         value, bound = sum_to_shape(contribution, arg_shape), sum_to_shape(bound, arg_shape)
         if summed > 1:  # spec: tolerance.gradient.summation -- summing back over broadcast elements
             bound = bound + gradient_summation(summed, sum_to_shape(np.abs(contribution), arg_shape), u, spec)
-    rules = tuple(RULE_NAMES[c] for c in sorted(set(np.unique(rule_map).tolist()) - {FORMULA}))
+    rules = tuple(conventions_applied(rule_map, RULE_NAMES, FORMULA))
     return Expected(result_dtype=arg_dtype, shape=tuple(arg_shape), value=in_result_dtype(value, arg_dtype),
                     bound=as_bound(bound), rules=rules,
                     rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULE_NAMES)
