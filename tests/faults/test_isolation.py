@@ -273,3 +273,35 @@ def test_a_worker_that_dies_while_the_next_cases_are_sent_costs_one_case(tmp_pat
         outcomes = list(pool.run(tasks()))
     assert [o.task.index for o in outcomes] == [0, 1, 2]
     assert [o.failure.value if o.failure else "answered" for o in outcomes] == ["answered", "crash", "answered"]
+
+
+MAIN_SCRIPT = """
+import sys
+from pathlib import Path
+
+with open(sys.argv[1], "a") as marker:  # every run of this file as a script leaves one line
+    marker.write(__name__ + "\\n")
+
+from conformance.worker import WorkerPool
+
+if __name__ == "__main__":
+    main = sys.modules["__main__"]
+    with WorkerPool("tests.faults.adapters:NumpyAdapter") as pool:
+        info = pool.start()
+    assert sys.modules["__main__"] is main, "the caller's main module must be put back"
+    print(info.devices)
+"""
+
+
+def test_the_worker_does_not_run_the_callers_main_script_again(tmp_path):
+    """A spawned child runs the parent's main file again before its target (as __mp_main__); for the
+    `kl-conformance` script that is the whole CLI's import on the worker's start. The worker skips it."""
+    script, marker = tmp_path / "caller.py", tmp_path / "marker.txt"
+    script.write_text(MAIN_SCRIPT)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), root]))}
+    done = subprocess.run([sys.executable, str(script), str(marker)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cpu" in done.stdout  # the worker started and answered
+    assert marker.read_text().splitlines() == ["__main__"]  # not also "__mp_main__" from the worker
