@@ -196,11 +196,13 @@ def _cache_dir(args: argparse.Namespace) -> Path | None:
     return None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
 
 
-def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, show_progress: bool) -> None:
+def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, show_progress: bool,
+                       results: list[Result] | None) -> None:
     """Reproducers for the run's undocumented divergences, minimised by the run's own worker (the framework
     is loaded once; a crash or hang there costs one call, never the results and reports written). They
     read the run's expectations from the reference cache, and their progress goes on the bar. Past
-    REPRO_TIMEOUT_S the rest keep their whole case."""
+    REPRO_TIMEOUT_S the rest keep their whole case. `results`: the rows that need one, kept as the run
+    wrote them (None: read them back from `out`)."""
     from conformance.repro import write_all
     from conformance.worker import WorkerLost
 
@@ -208,7 +210,8 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
     bar = (lambda done, total: _draw_bar(done, total, "reproducers")) if show_progress else None
     try:
         _, whole = write_all(str(out), spec, out / "repro", cache_dir=cache, progress=bar, pool=pool,
-                             deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework)
+                             deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework,
+                             results=results)
     except (WorkerLost, ConformanceError) as exc:
         print(f"warning: reproducers not written ({exc})", file=sys.stderr)
         return
@@ -294,15 +297,26 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
                          profiles_dir=Path(args.profiles) if args.profiles else None,
                          cache_dir=_cache_dir(args))
+    on_result = _progress_and_details(progress, show_details)
+    # the rows that will need a reproducer, kept as they are written (a resumed run's earlier rows are on disk only)
+    needing: list[Result] | None = None if args.no_repro or args.resume else []
+    if needing is not None:
+        from conformance.repro import needs_reproducer
+        shown = on_result
+
+        def on_result(case: Case, result: Result) -> None:
+            shown(case, result)
+            if needs_reproducer(result):
+                needing.append(result)
     summary = run_conformance(
         spec, args.framework, kept if kept is not None else select_cases(spec, args), args.out, options,
-        run_info=run_info, progress=progress, on_result=_progress_and_details(progress, show_details), pool=pool,
+        run_info=run_info, progress=progress, on_result=on_result, pool=pool,
     )
     if progress is not None:
         sys.stderr.write("\n")
     written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known)
     if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
-        _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None)
+        _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None, results=needing)
     incomplete = []
     if summary.not_run:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")
@@ -354,8 +368,12 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
         if not args.run_dir:
             raise UsageError("--all needs --from RUN_DIR", where="--all", fix="pass the run directory with --from")
         progress = (lambda done, total: print(f"progress {done} {total}", flush=True)) if args.progress else None
+        if args.framework and not is_known(args.framework):
+            raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
+                             fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
         count, _ = write_all(args.run_dir, spec, Path(args.all_to),
-                             cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress)
+                             cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
+                             framework=args.framework)
         print(f"{count} reproducers in {args.all_to}")
         return EXIT_OK
     if not args.case_id or not args.framework:

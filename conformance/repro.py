@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.compare import classify, differs_in_nonfinite_pattern
 from conformance.errors import UsageError
-from conformance.model import Case, Expected, Observation, Spec, Verdict
+from conformance.model import Case, Expected, Observation, Result, Spec, Verdict
 from conformance.runner import CaseJudge
 from conformance.worker import Task, WorkerPool, WorkerUnavailable
 
@@ -189,22 +189,25 @@ def _single(case: Case, i: int) -> Case:
 
 def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = None,
               progress: Callable[[int, int], None] | None = None, pool: WorkerPool | None = None,
-              deadline: float | None = None, framework: str | None = None) -> tuple[int, int]:
+              deadline: float | None = None, framework: str | None = None,
+              results: Iterable[Result] | None = None) -> tuple[int, int]:
     """Write a reproducer, minimised, for every undocumented divergence of a run into `out_dir`.
 
-    `framework` is the adapter as the run named it (a "module:Class" too); by default the run's
-    framework. The framework is called by `pool` (the run's worker), else by a worker started here. Expectations
-    come from the reference cache in `cache_dir` (the run's own are there already). `progress(done,
-    total)` follows the minimisation. Returns (reproducers written, those left whole at `deadline`).
+    `framework` is the adapter as the run named it (a "module:Class" too); by default the one the run's
+    manifest names. The framework is called by `pool` (the run's worker), else by a worker started here. Expectations
+    come from the reference cache in `cache_dir` (the run's own are there already). `results` are the run's
+    rows where the caller holds them already (the run that just wrote them), else they are read from
+    `run_dir`. `progress(done, total)` follows the minimisation. Returns (reproducers written, those left
+    whole at `deadline`).
     """
     from conformance.refcache import ReferenceCache
-    from conformance.results import iter_results
+    from conformance.results import iter_results, read_manifest
 
-    rows = [r for r in iter_results(run_dir) if r.verdict.is_divergence and not r.documented
-            and r.verdict not in (Verdict.CRASH, Verdict.TIMEOUT)]
+    rows = [r for r in (iter_results(run_dir) if results is None else results) if needs_reproducer(r)]
     if not rows:
         return 0, 0
-    framework = framework or rows[0].framework
+    # the adapter as the run named it ("module:Class" too); rows carry only the adapter's own name
+    framework = framework or read_manifest(run_dir).get("framework") or rows[0].framework
     adapter = get_adapter(framework)  # not loaded here: it names the APIs and writes the scripts' text
     if type(adapter).repro_source is Adapter.repro_source and type(adapter).repro_script is Adapter.repro_script:
         raise UsageError(f"adapter {framework} writes no reproducers", where=type(adapter).__name__,
@@ -242,6 +245,12 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
         if own_pool:
             pool.close()
     return len(jobs), sum(1 for j in jobs if j.final is j.case and j.order)  # cut short by the deadline
+
+
+def needs_reproducer(result: Result) -> bool:
+    """An undocumented divergence that a call can show again (a crash or a hang is the run's own record)."""
+    return (result.verdict.is_divergence and not result.documented
+            and result.verdict not in (Verdict.CRASH, Verdict.TIMEOUT))
 
 
 def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None = None, device: str = "cpu",

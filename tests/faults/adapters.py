@@ -118,6 +118,16 @@ class CrashWhileMinimisingAdapter(NumpyAdapter):
         return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
 
 
+class OffByOneAdapter(NumpyAdapter):
+    """Off by one on every fault case, one element of it included. Writes reproducers (NumPy lines)."""
+
+    def misbehave(self, case):
+        return call_observed(lambda: self.compute(case) + 1.0, lambda v: (v, "float64", v.shape))
+
+    def repro_source(self, case, api, device, part):
+        return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
+
+
 class SlowAdapter(NumpyAdapter):
     """Honest but slow (20 ms a case), so a test can kill a run halfway."""
 

@@ -76,6 +76,26 @@ def test_a_crash_while_minimising_a_reproducer_costs_that_call_only(tmp_path, ca
     assert (tmp_path / "out" / "report.md").is_file()
 
 
+def test_the_runs_reproducers_are_those_repro_all_writes_from_its_directory(tmp_path):
+    """The run hands its own rows to the reproducer phase instead of reading results.jsonl back; the
+    scripts must be exactly those `repro --all --from` writes from the finished directory."""
+    lines = [f"- {{id: {name}, input: [[-1.0, -2.0], [-0.5, -3.0]], target: [[0.25, 0.75], [0.5, 0.5]], "
+             f"reduction: {reduction}, dtype: float64}}"
+             for name, reduction in [("ok-1", "sum"), ("fault-sum", "sum"), ("fault-none", "none"), ("ok-2", "none"),
+                                     ("fault-mean", "mean")]]
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("\n".join(lines) + "\n")
+    out, again = tmp_path / "out", tmp_path / "again"
+    assert main(["run", "--framework", ADAPTERS + "OffByOneAdapter", "--cases", str(cases), "--suite", "none",
+                 "--out", str(out), "--no-progress"]) == 0
+    # no --framework: the run's manifest names the adapter as the run did ("module:Class" here)
+    assert main(["repro", "--all", str(again), "--from", str(out)]) == 0
+    written = {p.name: p.read_text() for p in (out / "repro").iterdir()}
+    assert sorted(name.split("__")[0] for name in written) == ["fault-mean", "fault-none", "fault-sum"]
+    assert written == {p.name: p.read_text() for p in again.iterdir()}
+    assert ", (1, 1))" in written[next(n for n in written if n.startswith("fault-none"))]  # minimised
+
+
 def test_an_adapter_that_writes_no_reproducers_is_one_warning(tmp_path, capsys):
     code, rows = _run(tmp_path, "NanAdapter")
     assert code == 0 and rows["the-fault"].verdict.value == "nonfinite"
