@@ -125,8 +125,9 @@ def minimise(case: Case, adapter, api, device: str, part: str, spec: Spec, expec
 def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadline: float | None = None,
                   progress: Callable[[int], None] | None = None) -> None:
     """Set each job's final case and its observation: a single element where one diverges with the job's
-    verdict, else the whole case. Every step is one batch of calls for all the jobs (one round of candidates
-    at a time), so the framework is called at the speed of a run. Past `deadline` (time.monotonic()), the
+    verdict, else the whole case. Every step is one batch of calls for all the jobs (a round of candidates: one
+    per job, then 2, 4, ... for the jobs still without one), so the framework is called at the speed of a run
+    and a job that tries all its candidates costs a few rounds, not one per candidate. Past `deadline` (time.monotonic()), the
     jobs not yet minimised keep their whole case."""
     unknown = [j for j in jobs if j.verdict is None]
     for job, observed in zip(unknown, observe([j.call(j.case) for j in unknown])):
@@ -140,12 +141,17 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
     batches = [_candidates_case(j.case) for j in screened]
     for job, batch, observed in zip(screened, batches, observe([j.call(b) for j, b in zip(screened, batches)])):
         job.order = _screen(expect(batch, job.part, job.api.dialect), observed, batch.input.size)
+    width = 1  # candidates per job in a round: one first (most jobs keep it), then twice as many each round
     while todo and (deadline is None or time.monotonic() < deadline):
-        tried = [(job, _single(job.case, job.order.pop(0))) for job in todo]
+        tried = [(job, _single(job.case, job.order.pop(0)))
+                 for job in todo for _ in range(min(width, len(job.order)))]
         for (job, one), observed in zip(tried, observe([job.call(one) for job, one in tried])):
-            if classify(expect(one, job.part, job.api.dialect), observed, spec).verdict is job.verdict:
-                job.final, job.observed = one, observed
+            # the first candidate in the job's order that keeps its verdict, as if they were tried one by one
+            if job.final is None:
+                if classify(expect(one, job.part, job.api.dialect), observed, spec).verdict is job.verdict:
+                    job.final, job.observed = one, observed
         todo = [j for j in todo if j.final is None and j.order]
+        width *= 2
         if progress is not None:
             progress(sum(1 for j in jobs if j.final is not None or not j.order))
     whole = [j for j in jobs if j.final is None]

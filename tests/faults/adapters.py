@@ -128,6 +128,16 @@ class OffByOneAdapter(NumpyAdapter):
         return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
 
 
+class OffOnLateSinglesAdapter(NumpyAdapter):
+    """Honest, except on one element alone whose target is over 0.2: off by one there. A call on every
+    element at once shows nothing, so minimising must try the elements one by one."""
+
+    def run(self, case, api, device, part):
+        if case.input.size == 1 and float(case.target.reshape(-1)[0]) > 0.2:
+            return call_observed(lambda: self.compute(case) + 1.0, lambda v: (v, "float64", v.shape))
+        return super().run(case, api, device, part)
+
+
 class SlowAdapter(NumpyAdapter):
     """Honest but slow (20 ms a case), so a test can kill a run halfway."""
 
