@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conformance.cases.families import EDGE, FAMILIES
-from conformance.cases.generate import (DEFAULT_SEED, build_case, generate_cases, pairwise_design,
-                                        parameter_levels)
+from conformance.cases.generate import (DEFAULT_SEED, build_case, generate_cases, generated_keys,
+                                        pairwise_design, parameter_levels)
 from conformance.cases.ids import build_id, parse_id
 from conformance.reference.rounding import is_representable
 
@@ -53,6 +53,16 @@ def test_ids_are_unique_and_round_trip(spec):
     assert len(ids) == len(set(ids))
     for case in cases:
         assert build_id(parse_id(case.id)) == case.id
+
+
+@pytest.mark.parametrize("exhaustive, samples", [(False, 1), (False, 3), (True, 2)])
+def test_each_listed_id_is_its_keys_id(spec, exhaustive, samples):
+    """generated_keys builds each key's id once and swaps its sample field: every id it lists must be
+    build_id of the key it lists beside it, one key per sample, in order, none twice."""
+    listed = list(generated_keys(spec, exhaustive=exhaustive, samples=samples))
+    assert all(case_id == build_id(key) for case_id, key in listed)
+    assert len({case_id for case_id, _ in listed}) == len(listed)
+    assert [key.sample for _, key in listed[:samples]] == list(range(samples))
 
 
 def test_id_format_is_readable():
