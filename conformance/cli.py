@@ -27,7 +27,7 @@ from conformance.model import PARTS, Case, Result, Spec
 from conformance.outdir import check_out_dir, prepare_out_dir
 from conformance.refcache import default_cache_dir
 from conformance.reference.statements import verify_formulas
-from conformance.report.merge import load_manifests, merge_runs, write_report
+from conformance.report.merge import ReportFeed, load_manifests, merge_runs, write_report
 from conformance.report.provenance import check_runs
 from conformance.results import RESULTS_FILE, iter_results
 from conformance.runner import DEFAULT_MEMORY_BUDGET_MB, DEFAULT_TIMEOUT_S, RunOptions, run_conformance
@@ -297,24 +297,31 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
                          profiles_dir=Path(args.profiles) if args.profiles else None,
                          cache_dir=_cache_dir(args))
-    on_result = _progress_and_details(progress, show_details)
-    # the rows that will need a reproducer, kept as they are written (a resumed run's earlier rows are on disk only)
+    shown = _progress_and_details(progress, show_details)
+    # As the rows are written: the report's pass over them, and those that will need a reproducer. A resumed
+    # run's earlier rows are on disk only, so then both read the rows back.
     needing: list[Result] | None = None if args.no_repro or args.resume else []
-    if needing is not None:
-        from conformance.repro import needs_reproducer
-        shown = on_result
+    feed = None if args.resume else ReportFeed(Path(args.out), known)
+    from conformance.repro import needs_reproducer
 
-        def on_result(case: Case, result: Result) -> None:
-            shown(case, result)
-            if needs_reproducer(result):
-                needing.append(result)
-    summary = run_conformance(
-        spec, args.framework, kept if kept is not None else select_cases(spec, args), args.out, options,
-        run_info=run_info, progress=progress, on_result=on_result, pool=pool,
-    )
+    def on_result(case: Case, result: Result) -> None:
+        shown(case, result)
+        if feed is not None:
+            feed.add(result)
+        if needing is not None and needs_reproducer(result):
+            needing.append(result)
+    try:
+        summary = run_conformance(
+            spec, args.framework, kept if kept is not None else select_cases(spec, args), args.out, options,
+            run_info=run_info, progress=progress, on_result=on_result, pool=pool,
+        )
+    except BaseException:
+        if feed is not None:
+            feed.discard()
+        raise
     if progress is not None:
         sys.stderr.write("\n")
-    written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known)
+    written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed)
     if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
         _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None, results=needing)
     incomplete = []

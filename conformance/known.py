@@ -104,13 +104,20 @@ class KnownFindings:
 
     def observe(self, rows: Iterable[Result]) -> Iterator[Result]:
         """Pass the rows through, counting per entry the rows it concerns and those it accepts."""
-        self._audit = [EntryAudit(e) for e in self.entries]
+        self.start_audit()
         for row in rows:
-            for audit in self._audit:
-                if audit.entry.concerns(row):
-                    audit.concerned += 1
-                    audit.accepted += audit.entry.accepts(row)
+            self.audit_row(row)
             yield row
+
+    def start_audit(self) -> None:
+        """Forget what an earlier pass counted (`observe` a row at a time: start, then audit_row each row)."""
+        self._audit = [EntryAudit(e) for e in self.entries]
+
+    def audit_row(self, row: Result) -> None:
+        for audit in self._audit:
+            if audit.entry.concerns(row):
+                audit.concerned += 1
+                audit.accepted += audit.entry.accepts(row)
 
     def audit(self) -> list[EntryAudit]:
         """Per entry, what the last `observe` counted."""

@@ -77,6 +77,16 @@ def prepare_out_dir(path: str | Path, *, force: bool = False) -> Path:
     return out
 
 
+def clear_temporary_files(out: Path) -> None:
+    """Remove what a killed process left half-written (TEMP_PREFIXES): a resumed run starts clean of it."""
+    for entry in out.iterdir():
+        if entry.name.startswith(TEMP_PREFIXES):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+
 def clear_harness_files(out: Path) -> None:
     """Remove every file and directory the harness writes into a run or report directory."""
     for entry in out.iterdir():

@@ -31,7 +31,7 @@ from conformance.profiles import DeviationLedger
 from conformance.refcache import ReferenceCache
 from conformance.reference.forward import expected_forward, takes_input_space
 from conformance.reference.grad import expected_grad
-from conformance.outdir import check_out_dir, prepare_out_dir
+from conformance.outdir import check_out_dir, clear_temporary_files, prepare_out_dir
 from conformance.results import (MANIFEST_FILE, RESULTS_FILE, ResultsWriter, array_detail, drop_partial_last_line,
                                  iter_results, read_manifest, write_manifest)
 from conformance.worker import Task, WorkerLost, WorkerPool, WorkerUnavailable
@@ -192,6 +192,7 @@ def _prepare(out: Path, options: RunOptions, manifest: dict) -> None:
     the user case files into it."""
     prepare_out_dir(out, force=options.force)
     if options.resume:
+        clear_temporary_files(out)  # a killed run's report parts (the report's pass runs with the run)
         drop_partial_last_line(out)
     manifest["case_files_kept"] = _keep_case_files(out, manifest.get("case_files", []))
 

@@ -91,16 +91,56 @@ class Written:
 
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
-                 baseline: str | Path | None = None, known: Any = None) -> Written:
+                 baseline: str | Path | None = None, known: Any = None, fed: "ReportFeed | None" = None) -> Written:
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
     One pass over the rows gathers what the Markdown, HTML and summary show (and, with `known`, a
     known.KnownFindings, how each of its entries fared) and writes junit.xml (one element per row);
-    only the baseline comparison streams the rows again. Each file is written atomically.
+    only the baseline comparison streams the rows again. Each file is written atomically. `fed` is that
+    pass already made, as a run wrote its rows into `out_dir` (its own report): then no row is read back.
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
-    tally = _tally_and_junit(out_dir, iter_rows(present), known)
+    if fed is not None and fed.rows:
+        tally = fed.finish()
+    else:
+        tally = _tally_and_junit(out_dir, iter_rows(present), known)
     return _write_reports(out_dir, tally, present, manifests, baseline, known)
+
+
+class ReportFeed:
+    """write_report's one pass over the rows, made while a run writes them (`add` each row as written,
+    in results.jsonl's order): a run's own report then reads none of its rows back. junit.xml's parts
+    wait in a temporary directory of the run's directory, created with the first row."""
+
+    def __init__(self, out_dir: Path, known: Any = None) -> None:
+        self.out_dir, self.known = out_dir, known
+        self.rows = 0
+        self._tally = Tally()
+        self._junit: JunitWriter | None = None
+        if known is not None:
+            known.start_audit()
+
+    def add(self, row: Result) -> None:
+        if self._junit is None:
+            self._junit = JunitWriter(self.out_dir / "junit.xml")
+        self._junit.add(row)
+        if self.known is not None:
+            self.known.audit_row(row)
+        self._tally.add(row)
+        self.rows += 1
+
+    def finish(self) -> Tally:
+        """Write junit.xml; the tally for the other reports."""
+        if self._junit is not None:
+            self._junit.close()
+            self._junit = None
+        return self._tally
+
+    def discard(self) -> None:
+        """Drop junit.xml's parts (the run ended on an error: nothing is reported from here)."""
+        if self._junit is not None:
+            self._junit.close(write=False)
+            self._junit = None
 
 
 def _tally_and_junit(out_dir: Path, rows: Iterator[Result], known: Any) -> Tally:

@@ -33,7 +33,7 @@ class Tally:
     """Everything a report shows, gathered in one pass over the rows: memory grows with the
     number of divergences listed, not with the number of results."""
 
-    def __init__(self, rows: Iterable[Result]) -> None:
+    def __init__(self, rows: Iterable[Result] = ()) -> None:
         self.total = 0
         self.by_target: dict[str, Counter] = defaultdict(Counter)
         self.by_family: dict[tuple, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
@@ -48,27 +48,31 @@ class Tally:
         self.listed_in_page: list[Result] = []
         self.spec_hashes: set[str] = set()
         for r in rows:
-            self.total += 1
-            self.spec_hashes.add(r.spec_hash)
-            target = target_label(r)
-            self.by_target[target][r.verdict.value] += 1
-            self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
-            for warning_id in r.missing_warnings:
-                self.missing_warnings[(target, warning_id)] += 1
-            if r.max_abs_err is not None and r.bound and math.isfinite(r.max_abs_err) and math.isfinite(r.bound):
-                ratios = self.ratios[(r.framework, r.dtype)]
-                if len(ratios) < RATIO_SAMPLES:
-                    ratios.append(max(r.max_abs_err / r.bound, 1e-12))
-            if r.verdict.is_divergence:
-                if len(self.listed_in_page) < LISTED_IN_PAGE:
-                    self.listed_in_page.append(r)
-                self.undocumented[target] += not r.is_accepted
-                self.known[target] += bool(r.known_by) and not r.documented
-                self.accepted_cells[((r.family, r.reduction, int(r.log_target)), target)] += r.is_accepted
-                key = (r.cause or "unknown", r.verdict.value)
-                self.group_sizes[key] += 1
-                self.group_targets[key].add(target)
-                if len(self.groups[key]) < LISTED_PER_GROUP:
-                    self.groups[key].append(r)
+            self.add(r)
+
+    def add(self, r: Result) -> None:
+        """Count one more row (rows come in results.jsonl's order: the first ones are those listed)."""
+        self.total += 1
+        self.spec_hashes.add(r.spec_hash)
+        target = target_label(r)
+        self.by_target[target][r.verdict.value] += 1
+        self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
+        for warning_id in r.missing_warnings:
+            self.missing_warnings[(target, warning_id)] += 1
+        if r.max_abs_err is not None and r.bound and math.isfinite(r.max_abs_err) and math.isfinite(r.bound):
+            ratios = self.ratios[(r.framework, r.dtype)]
+            if len(ratios) < RATIO_SAMPLES:
+                ratios.append(max(r.max_abs_err / r.bound, 1e-12))
+        if r.verdict.is_divergence:
+            if len(self.listed_in_page) < LISTED_IN_PAGE:
+                self.listed_in_page.append(r)
+            self.undocumented[target] += not r.is_accepted
+            self.known[target] += bool(r.known_by) and not r.documented
+            self.accepted_cells[((r.family, r.reduction, int(r.log_target)), target)] += r.is_accepted
+            key = (r.cause or "unknown", r.verdict.value)
+            self.group_sizes[key] += 1
+            self.group_targets[key].add(target)
+            if len(self.groups[key]) < LISTED_PER_GROUP:
+                self.groups[key].append(r)
 
 

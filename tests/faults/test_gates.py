@@ -146,3 +146,17 @@ def test_fail_on_new_needs_a_baseline(tmp_path, capsys, command):
     assert main([*args, "--fail-on-new"]) == 2
     assert "--fail-on-new needs --baseline" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("adapter, code", [("NanAdapter", 0), ("WrongShapeAdapter", 1), ("NoRestartAdapter", 1)])
+def test_a_runs_own_report_is_the_report_of_its_directory(tmp_path, monkeypatch, adapter, code):
+    """A run makes its report's pass over the rows while it writes them (none is read back); `report` of the
+    finished directory reads them back. Both must write the same files, the known findings' audit (matched,
+    stale) and a run stopped short included, and the run leaves no temporary files behind."""
+    monkeypatch.setenv("KL_TEST_LOAD_ONCE", str(tmp_path / "loaded-once"))
+    known = _known(tmp_path, ACCEPT_NAN)
+    assert _run(tmp_path, adapter, "--known", known, out="run") == code
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "again"), "--known", known]) == code
+    for name in ("report.md", "report.html", "junit.xml", "summary.json"):
+        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
+    assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]

@@ -194,12 +194,14 @@ def test_sigkill_halfway_then_resume_gives_the_uninterrupted_report(tmp_path):
     proc.wait()
     written = len(results.read_bytes().splitlines())
     assert 0 < written < total, "the run was not interrupted halfway"
+    assert [p.name for p in killed.iterdir() if p.name.startswith(".junit-")]  # the report's parts, cut short
     assert json.loads((killed / "run.json").read_text())["status"] == "running"
 
     subprocess.run([sys.executable, *args, "--out", str(killed), "--resume"], check=True, env=env, capture_output=True)
     strip = lambda rows: [(r.case_id, r.api, r.device, r.verdict, r.message) for r in rows]
     assert strip(iter_results(killed)) == strip(iter_results(clean))
     assert _report_body(killed / "report.md") == _report_body(clean / "report.md")
+    assert not [p.name for p in killed.iterdir() if p.name.startswith(".")]  # the killed run's parts are gone
 
 
 def test_resume_refuses_results_of_another_spec(tmp_path, capsys):
