@@ -9,6 +9,8 @@ Run inside one framework's environment (tox -m bench runs it in every framework'
     framework's autograd (those build their own tensors with requires_grad), each result
     read back to NumPy: a call has not computed anything until its result can be read
     (OneFlow runs ops asynchronously; reading is what waits for them). The floor.
+(a0) first pass: the bare loop's untimed first pass, in the same fresh process: the framework's
+    first-call setup, which any fresh process pays, the run's worker included.
 (b) harness: `run_conformance` on the same cases end to end (worker process,
     conversion, reference, comparison, explanation, results file), measured both
     in total and after its worker has started (the framework's import is paid once);
@@ -59,8 +61,10 @@ from conformance.runner import RunOptions, run_conformance
 from conformance.specload import load_spec
 
 
-def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, int]:
-    """Best-of-`repeat` seconds for every API call of the suite on prebuilt inputs, and the call count."""
+def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, int, float]:
+    """Best-of-`repeat` seconds for every API call of the suite on prebuilt inputs, the call count, and the
+    seconds of the untimed first pass (the framework's first-call setup: any fresh process pays it, the
+    run's worker too)."""
     adapter = get_adapter(framework)
     adapter.load()
     cpu = adapter.devices()[0]  # "cpu", or "<backend>:cpu" for Keras
@@ -74,8 +78,8 @@ def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, in
         grads = [(api, part) for api in apis for part in case.parts[1:] if adapter.unsupported_part(api, part) is None]
         prepared.append((case, inputs, apis, grads))
     calls = sum(len(apis) + len(grads) for _, _, apis, grads in prepared)
-    best = float("inf")
-    for attempt in range(repeat + 1):  # attempt 0 warms up (first-call setup, page faults): not timed
+    best = first = float("inf")
+    for attempt in range(repeat + 1):  # attempt 0 warms up (first-call setup, page faults): not in `best`
         start = time.perf_counter()
         for case, inputs, apis, grads in prepared:
             for api in apis:
@@ -88,8 +92,11 @@ def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, in
                     adapter.to_numpy(adapter.gradient(case, api, cpu, part))
                 except Exception:
                     pass
-        best = min(best, time.perf_counter() - start) if attempt else best
-    return best, calls
+        if attempt:
+            best = min(best, time.perf_counter() - start)
+        else:
+            first = time.perf_counter() - start
+    return best, calls, first
 
 
 def observed_loop(framework: str, cases: list[Case], repeat: int) -> float:
@@ -223,7 +230,7 @@ def exhaustive(framework: str, spec) -> int:
     """The scale figures: the exhaustive suite's whole run, cold and warm, against import + its bare loop."""
     cases = list(generate_cases(spec, DEFAULT_SEED, exhaustive=True, samples=EXHAUSTIVE_SAMPLES))
     try:
-        bare_s, calls = bare_loop(framework, cases, repeat=1)
+        bare_s, calls, _ = bare_loop(framework, cases, repeat=1)
     except FrameworkUnavailable as exc:
         print(f"framework            {framework} is not installed here; nothing measured: {exc}")
         return 0
@@ -271,7 +278,7 @@ def main(argv=None) -> int:
         return exhaustive(args.framework, spec)
     cases = list(generate_cases(spec, DEFAULT_SEED))
     try:
-        bare_s, calls = bare_loop(args.framework, cases, args.repeat)
+        bare_s, calls, first_s = bare_loop(args.framework, cases, args.repeat)
     except FrameworkUnavailable as exc:  # R torch: no registry installs it, so its bench may find none
         print(f"framework            {args.framework} is not installed here; nothing measured: {exc}")
         return 0
@@ -288,6 +295,8 @@ def main(argv=None) -> int:
     print(f"framework            {args.framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
     print(f"default suite        {len(cases)} cases, {calls} runnable calls (forward and gradients), {results} results")
     print(f"(a) bare loop        {bare_s:.3f} s  ({1e6 * bare_s / max(calls, 1):.1f} us per call)")
+    print(f"(a0) first pass      {first_s:.3f} s: the bare loop's untimed first pass in a fresh process "
+          f"({first_s / bare_s:.1f}x (a): first-call setup, which the run's worker pays once too)")
     print(f"(a') observed loop   {observed_s:.3f} s: the same calls through Adapter.run in process "
           f"(ratio {observed_s / bare_s:.2f})")
     print(f"(b) harness, cold    {total_s:.3f} s total, {steady_s:.3f} s after the worker started "
