@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from conformance.cases.generate import DEFAULT_SEED, build_case
 from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.compare import classify, differs_in_nonfinite_pattern
-from conformance.errors import UsageError
+from conformance.errors import HarnessBug, UsageError
 from conformance.model import Case, Expected, Observation, Result, Spec, Verdict
 from conformance.runner import CaseJudge
 from conformance.worker import Task, WorkerPool, WorkerUnavailable
@@ -74,8 +74,9 @@ def expectations(spec: Spec, cache=None) -> Callable[[Case, str, str], Expected]
     return lambda case, part, dialect: CaseJudge(case, spec, cache).expected(spec, part, dialect)
 
 
-# calls (case, api name, device, part) -> one Observation each, in order
-Observe = Callable[[list[tuple[Case, str, str, str]]], list[Observation]]
+# calls (case, api name, device, part) -> one Observation each, in order (as each arrives: the caller judges
+# one while the framework computes the next)
+Observe = Callable[[list[tuple[Case, str, str, str]]], Iterable[Observation]]
 
 
 def in_process(adapter) -> Observe:
@@ -86,14 +87,12 @@ def in_process(adapter) -> Observe:
 def through_worker(pool: WorkerPool) -> Observe:
     """Calls made by a worker process (the run's own, already loaded): a crash or a hang there costs one
     call, which then counts as not reproducing, and never the reproducers already written."""
-    def observe(calls: list[tuple[Case, str, str, str]]) -> list[Observation]:
-        found = []
+    def observe(calls: list[tuple[Case, str, str, str]]) -> Iterator[Observation]:
         for outcome in pool.run(Task(i, case, ((api, device, part),)) for i, (case, api, device, part) in enumerate(calls)):
             if outcome.failure is not None:
-                found.append(Observation(exception_type=outcome.failure.value, exception_message=outcome.failure_message))
+                yield Observation(exception_type=outcome.failure.value, exception_message=outcome.failure_message)
             else:
-                found.append(outcome.observations[outcome.task.calls[0]])
-        return found
+                yield outcome.observations[outcome.task.calls[0]]
     return observe
 
 
@@ -127,10 +126,11 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
     """Set each job's final case and its observation: a single element where one diverges with the job's
     verdict, else the whole case. Every step is one batch of calls for all the jobs (a round of candidates: one
     per job, then 2, 4, ... for the jobs still without one), so the framework is called at the speed of a run
-    and a job that tries all its candidates costs a few rounds, not one per candidate. Past `deadline` (time.monotonic()), the
-    jobs not yet minimised keep their whole case."""
+    and a job that tries all its candidates costs a few rounds, not one per candidate. Each observation is
+    judged as it arrives, while the framework computes the next. Past `deadline` (time.monotonic()), the jobs
+    not yet minimised keep their whole case."""
     unknown = [j for j in jobs if j.verdict is None]
-    for job, observed in zip(unknown, observe([j.call(j.case) for j in unknown])):
+    for job, observed in _paired(unknown, observe([j.call(j.case) for j in unknown])):
         job.verdict = classify(expect(job.case, job.part, job.api.dialect), observed, spec).verdict
         job.observed = observed
     todo = [j for j in jobs if j.minimize and j.verdict.is_divergence and j.case.input.shape == j.case.target.shape
@@ -139,13 +139,14 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
         job.order = list(range(min(job.case.input.size, MAX_CANDIDATES)))
     screened = [j for j in todo if j.api.reductions is None or "none" in j.api.reductions]
     batches = [_candidates_case(j.case) for j in screened]
-    for job, batch, observed in zip(screened, batches, observe([j.call(b) for j, b in zip(screened, batches)])):
+    screens = list(zip(screened, batches))
+    for (job, batch), observed in _paired(screens, observe([job.call(batch) for job, batch in screens])):
         job.order = _screen(expect(batch, job.part, job.api.dialect), observed, batch.input.size)
     width = 1  # candidates per job in a round: one first (most jobs keep it), then twice as many each round
     while todo and (deadline is None or time.monotonic() < deadline):
         tried = [(job, _single(job.case, job.order.pop(0)))
                  for job in todo for _ in range(min(width, len(job.order)))]
-        for (job, one), observed in zip(tried, observe([job.call(one) for job, one in tried])):
+        for (job, one), observed in _paired(tried, observe([job.call(one) for job, one in tried])):
             # the first candidate in the job's order that keeps its verdict, as if they were tried one by one
             if job.final is None:
                 if classify(expect(one, job.part, job.api.dialect), observed, spec).verdict is job.verdict:
@@ -158,8 +159,19 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
     for job in whole:
         job.final = job.case
     unseen = [j for j in whole if j.observed is None]
-    for job, observed in zip(unseen, observe([j.call(j.case) for j in unseen])):
+    for job, observed in _paired(unseen, observe([j.call(j.case) for j in unseen])):
         job.observed = observed
+
+
+def _paired(items: list, observations: Iterable[Observation]) -> Iterator[tuple[Any, Observation]]:
+    """Each item with its observation, as each arrives, and then the observations read to their end: the
+    worker is replaced after a crash only once its failure has been read past, so the next batch must
+    not start before."""
+    observations = iter(observations)
+    for item in items:
+        yield item, next(observations)
+    for extra in observations:
+        raise HarnessBug(f"more observations than calls: {extra}")
 
 
 def _candidates_case(case: Case) -> Case:
