@@ -254,7 +254,7 @@ def check_baseline_draw(baseline: Path, spec_hash: str, seed: int) -> None:
                                fix=f"run with --seed {row.seed}, or take a baseline made with --seed {seed}")
 
 
-def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
+def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | None = None) -> int:
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                          fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
@@ -264,8 +264,16 @@ def cmd_run(spec: Spec, args: argparse.Namespace) -> int:
     shard = selected_shard(args)
     known = _check_gate_options(spec, args, seed=args.seed)
     check_out_dir(args.out, resume=args.resume, force=args.force)
-    with WorkerPool(args.framework, timeout_s=args.timeout_s, compile_cache_dir=_cache_dir(args)) as pool:  # the run's, then the reproducers'
-        pool.launch()  # the framework imports (seconds) while the cases are drawn and checked
+    # the worker conformance/entry.py started from its reading of the command line, if it reads as checked here
+    early = early_worker if early_worker is not None and (early_worker.framework, early_worker.compile_cache_dir) \
+        == (args.framework, _cache_dir(args)) else None
+    if early_worker is not None and early is None:
+        early_worker.close()
+    # the run's worker, then the reproducers'
+    with early or WorkerPool(args.framework, compile_cache_dir=_cache_dir(args)) as pool:
+        pool.timeout_s = args.timeout_s
+        if not pool.launched:
+            pool.launch()  # the framework imports (seconds) while the cases are drawn and checked
         return _run_with(spec, args, known, shard, pool)
 
 
@@ -460,15 +468,18 @@ def _draw_bar(done: int, total: int, what: str) -> None:
     sys.stderr.flush()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, early_worker: WorkerPool | None = None) -> int:
+    """The command line. `early_worker`: a worker conformance/entry.py launched for `run` from its own
+    reading of `argv`; `run` uses it only if it matches the checked arguments."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)
         spec = load_spec(args.spec)
         verify_formulas(spec)  # before anything is written: the spec's formulas must be the reference's
-        commands = {"run": cmd_run, "cases": cmd_cases, "report": cmd_report, "repro": cmd_repro,
-                    "selftest": cmd_selftest}
+        if args.command == "run":
+            return cmd_run(spec, args, early_worker)
+        commands = {"cases": cmd_cases, "report": cmd_report, "repro": cmd_repro, "selftest": cmd_selftest}
         return commands[args.command](spec, args)
     except ConformanceError as exc:
         if debug:
