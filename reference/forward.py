@@ -225,8 +225,8 @@ def _formula_everywhere(x: np.ndarray, t: np.ndarray, log_target: bool) -> bool:
     comparison with NaN false), which spares the masks on the common path.
     """
     if x.size <= SMALL:
-        special = ~np.isfinite(x) | ~np.isfinite(t) if log_target else ~np.isfinite(x) | ~np.isfinite(t) | (t <= 0)
-        return not special.any()
+        special = ~np.isfinite(x) | ~np.isfinite(t)
+        return not (special.any() or (not log_target and (t <= 0).any()))
     finite_x = np.isfinite(x.min()) and np.isfinite(x.max())
     low, high = t.min(), t.max()
     return bool(finite_x and high < np.inf and (low > -np.inf if log_target else low > 0))
