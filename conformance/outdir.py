@@ -81,10 +81,7 @@ def clear_temporary_files(out: Path) -> None:
     """Remove what a killed process left half-written (TEMP_PREFIXES): a resumed run starts clean of it."""
     for entry in out.iterdir():
         if entry.name.startswith(TEMP_PREFIXES):
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+            _remove(entry)
 
 
 def clear_harness_files(out: Path) -> None:
@@ -93,7 +90,12 @@ def clear_harness_files(out: Path) -> None:
         if entry.name in HARNESS_DIRS and entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         elif entry.name in HARNESS_FILES or entry.name.startswith(TEMP_PREFIXES):
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+            _remove(entry)
+
+
+def _remove(entry: Path) -> None:
+    """A directory with its contents (never through a link), or a file or link."""
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
