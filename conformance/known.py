@@ -31,7 +31,7 @@ import fnmatch
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from conformance.errors import KnownFileError
 from conformance.model import PARTS, Result, Verdict
@@ -102,25 +102,19 @@ class KnownFindings:
         known_by = tuple(e.id for e in self.entries if e.accepts(row)) if row.verdict.is_divergence else ()
         return row if known_by == row.known_by else dataclasses.replace(row, known_by=known_by)
 
-    def observe(self, rows: Iterable[Result]) -> Iterator[Result]:
-        """Pass the rows through, counting per entry the rows it concerns and those it accepts."""
-        self.start_audit()
-        for row in rows:
-            self.audit_row(row)
-            yield row
-
     def start_audit(self) -> None:
-        """Forget what an earlier pass counted (`observe` a row at a time: start, then audit_row each row)."""
+        """Begin a pass over the rows (audit_row each): forget what an earlier pass counted."""
         self._audit = [EntryAudit(e) for e in self.entries]
 
     def audit_row(self, row: Result) -> None:
+        """Count, per entry, whether it concerns the row and whether it accepts it."""
         for audit in self._audit:
             if audit.entry.concerns(row):
                 audit.concerned += 1
                 audit.accepted += audit.entry.accepts(row)
 
     def audit(self) -> list[EntryAudit]:
-        """Per entry, what the last `observe` counted."""
+        """Per entry, what the last pass over the rows counted."""
         return list(self._audit)
 
     def stale(self) -> list[EntryAudit]:

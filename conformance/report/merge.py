@@ -100,41 +100,39 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
     pass already made, as a run wrote its rows into `out_dir` (its own report): then no row is read back.
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
-    if fed is not None and fed.rows:
-        tally = fed.finish()
-    else:
-        tally = _tally_and_junit(out_dir, iter_rows(present), known)
+    tally = fed.finish() if fed is not None else _tally_and_junit(out_dir, iter_rows(present), known)
     return _write_reports(out_dir, tally, present, manifests, baseline, known)
 
 
 class ReportFeed:
-    """write_report's one pass over the rows, made while a run writes them (`add` each row as written,
-    in results.jsonl's order): a run's own report then reads none of its rows back. junit.xml's parts
-    wait in a temporary directory of the run's directory, created with the first row."""
+    """The report's one pass over the rows (the tally, junit.xml, and with `known` how each of its entries
+    fared), a row at a time: `add` each row in results.jsonl's order. A run feeds it as it writes its rows,
+    so its own report reads none of them back. junit.xml's parts wait in a temporary directory beside it,
+    created with the first row (the run's directory is prepared only then)."""
 
     def __init__(self, out_dir: Path, known: Any = None) -> None:
         self.out_dir, self.known = out_dir, known
-        self.rows = 0
         self._tally = Tally()
         self._junit: JunitWriter | None = None
         if known is not None:
             known.start_audit()
 
     def add(self, row: Result) -> None:
-        if self._junit is None:
-            self._junit = JunitWriter(self.out_dir / "junit.xml")
-        self._junit.add(row)
+        self._writer().add(row)
         if self.known is not None:
             self.known.audit_row(row)
         self._tally.add(row)
-        self.rows += 1
 
     def finish(self) -> Tally:
-        """Write junit.xml; the tally for the other reports."""
-        if self._junit is not None:
-            self._junit.close()
-            self._junit = None
+        """Write junit.xml (with no row, a document of no suites); the tally for the other reports."""
+        self._writer().close()
+        self._junit = None
         return self._tally
+
+    def _writer(self) -> JunitWriter:
+        if self._junit is None:
+            self._junit = JunitWriter(self.out_dir / "junit.xml")
+        return self._junit
 
     def discard(self) -> None:
         """Drop junit.xml's parts (the run ended on an error: nothing is reported from here)."""
@@ -144,10 +142,15 @@ class ReportFeed:
 
 
 def _tally_and_junit(out_dir: Path, rows: Iterator[Result], known: Any) -> Tally:
-    """The one pass over the rows: the tally, and junit.xml written as the rows go by."""
-    with JunitWriter(out_dir / "junit.xml") as junit:
-        rows = _feeding(junit.add, rows)
-        return Tally(known.observe(rows) if known is not None else rows)
+    """The one pass over the rows read from disk: the tally, and junit.xml written as the rows go by."""
+    feed = ReportFeed(out_dir, known)
+    try:
+        for row in rows:
+            feed.add(row)
+    except BaseException:
+        feed.discard()
+        raise
+    return feed.finish()
 
 
 def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifests: list[dict[str, Any]],

@@ -75,7 +75,9 @@ def test_stale_means_concerned_but_accepting_nothing(tmp_path):
     _, known = _load(tmp_path, "- {id: fixed, case_id: 'a*', reason: r}\n- {id: elsewhere, case_id: 'z*', reason: r}\n"
                                "- {id: live, case_id: 'b*', reason: r}\n")
     rows = [make_result("a1"), make_result("a2"), make_result("b1", verdict="value")]
-    assert list(known.observe(rows)) == rows
+    known.start_audit()
+    for row in rows:
+        known.audit_row(row)
     assert {a.entry.id: a.status for a in known.audit()} == \
         {"fixed": "stale", "elsewhere": "not in these results", "live": "matched"}
     assert [a.entry.id for a in known.stale()] == ["fixed"]
