@@ -265,10 +265,10 @@ def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | Non
     known = _check_gate_options(spec, args, seed=args.seed)
     check_out_dir(args.out, resume=args.resume, force=args.force)
     # the worker conformance/entry.py started from its reading of the command line, if it reads as checked here
-    early = early_worker if early_worker is not None and (early_worker.framework, early_worker.compile_cache_dir) \
-        == (args.framework, _cache_dir(args)) else None
-    if early_worker is not None and early is None:
-        early_worker.close()
+    early = early_worker
+    if early is not None and (early.framework, early.compile_cache_dir) != (args.framework, _cache_dir(args)):
+        early.close()
+        early = None
     # the run's worker, then the reproducers'
     with early or WorkerPool(args.framework, compile_cache_dir=_cache_dir(args)) as pool:
         pool.timeout_s = args.timeout_s
