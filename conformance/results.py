@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from conformance.errors import ResultsError
 from conformance.model import FORMAT_VERSION, STRICT_JSON, Result
@@ -34,11 +34,13 @@ class ResultsWriter:
         self._file = self.path.open("a" if append else "w", encoding="utf-8")
         self._details = (out_dir / DETAILS_FILE).open("a" if append else "w", encoding="utf-8")
 
-    def write(self, result: Result, detail: dict[str, Any] | None = None) -> None:
+    def write(self, result: Result, detail: Sequence[str] | None = None) -> None:
+        """One row; with `detail` (the divergence's further fields, each group made by `encoded_fields`), its
+        line in details.jsonl: the row's DETAIL_KEYS, then those fields."""
         self._file.write(result.to_json() + "\n")
         if detail is not None:
-            key = {k: getattr(result, k) for k in DETAIL_KEYS}
-            self._details.write(STRICT_JSON.encode({**key, **detail}) + "\n")
+            key = encoded_fields(**{k: getattr(result, k) for k in DETAIL_KEYS})
+            self._details.write("{" + ", ".join((key, *detail)) + "}\n")
 
     def flush(self) -> None:
         """Put every row written so far on disk (the runner calls it after each case)."""
@@ -54,6 +56,12 @@ class ResultsWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def encoded_fields(**fields: Any) -> str:
+    """`fields` as the inside of a JSON object: the text between its braces. Encoded once, a group of fields
+    is joined into many lines ("{" + ", ".join(groups) + "}" is the JSON of the groups' fields in order)."""
+    return STRICT_JSON.encode(fields)[1:-1]
 
 
 def array_detail(values) -> dict[str, Any] | None:

@@ -33,7 +33,7 @@ from conformance.reference.forward import expected_forward, takes_input_space
 from conformance.reference.grad import expected_grad
 from conformance.outdir import check_out_dir, clear_temporary_files, prepare_out_dir
 from conformance.results import (MANIFEST_FILE, RESULTS_FILE, ResultsWriter, array_detail, drop_partial_last_line,
-                                 iter_results, read_manifest, write_manifest)
+                                 encoded_fields, iter_results, read_manifest, write_manifest)
 from conformance.worker import Task, WorkerLost, WorkerPool, WorkerUnavailable
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -292,10 +292,12 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
             if outcome.failure is not None and reason is None:
                 observed = Observation()
                 judgement = Judgement(outcome.failure, outcome.failure_message, cause="harness.isolation")
+            elif reason:  # a call the API cannot express was not sent, and may have no expectation in its dialect
+                observed = Observation(unsupported=reason)
+                judgement = Judgement(Verdict.UNSUPPORTED, reason)
             else:
-                observed = Observation(unsupported=reason) if reason else outcome.observations[call]
-                # a call the API cannot express was not sent, and may have no expectation in its dialect
-                judgement = Judgement(Verdict.UNSUPPORTED, reason) if reason else judge.judgement(part, dialect, observed)
+                observed = outcome.observations[call]
+                judgement = judge.judgement(part, dialect, observed)
             documented_by = (judge.documented(ledger, api_name, part, dialect, observed)
                              if judgement.verdict.is_divergence and outcome.failure is None else ())
             result = _result(case, digest, Target(adapter.name, api_name, device), part, expected, judgement, observed,
@@ -334,10 +336,13 @@ class CaseJudge:
         self.case, self.spec, self.cache = case, spec, cache
         self._expected: dict[tuple[str, str], object] = {}
         self._judged: dict[tuple, Judgement] = {}
+        self._explained: dict[tuple, tuple | None] = {}
         self._documented: dict[tuple, tuple[str, ...]] = {}
-        self._case_detail: dict | None = None
+        self._case_detail: str | None = None
         self._touched: frozenset[str] | None = None  # explain's touched_paths, once per case
-        self._expected_detail: dict[int, dict] = {}
+        self._expected_detail: dict[int, str] = {}
+        self._got_detail: dict[tuple, str] = {}
+        self._last_key: tuple[Observation | None, tuple] = (None, ())
 
     def expected(self, spec: Spec, part: str, dialect: str = "canonical"):
         key = (spec.hash, part, dialect)
@@ -350,22 +355,28 @@ class CaseJudge:
             self._expected[key] = found
         return self._expected[key]
 
-    def detail(self, expected: Expected | None, observed: Observation) -> dict:
-        """What the HTML report shows when a divergence is expanded. The previews of the case's arrays
-        and of each expectation are made once, however many APIs of the case diverge."""
+    def detail(self, expected: Expected | None, observed: Observation) -> tuple[str, ...]:
+        """What the HTML report shows when a divergence is expanded, as details.jsonl's fields encoded
+        (results.encoded_fields). The case's arrays, each expectation and each distinct observed value are
+        previewed and encoded once, however many APIs of the case diverge."""
         if self._case_detail is None:
             case = self.case
-            self._case_detail = {"params": vars(case.params), "dtype": str(case.dtype), "layout": case.layout,
-                                 "input": array_detail(case.input), "target": array_detail(case.target)}
+            self._case_detail = encoded_fields(params=vars(case.params), dtype=str(case.dtype), layout=case.layout,
+                                               input=array_detail(case.input), target=array_detail(case.target))
         if id(expected) not in self._expected_detail:  # the expectations are held in self._expected: ids stay theirs
-            self._expected_detail[id(expected)] = {
-                "expected": array_detail(expected.value) if expected is not None else None,
-                "expected_error": expected.error_type if expected is not None else None}
-        return {**self._case_detail, **self._expected_detail[id(expected)], "got": array_detail(observed.value),
-                "raised": f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None}
+            self._expected_detail[id(expected)] = encoded_fields(
+                expected=array_detail(expected.value) if expected is not None else None,
+                expected_error=expected.error_type if expected is not None else None)
+        key = self._key(observed)
+        got = (key[0], observed.exception_type, observed.exception_message)
+        if got not in self._got_detail:
+            self._got_detail[got] = encoded_fields(
+                got=array_detail(observed.value),
+                raised=f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None)
+        return self._case_detail, self._expected_detail[id(expected)], self._got_detail[got]
 
     def judgement(self, part: str, dialect: str, observed: Observation) -> Judgement:
-        key = (part, dialect, *observation_key(observed))
+        key = (part, dialect, *self._key(observed))
         if key not in self._judged:
             self._judged[key] = self._judge(part, dialect, observed)
         return self._judged[key]
@@ -373,24 +384,28 @@ class CaseJudge:
     def documented(self, ledger: DeviationLedger, api: str, part: str, dialect: str,
                    observed: Observation) -> tuple[str, ...]:
         """The profile deviations that document this divergence (DeviationLedger.documented), decided once
-        for the APIs of the case that declare the same deviations and observed the same."""
+        for the APIs of the case that declare the same deviations and observed the same (warnings aside:
+        passing reads none)."""
         declared = tuple(d.id for d in ledger.by_api.get(api, ()))
         if not declared:
             return ()
-        key = (declared, part, dialect, *observation_key(observed))
+        key = (declared, part, dialect, *_without_warnings(self._key(observed)))
         if key not in self._documented:
             self._documented[key] = ledger.documented(api, observed, lambda s: self.expected(s, part, dialect))
         return self._documented[key]
+
+    def _key(self, observed: Observation) -> tuple:
+        """observation_key, computed once for the row being judged (its judgement, documentation and detail)."""
+        if self._last_key[0] is not observed:
+            self._last_key = (observed, observation_key(observed))
+        return self._last_key[1]
 
     def _judge(self, part: str, dialect: str, observed: Observation) -> Judgement:
         if observed.unsupported is not None:  # nothing to compare (and no expectation where the API cannot take
             return Judgement(Verdict.UNSUPPORTED, observed.unsupported)  # the case's input space)
         judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
         if judgement.verdict.is_divergence:
-            if self._touched is None:
-                self._touched = touched_paths(self.case)
-            behaves_as = explain(self.case, observed, self.spec, part,
-                                 expect=lambda s: self.expected(s, part, dialect), touched=self._touched)
+            behaves_as = self._behaves_as(part, dialect, observed)
             if behaves_as:
                 return Judgement(judgement.verdict,
                                  f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
@@ -399,6 +414,17 @@ class CaseJudge:
                                  judgement.missing_warnings)
         return judgement
 
+    def _behaves_as(self, part: str, dialect: str, observed: Observation):
+        """explain's answer, once per distinct observation of a part: it reads no warning, so APIs that differ
+        only in their warnings (a deprecated signature's) share it."""
+        key = (part, dialect, *_without_warnings(self._key(observed)))
+        if key not in self._explained:
+            if self._touched is None:
+                self._touched = touched_paths(self.case)
+            self._explained[key] = explain(self.case, observed, self.spec, part,
+                                           expect=lambda s: self.expected(s, part, dialect), touched=self._touched)
+        return self._explained[key]
+
 
 def observation_key(observed: Observation) -> tuple:
     """Everything a verdict reads from an observation, as a hashable key (the value by digest)."""
@@ -406,7 +432,12 @@ def observation_key(observed: Observation) -> tuple:
     digest = None if value is None else (value.shape, value.dtype.str,
                                           hashlib.blake2b(np.ascontiguousarray(value).view(np.uint8)).digest())
     return (digest, observed.dtype, observed.shape, observed.exception_type, observed.exception_message,
-            observed.warnings, observed.unsupported)
+            observed.unsupported, observed.warnings)
+
+
+def _without_warnings(key: tuple) -> tuple:
+    """An observation_key without the warnings: what `passes` reads (explanations and documentation)."""
+    return key[:-1]
 
 
 def _result(case, digest, target, part, expected, judgement, observed, documented_by, spec, manifest, info) -> Result:

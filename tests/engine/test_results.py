@@ -95,3 +95,37 @@ def test_a_results_file_that_is_not_utf8_is_named(tmp_path):
     (tmp_path / "results.jsonl").write_bytes(make_result().to_json().encode() + b"\n\xff\n")
     with pytest.raises(ResultsError, match="line 2: unreadable row"):
         list(iter_results(tmp_path))
+
+
+def test_a_row_lists_every_field_in_the_formats_order():
+    """to_json writes the dataclass's fields as they stand, so their order must be RESULT_FIELDS' (the
+    public format's); non-finite numbers are written as text, tuples as lists."""
+    from dataclasses import fields
+
+    from conformance.model import RESULT_FIELDS, Result
+
+    assert tuple(f.name for f in fields(Result)) == RESULT_FIELDS
+    row = make_result(max_abs_err=float("inf"), bound=float("-inf"), warnings=("w",), documented_by=("d",))
+    parsed = json.loads(row.to_json())
+    assert list(parsed) == ["format_version", *RESULT_FIELDS]
+    assert (parsed["max_abs_err"], parsed["bound"], parsed["warnings"], parsed["documented_by"], parsed["verdict"]) \
+        == ("inf", "-inf", ["w"], ["d"], row.verdict.value)
+    assert Result.from_json(row.to_json()) == row
+
+
+def test_a_detail_line_is_the_json_of_its_key_and_fields(tmp_path):
+    """A divergence's detail comes as groups of fields encoded once (a case's arrays, an expectation, an
+    observed value); its line must be the JSON object of the row's key and those fields, in order."""
+    from conformance.results import DETAIL_KEYS, encoded_fields
+
+    row = make_result(verdict="value")
+    fields = ({"params": {"reduction": "sum"}, "input": {"values": ["nan", 1.5]}},
+              {"expected": None, "expected_error": "ValueError"}, {"got": {"values": [2.0]}, "raised": None})
+    with ResultsWriter(tmp_path) as writer:
+        writer.write(row, tuple(encoded_fields(**group) for group in fields))
+    (line,) = (tmp_path / "details.jsonl").read_text().splitlines()
+    merged = {k: getattr(row, k) for k in DETAIL_KEYS}
+    for group in fields:
+        merged.update(group)
+    assert line == json.dumps(merged, allow_nan=False)
+    assert list(iter_details(tmp_path)) == [merged]
