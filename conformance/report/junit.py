@@ -36,12 +36,17 @@ class JunitWriter:
         self._counts: dict[str, Counter] = defaultdict(Counter)
         self._tmp = tempfile.TemporaryDirectory(dir=path.parent, prefix=".junit-")
         self._files: dict[str, IO[str]] = {}
+        self._suites: dict[str, str] = {}  # each suite's name, quoted for an attribute
+        self._case: tuple[str | None, str] = (None, "")  # the last case id, and it quoted
 
     def add(self, r: Result) -> None:
         name = f"{r.framework}.{r.api}.{r.device}.{r.part}"
         if name not in self._files:
             self._files[name] = open(Path(self._tmp.name) / f"{len(self._files)}.xml", "w+", encoding="utf-8")
-        element, kind = _testcase(name, r)
+            self._suites[name] = quoteattr(name)
+        if r.case_id != self._case[0]:  # a case's rows come together: its name is quoted once
+            self._case = (r.case_id, quoteattr(_text(r.case_id)))
+        element, kind = _testcase(self._suites[name], self._case[1], r)
         self._files[name].write(element)
         self._counts[name]["tests"] += 1
         self._counts[name][kind] += kind is not None
@@ -80,9 +85,9 @@ def _counts(c: Counter) -> str:
     return "".join(f' {key}="{c[key]}"' for key in ("tests", *KINDS))
 
 
-def _testcase(suite: str, r: Result) -> tuple[str, str | None]:
-    """One <testcase> element, and which count it adds to (None for a pass)."""
-    head = f"    <testcase classname={quoteattr(suite)} name={quoteattr(_text(r.case_id))} time=\"{r.elapsed_s:.6f}\""
+def _testcase(suite: str, name: str, r: Result) -> tuple[str, str | None]:
+    """One <testcase> element, and which count it adds to (None for a pass); `suite` and `name` come quoted."""
+    head = f"    <testcase classname={suite} name={name} time=\"{r.elapsed_s:.6f}\""
     if r.verdict.is_divergence and r.is_accepted:
         reason = ("documented deviation: " + ", ".join(r.documented_by) if r.documented
                   else "known finding: " + ", ".join(r.known_by))

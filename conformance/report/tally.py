@@ -47,6 +47,7 @@ class Tally:
         self.ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
         self.listed_in_page: list[Result] = []
         self.spec_hashes: set[str] = set()
+        self._labels: dict[tuple[str, str, str, str], str] = {}
         for r in rows:
             self.add(r)
 
@@ -54,7 +55,10 @@ class Tally:
         """Count one more row (rows come in results.jsonl's order: the first ones are those listed)."""
         self.total += 1
         self.spec_hashes.add(r.spec_hash)
-        target = target_label(r)
+        where = (r.framework, r.api, r.device, r.part)
+        target = self._labels.get(where)
+        if target is None:
+            target = self._labels[where] = target_label(r)
         self.by_target[target][r.verdict.value] += 1
         self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
         for warning_id in r.missing_warnings:
