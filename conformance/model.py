@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -323,12 +324,11 @@ class Result:
         return self.documented or bool(self.known_by)
 
     def to_json(self) -> str:
-        row = {"format_version": FORMAT_VERSION, **{name: getattr(self, name) for name in RESULT_FIELDS}}
+        row = {"format_version": FORMAT_VERSION, **vars(self)}  # the fields are RESULT_FIELDS, in their order
         row["verdict"] = self.verdict.value
-        for key in ("warnings", "missing_warnings", "documented_by", "known_by"):
-            row[key] = list(row[key])
-        for key in ("max_abs_err", "bound"):
-            row[key] = _finite_or_text(row[key])
+        row["warnings"], row["missing_warnings"] = list(self.warnings), list(self.missing_warnings)
+        row["documented_by"], row["known_by"] = list(self.documented_by), list(self.known_by)
+        row["max_abs_err"], row["bound"] = _finite_or_text(self.max_abs_err), _finite_or_text(self.bound)
         return STRICT_JSON.encode(row)
 
     @classmethod
@@ -352,7 +352,7 @@ class Result:
 
 def _finite_or_text(x: float | None) -> float | str | None:
     """JSON has no inf/NaN: write them as the strings 'inf', '-inf', 'nan'."""
-    if x is None or np.isfinite(x):
+    if x is None or math.isfinite(x):
         return x
     return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
 
