@@ -151,9 +151,13 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
 
 
 def differs_in_nonfinite_pattern(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Per element: NaN where the other is not, or an infinity of another sign or none (spec: tolerance.comparison)."""
-    return ((np.isnan(got) != np.isnan(want)) | (np.isposinf(got) != np.isposinf(want))
-            | (np.isneginf(got) != np.isneginf(want)))
+    """Per element: NaN where the other is not, or an infinity of another sign or none (spec: tolerance.comparison).
+
+    Is equivalent to ``(isnan(got) != isnan(want)) | (isposinf(got) != isposinf(want)) | (isneginf(got) !=
+    isneginf(want))``: where neither is NaN, an infinity on either side matches only the same infinity.
+    """
+    with np.errstate(invalid="ignore"):
+        return (np.isnan(got) != np.isnan(want)) | ((np.isinf(got) | np.isinf(want)) & (got != want))
 
 
 def check_bound(want: np.ndarray, bound: np.ndarray) -> None:

@@ -155,3 +155,21 @@ def test_the_pointwise_bound_is_finite_and_grows_with_the_magnitude(spec, a, b, 
     low, high = sorted((a, b))
     bounds = pointwise_bound(np.array([low, high]), np.array([s, s]), dtype, spec)
     assert np.all(np.isfinite(bounds)) and 0 < bounds[0] <= bounds[1]
+
+
+ANY_FLOAT = st.one_of(FINITE, SPECIAL, st.just(0.0), st.just(-0.0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=5))
+def test_the_nonfinite_pattern_is_its_definition(data, shape):
+    """differs_in_nonfinite_pattern, computed in fewer passes, equals its definition element by element:
+    NaN against not NaN, +inf against not +inf, -inf against not -inf."""
+    from conformance.compare import differs_in_nonfinite_pattern
+
+    got, want = (data.draw(arrays(np.float64, shape, elements=ANY_FLOAT)) for _ in range(2))
+    definition = ((np.isnan(got) != np.isnan(want)) | (np.isposinf(got) != np.isposinf(want))
+                  | (np.isneginf(got) != np.isneginf(want)))
+    assert np.array_equal(differs_in_nonfinite_pattern(got, want), definition)
+    kinds = np.array([np.nan, np.inf, -np.inf, 1.0])  # each kind matches only itself
+    assert np.array_equal(differs_in_nonfinite_pattern(kinds[:, None], kinds[None, :]), ~np.eye(4, dtype=bool))
