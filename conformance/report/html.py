@@ -51,10 +51,12 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
     listed = tally.listed_in_page
     detail_by_key = {}
     wanted = {_key(r) for r in listed}
-    for d in details:
+    for d in details if wanted else ():
         key = (d["case_id"], d["framework"], d["api"], d["device"], d["part"])
         if key in wanted:
             detail_by_key[key] = d
+            if len(detail_by_key) == len(wanted):  # the page lists the first divergences: the rest is not read
+                break
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
              "<title>kl_div conformance report</title>", f"<style>{STYLE}</style></head><body>",
              "<h1>kl_div conformance report</h1>"]

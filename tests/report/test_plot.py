@@ -163,3 +163,25 @@ def test_report_html_embeds_the_svg_the_rows_give(tmp_path):
 def test_report_html_says_when_there_is_nothing_to_plot():
     page = render_html(Tally([make_result(max_abs_err=None)]), [])
     assert "<svg" not in page and "(no judged values to plot)" in page
+
+
+def test_report_html_reads_details_only_up_to_the_last_it_lists():
+    """The page lists the first LISTED_IN_PAGE divergences, whose details come first in details.jsonl: the
+    details of a large run past the last listed one are not read (the exhaustive suite writes 250k)."""
+    from conformance.report.tally import LISTED_IN_PAGE
+
+    rows = [make_result(case_id=f"fwd/sum/log_target=0/4x6/float32/softmax/s{i}", verdict="value", message=f"m{i}")
+            for i in range(LISTED_IN_PAGE + 3)]
+    read = []
+
+    def details():
+        for r in rows:
+            read.append(r.case_id)
+            yield {"case_id": r.case_id, "framework": r.framework, "api": r.api, "device": r.device,
+                   "part": r.part, "params": {}, "dtype": "float32", "layout": "contiguous",
+                   "got": {"shape": [1], "values": [float(len(read))], "truncated": False}}
+
+    page = render_html(Tally(rows), [], details())
+    assert len(read) == LISTED_IN_PAGE
+    assert f"{float(LISTED_IN_PAGE)}" in page and rows[-1].case_id not in page
+    assert render_html(Tally([make_result()]), [], details()) and len(read) == LISTED_IN_PAGE  # nothing listed
