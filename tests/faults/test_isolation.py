@@ -185,8 +185,10 @@ def test_sigkill_halfway_then_resume_gives_the_uninterrupted_report(tmp_path):
     total = len((clean / "results.jsonl").read_text().splitlines())
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, *args, "--out", str(killed)], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # the killed parent cannot remove its worker's log: it goes to this test's own directory, not /tmp
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen([sys.executable, *args, "--out", str(killed)], env={**env, "TMPDIR": str(tmp_path / "tmp")},
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = killed / "results.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
