@@ -354,7 +354,7 @@ def _finite_or_text(x: float | None) -> float | str | None:
     """JSON has no inf/NaN: write them as the strings 'inf', '-inf', 'nan'."""
     if x is None or math.isfinite(x):
         return x
-    return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
 def _float_from_text(x: float | str | None) -> float | None:

@@ -427,7 +427,8 @@ class CaseJudge:
 
 
 def observation_key(observed: Observation) -> tuple:
-    """Everything a verdict reads from an observation, as a hashable key (the value by digest)."""
+    """Everything a verdict reads from an observation, as a hashable key (the value by digest); the warnings
+    come last, where _without_warnings drops them."""
     value = observed.value
     digest = None if value is None else (value.shape, value.dtype.str,
                                           hashlib.blake2b(np.ascontiguousarray(value).view(np.uint8)).digest())
