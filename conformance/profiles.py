@@ -126,6 +126,11 @@ class DeviationLedger:
         self.spec = spec
         self._specs: dict[tuple[str, ...], Spec] = {}
 
+    def fingerprint(self, api: str) -> str:
+        """Everything of `api`'s declared deviations that `documented` reads, as text (for the reference cache's
+        key of a documented divergence)."""
+        return repr(self.by_api.get(api, ()))
+
     def _spec_with(self, deviations: tuple[Deviation, ...]) -> Spec:
         key = tuple(d.id for d in deviations)
         if key not in self._specs:

@@ -8,6 +8,12 @@ has its own entries), the part, and the case's content (parameters, dtypes and t
 bytes of its values; not its id, which a user file may reuse). A hit is therefore
 exactly what the reference would compute, and any change misses.
 
+Beside the expectations, each build keeps the explanations derived from them: the spec
+choices a diverging observation behaves as, and the profile deviations that document it.
+They are functions of the case, the spec, the observation (and the profile's deviations)
+and the code that derives them (EXPLAIN_MODULES), which their key holds; a rerun of the
+same framework reads them instead of the alternative expectations they would read.
+
 Entries are a JSON header plus raw array bytes, deflated, never pickles: a cache file is
 data, and reading it runs no code. One SQLite file per reference build, side by side: the
 environments of a matrix run different NumPy versions (torch's NumPy 2, OneFlow's NumPy 1,
@@ -60,6 +66,9 @@ REFERENCE_MODULES = ("conformance.model", "conformance.tolerance", "conformance.
                      "conformance.reference.logexp", "conformance.reference.logexp_tables",
                      "conformance.reference.doubledouble", "conformance.reference.dialect",
                      "conformance.reference.statements", "conformance.formula", "conformance.refcache")
+# The modules whose code decides an explanation besides the expectations it reads, the runner that asks for it
+# included (explanation keys hold their source).
+EXPLAIN_MODULES = ("conformance.compare", "conformance.explain", "conformance.profiles", "conformance.runner")
 
 
 def default_cache_dir() -> Path:
@@ -78,6 +87,15 @@ def reference_build() -> str:
         digest.update(Path(importlib.util.find_spec(module).origin).read_bytes())
     digest.update(f"{np.__version__} {np.finfo(np.longdouble)!r}".encode())
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def explain_build() -> bytes:
+    """A digest of the code that turns expectations into an explanation (EXPLAIN_MODULES)."""
+    digest = hashlib.blake2b(digest_size=8)
+    for module in EXPLAIN_MODULES:
+        digest.update(Path(importlib.util.find_spec(module).origin).read_bytes())
+    return digest.digest()
 
 
 def case_key(content: bytes, spec: Spec, part: str, dialect: str = "canonical") -> bytes:
@@ -109,6 +127,8 @@ class ReferenceCache:
         self.hits = self.misses = 0
         self.full = False
         self._pending: list[tuple[bytes, bytes]] = []
+        self._pending_explained: list[tuple[bytes, bytes]] = []
+        self.explained_hits = self.explained_misses = 0
         self._last_case: Case | None = None
         self._last_content = b""
         self._db: sqlite3.Connection | None = None
@@ -122,6 +142,7 @@ class ReferenceCache:
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS expected (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
+            self._db.execute("CREATE TABLE IF NOT EXISTS explained (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
         except (OSError, sqlite3.Error) as exc:
             self._disable(f"reference cache in {directory} not used: {exc}")
 
@@ -160,17 +181,49 @@ class ReferenceCache:
         if len(self._pending) >= COMMIT_EVERY:
             self.flush()
 
+    def explanation_key(self, case: Case, spec: Spec, part: str, dialect: str, observed: bytes) -> bytes | None:
+        """The key of an explanation: the explaining code, the expectation's key and `observed` (what of the
+        observation the explanation reads, encoded by the caller); None where the case is not stored."""
+        if self._db is None or _too_big(case):
+            return None
+        return hashlib.blake2b(explain_build() + case_key(self._content(case), spec, part, dialect) + observed,
+                               digest_size=20).digest()
+
+    def get_explanation(self, key: bytes) -> bytes | None:
+        """The explanation stored under `key` (explanation_key), as the caller encoded it, or None."""
+        if self._db is None:
+            return None
+        try:
+            row = self._db.execute("SELECT value FROM explained WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as exc:
+            self._disable(f"reference cache not used: {exc}")
+            return None
+        if row is None:
+            self.explained_misses += 1
+            return None
+        self.explained_hits += 1
+        return row[0]
+
+    def put_explanation(self, key: bytes, value: bytes) -> None:
+        if self._db is None or self.full:
+            return
+        self._pending_explained.append((key, value))
+        if len(self._pending_explained) >= COMMIT_EVERY:
+            self.flush()
+
     def flush(self) -> None:
         """Write the pending entries in one transaction."""
-        if self._db is None or not self._pending:
+        if self._db is None or not (self._pending or self._pending_explained):
             return
         try:
             with self._db:
                 self._db.execute("BEGIN")
                 self._db.executemany("INSERT OR IGNORE INTO expected VALUES (?, ?)", self._pending)
+                self._db.executemany("INSERT OR IGNORE INTO explained VALUES (?, ?)", self._pending_explained)
         except sqlite3.Error as exc:
             self._disable(f"reference cache not written: {exc}")
         self._pending.clear()
+        self._pending_explained.clear()
         if sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*")) > MAX_CACHE_BYTES:
             self.full = True
             self.problem = f"reference cache full ({MAX_CACHE_BYTES // 2**20} MB): later expectations not stored"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import platform
 import sys
 import time
@@ -25,7 +26,7 @@ from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
 from conformance.compare import classify
 from conformance.errors import ResultsError, UsageError
-from conformance.explain import explain, touched_paths
+from conformance.explain import Alternative, explain, touched_paths
 from conformance.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.profiles import DeviationLedger
 from conformance.refcache import ReferenceCache
@@ -178,6 +179,8 @@ def run_conformance(
             cache.close()
     if cache is not None:
         manifest["reference_cache"] = {"dir": str(options.cache_dir), "hits": cache.hits, "misses": cache.misses,
+                                       "explanation_hits": cache.explained_hits,
+                                       "explanation_misses": cache.explained_misses,
                                        **({"problem": cache.problem} if cache.problem else {})}
     status = {"status": "stopped", "reason": summary.stopped} if summary.stopped else {"status": "complete"}
     write_manifest(out, {**manifest, **status, "cases": summary.cases + summary.skipped, "counts": summary.counts,
@@ -391,8 +394,28 @@ class CaseJudge:
             return ()
         key = (declared, part, dialect, *_without_warnings(self._key(observed)))
         if key not in self._documented:
-            self._documented[key] = ledger.documented(api, observed, lambda s: self.expected(s, part, dialect))
+            self._documented[key] = self._remembered(
+                part, dialect, b"documented " + repr((ledger.fingerprint(api), key[1:])).encode(),
+                lambda: ledger.documented(api, observed, lambda s: self.expected(s, part, dialect)), list, tuple)
         return self._documented[key]
+
+    def _remembered(self, part: str, dialect: str, asked: bytes, compute: Callable[[], Any],
+                    encode: Callable[[Any], list], decode: Callable[[list], Any]):
+        """compute(), or its answer from the reference cache. Explanations and documentation are functions of the
+        case, the spec, the part, what is `asked` (the observation, and for documentation the profile's
+        deviations) and the code that derives them, which is in the key (refcache.explanation_key): stored as
+        JSON, they spare a rerun the alternative expectations they read."""
+        key = self.cache.explanation_key(self.case, self.spec, part, dialect, asked) if self.cache is not None else None
+        found = self.cache.get_explanation(key) if key is not None else None
+        if found is not None:
+            try:
+                return decode(json.loads(found))
+            except (ValueError, TypeError):  # a damaged entry: derived again (and not stored again)
+                return compute()
+        answer = compute()
+        if key is not None:
+            self.cache.put_explanation(key, json.dumps(encode(answer)).encode())
+        return answer
 
     def _key(self, observed: Observation) -> tuple:
         """observation_key, computed once for the row being judged (its judgement, documentation and detail)."""
@@ -419,10 +442,15 @@ class CaseJudge:
         only in their warnings (a deprecated signature's) share it."""
         key = (part, dialect, *_without_warnings(self._key(observed)))
         if key not in self._explained:
-            if self._touched is None:
-                self._touched = touched_paths(self.case)
-            self._explained[key] = explain(self.case, observed, self.spec, part,
-                                           expect=lambda s: self.expected(s, part, dialect), touched=self._touched)
+            def explained():
+                if self._touched is None:
+                    self._touched = touched_paths(self.case)
+                return explain(self.case, observed, self.spec, part, expect=lambda s: self.expected(s, part, dialect),
+                               touched=self._touched)
+            self._explained[key] = self._remembered(
+                part, dialect, b"explain " + repr(key[2:]).encode(), explained,
+                lambda alts: [[a.path, a.choice] for a in alts or ()],
+                lambda pairs: tuple(Alternative(path, choice) for path, choice in pairs) or None)
         return self._explained[key]
 
 

@@ -186,6 +186,9 @@ def test_same_seed_same_results_apart_from_timing(default_run, tmp_path):
         kernels.append(sorted(p.name for p in (tmp_path / "cache").glob("jax-*/*")))
     assert rows[0] == rows[1] == rows[2] and len(rows[0]) > 20
     assert caches[0] is None and caches[1]["hits"] == 0 and caches[2]["misses"] == 0 and caches[2]["hits"] > 0
+    # the warm run read back every explanation and documentation the cold run derived, and derived none
+    assert caches[1]["explanation_hits"] == 0 and caches[2]["explanation_misses"] == 0
+    assert caches[2]["explanation_hits"] == caches[1]["explanation_misses"]
     if _runs_on_jax(framework):  # the cold run kept its kernels; the warm one found them all (it added none)
         assert kernels[1] and kernels[2] == kernels[1]
     else:

@@ -213,3 +213,106 @@ def test_entries_that_share_a_header_decode_to_their_own_arrays(monkeypatch):
         refcache.decode(refcache.encode(Expected(result_dtype="float64", shape=scale_shape, value=np.zeros(scale_shape),
                                                  bound=np.zeros(scale_shape))))
     assert len(refcache._LAYOUTS) <= 2
+
+
+def test_an_explanation_is_kept_under_everything_it_reads(spec, suite, tmp_path):
+    """A stored explanation serves only the case, spec, part, dialect and observation it was derived for."""
+    case = next(c for c in suite if c.input.size > 1 and "grad_input" in c.parts)
+    cache = ReferenceCache(tmp_path)
+    key = cache.explanation_key(case, spec, "forward", "canonical", b"observed A")
+    cache.put_explanation(key, b'[["pointwise.conventions.target_zero.choice", "ieee"]]')
+    cache.close()
+    again = ReferenceCache(tmp_path)
+    assert again.get_explanation(key) == b'[["pointwise.conventions.target_zero.choice", "ieee"]]'
+    other_spec = with_alternatives(spec, (Alternative("pointwise.conventions.target_zero.choice", "ieee"),))
+    nudged = dataclasses.replace(case, input=np.nextafter(case.input, np.inf))
+    others = [again.explanation_key(case, spec, "forward", "canonical", b"observed B"),
+              again.explanation_key(nudged, spec, "forward", "canonical", b"observed A"),
+              again.explanation_key(case, other_spec, "forward", "canonical", b"observed A"),
+              again.explanation_key(case, spec, "grad_input", "canonical", b"observed A"),
+              again.explanation_key(case, spec, "forward", "keras", b"observed A")]
+    assert len({key, *others}) == 6 and all(again.get_explanation(k) is None for k in others)
+    assert again.explained_hits == 1 and again.explained_misses == 5
+
+
+def test_the_explanation_key_covers_the_code_that_explains():
+    """An edit to the comparison, the explanation, the profiles or the runner that asks for them must invalidate
+    stored explanations (an edit to the reference already makes a new build)."""
+    from conformance.refcache import EXPLAIN_MODULES
+
+    assert {"conformance.compare", "conformance.explain", "conformance.profiles", "conformance.runner"} <= set(EXPLAIN_MODULES)
+
+
+def _explained_divergence(spec, suite):
+    """A case, and an observation that diverges from the spec and is explained by an alternative (the value the
+    reference computes under that alternative)."""
+    from conformance.explain import alternatives
+    from conformance.model import Observation
+
+    for alt in alternatives(spec):
+        alt_spec = with_alternatives(spec, (alt,))
+        for case in suite:
+            if case.params.prob_input or case.input.size < 2:
+                continue
+            canonical, under_alt = expected_forward(case, spec), expected_forward(case, alt_spec)
+            if under_alt.error_id is None and canonical.error_id is None and \
+                    not np.array_equal(canonical.value, under_alt.value, equal_nan=True):
+                return case, Observation(value=under_alt.value, dtype=under_alt.result_dtype, shape=under_alt.shape)
+    raise AssertionError("no explained divergence in the suite")
+
+
+def test_a_stored_explanation_never_serves_another_observation(spec, suite, tmp_path):
+    """What wrong answer could a stored explanation give? Another observation's: an observation one ulp away
+    from a stored one is explained afresh, exactly as without the cache."""
+    from conformance.model import Observation
+    from conformance.runner import CaseJudge
+
+    case, observed = _explained_divergence(spec, suite)
+    value = observed.value.copy()
+    value.reshape(-1)[0] = np.nextafter(value.reshape(-1)[0], np.inf)
+    nearby = Observation(value=value, dtype=observed.dtype, shape=observed.shape)
+    cache = ReferenceCache(tmp_path)
+    stored = CaseJudge(case, spec, cache).judgement("forward", "canonical", observed)
+    assert stored.verdict.is_divergence and "behaves as" in stored.message and cache.explained_misses == 1
+    cache.close()
+    import sqlite3
+    with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:  # plant a wrong explanation
+        assert db.execute("UPDATE explained SET value = ?", (b'[["dtypes.mixed", "planted"]]',)).rowcount == 1
+    warm = ReferenceCache(tmp_path)
+    assert "dtypes.mixed = planted" in CaseJudge(case, spec, warm).judgement("forward", "canonical", observed).message
+    assert warm.explained_hits == 1  # the planted entry is what a rerun reads for that very observation ...
+    fresh = CaseJudge(case, spec).judgement("forward", "canonical", nearby)
+    again = CaseJudge(case, spec, warm).judgement("forward", "canonical", nearby)
+    assert (again.verdict, again.message, again.cause) == (fresh.verdict, fresh.message, fresh.cause)  # ... never
+    assert "planted" not in fresh.message and warm.explained_misses == 1  # another's
+
+
+def test_stored_documentation_follows_the_profile(spec, suite, tmp_path):
+    """A divergence documented under a profile is not documented from the cache once that deviation (same id)
+    declares something else: nothing is documented unless it equals the deviated reference."""
+    from conformance.model import Observation
+    from conformance.profiles import DeviationLedger
+    from conformance.runner import CaseJudge
+
+    apis = ["torch.nn.functional.kl_div", "torch.nn.KLDivLoss"]
+    case = next(c for c in suite if c.params.reduction == "batchmean" and c.input.shape != c.target.shape
+                and c.input.shape and c.target.shape and c.input.shape[0] != np.broadcast_shapes(
+                    c.input.shape, c.target.shape)[0] and not c.params.log_target and not c.params.has_legacy)
+    profile = dict(id="batchmean-divides-by-input-dim0", apis=apis, rationale="r", reference="https://example.org")
+    declared = with_alternatives(spec, (Alternative("reductions.batchmean.divisor", "input_dim0"),))
+    under = expected_forward(case, declared)
+    observed = Observation(value=under.value, dtype=under.result_dtype, shape=under.shape)
+    documented = []
+    for n, sets in enumerate(({"reductions.batchmean.divisor": "input_dim0"},
+                              {"gradients.conventions.target_zero.choice": "nan"})):
+        directory = tmp_path / f"profiles{n}"
+        directory.mkdir()
+        (directory / "torch.yaml").write_text(json.dumps({"framework": "torch", "deviations": [{**profile, "set": sets}]}))
+        ledger = DeviationLedger(spec, "torch", apis, directory)
+        cache = ReferenceCache(tmp_path / "cache")
+        judge = CaseJudge(case, spec, cache)
+        assert judge.judgement("forward", "canonical", observed).verdict.is_divergence
+        documented.append(judge.documented(ledger, apis[0], "forward", "canonical", observed))
+        assert documented[-1] == CaseJudge(case, spec).documented(ledger, apis[0], "forward", "canonical", observed)
+        cache.close()
+    assert documented == [("batchmean-divides-by-input-dim0",), ()]
