@@ -56,6 +56,7 @@ from conformance.adapters.registry import get_adapter
 from conformance.cases.families import FAMILIES
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
 from conformance.model import Case, DtypePair, Params
+from conformance.refcache import MAX_CACHE_BYTES
 from conformance.reference.forward import expected_forward
 from conformance.runner import RunOptions, run_conformance
 from conformance.specload import load_spec
@@ -240,6 +241,7 @@ def exhaustive(framework: str, spec) -> int:
     options = ("--exhaustive", "--samples", str(EXHAUSTIVE_SAMPLES), "--no-repro")
     with tempfile.TemporaryDirectory() as cache_dir:
         cold_s, _, cold_mb = whole_run(framework, Path(cache_dir), options)
+        cache_mb = sum(p.stat().st_size for p in Path(cache_dir).glob("reference-*")) / 2**20
         warm_s, _, warm_mb = whole_run(framework, Path(cache_dir), options)
     floor_s = import_s + bare_s
     print(f"framework            {framework} (python {sys.version.split()[0]}, numpy {np.__version__})")
@@ -249,6 +251,8 @@ def exhaustive(framework: str, spec) -> int:
     print(f"(c) whole run        `kl-conformance run --framework {framework} {' '.join(options)}`: {cold_s:.1f} s cold, "
           f"{warm_s:.1f} s warm; (c)/(import + a) {cold_s / floor_s:.1f} cold, {warm_s / floor_s:.1f} warm")
     print(f"peak RSS             {cold_mb:.0f} MB cold, {warm_mb:.0f} MB warm: the run's largest process")
+    print(f"reference cache      {cache_mb:.0f} MB after the cold run (a build stops growing at "
+          f"{MAX_CACHE_BYTES // 2**20} MB)")
     return 0
 
 
