@@ -62,6 +62,9 @@ class Adapter:
         """Import the framework; raise FrameworkUnavailable(reason) when it cannot be."""
         raise NotImplementedError
 
+    def close(self) -> None:
+        """End what `load` started outside this process (R torch's R); the worker calls it when the run is done."""
+
     def version(self) -> str:
         raise NotImplementedError
 

@@ -26,7 +26,9 @@ from typing import Deque, Iterator
 
 from conformance.model import Case, Observation, Verdict
 
-READY, UNAVAILABLE, CASE = "ready", "unavailable", "case"
+READY, UNAVAILABLE, CASE, CLOSED = "ready", "unavailable", "case", "closed"
+# How long closing waits for the worker to close its adapter (R torch ends its R in about 0.1 s).
+CLOSE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,9 @@ def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str |
                                  {str(d): str(adapter.device_name(d)) for d in devices})))
     while True:
         batch = conn.recv()
-        if batch is None:
+        if batch is None:  # what the adapter started outside this process ends before this one is killed
+            adapter.close()
+            conn.send((CLOSED, None))
             return
         for task in batch:
             observations = {call: _observe(adapter, task.case, *call) for call in task.calls}
@@ -149,6 +153,7 @@ class WorkerPool:
         self._output.close()
         self.info: WorkerInfo | None = None
         self.restarts = 0
+        self._idle = False  # every task sent has been answered: a close is the worker's next message
 
     def start(self) -> WorkerInfo:
         """Start the worker and wait until it has loaded the framework."""
@@ -191,6 +196,7 @@ class WorkerPool:
         if kind == UNAVAILABLE:
             raise WorkerUnavailable(payload)
         self.info = payload
+        self._idle = True
         return payload
 
     def run(self, tasks: Iterator[Task]) -> Iterator[Outcome]:
@@ -209,12 +215,14 @@ class WorkerPool:
             if unsent:
                 batch = list(unsent)
                 unsent.clear()
+                self._idle = False
                 try:
                     self._conn.send(batch)
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     pass  # the worker died on a case already in flight; _wait finds it, and the batch is resent
                 pending.extend(batch)
             if not pending:
+                self._idle = True
                 return
             head = pending[0]
             message = self._wait(head)
@@ -284,13 +292,18 @@ class WorkerPool:
             self._conn.close()
 
     def close(self) -> None:
-        """Stop the worker. It holds nothing to save, so it is not waited for past a moment: a
-        framework's own teardown at exit can take longer than the run (torch: about 0.3 s)."""
+        """Stop the worker. An idle worker first closes its adapter (R torch's R removes its temporary files)
+        and says so; then it is not waited for past a moment: a framework's own teardown at exit can take
+        longer than the run (torch: about 0.3 s). A worker still on a case (Ctrl-C) is not waited for."""
         if self._process is not None and self._process.is_alive():
             try:
                 self._conn.send(None)
+                if self._idle:
+                    deadline = time.monotonic() + CLOSE_TIMEOUT_S
+                    while self._conn.poll(max(0.0, deadline - time.monotonic())) and self._conn.recv()[0] != CLOSED:
+                        pass
                 self._process.join(0.05)
-            except (OSError, BrokenPipeError):
+            except (OSError, EOFError):
                 pass
         self._kill()
         try:

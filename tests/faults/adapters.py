@@ -170,3 +170,12 @@ class CpuOnlyAdapter(NumpyAdapter):
     """Knows a `cuda` device that this machine does not have."""
 
     known_devices = ("cpu", "cuda")
+
+
+class ClosingAdapter(NumpyAdapter):
+    """Takes a while to close what it started (as R torch ends its R) and leaves a mark when it has."""
+
+    def close(self) -> None:
+        time.sleep(0.3)
+        with open(os.environ["KL_TEST_CLOSED_MARK"], "a") as mark:
+            mark.write("closed\n")

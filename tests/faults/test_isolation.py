@@ -332,3 +332,13 @@ def test_the_worker_does_not_run_the_callers_main_script_again(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "cpu" in done.stdout  # the worker started and answered
     assert marker.read_text().splitlines() == ["__main__"]  # not also "__mp_main__" from the worker
+
+
+def test_the_worker_closes_its_adapter_before_it_is_stopped(tmp_path, monkeypatch):
+    """R torch's adapter ends its R on close, and R then removes its temporary files; the run's worker must get
+    to close it (once for the run and its reproducers) before the harness kills the worker."""
+    mark = tmp_path / "closed"
+    monkeypatch.setenv("KL_TEST_CLOSED_MARK", str(mark))
+    code, rows = _run(tmp_path, "ClosingAdapter")
+    assert code == 0 and rows["ok-last"].verdict.value == "pass"
+    assert mark.read_text() == "closed\n"
