@@ -11,7 +11,9 @@ The session isolates R's failures from the caller: if R dies (a segfault in a na
 library), the call raises `RSessionCrash` with the signal and R's last lines, and the
 next call starts a fresh R; if R does not answer within the deadline, it is killed and
 the call raises `RSessionTimeout`. On Linux, R is killed when its parent dies, so an R
-worker never outlives the harness's worker process.
+worker never outlives the harness's worker process. R keeps its session directory
+(Rtmp...) under $TMPDIR and removes it only when it exits normally; each R started here
+gets a TMPDIR of its own, which the session removes once that R has ended, killed or not.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from __future__ import annotations
 import ctypes
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections import deque
 from urllib.parse import quote, unquote
 
@@ -93,6 +97,8 @@ class RSession:
         self.call_timeout_s, self.start_timeout_s = call_timeout_s, start_timeout_s
         self._process: subprocess.Popen | None = None
         self._stderr = None
+        self._tmpdir: str | None = None  # the running R's TMPDIR
+        self._tmpdir_removal: weakref.finalize | None = None
         self._buffer = b""
         self._stray: deque[str] = deque(maxlen=20)  # lines R printed on stdout outside the protocol
         self.handshake: list[str] = []
@@ -103,9 +109,12 @@ class RSession:
         self.close()
         self._stderr = tempfile.TemporaryFile()
         self._buffer = b""
+        self._tmpdir = tempfile.mkdtemp(prefix="kl-rsession-")
+        # removed when R ends, or else when this session is collected or Python exits
+        self._tmpdir_removal = weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
         self._process = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, env=self.env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            env={**self.env, "TMPDIR": self._tmpdir}, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self.handshake = self._reply(self.start_timeout_s, "starting")
         return self.handshake
 
@@ -121,18 +130,24 @@ class RSession:
     def close(self) -> None:
         """Stop R: end its input (it exits at end of file), then kill it if it lingers."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        try:
-            process.stdin.close()
-            process.wait(timeout=5)
-        except Exception:
-            process.kill()
-            process.wait()
-        process.stdout.close()
+        if process is not None:
+            try:
+                process.stdin.close()
+                process.wait(timeout=5)
+            except Exception:
+                process.kill()
+                process.wait()
+            process.stdout.close()
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        self._remove_tmpdir()
+
+    def _remove_tmpdir(self) -> None:
+        """Remove the TMPDIR of an R that has ended (a killed R leaves its Rtmp directory there)."""
+        if self._tmpdir is not None:
+            self._tmpdir_removal()
+            self._tmpdir = None
 
     def __del__(self) -> None:  # an adapter nobody closed (a one-off reproducer) still ends its R
         try:
@@ -176,6 +191,7 @@ class RSession:
     def _fail_timeout(self, doing: str):
         self._process.kill()
         self._process.wait()
+        self._remove_tmpdir()
         raise RSessionTimeout(f"R did not finish {doing} within the deadline; killed it. {self._tail()}")
 
     def _fail_crash(self, doing: str):
@@ -184,6 +200,7 @@ class RSession:
         except subprocess.TimeoutExpired:  # it closed its output but lives on: end it
             self._process.kill()
             status = self._process.wait()
+        self._remove_tmpdir()
         how = (f"signal {-status} ({signal.Signals(-status).name})" if status < 0 else f"exit status {status}")
         raise RSessionCrash(f"R died while {doing}: {how}. {self._tail()}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -17,7 +18,8 @@ from conformance.adapters.rsession import (RSession, RSessionCrash, RSessionTime
                                            encode_numbers, encode_text)
 
 PEER = textwrap.dedent("""
-    import os, signal, sys, time
+    import os, signal, sys, tempfile, time
+    tempfile.mkdtemp(prefix="Rtmp")  # as R makes its session directory under $TMPDIR
     print("something a package printed while loading", flush=True)
     print("@kl\\tready\\tpid=" + str(os.getpid()), flush=True)
     for line in sys.stdin:
@@ -94,3 +96,42 @@ def test_a_program_that_never_answers_does_not_start():
     with pytest.raises(RSessionTimeout):
         s.start()
     s.close()
+
+
+def test_what_a_killed_peer_leaves_in_its_temporary_directory_is_removed(tmp_path, monkeypatch):
+    """R removes its session directory (Rtmp...) when it exits normally, never when it is killed: each R gets a
+    TMPDIR of its own, removed once that R has ended (they piled up in /tmp, seven a test run)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    s = RSession([sys.executable, "-c", PEER], dict(os.environ), call_timeout_s=1, start_timeout_s=30)
+    s.start()
+    assert len(list(tmp_path.glob("kl-rsession-*/Rtmp*"))) == 1
+    with pytest.raises(RSessionTimeout):
+        s.call(["hang"])
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RSessionCrash):
+        s.call(["crash"])  # a fresh peer, then its crash
+    assert list(tmp_path.iterdir()) == []
+    s.call(["again"])
+    assert len(list(tmp_path.glob("kl-rsession-*/Rtmp*"))) == 1
+    s.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_session_nobody_closed_leaves_no_temporary_directory(tmp_path):
+    """An adapter nobody closes (a one-off reproducer, a test's fixture) still ends its R, which removes its
+    Rtmp directory; the TMPDIR around it goes when the session is collected, or when Python exits."""
+    import subprocess
+
+    script = textwrap.dedent(f"""
+        import os, sys, tempfile
+        tempfile.tempdir = {str(tmp_path)!r}
+        from conformance.adapters.rsession import RSession
+        kept = RSession([sys.executable, "-c", {PEER!r}], dict(os.environ), call_timeout_s=5, start_timeout_s=30)
+        kept.start()
+        dropped = RSession([sys.executable, "-c", {PEER!r}], dict(os.environ), call_timeout_s=5, start_timeout_s=30)
+        dropped.start()
+        del dropped
+        assert len(os.listdir({str(tmp_path)!r})) == 1
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert list(tmp_path.iterdir()) == []
