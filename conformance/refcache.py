@@ -156,17 +156,12 @@ class ReferenceCache:
     def get(self, case: Case, spec: Spec, part: str, dialect: str = "canonical") -> Expected | None:
         if self._db is None or _too_big(case):
             return None
-        try:
-            row = self._db.execute("SELECT value FROM expected WHERE key = ?",
-                                   (case_key(self._content(case), spec, part, dialect),)).fetchone()
-        except sqlite3.Error as exc:
-            self._disable(f"reference cache not used: {exc}")
-            return None
-        if row is None:
-            self.misses += 1
+        stored = self._read("expected", case_key(self._content(case), spec, part, dialect))
+        if stored is None:
+            self.misses += self._db is not None
             return None
         try:
-            found = decode(unpack(row[0]))
+            found = decode(unpack(stored))
         except (ValueError, TypeError, KeyError, struct.error, zlib.error) as exc:  # a damaged entry is a miss
             self.problem = f"a damaged reference cache entry was recomputed: {exc}"
             self.misses += 1
@@ -193,16 +188,21 @@ class ReferenceCache:
         """The explanation stored under `key` (explanation_key), as the caller encoded it, or None."""
         if self._db is None:
             return None
+        stored = self._read("explained", key)
+        if stored is None:
+            self.explained_misses += self._db is not None
+            return None
+        self.explained_hits += 1
+        return stored
+
+    def _read(self, table: str, key: bytes) -> bytes | None:
+        """The value stored under `key` in `table`, or None; a database error disables the cache."""
         try:
-            row = self._db.execute("SELECT value FROM explained WHERE key = ?", (key,)).fetchone()
+            row = self._db.execute(f"SELECT value FROM {table} WHERE key = ?", (key,)).fetchone()
         except sqlite3.Error as exc:
             self._disable(f"reference cache not used: {exc}")
             return None
-        if row is None:
-            self.explained_misses += 1
-            return None
-        self.explained_hits += 1
-        return row[0]
+        return None if row is None else row[0]
 
     def put_explanation(self, key: bytes, value: bytes) -> None:
         if self._db is None or self.full:
