@@ -97,8 +97,7 @@ class RSession:
         self.call_timeout_s, self.start_timeout_s = call_timeout_s, start_timeout_s
         self._process: subprocess.Popen | None = None
         self._stderr = None
-        self._tmpdir: str | None = None  # the running R's TMPDIR
-        self._tmpdir_removal: weakref.finalize | None = None
+        self._tmpdir_removal: weakref.finalize | None = None  # removes the running R's TMPDIR
         self._buffer = b""
         self._stray: deque[str] = deque(maxlen=20)  # lines R printed on stdout outside the protocol
         self.handshake: list[str] = []
@@ -109,12 +108,12 @@ class RSession:
         self.close()
         self._stderr = tempfile.TemporaryFile()
         self._buffer = b""
-        self._tmpdir = tempfile.mkdtemp(prefix="kl-rsession-")
+        tmpdir = tempfile.mkdtemp(prefix="kl-rsession-")
         # removed when R ends, or else when this session is collected or Python exits
-        self._tmpdir_removal = weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
+        self._tmpdir_removal = weakref.finalize(self, shutil.rmtree, tmpdir, True)
         self._process = subprocess.Popen(
             self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            env={**self.env, "TMPDIR": self._tmpdir}, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            env={**self.env, "TMPDIR": tmpdir}, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self.handshake = self._reply(self.start_timeout_s, "starting")
         return self.handshake
 
@@ -145,9 +144,8 @@ class RSession:
 
     def _remove_tmpdir(self) -> None:
         """Remove the TMPDIR of an R that has ended (a killed R leaves its Rtmp directory there)."""
-        if self._tmpdir is not None:
-            self._tmpdir_removal()
-            self._tmpdir = None
+        if self._tmpdir_removal is not None:
+            self._tmpdir_removal()  # a no-op once it has run
 
     def __del__(self) -> None:  # an adapter nobody closed (a one-off reproducer) still ends its R
         try:

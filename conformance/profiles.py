@@ -123,13 +123,14 @@ class DeviationLedger:
             raise SpecError(f"profile names unknown APIs {unknown}", file=str((profiles_dir or default_profiles_dir())
                             / f"{framework}.yaml"), where="deviations[].apis", fix=f"use APIs of {api_names}")
         self.by_api = {api: tuple(d for d in deviations if api in d.apis) for api in api_names}
+        self._fingerprints = {api: repr(declared) for api, declared in self.by_api.items()}
         self.spec = spec
         self._specs: dict[tuple[str, ...], Spec] = {}
 
     def fingerprint(self, api: str) -> str:
         """Everything of `api`'s declared deviations that `documented` reads, as text (for the reference cache's
         key of a documented divergence)."""
-        return repr(self.by_api.get(api, ()))
+        return self._fingerprints.get(api, "()")
 
     def _spec_with(self, deviations: tuple[Deviation, ...]) -> Spec:
         key = tuple(d.id for d in deviations)

@@ -82,9 +82,7 @@ def default_cache_dir() -> Path:
 @functools.lru_cache(maxsize=1)
 def reference_build() -> str:
     """A digest of what the reference's results depend on besides its inputs: its code and NumPy."""
-    digest = hashlib.blake2b(digest_size=8)
-    for module in REFERENCE_MODULES:
-        digest.update(Path(importlib.util.find_spec(module).origin).read_bytes())
+    digest = _source_digest(REFERENCE_MODULES)
     digest.update(f"{np.__version__} {np.finfo(np.longdouble)!r}".encode())
     return digest.hexdigest()
 
@@ -92,10 +90,15 @@ def reference_build() -> str:
 @functools.lru_cache(maxsize=1)
 def explain_build() -> bytes:
     """A digest of the code that turns expectations into an explanation (EXPLAIN_MODULES)."""
+    return _source_digest(EXPLAIN_MODULES).digest()
+
+
+def _source_digest(modules: tuple[str, ...]):
+    """A blake2b digest of the modules' source files, read without importing them."""
     digest = hashlib.blake2b(digest_size=8)
-    for module in EXPLAIN_MODULES:
+    for module in modules:
         digest.update(Path(importlib.util.find_spec(module).origin).read_bytes())
-    return digest.digest()
+    return digest
 
 
 def case_key(content: bytes, spec: Spec, part: str, dialect: str = "canonical") -> bytes:

@@ -411,7 +411,7 @@ class CaseJudge:
             try:
                 return decode(json.loads(found))
             except (ValueError, TypeError):  # a damaged entry: derived again (and not stored again)
-                return compute()
+                key = None
         answer = compute()
         if key is not None:
             self.cache.put_explanation(key, json.dumps(encode(answer)).encode())
