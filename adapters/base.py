@@ -57,6 +57,9 @@ class Adapter:
     # Where the framework may keep what it compiles between runs (set by the worker before load():
     # the harness's cache directory, None with --no-cache). Only frameworks that compile eagerly use it.
     compile_cache_dir: Path | None = None
+    # A directory for what the framework's helper processes leave on disk (set by the worker before load()):
+    # the harness removes it once the worker has ended, even if the worker was killed and could not clean up.
+    scratch_dir: Path | None = None
 
     def load(self) -> None:
         """Import the framework; raise FrameworkUnavailable(reason) when it cannot be."""

@@ -13,7 +13,9 @@ next call starts a fresh R; if R does not answer within the deadline, it is kill
 the call raises `RSessionTimeout`. On Linux, R is killed when its parent dies, so an R
 worker never outlives the harness's worker process. R keeps its session directory
 (Rtmp...) under $TMPDIR and removes it only when it exits normally; each R started here
-gets a TMPDIR of its own, which the session removes once that R has ended, killed or not.
+gets a TMPDIR of its own, which the session removes once that R has ended, killed or not. If the
+Python process itself is killed, R dies with it and nothing here runs: `tmp_root` then lets the
+harness remove R's TMPDIR with the rest of its worker's scratch directory.
 """
 
 from __future__ import annotations
@@ -89,11 +91,14 @@ class RSession:
     env : the environment R runs in.
     call_timeout_s : deadline for one reply.
     start_timeout_s : deadline for the handshake (loading an R package can take a while).
+    tmp_root : where each R's TMPDIR is made (None: the system's); the harness's worker passes a directory
+        it removes once the worker has ended, for an R whose Python was killed before it could clean up.
     """
 
     def __init__(self, argv: list[str], env: dict[str, str], call_timeout_s: float = 120.0,
-                 start_timeout_s: float = 300.0) -> None:
+                 start_timeout_s: float = 300.0, tmp_root: str | None = None) -> None:
         self.argv, self.env = list(argv), env
+        self.tmp_root = tmp_root
         self.call_timeout_s, self.start_timeout_s = call_timeout_s, start_timeout_s
         self._process: subprocess.Popen | None = None
         self._stderr = None
@@ -108,7 +113,7 @@ class RSession:
         self.close()
         self._stderr = tempfile.TemporaryFile()
         self._buffer = b""
-        tmpdir = tempfile.mkdtemp(prefix="kl-rsession-")
+        tmpdir = tempfile.mkdtemp(prefix="kl-rsession-", dir=self.tmp_root)
         # removed when R ends, or else when this session is collected or Python exits
         self._tmpdir_removal = weakref.finalize(self, shutil.rmtree, tmpdir, True)
         self._process = subprocess.Popen(

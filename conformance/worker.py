@@ -14,12 +14,14 @@ import collections
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import tempfile
 import time
 import traceback
 import types
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Deque, Iterator
@@ -57,7 +59,8 @@ class WorkerInfo:
     device_names: dict[str, str]
 
 
-def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str | None = None) -> None:
+def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str | None = None,
+                scratch_dir: str | None = None) -> None:
     """Entry point of the worker process: load the adapter, then serve batches until told to stop."""
     # Ctrl-C is the parent's to handle (it stops the run and kills this process); a worker dying of it
     # first would be recorded as a crash of the case it was on
@@ -70,6 +73,7 @@ def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str |
 
     adapter = get_adapter(framework)
     adapter.compile_cache_dir = Path(compile_cache_dir) if compile_cache_dir else None
+    adapter.scratch_dir = Path(scratch_dir) if scratch_dir else None
     try:
         adapter.load()
     except FrameworkUnavailable as exc:
@@ -151,6 +155,9 @@ class WorkerPool:
         self._conn = None
         self._output = tempfile.NamedTemporaryFile(prefix="kl-worker-", suffix=".log", delete=False)
         self._output.close()
+        # the workers' Adapter.scratch_dir: removed on close, or when the pool is collected or Python exits
+        self._scratch = tempfile.mkdtemp(prefix="kl-worker-")
+        self._scratch_removal = weakref.finalize(self, shutil.rmtree, self._scratch, True)
         self.info: WorkerInfo | None = None
         self.restarts = 0
         self._idle = False  # every task sent has been answered: a close is the worker's next message
@@ -164,8 +171,8 @@ class WorkerPool:
         """Start the worker without waiting: it imports the framework (seconds) while the caller works."""
         parent, child = self._ctx.Pipe()
         self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._output.name,
-                                                str(self.compile_cache_dir) if self.compile_cache_dir else None),
-                                          daemon=True)
+                                                str(self.compile_cache_dir) if self.compile_cache_dir else None,
+                                                self._scratch), daemon=True)
         with _main_script_hidden(self.framework):
             self._process.start()
         child.close()
@@ -306,6 +313,7 @@ class WorkerPool:
             except (OSError, EOFError):
                 pass
         self._kill()
+        self._scratch_removal()  # what a killed worker's helpers left (R's TMPDIR); a no-op the second time
         try:
             os.unlink(self._output.name)
         except OSError:

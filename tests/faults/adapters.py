@@ -179,3 +179,30 @@ class ClosingAdapter(NumpyAdapter):
         time.sleep(0.3)
         with open(os.environ["KL_TEST_CLOSED_MARK"], "a") as mark:
             mark.write("closed\n")
+
+
+HELPER = """
+import os, sys, tempfile
+with open(os.environ["KL_TEST_HELPER_MARK"], "a") as mark:
+    mark.write(os.environ["TMPDIR"] + "\\n")
+tempfile.mkdtemp(prefix="Rtmp")  # as R makes its session directory under $TMPDIR
+print("@kl\\tready", flush=True)
+for line in sys.stdin:
+    print("@kl\\tok", flush=True)
+"""
+
+
+class KilledWithHelperAdapter(KillSelfAdapter):
+    """Keeps a helper process (an R stand-in, through the R frameworks' session) that writes into its own
+    TMPDIR, and dies of SIGKILL on the fault case: nothing in the worker can remove what the helper left.
+    Each helper appends its TMPDIR to the file named by $KL_TEST_HELPER_MARK."""
+
+    def load(self) -> None:
+        from conformance.adapters.rsession import RSession
+
+        self._helper = RSession([sys.executable, "-c", HELPER], dict(os.environ), call_timeout_s=30,
+                                tmp_root=str(self.scratch_dir) if self.scratch_dir else None)
+        self._helper.start()
+
+    def close(self) -> None:
+        self._helper.close()

@@ -342,3 +342,17 @@ def test_the_worker_closes_its_adapter_before_it_is_stopped(tmp_path, monkeypatc
     code, rows = _run(tmp_path, "ClosingAdapter")
     assert code == 0 and rows["ok-last"].verdict.value == "pass"
     assert mark.read_text() == "closed\n"
+
+
+def test_a_killed_worker_leaves_nothing_of_its_helper_processes(tmp_path, monkeypatch):
+    """R torch's R dies with a worker killed by SIGKILL (a hung case), and then nobody in that worker can
+    remove R's TMPDIR: the pool made the worker's scratch directory, and removes it at the end of the run."""
+    mark = tmp_path / "helpers"
+    monkeypatch.setenv("KL_TEST_HELPER_MARK", str(mark))
+    code, rows = _run(tmp_path, "KilledWithHelperAdapter")
+    assert code == 0 and rows["the-fault"].verdict.value == "crash" and "SIGKILL" in rows["the-fault"].message
+    assert rows["ok-last"].verdict.value == "pass"
+    helper_dirs = mark.read_text().split()
+    assert len(helper_dirs) == 2  # the killed worker's helper, and the one of the worker that replaced it
+    assert all(Path(d).name.startswith("kl-rsession-") for d in helper_dirs)
+    assert [d for d in helper_dirs if Path(d).exists()] == []
