@@ -11,7 +11,6 @@ values for the same ids. Cases are produced lazily.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import zlib
 from dataclasses import dataclass
@@ -212,7 +211,8 @@ def generated_keys(spec: Spec, exhaustive: bool = False, samples: int = 1) -> It
             if case_id in seen:
                 continue
             seen.add(case_id)
-            yield case_id, (key if sample == key.sample else dataclasses.replace(key, sample=sample))
+            yield case_id, (key if sample == key.sample else CaseKey(key.params, key.input_shape, key.target_shape,
+                                                                     key.layout, key.dtype, key.family, sample))
 
 
 def case_rng(seed: int, case_id: str) -> np.random.Generator:
