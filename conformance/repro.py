@@ -25,7 +25,7 @@ from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.compare import classify, differs_in_nonfinite_pattern
 from conformance.errors import HarnessBug, UsageError
-from conformance.model import Case, Expected, Observation, Result, Spec, Verdict
+from conformance.model import Case, Expected, Judgement, Observation, Result, Spec, Verdict
 from conformance.runner import CaseJudge
 from conformance.worker import Task, WorkerPool, WorkerUnavailable
 
@@ -109,6 +109,7 @@ class _Job:
     order: list[int] = field(default_factory=list)  # the single elements still to try
     final: Case | None = None  # the case the script holds
     observed: Observation | None = None  # of `final` (or of the whole case, until minimised)
+    judged: tuple[Expected, Judgement] | None = None  # `observed`'s expectation and judgement, once made
 
     def call(self, case: Case) -> tuple[Case, str, str, str]:
         return case, self.api.name, self.device, self.part
@@ -131,8 +132,9 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
     not yet minimised keep their whole case."""
     unknown = [j for j in jobs if j.verdict is None]
     for job, observed in _paired(unknown, observe([j.call(j.case) for j in unknown])):
-        job.verdict = classify(expect(job.case, job.part, job.api.dialect), observed, spec).verdict
-        job.observed = observed
+        expected = expect(job.case, job.part, job.api.dialect)
+        judgement = classify(expected, observed, spec)
+        job.verdict, job.observed, job.judged = judgement.verdict, observed, (expected, judgement)
     todo = [j for j in jobs if j.minimize and j.verdict.is_divergence and j.case.input.shape == j.case.target.shape
             and j.case.input.size > 1]
     for job in todo:
@@ -149,8 +151,10 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
         for (job, one), observed in _paired(tried, observe([job.call(one) for job, one in tried])):
             # the first candidate in the job's order that keeps its verdict, as if they were tried one by one
             if job.final is None:
-                if classify(expect(one, job.part, job.api.dialect), observed, spec).verdict is job.verdict:
-                    job.final, job.observed = one, observed
+                expected = expect(one, job.part, job.api.dialect)
+                judgement = classify(expected, observed, spec)
+                if judgement.verdict is job.verdict:
+                    job.final, job.observed, job.judged = one, observed, (expected, judgement)
         todo = [j for j in todo if j.final is None and j.order]
         width *= 2
         if progress is not None:
@@ -296,8 +300,11 @@ def _render(adapter, job: _Job, spec: Spec, expect) -> tuple[str, str]:
     """The reproducer's text and file suffix for a minimised job (a Python script unless the adapter
     writes its own)."""
     case = job.final
-    expected = expect(case, job.part, job.api.dialect)
-    judgement = classify(expected, job.observed, spec)
+    if job.judged is not None:  # made when the job's observation was judged (the same case, the same answer)
+        expected, judgement = job.judged
+    else:
+        expected = expect(case, job.part, job.api.dialect)
+        judgement = classify(expected, job.observed, spec)
     about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({job.device}, {job.part}).",
              f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
              f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
