@@ -300,16 +300,19 @@ class WorkerPool:
 
     def close(self) -> None:
         """Stop the worker. An idle worker first closes its adapter (R torch's R removes its temporary files)
-        and says so; then it is not waited for past a moment: a framework's own teardown at exit can take
-        longer than the run (torch: about 0.3 s). A worker still on a case (Ctrl-C) is not waited for."""
+        and says so; then it is stopped at once: what is left is the framework's own teardown at exit, which
+        can take longer than the run (torch: about 0.3 s) and leaves nothing the harness needs. A worker that
+        did not say so is given a moment to exit; one still on a case (Ctrl-C) is not waited for."""
         if self._process is not None and self._process.is_alive():
             try:
                 self._conn.send(None)
+                closed = False
                 if self._idle:
                     deadline = time.monotonic() + CLOSE_TIMEOUT_S
-                    while self._conn.poll(max(0.0, deadline - time.monotonic())) and self._conn.recv()[0] != CLOSED:
-                        pass
-                self._process.join(0.05)
+                    while not closed and self._conn.poll(max(0.0, deadline - time.monotonic())):
+                        closed = self._conn.recv()[0] == CLOSED
+                if not closed:
+                    self._process.join(0.05)
             except (OSError, EOFError):
                 pass
         self._kill()
