@@ -156,7 +156,7 @@ class WorkerPool:
         self._output = tempfile.NamedTemporaryFile(prefix="kl-worker-", suffix=".log", delete=False)
         self._output.close()
         # the workers' Adapter.scratch_dir: removed on close, or when the pool is collected or Python exits
-        self._scratch = tempfile.mkdtemp(prefix="kl-worker-")
+        self._scratch = tempfile.mkdtemp(prefix="kl-scratch-")
         self._scratch_removal = weakref.finalize(self, shutil.rmtree, self._scratch, True)
         self.info: WorkerInfo | None = None
         self.restarts = 0
