@@ -96,7 +96,7 @@ class RSession:
     """
 
     def __init__(self, argv: list[str], env: dict[str, str], call_timeout_s: float = 120.0,
-                 start_timeout_s: float = 300.0, tmp_root: str | None = None) -> None:
+                 start_timeout_s: float = 300.0, tmp_root: str | os.PathLike | None = None) -> None:
         self.argv, self.env = list(argv), env
         self.tmp_root = tmp_root
         self.call_timeout_s, self.start_timeout_s = call_timeout_s, start_timeout_s

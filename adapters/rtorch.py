@@ -129,7 +129,7 @@ class RTorchAdapter(Adapter):
         pattern = UPSTREAM["none"]
         upstream = [repr(float(v)) for v in (pattern["base"], pattern["step"], pattern["period"], UPSTREAM["reduced"])]
         self._session = RSession([find_rscript(), "--no-init-file", str(WORKER), *upstream], r_environment(),
-                                 call_timeout_s=timeout, tmp_root=str(self.scratch_dir) if self.scratch_dir else None)
+                                 call_timeout_s=timeout, tmp_root=self.scratch_dir)
         try:
             handshake = self._session.start()
         except (RSessionCrash, RSessionTimeout) as exc:

@@ -109,7 +109,7 @@ class _Job:
     order: list[int] = field(default_factory=list)  # the single elements still to try
     final: Case | None = None  # the case the script holds
     observed: Observation | None = None  # of `final` (or of the whole case, until minimised)
-    judged: tuple[Expected, Judgement] | None = None  # `observed`'s expectation and judgement, once made
+    judged: tuple[Expected, Judgement] | None = None  # `observed`'s expectation and judgement, set with it
 
     def call(self, case: Case) -> tuple[Case, str, str, str]:
         return case, self.api.name, self.device, self.part
@@ -124,12 +124,12 @@ def minimise(case: Case, adapter, api, device: str, part: str, spec: Spec, expec
 
 def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadline: float | None = None,
                   progress: Callable[[int], None] | None = None) -> None:
-    """Set each job's final case and its observation: a single element where one diverges with the job's
-    verdict, else the whole case. Every step is one batch of calls for all the jobs (a round of candidates: one
-    per job, then 2, 4, ... for the jobs still without one), so the framework is called at the speed of a run
-    and a job that tries all its candidates costs a few rounds, not one per candidate. Each observation is
-    judged as it arrives, while the framework computes the next. Past `deadline` (time.monotonic()), the jobs
-    not yet minimised keep their whole case."""
+    """Set each job's final case, its observation and that observation's expectation and judgement: a
+    single element where one diverges with the job's verdict, else the whole case. Every step is one batch of
+    calls for all the jobs (a round of candidates: one per job, then 2, 4, ... for the jobs still without one),
+    so the framework is called at the speed of a run and a job that tries all its candidates costs a few
+    rounds, not one per candidate. Each observation is judged as it arrives, while the framework computes the
+    next. Past `deadline` (time.monotonic()), the jobs not yet minimised keep their whole case."""
     unknown = [j for j in jobs if j.verdict is None]
     for job, observed in _paired(unknown, observe([j.call(j.case) for j in unknown])):
         expected = expect(job.case, job.part, job.api.dialect)
@@ -164,7 +164,8 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
         job.final = job.case
     unseen = [j for j in whole if j.observed is None]
     for job, observed in _paired(unseen, observe([j.call(j.case) for j in unseen])):
-        job.observed = observed
+        expected = expect(job.case, job.part, job.api.dialect)
+        job.observed, job.judged = observed, (expected, classify(expected, observed, spec))
 
 
 def _paired(items: list, observations: Iterable[Observation]) -> Iterator[tuple[Any, Observation]]:
@@ -256,7 +257,7 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
         shown = None if progress is None else (lambda done: progress(done, len(jobs)))
         _minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
         for r, job in zip(rows, jobs):
-            script, suffix = _render(adapter, job, spec, expect)
+            script, suffix = _render(adapter, job, spec)
             name = "".join(c if c.isalnum() or c in "-_=." else "_" for c in f"{r.case_id}__{r.api}__{r.device}__{r.part}")
             (out_dir / f"{name}{suffix}").write_text(script, encoding="utf-8")
         if progress is not None:
@@ -293,18 +294,14 @@ def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None 
     expect = expectations(spec)
     job = _Job(case, api, device, part, verdict=None, minimize=minimize)
     _minimise_all([job], in_process(adapter), expect, spec)
-    return _render(adapter, job, spec, expect)[0]
+    return _render(adapter, job, spec)[0]
 
 
-def _render(adapter, job: _Job, spec: Spec, expect) -> tuple[str, str]:
+def _render(adapter, job: _Job, spec: Spec) -> tuple[str, str]:
     """The reproducer's text and file suffix for a minimised job (a Python script unless the adapter
     writes its own)."""
     case = job.final
-    if job.judged is not None:  # made when the job's observation was judged (the same case, the same answer)
-        expected, judgement = job.judged
-    else:
-        expected = expect(case, job.part, job.api.dialect)
-        judgement = classify(expected, job.observed, spec)
+    expected, judgement = job.judged  # made when the job's observation was judged (the same case, the same answer)
     about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({job.device}, {job.part}).",
              f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
              f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")

@@ -201,7 +201,7 @@ class KilledWithHelperAdapter(KillSelfAdapter):
         from conformance.adapters.rsession import RSession
 
         self._helper = RSession([sys.executable, "-c", HELPER], dict(os.environ), call_timeout_s=30,
-                                tmp_root=str(self.scratch_dir) if self.scratch_dir else None)
+                                tmp_root=self.scratch_dir)
         self._helper.start()
 
     def close(self) -> None:
