@@ -30,18 +30,38 @@ def gradient_sensitivity(x: np.ndarray, t: np.ndarray, log_target: bool, which: 
     return evaluate(text, VARIABLES["tolerance.gradient.sensitivity.*.*"], input=x, target=t)
 
 
-def pointwise_bound(magnitude: np.ndarray, sensitivity: np.ndarray, result_dtype: str, spec: Spec) -> np.ndarray:
+# Elements a piece when a large bound is written over its magnitude (pointwise_bound's `overwrite`).
+PIECE = 1 << 16
+
+
+def pointwise_bound(magnitude: np.ndarray, sensitivity: np.ndarray, result_dtype: str, spec: Spec,
+                    overwrite: bool = False) -> np.ndarray:
     """factor * (u * magnitude + tiny * (1 + s)), per element (spec: tolerance.pointwise).
 
     Is equivalent to ``8 * (2**-24 * (abs(t * log(t)) + abs(t * x)) + 2**-149)`` for float32
     without log_target (s = 0), and to ``8 * (2**-24 * (abs(exp(t) * t) + abs(exp(t) * x))
     + 2**-149 * (1 + abs(t - x)))`` with it.
+
+    With `overwrite` (the caller gives magnitude up), a large float64 magnitude is overwritten
+    with the bound a piece at a time and returned: the formula is elementwise, so each element
+    is computed exactly as in one pass, and a second array of that size is not needed (fresh
+    memory for it cost more than the formula's arithmetic).
     """
     rule = _rule(spec, "pointwise")
-    bound = evaluate(rule["formula"], VARIABLES["tolerance.pointwise.formula"], factor=rule["factor"],
-                     u=spec.unit_roundoff(result_dtype), tiny=spec.smallest_subnormal(result_dtype),
-                     magnitude=magnitude, s=sensitivity)
-    return np.broadcast_to(bound, np.shape(magnitude))
+    values = dict(factor=rule["factor"], u=spec.unit_roundoff(result_dtype), tiny=spec.smallest_subnormal(result_dtype))
+    names = VARIABLES["tolerance.pointwise.formula"]
+    if not (overwrite and magnitude.size > PIECE and magnitude.dtype == np.float64 and magnitude.flags.c_contiguous
+            and magnitude.flags.writeable and np.result_type(magnitude, sensitivity) == np.float64
+            and np.shape(sensitivity) in ((), np.shape(magnitude))):
+        bound = evaluate(rule["formula"], names, **values, magnitude=magnitude, s=sensitivity)
+        return np.broadcast_to(bound, np.shape(magnitude))
+    flat = magnitude.reshape(-1)
+    each = np.ndim(sensitivity) == 0
+    s = sensitivity if each else np.ascontiguousarray(sensitivity).reshape(-1)
+    for start in range(0, flat.size, PIECE):
+        piece = slice(start, start + PIECE)
+        flat[piece] = evaluate(rule["formula"], names, **values, magnitude=flat[piece], s=s if each else s[piece])
+    return magnitude
 
 
 def summation_gamma(n: int, u: float, spec: Spec, part: str = "reduction") -> float:

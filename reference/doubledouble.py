@@ -17,6 +17,7 @@ SPLITTER = 2.0**27 + 1.0  # Veltkamp's constant for binary64: halves of at most 
 SPLIT_LIMIT = 2.0**995  # |a| below this: SPLITTER * a cannot overflow
 PRODUCT_MIN = 2.0**-960  # |a * b| at least this (or 0): no partial product of two_prod underflows
 PRODUCT_MAX = 2.0**1020  # |a * b| at most this: no partial product of two_prod overflows
+LOW27 = ~((1 << 27) - 1)  # as int64, clears the 27 low significand bits of a float64: a 26-bit head
 
 
 def two_sum(a, b):
@@ -26,7 +27,9 @@ def two_sum(a, b):
     """
     s = a + b
     b_virtual = s - a
-    return s, (a - (s - b_virtual)) + (b - b_virtual)
+    e = np.subtract(a, s - b_virtual)
+    np.subtract(b, b_virtual, out=b_virtual)
+    return s, np.add(e, b_virtual, out=e)
 
 
 def two_diff(a, b):
@@ -36,7 +39,9 @@ def two_diff(a, b):
     """
     s = a - b
     b_virtual = s - a
-    return s, (a - (s - b_virtual)) - (b + b_virtual)
+    e = np.subtract(a, s - b_virtual)
+    np.add(b, b_virtual, out=b_virtual)
+    return s, np.subtract(e, b_virtual, out=e)
 
 
 def fast_two_sum(a, b):
@@ -45,7 +50,8 @@ def fast_two_sum(a, b):
     Needs |a| >= |b| wherever a != 0, or else a + b exactly representable; callers say which.
     """
     s = a + b
-    return s, b - (s - a)
+    e = s - a
+    return s, np.subtract(b, e, out=e)
 
 
 def split(a):
@@ -54,7 +60,18 @@ def split(a):
     Is equivalent to rounding a to 26 bits (hi) and keeping the remainder (lo).
     """
     c = SPLITTER * a
-    hi = c - (c - a)
+    rest = c - a
+    hi = np.subtract(c, rest, out=c)
+    return hi, np.subtract(a, hi, out=rest)
+
+
+def truncation_split(a):
+    """hi, lo with a == hi + lo exactly: hi is a with its 27 low significand bits cleared (26 bits), lo
+    the rest (27 bits). Two operations where `split` takes four; two_prod takes it as `b_parts`.
+
+    Is equivalent to truncating a to 26 bits (hi) and keeping the remainder (lo), for normal a.
+    """
+    hi = (a.view(np.int64) & LOW27).view(np.float64)
     return hi, a - hi
 
 
@@ -77,4 +94,9 @@ def two_prod(a, b, a_parts=None, b_parts=None):
     a_hi, a_lo = split(a) if a_parts is None else a_parts
     b_hi, b_lo = split(b) if b_parts is None else b_parts
     p = a * b
-    return p, ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+    e = a_hi * b_hi
+    np.subtract(e, p, out=e)
+    e += a_hi * b_lo
+    e += a_lo * b_hi
+    e += a_lo * b_lo
+    return p, e

@@ -62,7 +62,8 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         s = sensitivity(x, t, case.params.log_target, spec)
         if np.ndim(s) or s != 0:  # a constant 0 (spec: sensitivity without log_target) needs no mask
             s = np.where(rule_map == FORMULA, s, 0.0)
-        pointwise_bound = tolerance_pointwise_bound(magnitude, s, result_dtype, spec)
+        # magnitude is this function's own array (klterm's or the dialect's), not needed after this
+        pointwise_bound = tolerance_pointwise_bound(magnitude, s, result_dtype, spec, overwrite=True)
 
     rules = _rules_used(case, spec, rule_map, reduction, shape)
     if rules_of["axis_sum"]:  # spec: dialects.*.axis_sum -- one value per distribution, then the reduction
@@ -174,10 +175,10 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
     scales the bound, is float64 (klterm computes it with the term, from the same log).
     """
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
-    loss, residual, magnitude = kl_term(x, t, log_target, residual=extended)
+    loss, residual, magnitude, ordinary = kl_term(x, t, log_target, residual=extended)
     magnitude = term_magnitude(spec.data["pointwise"][f"log_target_{str(log_target).lower()}"]["terms"], x, t,
                                fused=magnitude, log_target=log_target)
-    if _formula_everywhere(x, t, log_target):  # no convention applies
+    if ordinary:  # no convention applies (klterm's chunks saw every input finite, every t > 0 without log_target)
         return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
     nan_in = np.isnan(x) | np.isnan(t)
     inf_in = (np.isinf(x) | np.isinf(t)) & ~nan_in
@@ -218,20 +219,6 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
     return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
 
 
-def _formula_everywhere(x: np.ndarray, t: np.ndarray, log_target: bool) -> bool:
-    """Whether no convention applies anywhere: every input finite, and every t > 0 without log_target.
-
-    Beyond SMALL elements it is read off four reductions (a NaN makes min and max NaN, and every
-    comparison with NaN false), which spares the masks on the common path.
-    """
-    if x.size <= SMALL:
-        special = ~np.isfinite(x) | ~np.isfinite(t)
-        return not (special.any() or (not log_target and (t <= 0).any()))
-    finite_x = np.isfinite(x.min()) and np.isfinite(x.max())
-    low, high = t.min(), t.max()
-    return bool(finite_x and high < np.inf and (low > -np.inf if log_target else low > 0))
-
-
 def _with_residual(loss: np.ndarray, residual: np.ndarray, rule_map: np.ndarray, extended: bool) -> np.ndarray:
     """The float64 loss, or with `extended` loss + residual in long double (residual only where the formula holds)."""
     if not extended:
@@ -253,6 +240,8 @@ def term_magnitude(terms: list[str], x: np.ndarray, t: np.ndarray, fused: np.nda
         magnitude = np.asarray(fused, dtype=np.float64)  # klterm's own array: pointwise may zero parts of it
     else:
         magnitude = np.array(sum_of_abs(terms, names, input=x, target=t), dtype=np.float64)
+    if magnitude.size > SMALL and magnitude.max() < np.inf:  # all finite (a NaN makes the max NaN): nothing overflowed
+        return magnitude
     with np.errstate(invalid="ignore"):
         overflow = ~np.isfinite(magnitude) & np.isfinite(x) & np.isfinite(t)
     if overflow.any():

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import decimal
 import functools
+from typing import NamedTuple
 
 import numpy as np
 
-from conformance.reference.doubledouble import PRODUCT_MAX, PRODUCT_MIN, SPLIT_LIMIT, two_prod, two_sum
+from conformance.reference.doubledouble import PRODUCT_MAX, PRODUCT_MIN, SPLIT_LIMIT, truncation_split, two_prod, two_sum
 from conformance.reference.logexp import TIER_A_MIN, exp_parts, fast_log_diff, precise_log_diff
 
 WIDE = np.longdouble
@@ -41,37 +42,50 @@ ROUTE_TO_B = 2.0**-8  # |float64 log t - x| below this: tier B (tier A certifies
 EXP_T_MAX = 1400.0  # |t| up to this in log space goes through exp_parts (|N| < 2**19 there)
 
 
-def kl_term(x: np.ndarray, t: np.ndarray, log_target: bool, residual: bool = True):
+class KLTerm(NamedTuple):
+    """kl_term's result: the term as hi + lo, the bound's magnitude, and whether no convention applies."""
+
+    hi: np.ndarray  # the term in float64, within 1 ulp
+    lo: np.ndarray | None  # the rest (hi + lo is what reductions sum); None unless asked for
+    magnitude: np.ndarray  # |term_1| + |term_2| in float64
+    ordinary: bool  # every input finite (and t > 0 without log_target): the formula holds everywhere
+
+
+def kl_term(x: np.ndarray, t: np.ndarray, log_target: bool, residual: bool = True) -> KLTerm:
     """hi, lo and magnitude: hi within 1 ulp of the pointwise term, hi + lo closer still.
 
     Parameters
     ----------
     x, t : float64 arrays of one shape (input and target, already in the result's values).
     log_target : whether t is a log-probability (spec: pointwise.log_target_true).
-    residual : whether lo is wanted (a reduction sums hi + lo); without it lo is None,
-        which spares a full-size array.
+    residual : whether lo is wanted (a reduction sums hi + lo); without it lo is None and
+        never computed.
 
     Returns
     -------
-    hi, lo, magnitude : float64 arrays of that shape. lo is 0 where the term is not finite.
-    magnitude is |t log t| + |t x| (|exp(t) t| + |exp(t) x| with log_target), for the bound.
+    KLTerm: hi, lo and magnitude as float64 arrays of that shape; lo is 0 where the term is
+    not finite. magnitude is |t log t| + |t x| (|exp(t) t| + |exp(t) x| with log_target), for
+    the bound. `ordinary` says whether every element took the formula (no input that a
+    convention decides), read off the chunks' own checks, so callers need no pass of their own.
     """
     _require_gradual_underflow()
     shape = np.shape(x)
     xs, ts = np.ascontiguousarray(x, dtype=np.float64).reshape(-1), np.ascontiguousarray(t, dtype=np.float64).reshape(-1)
     hi, magnitude = np.empty(xs.size), np.empty(xs.size)
-    lo = np.empty(xs.size if residual else min(xs.size, CHUNK))  # else one chunk's scratch
+    lo = np.empty(xs.size) if residual else None
     if xs.size > CHUNK:
         _settle_allocator()
     pending = []  # elements not yet certified: one pass of tier B (then exact) after the loop
+    ordinary = True
     with np.errstate(all="ignore"):
         for start in range(0, xs.size, CHUNK):
             part = slice(start, start + CHUNK)
-            out = hi[part], (lo[part] if residual else lo[:min(CHUNK, xs.size - start)]), magnitude[part]
+            out = hi[part], (lo[part] if residual else None), magnitude[part]
             if log_target:
-                _exp_chunk(xs[part], ts[part], out)
+                ordinary &= _exp_chunk(xs[part], ts[part], out)
             else:
-                again = _log_chunk(xs[part], ts[part], out)
+                plain, again = _log_chunk(xs[part], ts[part], out)
+                ordinary &= plain
                 if again is not None:
                     pending.append(again + start)
         if pending:
@@ -81,7 +95,7 @@ def kl_term(x: np.ndarray, t: np.ndarray, log_target: bool, residual: bool = Tru
                 hi[chosen], rest = _precise_log_term(xs[chosen], ts[chosen])
                 if residual:
                     lo[chosen] = rest
-    return hi.reshape(shape), (lo.reshape(shape) if residual else None), magnitude.reshape(shape)
+    return KLTerm(hi.reshape(shape), (lo.reshape(shape) if residual else None), magnitude.reshape(shape), ordinary)
 
 
 def _require_gradual_underflow() -> None:
@@ -111,9 +125,9 @@ def _settle_allocator() -> None:
     np.empty(1 << 21).fill(0.0)
 
 
-def _log_chunk(x: np.ndarray, t: np.ndarray, out: tuple[np.ndarray, np.ndarray, np.ndarray]):
-    """t (log t - x) and its magnitude for one chunk, into `out` (hi, lo, magnitude); returns
-    the elements left to _precise_log_term, or None.
+def _log_chunk(x: np.ndarray, t: np.ndarray, out: tuple[np.ndarray, np.ndarray | None, np.ndarray]):
+    """t (log t - x) and its magnitude for one chunk, into `out` (hi, lo or None, magnitude); returns
+    whether every element is ordinary (finite, t > 0) and the elements left to _precise_log_term, or None.
 
     Where t <= 0 or an input is not finite, float64's t (log t - x) is the value: each is
     a NaN, an infinity or a product with 0, exactly as in long double (log of t <= 0 is
@@ -121,44 +135,51 @@ def _log_chunk(x: np.ndarray, t: np.ndarray, out: tuple[np.ndarray, np.ndarray, 
     """
     hi, lo, magnitude = out
     log_t = np.log(t)
-    np.add(np.abs(t * log_t), np.abs(t * x), out=magnitude)
+    term_1, term_2 = t * log_t, t * x
+    np.add(np.abs(term_1, out=term_1), np.abs(term_2, out=term_2), out=magnitude)
     diff = log_t - x  # finite exactly where both inputs are finite and t > 0 (|log t| < 745)
-    ordinary = np.isfinite(diff)
-    if ordinary.all():
-        return _log_term(x, t, diff, out[:2])
+    size = np.abs(diff)
+    if size.max() < np.inf:  # every element ordinary (a NaN makes the max NaN)
+        return True, _log_term(x, t, size, (hi, lo))
+    ordinary = size < np.inf
     np.multiply(t, diff, out=hi)
-    lo[...] = 0.0
+    if lo is not None:
+        lo[...] = 0.0
     if not ordinary.any():
-        return None
+        return False, None
     where = np.flatnonzero(ordinary)
-    some = np.empty(where.size), np.empty(where.size)
-    again = _log_term(x[where], t[where], diff[where], some)
-    hi[where], lo[where] = some
-    return None if again is None else where[again]
+    some = np.empty(where.size), (None if lo is None else np.empty(where.size))
+    again = _log_term(x[where], t[where], size[where], some)
+    hi[where] = some[0]
+    if lo is not None:
+        lo[where] = some[1]
+    return False, (None if again is None else where[again])
 
 
-def _log_term(x: np.ndarray, t: np.ndarray, diff: np.ndarray, out: tuple[np.ndarray, np.ndarray]):
-    """t (log t - x) for finite t > 0 and finite x into `out` (hi, lo); returns the elements
-    left to _precise_log_term, or None.
+def _log_term(x: np.ndarray, t: np.ndarray, size: np.ndarray, out: tuple[np.ndarray, np.ndarray | None]):
+    """t (log t - x) for finite t > 0 and finite x into `out` (hi, lo or None); returns the elements
+    left to _precise_log_term, or None. `size` is |float64 log(t) - x|.
 
     Which tier an element gets depends on that element alone, never on its neighbours, so a
-    case gives the same values whatever its size: tier A where float64's log(t) - x (`diff`)
-    is at least 2**-8 in magnitude (tier A then always certifies: |d| > 2**-8.8), tier B
+    case gives the same values whatever its size: tier A where float64's log(t) - x is at
+    least 2**-8 in magnitude (tier A then always certifies: |d| > 2**-8.8), tier B
     elsewhere, exact evaluation where tier B cannot certify. A chunk where most elements
     need tier B runs tier B on the whole chunk and tier A on the rest only.
     """
-    to_b = np.abs(diff) < ROUTE_TO_B
-    n_b = np.count_nonzero(to_b)
+    far = size >= ROUTE_TO_B
+    n_b = t.size - np.count_nonzero(far)
     if 2 * n_b > t.size:
         dh, dl, certified = precise_log_diff(t, x)
         if n_b < t.size:
-            rest = np.flatnonzero(~to_b)
+            rest = np.flatnonzero(far)
             dh[rest], dl[rest], certified[rest] = fast_log_diff(t[rest], x[rest])
+        complete = certified.all()
     else:
         dh, dl, certified = fast_log_diff(t, x)
         if n_b:
-            certified &= ~to_b
-    if certified.all():
+            certified &= far  # the elements routed to tier B are left to it
+        complete = not n_b and certified.all()
+    if complete:
         times(t, dh, dl, out)
         return None
     again = np.flatnonzero(~certified)
@@ -178,8 +199,9 @@ def _precise_log_term(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndar
     return hi, lo
 
 
-def times(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, np.ndarray]):
-    """hi, lo = t (dh + dl) for finite t > 0 and finite dh, with one rounding, into `out` (float64).
+def times(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, np.ndarray | None]):
+    """hi, lo = t (dh + dl) for finite t > 0 and finite dh, with one rounding, into `out` (float64;
+    lo None: not computed).
 
     If |dh + dl - d| <= 2**-56 |dh + dl| and |dl| <= 2**-8 |dh|, hi is within 1 ulp of t d.
     Proof. Where two_prod(t, dh) = (p, e) is exact (t, |dh| < 2**995, 2**-960 <= |p| <= 2**1020),
@@ -189,27 +211,47 @@ def times(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, 
     Elsewhere the same operands are multiplied in long double (64-bit significand, no
     under- or overflow): two roundings of 2**-64, then one to float64 (subnormals included):
     less than 0.5 ulp + 2**-55.9 |hi| + 2**-62 |hi| < 1 ulp.
+    A chunk is checked on its extremes: rounding is monotonic, so fl(min t min |dh|) <= |p| <=
+    fl(max t max |dh|) for every element; a chunk that fails is checked element by element.
     """
+    size = np.abs(dh)
+    t_max, size_max = t.max(), size.max()
+    if t_max < SPLIT_LIMIT and size_max < SPLIT_LIMIT and t.min() * size.min() >= PRODUCT_MIN \
+            and t_max * size_max <= PRODUCT_MAX:
+        return _times_exact(t, dh, dl, out)
+    p = t * size
+    safe = (t < SPLIT_LIMIT) & (size < SPLIT_LIMIT) & (p >= PRODUCT_MIN) & (p <= PRODUCT_MAX)
+    if safe.all():
+        return _times_exact(t, dh, dl, out)
     hi, lo = out
-    p = t * dh
-    size = np.abs(p)
-    if size.min() >= PRODUCT_MIN and size.max() <= PRODUCT_MAX and t.max() < SPLIT_LIMIT \
-            and np.abs(dh).max() < SPLIT_LIMIT:
-        p, e = two_prod(t, dh)
-        v = e + t * dl
-        np.add(p, v, out=hi)
-        np.add(p - hi, v, out=lo)
-        return out
-    safe = (t < SPLIT_LIMIT) & (np.abs(dh) < SPLIT_LIMIT) & (size >= PRODUCT_MIN) & (size <= PRODUCT_MAX)
     if safe.any():
-        hi[safe], lo[safe] = times(t[safe], dh[safe], dl[safe], (np.empty(safe.sum()), np.empty(safe.sum())))
+        some = _times_exact(t[safe], dh[safe], dl[safe], (np.empty(safe.sum()), None if lo is None else np.empty(safe.sum())))
+        hi[safe] = some[0]
+        if lo is not None:
+            lo[safe] = some[1]
     rare = ~safe
-    hi[rare], lo[rare] = _from_wide(t[rare].astype(WIDE) * (dh[rare].astype(WIDE) + dl[rare].astype(WIDE)))
+    wide = _from_wide(t[rare].astype(WIDE) * (dh[rare].astype(WIDE) + dl[rare].astype(WIDE)))
+    hi[rare] = wide[0]
+    if lo is not None:
+        lo[rare] = wide[1]
     return out
 
 
-def _exp_chunk(x: np.ndarray, t: np.ndarray, out: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
-    """exp(t) (t - x) and its magnitude for one chunk (log_target), into `out` (hi, lo, magnitude).
+def _times_exact(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, np.ndarray | None]):
+    """times() where two_prod(t, dh) is exact for every element (t split by truncation: t is normal there)."""
+    hi, lo = out
+    p, v = two_prod(dh, t, b_parts=truncation_split(t))
+    v += t * dl  # v = e + t dl
+    np.add(p, v, out=hi)
+    if lo is not None:
+        p -= hi
+        np.add(p, v, out=lo)
+    return out
+
+
+def _exp_chunk(x: np.ndarray, t: np.ndarray, out: tuple[np.ndarray, np.ndarray | None, np.ndarray]) -> bool:
+    """exp(t) (t - x) and its magnitude for one chunk (log_target), into `out` (hi, lo or None,
+    magnitude); returns whether every input is finite.
 
     Where t is not finite or x is NaN, float64's exp(t) (t - x) is the value: exp(+-inf) is
     inf or 0 and a NaN propagates, so each value is NaN or +-inf exactly as in long double.
@@ -220,19 +262,30 @@ def _exp_chunk(x: np.ndarray, t: np.ndarray, out: tuple[np.ndarray, np.ndarray, 
     np.add(np.abs(exp_t * t), np.abs(exp_t * x), out=magnitude)
     ordinary = (np.abs(t) <= EXP_T_MAX) & (np.abs(x) < np.inf)
     if ordinary.all():
-        hi[...], lo[...], safe = _exp_term(x, t)
+        *term, safe = _exp_term(x, t)
+        _put(out, np.s_[...], term)
         if not safe.all():
             rare = ~safe
-            hi[rare], lo[rare] = _wide_exp_term(x[rare], t[rare])
-        return
+            _put(out, rare, _wide_exp_term(x[rare], t[rare]))
+        return True
     np.multiply(exp_t, t - x, out=hi)
-    lo[...] = 0.0
+    if lo is not None:
+        lo[...] = 0.0
     wide = (np.abs(t) < np.inf) & ~ordinary & ~np.isnan(x)
     if ordinary.any():
-        hi[ordinary], lo[ordinary], safe = _exp_term(x[ordinary], t[ordinary])
+        *term, safe = _exp_term(x[ordinary], t[ordinary])
+        _put(out, ordinary, term)
         wide[np.flatnonzero(ordinary)[~safe]] = True
     if wide.any():
-        hi[wide], lo[wide] = _wide_exp_term(x[wide], t[wide])
+        _put(out, wide, _wide_exp_term(x[wide], t[wide]))
+    return bool(np.isfinite(x).all() and np.isfinite(t).all())
+
+
+def _put(out: tuple, where, term: tuple) -> None:
+    """Writes a computed (hi, lo) into `out` at `where` (lo only where wanted)."""
+    out[0][where] = term[0]
+    if out[1] is not None:
+        out[1][where] = term[1]
 
 
 def _exp_term(x: np.ndarray, t: np.ndarray):

@@ -27,10 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.reference import logexp_tables as T
-from conformance.reference.doubledouble import fast_two_sum, split, two_diff, two_prod, two_sum
+from conformance.reference.doubledouble import LOW27, fast_two_sum, split, two_diff, two_prod, two_sum
 
 I64 = np.int64
-LOW27 = ~((1 << 27) - 1)  # clears the 27 low mantissa bits: a 26-bit head
 ROUNDER = 1.5 * 2.0**52  # v + ROUNDER: v rounded to an integer, readable in the low bits
 ROUNDER_BITS = int(np.float64(ROUNDER).view(I64))
 A0, A1, A2, A3 = (float(v) for v in T.LN2)
@@ -96,12 +95,25 @@ def fast_log_diff(t: np.ndarray, x: np.ndarray):
     f, exponent, bits = decompose(t)
     j1, c1, _, a, b = _level1(f, bits)
     rh, rl = fast_two_sum(a, b)
-    h0 = exponent * A0 + T.LOG1_P0.take(j1)
-    h1 = exponent * A1 + T.LOG1_P1.take(j1)
-    h = -0.5 + rh * (1.0 / 3 + rh * (-0.25 + rh * (0.2 + rh * (-1.0 / 6 + rh * (1.0 / 7)))))
+    h0 = exponent * A0
+    h0 += T.LOG1_P0.take(j1)
+    h1 = exponent * A1
+    h1 += T.LOG1_P1.take(j1)
+    # h = -0.5 + rh (1/3 + rh (-1/4 + rh (1/5 + rh (-1/6 + rh / 7)))), in place (the same operations)
+    h = rh * (1.0 / 7)
+    for c in (-1.0 / 6, 0.2, -0.25, 1.0 / 3):
+        h += c
+        h *= rh
+    h += -0.5
     s, e0 = two_diff(h0, x)
     sigma, tau = two_sum(s, rh)
-    beta = (((tau + e0) + h1) + rl) + rh * (rh * h - rl)
+    beta = np.add(tau, e0, out=tau)
+    beta += h1
+    beta += rl
+    h *= rh  # beta += rh (rh h - rl)
+    h -= rl
+    h *= rh
+    beta += h
     return sigma, beta, np.abs(sigma) >= TIER_A_MIN
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from conformance.reference.forward import expected_forward
 from conformance.tolerance import summation_gamma
@@ -41,3 +42,27 @@ def test_near_zero_kl_is_judged_against_sum_of_magnitudes(spec):
     case = make_case(np.log(p), p, reduction="sum", dtype="float32")
     expected = expected_forward(case, spec)
     assert abs(float(expected.value)) < 1e-7 and float(expected.bound) > 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_a_bound_written_over_its_magnitude_equals_the_one_pass_bound(spec, dtype):
+    """pointwise_bound(overwrite=True) computes a large bound a piece at a time in magnitude's own buffer: every
+    element equals the one-pass formula bit for bit (scalar and per-element s, a size that is not a whole
+    number of pieces, huge, tiny and zero magnitudes), and whatever it cannot overwrite is computed as before."""
+    from conformance.tolerance import PIECE, pointwise_bound
+
+    rng = np.random.default_rng(5)
+    n = 2 * PIECE + 123
+    magnitude = rng.uniform(0, 4, n) * 10.0 ** rng.integers(-320, 308, n)
+    magnitude[:5] = [0.0, 5e-324, 1e-310, 1.7e308, np.nan]
+    for s in (0, rng.uniform(0, 3000, n)):
+        want = pointwise_bound(magnitude, s, dtype, spec)
+        given = magnitude.copy()
+        got = pointwise_bound(given, s, dtype, spec, overwrite=True)
+        assert got is given  # no second array
+        assert got.tobytes() == np.asarray(want, dtype=np.float64).tobytes()
+    for kept in (magnitude.astype(np.longdouble), magnitude[::2], magnitude[:PIECE]):  # not overwritten
+        before = kept.copy()
+        got = pointwise_bound(kept, 0, dtype, spec, overwrite=True)
+        assert got is not kept and np.array_equal(kept, before, equal_nan=True)
+        assert np.array_equal(got, pointwise_bound(before, 0, dtype, spec), equal_nan=True)

@@ -135,25 +135,23 @@ def test_cancelling_0d_term_is_refined(spec):
     assert got.shape == () and abs(float(got) - 2.68065647502113267897580486904e-17) <= np.spacing(2.68e-17)
 
 
-@pytest.mark.parametrize("small", [True, False], ids=["masks", "reductions"])
+@pytest.mark.parametrize("chunk", [2, 1 << 14], ids=["chunks-of-2", "one-chunk"])
 @pytest.mark.parametrize("log_target", [False, True])
-def test_the_formula_everywhere_shortcut_sees_every_special_element(log_target, small, monkeypatch):
-    """pointwise skips the convention masks when nothing is special (read off reductions beyond
-    SMALL elements); one special element anywhere (NaN, an infinity, a target <= 0 without
-    log_target) must still be seen."""
-    from conformance.reference import forward
-    from conformance.reference.forward import _formula_everywhere
-    if not small:
-        monkeypatch.setattr(forward, "SMALL", 0)
+def test_the_formula_everywhere_shortcut_sees_every_special_element(log_target, chunk, monkeypatch):
+    """pointwise skips the convention masks when kl_term says every element is ordinary (read off
+    its chunks' own checks); one special element anywhere (NaN, an infinity, a target <= 0 without
+    log_target), in any chunk, must still be seen, and finite extremes are not special."""
+    from conformance.reference import klterm
+    monkeypatch.setattr(klterm, "CHUNK", chunk)
     ordinary = [-3.0, -1.0, 0.5, 2.0]
-    for special in (nan, inf, -inf, 0.0, -0.0, -0.5, 5e-324):
+    for special in (nan, inf, -inf, 0.0, -0.0, -0.5, 5e-324, 1500.0, -1500.0, 1.7e308, -1.7e308):
         for where in range(4):
             for which in ("input", "target"):
                 x, t = np.array(ordinary), np.abs(np.array(ordinary))
                 (x if which == "input" else t)[where] = special
                 masks = ~np.isfinite(x) | ~np.isfinite(t) | (np.zeros(4, bool) if log_target else t <= 0)
-                assert _formula_everywhere(x, t, log_target) == (not masks.any()), (special, where, which)
-    assert _formula_everywhere(np.empty(0), np.empty(0), log_target)
+                assert klterm.kl_term(x, t, log_target).ordinary == (not masks.any()), (special, where, which)
+    assert klterm.kl_term(np.empty(0), np.empty(0), log_target).ordinary
 
 
 @pytest.mark.parametrize("small", [True, False], ids=["copied", "checked"])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conformance.reference import logexp_tables, tablegen
-from conformance.reference.doubledouble import split, two_diff, two_prod, two_sum
+from conformance.reference.doubledouble import fast_two_sum, split, truncation_split, two_diff, two_prod, two_sum
 from conformance.reference.klterm import exact_log_term, kl_term
 from conformance.reference.logexp import TIER_A_MIN, TIER_B_MIN, exp_parts, fast_log_diff, precise_log_diff
 
@@ -71,10 +71,28 @@ def test_two_prod_is_exact_with_a_truncation_split_of_its_second_factor():
     a = rng.uniform(1, 2.01, 20_000) * 2.0 ** rng.integers(-30, 30, 20_000)
     b = rng.uniform(0.5, 1, 20_000) * 2.0 ** rng.integers(-30, 30, 20_000)
     b_hi = (b.view(np.int64) & LOW27).view(np.float64)
-    for parts in (None, (b_hi, b - b_hi)):
+    head, rest = truncation_split(b)
+    assert all(Fraction(float(hi)) + Fraction(float(lo)) == Fraction(float(bi)) for bi, hi, lo in zip(b, head, rest))
+    np.testing.assert_array_equal(head, b_hi)  # the 26-bit head: 27 low bits cleared
+    for parts in (None, (b_hi, b - b_hi), truncation_split(b)):
         p, e = two_prod(a, b, split(a), parts)
         assert all(Fraction(float(pi)) + Fraction(float(ei)) == Fraction(float(ai)) * Fraction(float(bi))
                    for ai, bi, pi, ei in zip(a, b, p, e))
+
+
+def test_error_free_transformations_leave_their_arguments_untouched():
+    """They work in place on their own temporaries only: a caller's arrays (and parts) are never written."""
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(0, 1, 3000) * 10.0 ** rng.uniform(-10, 10, 3000), rng.normal(0, 1, 3000)
+    a_parts, b_parts = split(a), truncation_split(b)
+    kept = [v.copy() for v in (a, b, *a_parts, *b_parts)]
+    for results in (two_sum(a, b), two_diff(a, b), fast_two_sum(a, b), split(a), truncation_split(b),
+                    two_prod(a, b), two_prod(a, b, a_parts, b_parts)):
+        assert not any(np.shares_memory(r, v) for r in results for v in (a, b, *a_parts, *b_parts))
+    for now, before in zip((a, b, *a_parts, *b_parts), kept):
+        np.testing.assert_array_equal(now, before)
+    hi, lo = fast_two_sum(np.array([1.0, 2.0**60]), np.array([2.0**-60, 1.0]))  # |a| >= |b|: exact
+    assert hi.tolist() == [1.0, 2.0**60] and lo.tolist() == [2.0**-60, 1.0]
 
 
 def test_two_sum_and_two_diff_are_exact():
@@ -141,7 +159,7 @@ def test_kl_term_nonfinite_and_non_positive_match_the_long_double_formula():
     values = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -2.0, 0.7, 1e-310, 1e308, -1e308, -800.0, 800.0])
     x, t = (a.ravel() for a in np.meshgrid(values, values))
     for log_target in (False, True):
-        hi, lo, _ = kl_term(x, t, log_target)
+        hi, lo, *_ = kl_term(x, t, log_target)
         wide_x, wide_t = x.astype(np.longdouble), t.astype(np.longdouble)
         with np.errstate(all="ignore"):
             old = (np.exp(wide_t) * (wide_t - wide_x) if log_target else wide_t * (np.log(wide_t) - wide_x)).astype(np.float64)
@@ -158,7 +176,7 @@ def test_kl_term_gives_the_same_values_in_any_chunking(log_target):
     t = rng.uniform(0, 2, n) if not log_target else rng.normal(0, 3, n)
     x = np.where(rng.random(n) < 0.5, np.log(np.abs(t)) if not log_target else t, rng.normal(-1, 2, n))
     x[:40_000] = np.log(t[:40_000]) if not log_target else x[:40_000]  # a run of chunks that all cancel
-    hi, lo, magnitude = kl_term(x, t, log_target)
+    hi, lo, magnitude, _ = kl_term(x, t, log_target)
     bare = kl_term(x, t, log_target, residual=False)
     assert bare[1] is None
     np.testing.assert_array_equal(bare[0], hi)
@@ -188,7 +206,7 @@ def test_kl_term_at_the_edges_of_float64_within_one_ulp(log_target):
         xs = lambda t: [float(np.log(t)), float(np.log(t)) - 1e-9, 0.0, -745.0, -1e300, 1e300, -1.7e308, 1.7e308]
     pairs = [(x, t) for t in ts for x in xs(t)]
     x, t = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
-    hi, lo, _ = kl_term(x, t, log_target)
+    hi, lo, *_ = kl_term(x, t, log_target)
     for xi, ti, gi in zip(x, t, hi):
         xm, tm = mpmath.mpf(float(xi)), mpmath.mpf(float(ti))
         exact = mpmath.exp(tm) * (tm - xm) if log_target else tm * (mpmath.log(tm) - xm)
