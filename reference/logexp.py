@@ -51,7 +51,9 @@ def decompose(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _index(value: np.ndarray, offset: int) -> np.ndarray:
     """round(value) + offset as integer indices (round half to even), for |value| < 2**51."""
-    return (value + ROUNDER).view(I64) - (ROUNDER_BITS - offset)
+    index = (value + ROUNDER).view(I64)
+    index -= ROUNDER_BITS - offset
+    return index
 
 
 def _level1(f: np.ndarray, bits: np.ndarray):
@@ -152,23 +154,43 @@ def precise_log_diff(t: np.ndarray, x: np.ndarray):
     """
     f, exponent, bits = decompose(t)
     j1, c1, f_parts, a, b = _level1(f, bits)
+    # In place where a temporary is this function's own; every operation and its order as written in the proof.
     r1 = a + b
     i2 = _index(r1 * 2.0**16, T.J2_MAX)
     c2 = T.LOG2_C.take(i2)
-    i3 = _index((r1 * c2 + (c2 - 1.0)) * 2.0**24, T.J3_MAX)
-    p, pe = two_prod((c1 * c2) * T.LOG3_C.take(i3), f, b_parts=f_parts)
-    rh, rl = fast_two_sum(p - 1.0, pe)
-    h0 = ((exponent * A0 + T.LOG1_P0.take(j1)) + T.LOG2_P0.take(i2)) + T.LOG3_P0.take(i3)
-    h1 = ((exponent * A1 + T.LOG1_P1.take(j1)) + T.LOG2_P1.take(i2)) + T.LOG3_P1.take(i3)
-    h2 = ((exponent * A2 + T.LOG1_P2.take(j1)) + T.LOG2_P2.take(i2)) + T.LOG3_P2.take(i3)
+    level3 = r1 * c2  # (r1 c2 + (c2 - 1)) 2**24
+    level3 += c2 - 1.0
+    level3 *= 2.0**24
+    i3 = _index(level3, T.J3_MAX)
+    c = c1 * c2
+    c *= T.LOG3_C.take(i3)
+    p, pe = two_prod(c, f, b_parts=f_parts)
+    p -= 1.0
+    rh, rl = fast_two_sum(p, pe)
+    h0, h1, h2 = (exponent * a_k for a_k in (A0, A1, A2))  # E Ak + P1[j1] + P2[i2] + P3[i3], left to right
+    for h, tables in ((h0, (T.LOG1_P0, T.LOG2_P0, T.LOG3_P0)), (h1, (T.LOG1_P1, T.LOG2_P1, T.LOG3_P1)),
+                      (h2, (T.LOG1_P2, T.LOG2_P2, T.LOG3_P2))):
+        for table, index in zip(tables, (j1, i2, i3)):
+            h += table.take(index)
     rh_parts = split(rh)
     q, qe = two_prod(rh, rh, rh_parts, rh_parts)
-    tail = ((-0.5 * qe - rh * rl) + q * rl) + (rh * q) * (1.0 / 3 + rh * (-0.25 + rh * 0.2))
+    tail = -0.5 * qe  # ((-qe/2 - rh rl) + q rl) + (rh q) (1/3 + rh (-1/4 + rh/5))
+    tail -= rh * rl
+    tail += q * rl
+    g = rh * 0.2
+    g += -0.25
+    g *= rh
+    g += 1.0 / 3
+    w = rh * q
+    w *= g
+    tail += w
     s, e0 = two_diff(h0, x)
     sigma1, tau1 = two_sum(s, rh)
     sigma2, tau2 = two_sum(sigma1, h1)
     sigma3, tau3 = two_sum(sigma2, -0.5 * q)
-    beta = ((((((tau1 + tau2) + tau3) + e0) + tail) + rl) + exponent * A3) + h2
+    beta = np.add(tau1, tau2, out=tau1)  # ((((((tau1 + tau2) + tau3) + e0) + tail) + rl) + E A3) + H2
+    for term in (tau3, e0, tail, rl, exponent * A3, h2):
+        beta += term
     dh, dl = fast_two_sum(sigma3, beta)
     return dh, dl, np.abs(dh) >= TIER_B_MIN
 
