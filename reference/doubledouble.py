@@ -6,6 +6,8 @@ Knuth, TAOCP vol. 2, 4.2.2; Ogita, Rump and Oishi 2005). NumPy has no fused
 multiply-add, so products split their operands (Veltkamp). Every statement holds in
 binary64 with round-to-nearest-even, NumPy's only mode, as long as nothing overflows
 or underflows; the ranges each function needs are stated on it, and callers keep to them.
+Arguments are float64 arrays of at least one dimension: results are formed in place in each
+function's own temporaries (never in an argument), and a NumPy scalar cannot be one.
 Owns arithmetic only: no policy, no spec.
 """
 

@@ -40,6 +40,7 @@ WIDE = np.longdouble
 CHUNK = 1 << 14
 ROUTE_TO_B = 2.0**-8  # |float64 log t - x| below this: tier B (tier A certifies only |d| >= 2**-8.8)
 EXP_T_MAX = 1400.0  # |t| up to this in log space goes through exp_parts (|N| < 2**19 there)
+FLOAT64_TINY = 2.0**-1022  # the smallest normal float64
 
 
 class KLTerm(NamedTuple):
@@ -204,7 +205,8 @@ def times(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, 
     lo None: not computed).
 
     If |dh + dl - d| <= 2**-56 |dh + dl| and |dl| <= 2**-8 |dh|, hi is within 1 ulp of t d.
-    Proof. Where two_prod(t, dh) = (p, e) is exact (t, |dh| < 2**995, 2**-960 <= |p| <= 2**1020),
+    Proof. Where two_prod(dh, t) = (p, e) is exact (t, |dh| < 2**995, 2**-960 <= |p| <= 2**1020;
+    t split by truncation where every t is normal, by Veltkamp otherwise, as two_prod states),
     v = fl(e + fl(t dl)) errs by <= u |t dl| + u |v| < 2**-60 |p|, and hi = fl(p + v) is
     within 0.5 ulp(hi) of p + v: |hi - t d| <= 0.5 ulp(hi) + 2**-56 |t (dh + dl)| + 2**-60 |p|
     < 0.5 ulp(hi) + 2**-55.9 |hi| (1 + 2**-7) < ulp(hi), as ulp(hi) > 2**-53 |hi|.
@@ -216,16 +218,18 @@ def times(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, 
     """
     size = np.abs(dh)
     t_max, size_max = t.max(), size.max()
-    if t_max < SPLIT_LIMIT and size_max < SPLIT_LIMIT and t.min() * size.min() >= PRODUCT_MIN \
+    t_min = t.min()
+    if t_max < SPLIT_LIMIT and size_max < SPLIT_LIMIT and t_min * size.min() >= PRODUCT_MIN \
             and t_max * size_max <= PRODUCT_MAX:
-        return _times_exact(t, dh, dl, out)
+        return _times_exact(t, dh, dl, out, normal=t_min >= FLOAT64_TINY)
     p = t * size
     safe = (t < SPLIT_LIMIT) & (size < SPLIT_LIMIT) & (p >= PRODUCT_MIN) & (p <= PRODUCT_MAX)
     if safe.all():
-        return _times_exact(t, dh, dl, out)
+        return _times_exact(t, dh, dl, out, normal=t_min >= FLOAT64_TINY)
     hi, lo = out
     if safe.any():
-        some = _times_exact(t[safe], dh[safe], dl[safe], (np.empty(safe.sum()), None if lo is None else np.empty(safe.sum())))
+        some = _times_exact(t[safe], dh[safe], dl[safe], (np.empty(safe.sum()), None if lo is None else np.empty(safe.sum())),
+                            normal=t[safe].min() >= FLOAT64_TINY)
         hi[safe] = some[0]
         if lo is not None:
             lo[safe] = some[1]
@@ -237,10 +241,13 @@ def times(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, 
     return out
 
 
-def _times_exact(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, np.ndarray | None]):
-    """times() where two_prod(t, dh) is exact for every element (t split by truncation: t is normal there)."""
+def _times_exact(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, np.ndarray | None],
+                 normal: bool):
+    """times() where two_prod(dh, t) is exact for every element. With `normal` (every t at least
+    2**-1022) t is split by truncation, two operations; else by Veltkamp (two_prod's proof of the
+    truncation split is for normal numbers). Either way (p, e) is the exact product, the same bits."""
     hi, lo = out
-    p, v = two_prod(dh, t, b_parts=truncation_split(t))
+    p, v = two_prod(dh, t, b_parts=truncation_split(t) if normal else None)
     v += t * dl  # v = e + t dl
     np.add(p, v, out=hi)
     if lo is not None:

@@ -7,7 +7,8 @@ result to float64 themselves; `klterm` multiplies and rounds. Everything is plai
 float64 NumPy (plus integer bit manipulation): no long double, no per-element Python.
 
 Notation: u = 2**-53 (unit roundoff), fl() a rounded operation. Inputs are float64
-arrays of one shape; the callers pass only the elements each function states.
+arrays of one shape and at least one dimension (doubledouble works in place); the callers
+pass only the elements each function states.
 
 log(t) - x, the identity used by both tiers. With t = f * 2**E (f in [1/2, 1), E an
 integer, |E| <= 1073) and table constants c1, c2, c3 whose product C is an exact float64
@@ -101,7 +102,7 @@ def fast_log_diff(t: np.ndarray, x: np.ndarray):
     h0 += T.LOG1_P0.take(j1)
     h1 = exponent * A1
     h1 += T.LOG1_P1.take(j1)
-    # h = -0.5 + rh (1/3 + rh (-1/4 + rh (1/5 + rh (-1/6 + rh / 7)))), in place (the same operations)
+    # h = -0.5 + rh * (1.0 / 3 + rh * (-0.25 + rh * (0.2 + rh * (-1.0 / 6 + rh * (1.0 / 7))))), in place
     h = rh * (1.0 / 7)
     for c in (-1.0 / 6, 0.2, -0.25, 1.0 / 3):
         h += c
@@ -174,7 +175,7 @@ def precise_log_diff(t: np.ndarray, x: np.ndarray):
             h += table.take(index)
     rh_parts = split(rh)
     q, qe = two_prod(rh, rh, rh_parts, rh_parts)
-    tail = -0.5 * qe  # ((-qe/2 - rh rl) + q rl) + (rh q) (1/3 + rh (-1/4 + rh/5))
+    tail = -0.5 * qe  # ((-0.5 * qe - rh * rl) + q * rl) + (rh * q) * (1.0 / 3 + rh * (-0.25 + rh * 0.2))
     tail -= rh * rl
     tail += q * rl
     g = rh * 0.2

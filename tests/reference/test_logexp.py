@@ -80,6 +80,22 @@ def test_two_prod_is_exact_with_a_truncation_split_of_its_second_factor():
                    for ai, bi, pi, ei in zip(a, b, p, e))
 
 
+def test_times_is_exact_for_subnormal_and_normal_targets_alike():
+    """With dl = 0, times() gives hi + lo == t dh exactly wherever its product is exact: subnormal t beside a
+    huge dh reaches that path too (t then split by Veltkamp), alone or in one chunk with normal t."""
+    from conformance.reference.klterm import times
+
+    rng = np.random.default_rng(12)
+    subnormal = rng.integers(1, 2**52, 3000).astype(np.float64) * 5e-324
+    normal = rng.uniform(0.5, 1, 3000) * 2.0 ** rng.integers(-1000, 0, 3000)
+    for t in (subnormal, normal, np.concatenate([subnormal, normal])):
+        dh = rng.uniform(1, 2, t.size) * 2.0 ** rng.integers(70, 900, t.size)
+        dh = np.where(t * dh > 2.0**-960, dh, 2.0**100)  # keep |t dh| in the exact product's range
+        hi, lo = times(t, dh, np.zeros(t.size), (np.empty(t.size), np.empty(t.size)))
+        assert all(Fraction(float(h)) + Fraction(float(l)) == Fraction(float(ti)) * Fraction(float(di))
+                   for ti, di, h, l in zip(t, dh, hi, lo))
+
+
 def test_error_free_transformations_leave_their_arguments_untouched():
     """They work in place on their own temporaries only: a caller's arrays (and parts) are never written."""
     rng = np.random.default_rng(4)
