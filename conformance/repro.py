@@ -132,9 +132,8 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
     next. Past `deadline` (time.monotonic()), the jobs not yet minimised keep their whole case."""
     unknown = [j for j in jobs if j.verdict is None]
     for job, observed in _paired(unknown, observe([j.call(j.case) for j in unknown])):
-        expected = expect(job.case, job.part, job.api.dialect)
-        judgement = classify(expected, observed, spec)
-        job.verdict, job.observed, job.judged = judgement.verdict, observed, (expected, judgement)
+        job.observed, job.judged = observed, _judged(job, job.case, observed, expect, spec)
+        job.verdict = job.judged[1].verdict
     todo = [j for j in jobs if j.minimize and j.verdict.is_divergence and j.case.input.shape == j.case.target.shape
             and j.case.input.size > 1]
     for job in todo:
@@ -151,10 +150,9 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
         for (job, one), observed in _paired(tried, observe([job.call(one) for job, one in tried])):
             # the first candidate in the job's order that keeps its verdict, as if they were tried one by one
             if job.final is None:
-                expected = expect(one, job.part, job.api.dialect)
-                judgement = classify(expected, observed, spec)
-                if judgement.verdict is job.verdict:
-                    job.final, job.observed, job.judged = one, observed, (expected, judgement)
+                judged = _judged(job, one, observed, expect, spec)
+                if judged[1].verdict is job.verdict:
+                    job.final, job.observed, job.judged = one, observed, judged
         todo = [j for j in todo if j.final is None and j.order]
         width *= 2
         if progress is not None:
@@ -164,8 +162,13 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
         job.final = job.case
     unseen = [j for j in whole if j.observed is None]
     for job, observed in _paired(unseen, observe([j.call(j.case) for j in unseen])):
-        expected = expect(job.case, job.part, job.api.dialect)
-        job.observed, job.judged = observed, (expected, classify(expected, observed, spec))
+        job.observed, job.judged = observed, _judged(job, job.case, observed, expect, spec)
+
+
+def _judged(job: _Job, case: Case, observed: Observation, expect, spec: Spec) -> tuple[Expected, Judgement]:
+    """What the spec expects of `case` in the job's part and dialect, and the judgement of `observed` by it."""
+    expected = expect(case, job.part, job.api.dialect)
+    return expected, classify(expected, observed, spec)
 
 
 def _paired(items: list, observations: Iterable[Observation]) -> Iterator[tuple[Any, Observation]]:
