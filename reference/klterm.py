@@ -151,7 +151,9 @@ def _log_chunk(x: np.ndarray, t: np.ndarray, out: tuple[np.ndarray, np.ndarray |
     where = np.flatnonzero(ordinary)
     some = np.empty(where.size), (None if lo is None else np.empty(where.size))
     again = _log_term(x[where], t[where], size[where], some)
-    _put(out, where, some)
+    hi[where] = some[0]
+    if lo is not None:
+        lo[where] = some[1]
     return False, (None if again is None else where[again])
 
 
@@ -224,12 +226,18 @@ def times(t: np.ndarray, dh: np.ndarray, dl: np.ndarray, out: tuple[np.ndarray, 
     safe = (t < SPLIT_LIMIT) & (size < SPLIT_LIMIT) & (p >= PRODUCT_MIN) & (p <= PRODUCT_MAX)
     if safe.all():
         return _times_exact(t, dh, dl, out, normal=t_min >= FLOAT64_TINY)
+    hi, lo = out
     if safe.any():
-        t_safe, n = t[safe], np.count_nonzero(safe)
-        some = (np.empty(n), None if out[1] is None else np.empty(n))
-        _put(out, safe, _times_exact(t_safe, dh[safe], dl[safe], some, normal=t_safe.min() >= FLOAT64_TINY))
+        some = _times_exact(t[safe], dh[safe], dl[safe], (np.empty(safe.sum()), None if lo is None else np.empty(safe.sum())),
+                            normal=t[safe].min() >= FLOAT64_TINY)
+        hi[safe] = some[0]
+        if lo is not None:
+            lo[safe] = some[1]
     rare = ~safe
-    _put(out, rare, _from_wide(t[rare].astype(WIDE) * (dh[rare].astype(WIDE) + dl[rare].astype(WIDE))))
+    wide = _from_wide(t[rare].astype(WIDE) * (dh[rare].astype(WIDE) + dl[rare].astype(WIDE)))
+    hi[rare] = wide[0]
+    if lo is not None:
+        lo[rare] = wide[1]
     return out
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.reference import logexp_tables as T
-from conformance.reference.doubledouble import fast_two_sum, split, truncation_split, two_diff, two_prod, two_sum
+from conformance.reference.doubledouble import LOW27, fast_two_sum, split, two_diff, two_prod, two_sum
 
 I64 = np.int64
 ROUNDER = 1.5 * 2.0**52  # v + ROUNDER: v rounded to an integer, readable in the low bits
@@ -67,7 +67,8 @@ def _level1(f: np.ndarray, bits: np.ndarray):
     """
     j1 = (bits >> 44) & 0xFF
     c1 = T.LOG1_C.take(j1)
-    fh, fl = truncation_split(f)
+    fh = (f.view(I64) & LOW27).view(np.float64)
+    fl = f - fh
     return j1, c1, (fh, fl), fh * c1 - 1.0, fl * c1
 
 
