@@ -14,15 +14,18 @@ import collections
 import contextlib
 import multiprocessing
 import os
+import queue
 import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
 import weakref
 from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Deque, Iterator
 
@@ -132,6 +135,39 @@ class WorkerLost(WorkerUnavailable):
     """A worker that died or hung could not be replaced: the run cannot go on."""
 
 
+class _Outbox:
+    """Sends the parent's messages to one worker from a thread of their own, in order.
+
+    A send blocks while the worker's socket buffer is full, and the worker reads its next batch
+    only after it has sent every answer of the one before, which blocks in turn while the parent
+    is not reading. Sent from the thread that reads the answers, a batch of large cases deadlocked
+    both processes; sent from here, the parent goes on reading (and timing out a worker that hangs
+    without reading). Messages are pickled by the caller: this thread only writes bytes. A write
+    that fails (the worker died) drops the rest: the pool resends what was in flight to the
+    worker that replaces it, through that worker's own outbox."""
+
+    def __init__(self, conn) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._send_all, args=(conn,), name="kl-worker-outbox", daemon=True)
+        self._thread.start()
+
+    def put(self, message) -> None:
+        self._queue.put(ForkingPickler.dumps(message))  # what Connection.send writes
+
+    def stop(self) -> None:
+        """End the thread once the worker is gone: a write under way fails, and so does the next. Waits for
+        it, so that no write of this outbox can reach a later connection given the same file descriptor."""
+        self._queue.put(None)
+        self._thread.join(5)
+
+    def _send_all(self, conn) -> None:
+        while (data := self._queue.get()) is not None:
+            try:
+                conn.send_bytes(data)
+            except (OSError, ValueError):  # broken pipe, or the connection closed by the pool
+                return
+
+
 class WorkerPool:
     """One worker process for one framework, with crash and timeout recovery.
 
@@ -153,6 +189,7 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context("spawn")
         self._process = None
         self._conn = None
+        self._outbox: _Outbox | None = None
         self._output = tempfile.NamedTemporaryFile(prefix="kl-worker-", suffix=".log", delete=False)
         self._output.close()
         # the workers' Adapter.scratch_dir: removed on close, or when the pool is collected or Python exits
@@ -177,6 +214,7 @@ class WorkerPool:
             self._process.start()
         child.close()
         self._conn = parent
+        self._outbox = _Outbox(parent)
         self._launched = time.monotonic()
 
     @property
@@ -223,10 +261,8 @@ class WorkerPool:
                 batch = list(unsent)
                 unsent.clear()
                 self._idle = False
-                try:
-                    self._conn.send(batch)
-                except (BrokenPipeError, ConnectionResetError, OSError):
-                    pass  # the worker died on a case already in flight; _wait finds it, and the batch is resent
+                # if the worker dies on a case already in flight, _wait finds it, and the batch is resent
+                self._outbox.put(batch)
                 pending.extend(batch)
             if not pending:
                 self._idle = True
@@ -295,6 +331,8 @@ class WorkerPool:
         if self._process is not None and self._process.is_alive():
             self._process.kill()
             self._process.join(5)
+        if self._outbox is not None:
+            self._outbox.stop()
         if self._conn is not None:
             self._conn.close()
 
@@ -305,7 +343,7 @@ class WorkerPool:
         did not say so is given a moment to exit; one still on a case (Ctrl-C) is not waited for."""
         if self._process is not None and self._process.is_alive():
             try:
-                self._conn.send(None)
+                self._outbox.put(None)  # after every batch already put
                 closed = False
                 if self._idle:
                     deadline = time.monotonic() + CLOSE_TIMEOUT_S

@@ -275,6 +275,8 @@ def _case_file() -> Path:
     path = Path(tempfile.mkdtemp()) / "cases.yaml"
     path.write_text(CASES)
     return path
+
+
 def test_a_worker_that_dies_while_the_next_cases_are_sent_costs_one_case(tmp_path):
     """The worker answers a case and dies on the next one before the parent sends it more: the send
     finds a closed pipe, and that is a crash of the case that killed it, not of the run."""
@@ -300,6 +302,42 @@ def test_a_worker_that_dies_while_the_next_cases_are_sent_costs_one_case(tmp_pat
         outcomes = list(pool.run(tasks()))
     assert [o.task.index for o in outcomes] == [0, 1, 2]
     assert [o.failure.value if o.failure else "answered" for o in outcomes] == ["answered", "crash", "answered"]
+
+
+def test_large_cases_past_the_window_do_not_deadlock_the_pipe():
+    """More large cases than the window: each task (2.4 MB of arrays) and each answer (its 2.4 MB value) is
+    larger than a socket's buffer. The worker reads its next batch only after sending its answers, so a
+    parent that sent the next task from the thread that reads the answers blocked on that send while the
+    worker blocked on its own: both hung for good, past every timeout (found with a user file of 24 cases
+    of 300,000 elements on torch). Every case is answered, in order, well within the watchdog."""
+    import threading
+
+    import numpy as np
+
+    from conformance.model import Case, DtypePair, Params
+    from conformance.worker import Task, WorkerPool
+
+    n, cases = 300_000, 24
+    x, t = np.full(n, -1.0), np.full(n, 0.5)
+    calls = (("numpy.kl_div", "cpu", "forward"),)
+    tasks = [Task(i, Case(id=f"big-{i}", params=Params("none", False), input=x, target=t,
+                          dtype=DtypePair("float64", "float64"), family="test"), calls) for i in range(cases)]
+    answered: list[tuple[int, tuple]] = []
+    with WorkerPool(ADAPTERS + "NumpyAdapter", timeout_s=30) as pool:
+        pool.start()
+
+        def consume():
+            for outcome in pool.run(iter(tasks)):
+                time.sleep(0.01)  # the parent judging a case: the worker's answers queue up meanwhile
+                answered.append((outcome.task.index, outcome.observations[calls[0]].shape))
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        consumer.join(60)
+        hung = consumer.is_alive()
+        if hung:  # what ends a deadlock: a send to a dead worker fails
+            pool._process.kill()
+    assert not hung, f"deadlocked after {len(answered)} of {cases} answers"
+    assert answered == [(i, (n,)) for i in range(cases)]
 
 
 MAIN_SCRIPT = """
