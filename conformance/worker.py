@@ -251,7 +251,9 @@ class WorkerPool:
         source = iter(tasks)
         exhausted = False
         while True:
-            while not exhausted and len(pending) + len(unsent) < self.window:
+            # refilled once half the window is answered: one message for several tasks, while the worker
+            # still has the other half to work on
+            while not exhausted and len(pending) <= self.window // 2 and len(pending) + len(unsent) < self.window:
                 task = next(source, None)
                 if task is None:
                     exhausted = True
