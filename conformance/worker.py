@@ -175,7 +175,7 @@ class WorkerPool:
     ----------
     framework : adapter name (or "module:Class").
     timeout_s : limit for one case, from the moment the worker is free to start it.
-    window : cases sent ahead of the one being waited for.
+    window : cases in flight at most (sent, not yet answered); refilled once half of them are answered.
     compile_cache_dir : where the framework may keep compiled kernels between runs (Adapter.compile_cache_dir).
     """
 
