@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from conformance.model import UPSTREAM, Case, Expected, Observation
+from conformance.core.model import UPSTREAM, Case, Expected, Observation
 
 
 class FrameworkUnavailable(Exception):

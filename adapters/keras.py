@@ -33,7 +33,7 @@ import numpy as np
 
 from conformance.adapters import jaxcache
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
-from conformance.model import Case, upstream_gradient
+from conformance.core.model import Case, upstream_gradient
 
 CLASS, FUNCTION = "keras.losses.KLDivergence", "keras.losses.kl_divergence"
 REDUCTIONS = {"none": None, "mean": "sum_over_batch_size", "sum": "sum"}  # spec -> KLDivergence(reduction=)

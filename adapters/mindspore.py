@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
-from conformance.model import Case, upstream_gradient
+from conformance.core.model import Case, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
 NO_KERNEL_MARKERS = ("unregistered",)  # "The kernel KLDiv unregistered."

@@ -22,7 +22,7 @@ import platform
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
-from conformance.model import Case, upstream_gradient
+from conformance.core.model import Case, upstream_gradient
 
 API = "mlx.nn.losses.kl_div_loss"
 NO_KERNEL_MARKERS = ("is not supported on the GPU",)  # MLX's array constructor for float64 on a GPU stream

@@ -34,7 +34,7 @@ import numpy as np
 
 from conformance.adapters import jaxcache
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
-from conformance.model import Case, upstream_gradient
+from conformance.core.model import Case, upstream_gradient
 
 FUNCTIONS = {  # API name -> the optax.losses function it calls
     "optax.losses.kl_divergence": "kl_divergence",

@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
-from conformance.model import Case, upstream_gradient
+from conformance.core.model import Case, upstream_gradient
 
 PLACES = {"cpu": "cpu", "gpu": "gpu:0"}
 # "(NotFound) The kernel with key (CPU, Undefined(AnyLayout), float16) of kernel `kldiv_loss` is not registered."

@@ -10,7 +10,7 @@ import importlib
 from importlib import metadata
 
 from conformance.adapters.base import Adapter, Api
-from conformance.errors import UsageError
+from conformance.core.errors import UsageError
 
 BUILTIN = {
     "torch": "conformance.adapters.torch:TorchAdapter",

@@ -35,7 +35,7 @@ import numpy as np
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, hex_floats
 from conformance.adapters.rsession import (RSession, RSessionCrash, RSessionTimeout, decode_numbers, decode_text,
                                            encode_numbers, encode_text)
-from conformance.model import UPSTREAM, Case, Expected, Observation
+from conformance.core.model import UPSTREAM, Case, Expected, Observation
 
 WORKER = Path(__file__).with_name("rtorch_worker.R")
 

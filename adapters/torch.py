@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
-from conformance.model import Case, upstream_gradient
+from conformance.core.model import Case, upstream_gradient
 
 
 class TorchAdapter(Adapter):

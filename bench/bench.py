@@ -55,11 +55,11 @@ from conformance.adapters.base import FrameworkUnavailable
 from conformance.adapters.registry import get_adapter
 from conformance.cases.families import FAMILIES
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
-from conformance.model import Case, DtypePair, Params
-from conformance.refcache import MAX_CACHE_BYTES
+from conformance.core.model import Case, DtypePair, Params
+from conformance.core.specload import load_spec
+from conformance.judge.refcache import MAX_CACHE_BYTES
 from conformance.reference.forward import expected_forward
-from conformance.runner import RunOptions, run_conformance
-from conformance.specload import load_spec
+from conformance.run.runner import RunOptions, run_conformance
 
 
 def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, int, float]:

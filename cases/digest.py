@@ -13,7 +13,7 @@ import hashlib
 
 import numpy as np
 
-from conformance.model import Case
+from conformance.core.model import Case
 
 DIGEST_BYTES = 12
 

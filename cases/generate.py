@@ -18,11 +18,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_integers
 from conformance.cases import rounded_math
+from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_integers
 from conformance.cases.ids import CaseKey, build_id
-from conformance.model import FLOAT_DTYPES, PARTS, Case, DtypePair, Params, Spec
-from conformance.reference.rounding import INTEGER_DTYPES, round_to_dtype
+from conformance.core.model import FLOAT_DTYPES, PARTS, Case, DtypePair, Params, Spec
+from conformance.core.rounding import INTEGER_DTYPES, round_to_dtype
 
 DEFAULT_SEED = 20261122
 # The pairwise design's own seed: fixed, so the suite's ids never depend on --seed (ids are API).

@@ -14,7 +14,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from conformance.model import DtypePair, Params
+from conformance.core.model import DtypePair, Params
 
 _LAYOUT_SUFFIX = {"contiguous": "", "transposed": ".T", "strided": ".strided"}
 _ID = re.compile(

@@ -3,7 +3,7 @@
 Each entry: `id`, `input`, `target` (nested lists of numbers; .inf, -.inf, .nan
 allowed), and optionally `dtype` (a name, or {input: NAME, target: NAME}),
 `reduction`, `log_target`, `size_average`, `reduce`, `layout`, `grad`, `note`.
-Numbers follow YAML 1.2 (`1e-3` is a number; conformance/yamlload.py). Every problem
+Numbers follow YAML 1.2 (`1e-3` is a number; conformance/core/yamlload.py). Every problem
 is reported with the file, the case id and the field.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from conformance.errors import CaseFileError
-from conformance.model import FLOAT_DTYPES, LAYOUTS, Case, DtypePair, Params
-from conformance.reference.rounding import INTEGER_DTYPES, is_representable, round_to_dtype
-from conformance.yamlload import parse_yaml, read_text
+from conformance.core.errors import CaseFileError
+from conformance.core.model import FLOAT_DTYPES, LAYOUTS, Case, DtypePair, Params
+from conformance.core.rounding import INTEGER_DTYPES, is_representable, round_to_dtype
+from conformance.core.yamlload import parse_yaml, read_text
 
 FIELDS = ("id", "input", "target", "dtype", "reduction", "log_target", "size_average", "reduce", "layout", "grad",
           "input_space", "note")

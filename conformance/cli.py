@@ -1,6 +1,6 @@
 """The command line: `kl-conformance run | cases | report`; also `python -m conformance`.
 
-Exit codes (conformance/gate.py): 0 done (divergences are findings, not failures); 1 a gate
+Exit codes (conformance/report/gate.py): 0 done (divergences are findings, not failures); 1 a gate
 failed (--strict, --fail-on-new, a stale known-findings entry); 2 bad usage, a bad spec, case
 file or results directory (one message naming the file, the place and the fix; nothing
 written); 3 with --strict, the framework did not run or not every case was judged.
@@ -9,7 +9,6 @@ written); 3 with --strict, the framework did not run or not every case was judge
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -20,20 +19,22 @@ import numpy as np
 
 from conformance.adapters.registry import is_known, known_adapters
 from conformance.cases.generate import DEFAULT_SEED
-from conformance.errors import ConformanceError, ResultsError, UsageError
-from conformance.gate import EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, exit_code
-from conformance.known import KnownFindings, load_known
-from conformance.model import PARTS, Case, Result, Spec
-from conformance.outdir import check_out_dir, prepare_out_dir
-from conformance.refcache import default_cache_dir
+from conformance.core.errors import ConformanceError, ResultsError, UsageError
+from conformance.core.model import PARTS, Case, Result, Spec
+from conformance.core.results import RESULTS_FILE, iter_results
+from conformance.core.rundirs import load_manifests
+from conformance.core.specload import load_spec
+from conformance.judge.known import KnownFindings, load_known
+from conformance.judge.refcache import default_cache_dir
 from conformance.reference.statements import verify_formulas
-from conformance.report.merge import ReportFeed, load_manifests, merge_runs, write_report
+from conformance.report.gate import EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, exit_code
 from conformance.report.provenance import check_runs
-from conformance.results import RESULTS_FILE, iter_results
-from conformance.runner import DEFAULT_MEMORY_BUDGET_MB, DEFAULT_TIMEOUT_S, RunOptions, run_conformance
-from conformance.selection import file_digest, select_cases, select_lazily, selected_shard
-from conformance.specload import load_spec
-from conformance.worker import WorkerPool
+from conformance.report.writer import ReportFeed, merge_runs, write_report
+from conformance.run.outdir import check_out_dir, prepare_out_dir
+from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, run_conformance
+from conformance.run.selection import (DEFAULT_MEMORY_BUDGET_MB, CaseSelection, file_digest, select_cases,
+                                       select_lazily, selected_shard)
+from conformance.run.worker import WorkerPool
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
 KEEP_CASES = 20_000  # a selection up to this many cases is kept once drawn; a larger one is drawn as the run takes it (flat memory)
@@ -180,9 +181,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def case_selection(args: argparse.Namespace) -> CaseSelection:
+    """The selection options of `run`, `cases` and `selftest` as a CaseSelection."""
+    return CaseSelection(seed=args.seed, suite=args.suite, samples=args.samples, case_files=tuple(args.cases),
+                         only=tuple(args.only), shard=args.shard,
+                         memory_budget_mb=getattr(args, "memory_budget_mb", DEFAULT_MEMORY_BUDGET_MB))
+
+
 def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
     count = 0
-    for case in select_cases(spec, args):
+    for case in select_cases(spec, case_selection(args)):
         count += 1
         if not args.count:
             print(case.id)
@@ -204,7 +212,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
     REPRO_TIMEOUT_S the rest keep their whole case. `results`: the rows that need one, kept as the run
     wrote them (None: read them back from `out`)."""
     from conformance.repro import write_all
-    from conformance.worker import WorkerLost
+    from conformance.run.worker import WorkerLost
 
     cache = _cache_dir(args)
     bar = (lambda done, total: _draw_bar(done, total, "reproducers")) if show_progress else None
@@ -261,7 +269,7 @@ def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | Non
     if args.resume and args.force:
         raise UsageError("--resume and --force contradict each other", where="command line",
                          fix="--resume continues the run in --out; --force starts it again")
-    shard = selected_shard(args)
+    shard = selected_shard(case_selection(args))
     known = _check_gate_options(spec, args, seed=args.seed)
     check_out_dir(args.out, resume=args.resume, force=args.force)
     # the worker conformance/entry.py started from its reading of the command line, if it reads as checked here
@@ -284,7 +292,8 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
     # takes it, so memory stays flat however many.
     makers: list[Callable[[], Case]] | None = []
     total = 0
-    for _, make in select_lazily(spec, args):
+    selected = case_selection(args)
+    for _, make in select_lazily(spec, selected):
         total += 1
         if makers is not None:
             makers.append(make)
@@ -320,7 +329,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
             needing.append(result)
     try:
         summary = run_conformance(
-            spec, args.framework, kept if kept is not None else select_cases(spec, args), args.out, options,
+            spec, args.framework, kept if kept is not None else select_cases(spec, selected), args.out, options,
             run_info=run_info, progress=progress, on_result=on_result, pool=pool,
         )
     except BaseException:
@@ -377,7 +386,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
 
 
 def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
-    from conformance.repro import write_all, write_script
+    from conformance.repro import CaseSource, write_all, write_script
 
     if args.all_to:
         if not args.run_dir:
@@ -397,13 +406,15 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                          fix=f"use one of {sorted(known_adapters())}")
-    sys.stdout.write(write_script(args.case_id, args.framework, spec, args.api, args.device, args.part,
-                                  args.run_dir, args.case_file, args.seed, minimize=not args.no_minimize))
+    source = CaseSource(args.run_dir, args.case_file, args.seed)
+    sys.stdout.write(write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
+                                  minimize=not args.no_minimize))
     return EXIT_OK
 
 
 def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
-    from conformance.selftest import VARIANTS, render_selftest, run_selftest
+    from conformance.report.selftest import render_selftest, selftest_json
+    from conformance.selftest import VARIANTS, run_selftest
 
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
@@ -411,7 +422,7 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     unknown = [v for v in args.variant if v not in VARIANTS]
     if unknown:
         raise UsageError(f"unknown variant {unknown[0]!r}", where="--variant", fix=f"use one of {sorted(VARIANTS)}")
-    cases = list(select_cases(spec, args))
+    cases = list(select_cases(spec, case_selection(args)))
     if not cases:
         raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
                          fix="check the ids with `kl-conformance cases`")
@@ -423,10 +434,7 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     control, reports = run_selftest(spec, args.framework, cases, out, args.variant, options, progress=show)
     text = render_selftest(args.framework, control, reports)
     (out / "selftest.md").write_text(text, encoding="utf-8")
-    (out / "selftest.json").write_text(json.dumps({"framework": args.framework, "control": control, "variants": [
-        {"name": r.name, "fault": r.fault, "planted": r.planted, "flagged": r.flagged, "verdicts": r.verdicts,
-         "ok": r.ok, "missed": r.missed, "not_applicable": r.not_applicable} for r in reports]}, indent=2) + "\n",
-        encoding="utf-8")
+    (out / "selftest.json").write_text(selftest_json(args.framework, control, reports), encoding="utf-8")
     print(text, end="")
     return EXIT_OK if all(r.ok for r in reports) else EXIT_GATE
 

@@ -48,8 +48,8 @@ def early_worker(argv: Sequence[str]):
         return None
     if not known.framework:
         return None
-    from conformance.refcache import default_cache_dir
-    from conformance.worker import WorkerPool
+    from conformance.judge.refcache import default_cache_dir
+    from conformance.run.worker import WorkerPool
 
     cache_dir = None if known.no_cache else Path(known.cache_dir) if known.cache_dir else default_cache_dir()
     pool = WorkerPool(known.framework, compile_cache_dir=cache_dir)

@@ -23,11 +23,11 @@ from conformance.adapters.registry import get_adapter
 from conformance.cases.generate import DEFAULT_SEED, build_case
 from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
-from conformance.compare import classify, differs_in_nonfinite_pattern
-from conformance.errors import HarnessBug, UsageError
-from conformance.model import Case, Expected, Judgement, Observation, Result, Spec, Verdict
-from conformance.runner import CaseJudge
-from conformance.worker import Task, WorkerPool, WorkerUnavailable
+from conformance.core.errors import HarnessBug, UsageError
+from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Verdict
+from conformance.judge.casejudge import CaseJudge
+from conformance.judge.compare import classify, differs_in_nonfinite_pattern
+from conformance.run.worker import Task, WorkerPool, WorkerUnavailable
 
 MAX_CANDIDATES = 64  # single elements tried when minimising
 
@@ -226,8 +226,8 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     `run_dir`. `progress(done, total)` follows the minimisation. Returns (reproducers written, those left
     whole at `deadline`).
     """
-    from conformance.refcache import ReferenceCache
-    from conformance.results import iter_results, read_manifest
+    from conformance.core.results import iter_results, read_manifest
+    from conformance.judge.refcache import ReferenceCache
 
     rows = [r for r in (iter_results(run_dir) if results is None else results) if needs_reproducer(r)]
     if not rows:
@@ -279,16 +279,15 @@ def needs_reproducer(result: Result) -> bool:
             and result.verdict not in (Verdict.CRASH, Verdict.TIMEOUT))
 
 
-def write_script(case_id: str, framework: str, spec: Spec, api_name: str | None = None, device: str = "cpu",
-                 part: str = "forward", run_dir: str | None = None, case_file: str | None = None,
-                 seed: int | None = None, minimize: bool = True) -> str:
-    """The reproducer's source text."""
+def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, api_name: str | None = None,
+                 device: str = "cpu", part: str = "forward", *, minimize: bool = True) -> str:
+    """The reproducer's source text for the case `source` holds under `case_id`."""
     adapter = get_adapter(framework)
     api_names = [a.name for a in adapter.apis]
     if api_name is not None and api_name not in api_names:
         raise UsageError(f"unknown api {api_name!r} for {framework!r}", where="--api", fix=f"use one of {api_names}")
     api = adapter.api(api_name or api_names[0])
-    case = find_case(case_id, run_dir, case_file, seed)
+    case = source.get(case_id)
     why = adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, part)
     if why:
         raise UsageError(f"{api.name} cannot express case {case_id!r} ({part}): {why}", where="CASE_ID",

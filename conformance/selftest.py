@@ -9,7 +9,7 @@ self-test counts how many of those rows were flagged, i.e. neither `pass` nor `d
 What a variant plants depends only on the case, the framework's own answer and the reference's
 expectations (under the spec, and under the API's declared deviations): never on a verdict. A
 planted answer counts only where it is a fault by the spec's comparison rule (spec:
-tolerance.comparison), restated here independently of conformance/compare.py, so a comparator that
+tolerance.comparison), restated here independently of conformance/judge/compare.py, so a comparator that
 lets a wrong answer pass fails the self-test.
 """
 
@@ -20,21 +20,23 @@ import os
 import re
 import time
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, ClassVar, Iterable, Sequence
 
 import numpy as np
 
 from conformance.adapters.registry import get_adapter
-from conformance.explain import alternatives, with_alternatives
-from conformance.model import FLOAT_FORMATS, GRAD_PARTS, Case, Expected, Observation, Spec, upstream_gradient
-from conformance.profiles import DeviationLedger, apply_deviations
+from conformance.core.choices import alternatives, with_alternatives
+from conformance.core.model import FLOAT_FORMATS, Case, Expected, Observation, Spec, upstream_gradient
+from conformance.core.results import iter_results
+from conformance.core.rounding import round_to_dtype
+from conformance.core.specload import load_spec
+from conformance.judge.casejudge import expected_for
+from conformance.judge.profiles import DeviationLedger, apply_deviations
 from conformance.reference.forward import in_result_dtype
-from conformance.reference.rounding import round_to_dtype
-from conformance.results import iter_results
-from conformance.runner import RunOptions, expected_for, run_conformance
-from conformance.specload import load_spec
+from conformance.report.selftest import VariantReport
+from conformance.run.runner import RunOptions, run_conformance
 
 ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"  # how the parent tells a worker's variant
 HANG_TIMEOUT_S = 5.0  # the per-case limit for the variant that hangs
@@ -458,21 +460,6 @@ def record(call: Call, variant_name: str, whole_case: bool = False) -> None:
 
 # -- the parent: run each variant, count what was flagged ----------------------------------------------
 
-@dataclass
-class VariantReport:
-    name: str
-    fault: str
-    planted: int = 0
-    flagged: int = 0
-    verdicts: dict[str, int] = field(default_factory=dict)
-    missed: list[str] = field(default_factory=list)  # rows planted but not flagged (first few)
-    not_applicable: str | None = None  # why the framework can carry no such fault (the variant did not run)
-
-    @property
-    def ok(self) -> bool:
-        return (self.planted > 0 or self.not_applicable is not None) and self.flagged == self.planted
-
-
 def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Path,
                  variants: Iterable[str] = (), options: RunOptions = RunOptions(),
                  progress: Callable[[str], None] | None = None) -> tuple[dict, list[VariantReport]]:
@@ -487,7 +474,6 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
     control = run_conformance(spec, framework, cases, out_dir / "control", options)
     if control.not_run:
         raise RuntimeError(f"{framework} did not run: {control.not_run}")
-    ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis])
     reports = []
     ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir)
     for name in (variants or VARIANTS):
@@ -535,26 +521,3 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
             report.missed.append(f"{row.case_id} {row.api} {row.device} {row.part}: {row.verdict.value}"
                                  f"{' (documented)' if row.documented else ''} {row.message}")
     return report
-
-
-def render_selftest(framework: str, control: dict, reports: list[VariantReport]) -> str:
-    """The self-test's Markdown summary: one row per variant."""
-    lines = [f"# kl-conformance self-test on {framework}", "",
-             f"Control (the real adapter): {sum(control.values())} results, "
-             + ", ".join(f"{n} {v}" for v, n in sorted(control.items())) + ".", "",
-             "| variant | planted fault | rows planted | flagged | verdicts |", "|---|---|---|---|---|"]
-    for r in reports:
-        share = (f"{r.flagged}/{r.planted} ({100 * r.flagged / r.planted:.0f}%)" if r.planted
-                 else f"not applicable: {r.not_applicable}" if r.not_applicable else "0/0")
-        mark = "" if r.ok else " **FAIL**"
-        lines.append(f"| `{r.name}` | {r.fault} | {r.planted} | {share}{mark} | "
-                     + ", ".join(f"{n} {v}" for v, n in sorted(r.verdicts.items())) + " |")
-    failed = [r for r in reports if not r.ok]
-    lines += ["", "All planted rows were flagged." if not failed else
-              f"{len(failed)} variants failed: a variant must plant at least one fault (unless the framework "
-              "can carry no such fault), and every planted row must be flagged."]
-    for r in failed:
-        lines += ["", f"## `{r.name}`: " + ("planted nothing" if not r.planted else
-                                           f"{r.planted - r.flagged} planted rows not flagged")]
-        lines += [f"- {m}" for m in r.missed]
-    return "\n".join(lines) + "\n"

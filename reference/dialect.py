@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.formula import VARIABLES, sum_of_abs
-from conformance.model import RULE_NAMES, Spec
-from conformance.reference.rounding import round_to_dtype
-from conformance.tolerance import reduction_bound
+from conformance.core.formula import VARIABLES, sum_of_abs
+from conformance.core.model import RULE_NAMES, Spec
+from conformance.core.rounding import round_to_dtype
+from conformance.core.tolerance import reduction_bound
 
 WIDE = np.longdouble
 NAMES = VARIABLES["pointwise.log_target_false.terms[]"]  # input and target

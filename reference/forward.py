@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.formula import VARIABLES, sum_of_abs
-from conformance.model import RULE_NAMES, Case, Expected, Params, Spec
+from conformance.core.formula import VARIABLES, sum_of_abs
+from conformance.core.model import RULE_NAMES, Case, Expected, Params, Spec
+from conformance.core.rounding import round_to_dtype
+from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bound
+from conformance.core.tolerance import reduction_bound, sensitivity
 from conformance.reference.dialect import keras_pointwise, sum_distributions
 from conformance.reference.klterm import kl_term
-from conformance.reference.rounding import round_to_dtype
 from conformance.reference.statements import verify_formulas
-from conformance.tolerance import pointwise_bound as tolerance_pointwise_bound, reduction_bound, sensitivity
 
 WIDE = np.longdouble
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.formula import VARIABLES, sum_of_abs
-from conformance.model import GRAD_PARTS, Case, Expected, Spec, upstream_gradient
+from conformance.core.formula import VARIABLES, sum_of_abs
+from conformance.core.model import GRAD_PARTS, Case, Expected, Spec, upstream_gradient
+from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 from conformance.reference import dialect
-from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied,
-                                           effective_reduction, expected_error, expected_warnings, in_result_dtype,
-                                           legacy_then_batchmean, reduction_divisor)
+from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
+                                           expected_error, expected_warnings, in_result_dtype, legacy_then_batchmean,
+                                           reduction_divisor)
 from conformance.reference.statements import verify_formulas
-from conformance.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 
 FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, INFINITE_INPUT, NAN_PROPAGATION = range(6)
 RULES = ("gradients.formula", "gradients.conventions.target_zero", "gradients.conventions.target_negative",

@@ -33,7 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from conformance.reference.doubledouble import PRODUCT_MAX, PRODUCT_MIN, SPLIT_LIMIT, truncation_split, two_prod, two_sum
+from conformance.reference.doubledouble import (PRODUCT_MAX, PRODUCT_MIN, SPLIT_LIMIT, truncation_split, two_prod,
+                                                two_sum)
 from conformance.reference.logexp import TIER_A_MIN, exp_parts, fast_log_diff, precise_log_diff
 
 WIDE = np.longdouble

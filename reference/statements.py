@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.errors import SpecError
-from conformance.formula import VARIABLES, evaluate
-from conformance.model import Spec
+from conformance.core.errors import SpecError
+from conformance.core.formula import VARIABLES, evaluate
+from conformance.core.model import Spec
 
 # Well-conditioned points (no cancellation, no underflow): the float64 evaluation of a formula is
 # then within a few ulp of the truth, far inside RELATIVE.

@@ -70,7 +70,7 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(scope="session")
 def spec():
-    from conformance.specload import load_spec
+    from conformance.core.specload import load_spec
 
     return load_spec()
 
@@ -78,7 +78,7 @@ def spec():
 @pytest.fixture(scope="session", autouse=True)
 def reference_cache_dir(tmp_path_factory):
     """CLI runs in tests keep their reference cache in the session's temporary directory, not ~/.cache."""
-    from conformance.refcache import ENV_DIR
+    from conformance.judge.refcache import ENV_DIR
 
     saved = os.environ.get(ENV_DIR)
     os.environ[ENV_DIR] = str(tmp_path_factory.mktemp("kl-cache"))

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from conformance.model import Case, DtypePair, Params
+from conformance.core.model import Case, DtypePair, Params
 
 
 def make_case(x, t, *, reduction="none", log_target=False, dtype="float64", size_average=None, reduce=None,
@@ -31,7 +31,7 @@ def load_adapter(loaded: dict, name: str):
 
 def make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s0", **fields):
     """A Result row with plausible provenance; `fields` override any of them."""
-    from conformance.model import Result, Verdict
+    from conformance.core.model import Result, Verdict
 
     row = dict(case_id=case_id, case_digest="0" * 24, seed=20261122, family="softmax", reduction="sum",
                log_target=False, framework="torch", framework_version="2.13.0", api="torch.nn.functional.kl_div",
@@ -65,7 +65,7 @@ def default_suite_digest() -> str:
 
     from conformance.cases.digest import case_digest
     from conformance.cases.generate import DEFAULT_SEED, generate_cases
-    from conformance.specload import load_spec
+    from conformance.core.specload import load_spec
 
     lines = "".join(f"{case.id} {case_digest(case)}\n" for case in generate_cases(load_spec(), DEFAULT_SEED))
     return hashlib.sha256(lines.encode()).hexdigest()

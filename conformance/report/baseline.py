@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from conformance.errors import ResultsError
-from conformance.model import Result, Verdict
-from conformance.results import iter_results
+from conformance.core.errors import ResultsError
+from conformance.core.model import Result, Verdict
+from conformance.core.results import iter_results
 
 Key = tuple[str, str, str, str, str]
 

@@ -13,10 +13,12 @@ import json
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
-from conformance.model import Result, Verdict
+from conformance.core.model import Result, Verdict
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
-from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally, split_label as _split, target_label
+from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally
+from conformance.report.tally import split_label as _split
+from conformance.report.tally import target_label
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}

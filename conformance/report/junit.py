@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import IO, Iterator
 from xml.sax.saxutils import escape, quoteattr
 
-from conformance.model import Result, Verdict
-from conformance.results import write_lines_atomic
+from conformance.core.model import Result, Verdict
+from conformance.core.results import write_lines_atomic
 
 _NOT_XML = re.compile(r"[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd]")
 KINDS = ("failures", "errors", "skipped")

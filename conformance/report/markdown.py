@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Sequence
 
-from conformance.model import Result, Verdict
+from conformance.core.model import Result, Verdict
 from conformance.report.tally import VERDICT_ORDER, Tally
 
 

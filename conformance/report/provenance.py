@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from conformance.errors import ResultsError
-from conformance.report.merge import load_manifests
-from conformance.results import RESULTS_FILE, iter_details, iter_results
+from conformance.core.errors import ResultsError
+from conformance.core.results import RESULTS_FILE, iter_details, iter_results
+from conformance.core.rundirs import load_manifests
 
 
 def check_runs(run_dirs: Sequence[str | Path], allow_missing: bool = False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from conformance.model import FORMAT_VERSION
+from conformance.core.model import FORMAT_VERSION
 from conformance.report.tally import Tally, split_label
 
 

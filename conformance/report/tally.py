@@ -10,7 +10,7 @@ import math
 from collections import Counter, defaultdict
 from typing import Iterable
 
-from conformance.model import Result, Verdict
+from conformance.core.model import Result, Verdict
 
 VERDICT_ORDER = [v.value for v in Verdict]
 LISTED_PER_GROUP = 500  # divergences listed per cause group; the rest are counted and found in results.jsonl

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.compare import classify
-from conformance.model import Verdict
+from conformance.core.model import Verdict
+from conformance.judge.compare import classify
 from conformance.reference.forward import expected_forward
 from tests.helpers import as_api_takes, load_adapter, make_case
 

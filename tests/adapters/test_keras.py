@@ -12,9 +12,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from conformance.compare import classify
-from conformance.explain import explain
-from conformance.model import Verdict, upstream_gradient
+from conformance.core.model import Verdict, upstream_gradient
+from conformance.judge.compare import classify
+from conformance.judge.explain import explain
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 from tests.helpers import make_case

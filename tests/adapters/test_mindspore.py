@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.compare import classify
-from conformance.explain import explain
-from conformance.model import Verdict
+from conformance.core.model import Verdict
+from conformance.judge.compare import classify
+from conformance.judge.explain import explain
 from conformance.reference.forward import expected_forward
 from tests.helpers import make_case
 

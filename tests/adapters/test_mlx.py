@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.compare import classify
-from conformance.explain import explain
-from conformance.model import Verdict, upstream_gradient
+from conformance.core.model import Verdict, upstream_gradient
+from conformance.judge.compare import classify
+from conformance.judge.explain import explain
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 from tests.helpers import make_case
@@ -98,7 +98,7 @@ def test_mixed_float16_bfloat16_promotes_but_takes_exp_in_bfloat16(framework_ada
     """Finding: float16 input with a bfloat16 target gives float32, as the spec's promotion says, but
     mx.exp(targets) is taken on the bfloat16 target before promotion, so the result carries bfloat16's
     rounding of exp(target) (as torch's does)."""
-    from conformance.reference.rounding import round_to_dtype
+    from conformance.core.rounding import round_to_dtype
 
     case = make_case(LOG_Q, LOG_P, reduction="sum", log_target=True, dtype=("float16", "bfloat16"))
     observed, judgement = _judge(framework_adapter, spec, case)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.compare import classify
-from conformance.explain import explain
-from conformance.model import Verdict
-from conformance.profiles import DeviationLedger
+from conformance.core.model import Verdict
+from conformance.judge.compare import classify
+from conformance.judge.explain import explain
+from conformance.judge.profiles import DeviationLedger
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 from tests.helpers import make_case
@@ -223,7 +223,7 @@ def test_grad_input_ignores_a_nan_input(framework_adapter, spec):
 def test_reproducer_lines_compute_what_the_adapter_observes(framework_adapter, layout, part):
     """The reproducer's lines, run here on the same arrays, give the adapter's observation: the same values,
     the same missing label gradient, the same exception."""
-    from conformance.model import upstream_gradient
+    from conformance.core.model import upstream_gradient
 
     rng = np.random.default_rng(7)
     x = np.log(rng.dirichlet(np.ones(5), size=(2, 3)))

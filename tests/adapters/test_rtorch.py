@@ -20,9 +20,9 @@ from conformance.adapters.base import FrameworkUnavailable
 from conformance.adapters.registry import get_adapter
 from conformance.adapters.rtorch import find_rscript, r_environment
 from conformance.cli import main
-from conformance.compare import classify
-from conformance.explain import explain
-from conformance.model import Verdict
+from conformance.core.model import Verdict
+from conformance.judge.compare import classify
+from conformance.judge.explain import explain
 from conformance.reference.forward import expected_forward
 from tests.helpers import make_case
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.compare import classify
-from conformance.explain import explain
-from conformance.model import Verdict
+from conformance.core.model import Verdict
+from conformance.judge.compare import classify
+from conformance.judge.explain import explain
 from conformance.reference.forward import expected_forward
 from tests.helpers import make_case
 
@@ -100,7 +100,7 @@ def test_gradient_is_bitwise_the_grad_outputs_vector_jacobian_product(framework_
     import torch
 
     from conformance.cases.generate import DEFAULT_SEED, generate_cases
-    from conformance.model import upstream_gradient
+    from conformance.core.model import upstream_gradient
 
     adapter = framework_adapter
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from conformance.cases.families import EDGE, FAMILIES
-from conformance.cases.generate import (DEFAULT_SEED, build_case, generate_cases, generated_keys,
-                                        pairwise_design, parameter_levels)
+from conformance.cases.generate import (DEFAULT_SEED, build_case, generate_cases, generated_keys, pairwise_design,
+                                        parameter_levels)
 from conformance.cases.ids import build_id, parse_id
-from conformance.reference.rounding import is_representable
+from conformance.core.rounding import is_representable
 
 
 def _suite(spec, seed=DEFAULT_SEED):

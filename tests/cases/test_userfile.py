@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conformance.cases.userfile import load_case_file
-from conformance.errors import CaseFileError
+from conformance.core.errors import CaseFileError
 
 GOOD = """
 - id: zero-target-neg-inf-input

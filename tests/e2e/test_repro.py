@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from conformance.cli import main
-from conformance.results import iter_results
+from conformance.core.results import iter_results
 
 PER_RUN = 10  # one reproducer per cause group, up to this many
 R_FRAMEWORKS = {"rtorch"}  # frameworks whose reproducers are R scripts
@@ -132,9 +132,9 @@ def test_every_divergence_is_minimised_with_its_progress_shown(default_run, tmp_
 
     import conformance.repro as repro
     from conformance.adapters.registry import get_adapter
-    from conformance.compare import classify
-    from conformance.runner import expected_for
-    from conformance.specload import load_spec
+    from conformance.core.specload import load_spec
+    from conformance.judge.casejudge import expected_for
+    from conformance.judge.compare import classify
 
     framework, out = default_run
     spec = load_spec()

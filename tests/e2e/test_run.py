@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conformance.cli import main
-from conformance.results import iter_results
-from conformance.specload import load_schema
+from conformance.core.results import iter_results
+from conformance.core.specload import load_schema
 
 
 def test_run_writes_rows_manifest_and_report(default_run):
@@ -30,6 +30,7 @@ def test_run_writes_rows_manifest_and_report(default_run):
     assert report.startswith("# kl_div conformance report")
     assert report.index("## Summary") < report.index("## Divergences by cause")
     from collections import Counter
+
     from conformance.report.tally import LISTED_PER_GROUP
     group_sizes = Counter((r.cause, r.verdict) for r in rows if r.verdict.is_divergence)
     for r in rows:
@@ -141,7 +142,7 @@ def test_strict_exits_1_on_undocumented_divergence(default_run, tmp_path):
 
 def test_user_case_file_keeps_its_ids(default_run, tmp_path):
     framework, _ = default_run
-    from conformance.specload import default_spec_path
+    from conformance.core.specload import default_spec_path
     examples = default_spec_path().parents[1] / "cases" / "examples" / "regressions.yaml"
     if not examples.exists():
         from importlib import resources
@@ -201,7 +202,7 @@ def _runs_on_jax(framework: str) -> bool:
 
 def test_every_profile_deviation_documents_something(default_run, spec):
     """A profile entry that matches no result is stale: the ledger must not rot."""
-    from conformance.profiles import load_profile
+    from conformance.judge.profiles import load_profile
 
     framework, out = default_run
     used = {d for r in iter_results(out) for d in r.documented_by}

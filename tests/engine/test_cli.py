@@ -72,7 +72,7 @@ def test_cases_piped_into_head_ends_quietly(tmp_path):
 def test_every_part_the_readme_offers_is_accepted(capsys):
     """`run --part grad2_input` was refused by argparse although the README offers it."""
     from conformance.cli import build_parser
-    from conformance.model import PARTS
+    from conformance.core.model import PARTS
 
     for part in PARTS:
         args = build_parser().parse_args(["run", "--framework", "torch", "--part", part])

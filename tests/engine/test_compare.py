@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from conformance.compare import classify
-from conformance.model import Expected, Observation, Verdict
+from conformance.core.model import Expected, Observation, Verdict
+from conformance.judge.compare import classify
 
 nan, inf = np.nan, np.inf
 

@@ -14,9 +14,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from conformance.compare import classify, passes
-from conformance.errors import HarnessBug
-from conformance.model import FLOAT_DTYPES, Expected, Observation, Verdict
+from conformance.core.errors import HarnessBug
+from conformance.core.model import FLOAT_DTYPES, Expected, Observation, Verdict
+from conformance.judge.compare import classify, passes
 
 SPECIAL = st.sampled_from([np.nan, np.inf, -np.inf])
 FINITE = st.floats(-1e300, 1e300, allow_nan=False, allow_infinity=False)
@@ -132,14 +132,14 @@ CALL_VALUES = st.one_of(st.floats(-1e4, 1e4), st.sampled_from([0.0, -0.0, np.inf
 @settings(max_examples=300, deadline=None)
 @given(x=arrays(np.float64, st.integers(1, 6), elements=CALL_VALUES), data=st.data())
 def test_the_reference_gives_finite_bounds_wherever_it_predicts_finite_values(spec, x, data):
-    from conformance.runner import expected_for
+    from conformance.judge.casejudge import expected_for
     from tests.helpers import make_case
 
     t = data.draw(arrays(np.float64, x.shape, elements=CALL_VALUES))
     dtype = data.draw(st.sampled_from(FLOAT_DTYPES))
     case = make_case(x, t, reduction=data.draw(st.sampled_from(["none", "sum", "mean", "batchmean"])),
                      log_target=data.draw(st.booleans()), dtype=dtype)
-    from conformance.reference.rounding import round_to_dtype
+    from conformance.core.rounding import round_to_dtype
     case = type(case)(**{**case.__dict__, "input": round_to_dtype(x, dtype), "target": round_to_dtype(t, dtype)})
     for part in ("forward", "grad_input", "grad_target", "grad2_input"):
         expected = expected_for(case, spec, part)
@@ -150,7 +150,7 @@ def test_the_reference_gives_finite_bounds_wherever_it_predicts_finite_values(sp
 @settings(max_examples=200, deadline=None)
 @given(st.floats(0, 1e300), st.floats(0, 1e300), st.sampled_from(FLOAT_DTYPES), st.floats(0, 1e10))
 def test_the_pointwise_bound_is_finite_and_grows_with_the_magnitude(spec, a, b, dtype, s):
-    from conformance.tolerance import pointwise_bound
+    from conformance.core.tolerance import pointwise_bound
 
     low, high = sorted((a, b))
     bounds = pointwise_bound(np.array([low, high]), np.array([s, s]), dtype, spec)
@@ -165,7 +165,7 @@ ANY_FLOAT = st.one_of(FINITE, SPECIAL, st.just(0.0), st.just(-0.0))
 def test_the_nonfinite_pattern_is_its_definition(data, shape):
     """differs_in_nonfinite_pattern, computed in fewer passes, equals its definition element by element:
     NaN against not NaN, +inf against not +inf, -inf against not -inf."""
-    from conformance.compare import differs_in_nonfinite_pattern
+    from conformance.judge.compare import differs_in_nonfinite_pattern
 
     got, want = (data.draw(arrays(np.float64, shape, elements=ANY_FLOAT)) for _ in range(2))
     definition = ((np.isnan(got) != np.isnan(want)) | (np.isposinf(got) != np.isposinf(want))

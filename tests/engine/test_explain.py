@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
-from conformance.explain import alternatives, explain, touched_paths, with_alternatives
-from conformance.model import Observation
+from conformance.core.choices import alternatives, touched_paths, with_alternatives
+from conformance.core.model import Observation
+from conformance.judge.explain import explain
 from conformance.reference.forward import expected_forward, takes_input_space
 from conformance.reference.grad import expected_grad
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.errors import KnownFileError
-from conformance.known import load_known
+from conformance.core.errors import KnownFileError
+from conformance.judge.known import load_known
 from tests.helpers import make_result
 
 

@@ -1,67 +1,143 @@
-"""Imports follow the data flow: model <- reference/cases <- adapters/compare <- runner <- cli.
+"""Imports follow the data flow, wing by wing: core <- reference, cases, adapters <- judge <- run <- commands,
+and reports read the core alone.
 
-A short AST check (instead of import-linter) that each layer imports only what it may,
-and that no module imports a framework at module level.
+An AST check (instead of import-linter) over every module of the package, by exact module name: each
+module belongs to one wing, and each wing imports only the wings below it. No module imports a framework
+at module level; the frameworks are what the registry's adapters import when they load.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-FRAMEWORKS = {"torch", "oneflow", "mindspore"}
+from conformance.adapters.registry import BUILTIN
 
-# directory -> project modules it may import (prefixes of conformance.*)
-ALLOWED = {
-    "conformance/model.py": set(),
-    "conformance/errors.py": set(),
-    "conformance/specload.py": {"conformance.errors", "conformance.model", "conformance.formula"},
-    "conformance/formula.py": {"conformance.errors"},
-    "conformance/yamlload.py": {"conformance.errors"},
-    "conformance/tolerance.py": {"conformance.model", "conformance.formula"},
-    "reference": {"conformance.model", "conformance.specload", "conformance.tolerance", "conformance.formula",
-                  "conformance.errors", "conformance.reference"},
-    "cases": {"conformance.model", "conformance.specload", "conformance.yamlload", "conformance.errors",
-              "conformance.cases",
-              "conformance.reference.rounding"},
-    "adapters": {"conformance.model", "conformance.errors", "conformance.adapters"},
-    "conformance/compare.py": {"conformance.model", "conformance.errors"},
-    "conformance/refcache.py": {"conformance.model"},
-    "conformance/results.py": {"conformance.model", "conformance.errors"},
-    "conformance/report": {"conformance.model", "conformance.results", "conformance.errors", "conformance.report"},
+ROOT = Path(__file__).resolve().parents[2]
+# Where each folder's modules are installed (pyproject.toml's package-dir): the users asked for top-level
+# reference/, cases/ and adapters/ folders, installed inside the package as conformance.<folder>.
+FOLDERS = {"conformance": "conformance", "reference": "conformance.reference", "cases": "conformance.cases",
+           "adapters": "conformance.adapters", "spec": "conformance.spec"}
+COMMANDS = {"conformance.cli", "conformance.entry", "conformance.repro", "conformance.selftest", "conformance.__main__"}
+# wing -> the wings its modules may import (its own included)
+MAY_IMPORT = {
+    "core": {"core"},
+    "reference": {"core", "reference"},
+    "cases": {"core", "cases"},
+    "adapters": {"core", "adapters"},
+    "judge": {"core", "reference", "judge"},
+    "run": {"core", "reference", "cases", "adapters", "judge", "run"},
+    "report": {"core", "report"},
+    "commands": {"core", "reference", "cases", "adapters", "judge", "run", "report", "commands"},
 }
 
 
-def _imports(path: Path, top_level_only: bool = False):
-    tree = ast.parse(path.read_text())
+def _modules() -> dict[str, Path]:
+    """Every module of the installed package, by its exact dotted name, with its source file."""
+    found = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            name = ".".join((package, *parts)).removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def wing(module: str) -> str | None:
+    """The wing `module` belongs to, or None for a module no wing holds (which fails a test)."""
+    if module in COMMANDS:
+        return "commands"
+    if module in ("conformance", "conformance.spec"):  # the version; the spec's files
+        return "core"
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[0] == "conformance" and parts[1] in MAY_IMPORT and parts[1] != "commands":
+        return parts[1]
+    return None
+
+
+def _imports(source: str, top_level_only: bool = False):
+    """(imported name, line) for every absolute import; `from P import m` yields P.m where that is a module."""
+    tree = ast.parse(source)
     nodes = tree.body if top_level_only else ast.walk(tree)
     for node in nodes:
         if isinstance(node, ast.Import):
-            yield from (a.name for a in node.names)
+            yield from ((a.name, node.lineno) for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module
+            submodules = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES]
+            yield from ((name, node.lineno) for name in submodules or [node.module])
 
 
-def _files(rel: str):
-    path = ROOT / rel
-    return [path] if path.suffix == ".py" else sorted(path.rglob("*.py"))
+def violations(module: str, source: str) -> list[str]:
+    """What `module`'s imports break: an unknown project module, or an import against the flow."""
+    own = wing(module)
+    found = []
+    for name, line in _imports(source):
+        if name != "conformance" and not name.startswith("conformance."):
+            continue
+        if name not in MODULES:
+            found.append(f"{module}:{line} imports {name}, which is no module of the package")
+        elif wing(name) not in MAY_IMPORT[own]:
+            found.append(f"{module}:{line} ({own}) imports {name} ({wing(name)}); {own} may import "
+                         f"{sorted(MAY_IMPORT[own])}")
+    return found
 
 
-@pytest.mark.parametrize("rel", sorted(ALLOWED))
-def test_layer_imports_only_what_it_may(rel):
-    for path in _files(rel):
-        for name in _imports(path):
-            if name == "conformance" or name.startswith("conformance."):
-                assert any(name == a or name.startswith(a + ".") or name.startswith(a) for a in ALLOWED[rel]) \
-                    or (name == "conformance" and rel == "conformance/report"), \
-                    f"{path.relative_to(ROOT)} imports {name}; allowed: {sorted(ALLOWED[rel])}"
+def test_every_module_belongs_to_a_wing():
+    assert len(MODULES) > 60  # the walk found the package
+    unplaced = sorted(m for m in MODULES if wing(m) is None)
+    assert not unplaced, f"modules in no wing: {unplaced}; put each in core/, judge/, run/ or report/, " \
+                         f"or name it in COMMANDS"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_imports_only_the_wings_below(module):
+    __tracebackhide__ = True
+    found = violations(module, MODULES[module].read_text(encoding="utf-8"))
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("module, planted", [
+    ("conformance.core.model", "from conformance.judge.compare import classify"),
+    ("conformance.reference.forward", "from conformance.judge import compare"),
+    ("conformance.cases.generate", "import conformance.reference.forward"),
+    ("conformance.adapters.torch", "from conformance.run.worker import Task"),
+    ("conformance.judge.explain", "from conformance.run.runner import RunOptions"),
+    ("conformance.run.runner", "from conformance.report.writer import write_report"),
+    ("conformance.report.html", "from conformance.judge.casejudge import CaseJudge"),
+    ("conformance.report.gate", "from conformance.cases.ids import parse_id"),
+    ("conformance.core.model", "import conformance.referencefoo"),  # a name that only shares a prefix
+])
+def test_a_planted_back_edge_is_found(module, planted):
+    source = MODULES[module].read_text(encoding="utf-8")
+    assert not violations(module, source)
+    assert violations(module, source + "\n\ndef _planted():\n    " + planted + "\n")
+
+
+def frameworks() -> set[str]:
+    """The top-level packages the registry's adapters import inside their functions, that is when they
+    load: the frameworks and their backends (keras' tensorflow and jax, say)."""
+    found = set()
+    for name in {path.split(":")[0] for path in BUILTIN.values()}:
+        tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+        for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            body = ast.Module(body=function.body, type_ignores=[])
+            found |= {n.split(".")[0] for n, _ in _imports(ast.unparse(body))}
+    return found - set(sys.stdlib_module_names) - {"conformance", "numpy"}
+
+
+def test_the_frameworks_come_from_the_registry():
+    found = frameworks()
+    assert {"torch", "oneflow", "mindspore", "paddle", "mlx", "optax", "jax", "keras"} <= found
 
 
 def test_no_framework_is_imported_at_module_level():
-    for path in sorted((ROOT / "conformance").rglob("*.py")) + sorted((ROOT / "adapters").rglob("*.py")) \
-            + sorted((ROOT / "cases").rglob("*.py")) + sorted((ROOT / "reference").rglob("*.py")):
-        top = {n.split(".")[0] for n in _imports(path, top_level_only=True)}
-        assert not top & FRAMEWORKS, f"{path.relative_to(ROOT)} imports {top & FRAMEWORKS} at module level"
+    names = frameworks()
+    for module, path in MODULES.items():
+        top = {n.split(".")[0] for n, _ in _imports(path.read_text(encoding="utf-8"), top_level_only=True)}
+        assert not top & names, f"{module} imports {sorted(top & names)} at module level"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.errors import SpecError
-from conformance.profiles import apply_deviations, load_profile
+from conformance.core.errors import SpecError
+from conformance.judge.profiles import apply_deviations, load_profile
 
 
 @pytest.mark.parametrize("name", ["torch", "oneflow", "mindspore"])

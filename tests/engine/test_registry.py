@@ -6,7 +6,7 @@ import pytest
 
 from conformance.adapters.base import Adapter, Api
 from conformance.adapters.registry import get_adapter, validate_adapter
-from conformance.errors import UsageError
+from conformance.core.errors import UsageError
 
 
 def test_builtin_adapter_loads_without_importing_its_framework():

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from conformance.results import write_atomic, write_lines_atomic
+from conformance.core.results import write_atomic, write_lines_atomic
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
@@ -27,7 +27,7 @@ def test_atomic_files_honour_the_umask(tmp_path, umask, mode):
 def test_a_file_cut_short_by_an_error_is_never_seen(tmp_path):
     """An error while the rows are written (a merge meeting a damaged run) leaves the old file as it was,
     and no temporary file beside it."""
-    from conformance.results import AtomicLines
+    from conformance.core.results import AtomicLines
 
     (tmp_path / "results.jsonl").write_text("old\n")
     with pytest.raises(RuntimeError):
@@ -43,8 +43,9 @@ def test_a_file_cut_short_by_an_error_is_never_seen(tmp_path):
 
 import json  # noqa: E402
 
-from conformance.errors import ResultsError  # noqa: E402
-from conformance.results import ResultsWriter, iter_details, iter_results, read_manifest, write_manifest  # noqa: E402
+from conformance.core.errors import ResultsError  # noqa: E402
+from conformance.core.results import (ResultsWriter, iter_details, iter_results, read_manifest,  # noqa: E402
+                                      write_manifest)
 from tests.helpers import make_result  # noqa: E402
 
 
@@ -102,7 +103,7 @@ def test_a_row_lists_every_field_in_the_formats_order():
     public format's); non-finite numbers are written as text, tuples as lists."""
     from dataclasses import fields
 
-    from conformance.model import RESULT_FIELDS, Result
+    from conformance.core.model import RESULT_FIELDS, Result
 
     assert tuple(f.name for f in fields(Result)) == RESULT_FIELDS
     row = make_result(max_abs_err=float("inf"), bound=float("-inf"), warnings=("w",), documented_by=("d",))
@@ -116,7 +117,7 @@ def test_a_row_lists_every_field_in_the_formats_order():
 def test_a_detail_line_is_the_json_of_its_key_and_fields(tmp_path):
     """A divergence's detail comes as groups of fields encoded once (a case's arrays, an expectation, an
     observed value); its line must be the JSON object of the row's key and those fields, in order."""
-    from conformance.results import DETAIL_KEYS, encoded_fields
+    from conformance.core.results import DETAIL_KEYS, encoded_fields
 
     row = make_result(verdict="value")
     fields = ({"params": {"reduction": "sum"}, "input": {"values": ["nan", 1.5]}},

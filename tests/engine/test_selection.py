@@ -7,33 +7,31 @@ file through the check and fail after output was written.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conformance.errors import CaseFileError, UsageError
-from conformance.selection import select_cases, select_lazily
+from conformance.core.errors import CaseFileError, UsageError
+from conformance.run.selection import CaseSelection, select_cases, select_lazily
 
 EXAMPLES = str(Path(__file__).resolve().parents[2] / "cases" / "examples" / "regressions.yaml")
 
 
-def _args(**given) -> argparse.Namespace:
-    options = dict(seed=0, suite="default", samples=1, cases=[], only=[], shard=None, memory_budget_mb=8192.0)
-    return argparse.Namespace(**{**options, **given})
+def _selection(**given) -> CaseSelection:
+    return CaseSelection(**{"seed": 0, **given})
 
 
 SELECTIONS = {
-    "default": _args(),
-    "two samples": _args(samples=2),
-    "pattern": _args(only=["fwd/none/*"]),
-    "shard": _args(shard="2/5"),
-    "user file alone": _args(suite="none", cases=[EXAMPLES]),
-    "user file and suite": _args(cases=[EXAMPLES]),
-    "exact id and pattern": _args(only=["fwd/none/log_target=0/scalar/float16/softmax/s0", "fwd/sum/*"]),
-    "exact id": _args(only=["fwd/none/log_target=0/scalar/float16/softmax/s0"]),
-    "exhaustive shard": _args(suite="exhaustive", shard="3/40"),
+    "default": _selection(),
+    "two samples": _selection(samples=2),
+    "pattern": _selection(only=("fwd/none/*",)),
+    "shard": _selection(shard="2/5"),
+    "user file alone": _selection(suite="none", case_files=(EXAMPLES,)),
+    "user file and suite": _selection(case_files=(EXAMPLES,)),
+    "exact id and pattern": _selection(only=("fwd/none/log_target=0/scalar/float16/softmax/s0", "fwd/sum/*")),
+    "exact id": _selection(only=("fwd/none/log_target=0/scalar/float16/softmax/s0",)),
+    "exhaustive shard": _selection(suite="exhaustive", shard="3/40"),
 }
 
 
@@ -55,6 +53,6 @@ def test_ids_alone_make_the_same_checks(spec, tmp_path):
     clash = tmp_path / "clash.yaml"
     clash.write_text("- id: fwd/none/log_target=0/scalar/float16/softmax/s0\n  input: [0.5]\n  target: [0.5]\n")
     with pytest.raises(CaseFileError, match="also a generated case's id"):
-        list(select_lazily(spec, _args(cases=[str(clash)])))
+        list(select_lazily(spec, _selection(case_files=(str(clash),))))
     with pytest.raises(UsageError):
-        list(select_lazily(spec, _args(only=["fwd/none/log_target=0/scalar/float17/softmax/s0"])))
+        list(select_lazily(spec, _selection(only=("fwd/none/log_target=0/scalar/float17/softmax/s0",))))

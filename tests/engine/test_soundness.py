@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.compare import classify
-from conformance.model import Observation, Verdict
-from conformance.profiles import DeviationLedger
+from conformance.core.model import Observation, Verdict
+from conformance.judge.compare import classify
+from conformance.judge.profiles import DeviationLedger
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 from tests.helpers import make_case
@@ -47,7 +47,7 @@ def test_the_right_infinity_passes(spec):
 
 @pytest.fixture
 def masked_spec(spec):
-    from conformance.explain import Alternative, with_alternatives
+    from conformance.core.choices import Alternative, with_alternatives
 
     return with_alternatives(spec, (Alternative("pointwise.conventions.nan_propagation.choice",
                                                 "masked_by_zero_target"),))
@@ -66,7 +66,7 @@ def test_a_masked_nan_gives_a_finite_bound(masked_spec, reduction):
 def test_garbage_at_a_masked_nan_is_not_documented(spec):
     """OneFlow's profile does not document masking, but MindSpore's and OneFlow's behaviour is: whatever a
     profile documents, 123 where the deviated reference predicts 0 must stay undocumented."""
-    from conformance.profiles import Deviation
+    from conformance.judge.profiles import Deviation
 
     ledger = DeviationLedger(spec, "oneflow", ["oneflow.nn.functional.kl_div", "oneflow.nn.KLDivLoss"])
     ledger.by_api["oneflow.nn.functional.kl_div"] = (Deviation(
@@ -96,8 +96,8 @@ def test_a_documented_exception_must_match_its_message_too(spec, message, docume
 
 
 def test_a_bad_message_pattern_in_a_profile_is_refused(tmp_path, spec):
-    from conformance.errors import SpecError
-    from conformance.profiles import load_profile
+    from conformance.core.errors import SpecError
+    from conformance.judge.profiles import load_profile
 
     (tmp_path / "torch.yaml").write_text(
         "framework: torch\ndeviations:\n- {id: x, apis: [a], exceptions: {integral_dtype: {type: RuntimeError, "

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from conformance.cli import main
-from conformance.errors import SpecError
-from conformance.specload import default_spec_path, load_spec
+from conformance.core.errors import SpecError
+from conformance.core.specload import default_spec_path, load_spec
 
 
 def _mutated(tmp_path, mutate):
@@ -26,7 +26,7 @@ def test_shipped_spec_is_valid_and_hashed():
 def test_spec_and_profiles_load_as_pure_python_pyyaml_loads_them():
     """The fast loader (libyaml's parser, where PyYAML has it) reads the shipped spec and every profile
     exactly as PyYAML's own SafeLoader does: the same data, so the same spec hash."""
-    from conformance.specload import SAFE_LOADER, parse_yaml
+    from conformance.core.specload import SAFE_LOADER, parse_yaml
 
     paths = [default_spec_path(), *sorted((default_spec_path().parent / "profiles").glob("*.yaml"))]
     assert len(paths) > 1

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 
-from conformance.model import Spec
-from conformance.specload import load_spec
+from conformance.core.model import Spec
+from conformance.core.specload import load_spec
 
 # Keys whose values are prose for people (rationale, links, descriptions): never read by code.
 PROSE = {"rationale", "reference", "references", "meaning", "title", "summary", "applies", "definition", "text",
@@ -92,14 +92,15 @@ def _leaves(data, path=""):
 
 def test_every_field_that_is_not_prose_is_read():
     from conformance.cases.generate import DEFAULT_SEED, generate_cases
-    from conformance.compare import missing_warnings
-    from conformance.explain import _candidate_sets, with_alternatives
-    from conformance.model import Expected, Observation
-    from conformance.profiles import apply_deviations, load_profile
-    from conformance.reference.statements import _VERIFIED, verify_formulas
+    from conformance.core.choices import with_alternatives
+    from conformance.core.model import Expected, Observation
+    from conformance.core.specload import _check_consistency
+    from conformance.judge.casejudge import expected_for
+    from conformance.judge.compare import missing_warnings
+    from conformance.judge.explain import _candidate_sets
+    from conformance.judge.profiles import apply_deviations, load_profile
     from conformance.reference.forward import takes_input_space
-    from conformance.runner import expected_for
-    from conformance.specload import _check_consistency
+    from conformance.reference.statements import _VERIFIED, verify_formulas
 
     plain = load_spec()
     recorded = Recording(copy.deepcopy(dict(plain.data)))

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from conformance.core.tolerance import summation_gamma
 from conformance.reference.forward import expected_forward
-from conformance.tolerance import summation_gamma
 from tests.helpers import make_case
 
 
@@ -49,7 +49,7 @@ def test_a_bound_written_over_its_magnitude_equals_the_one_pass_bound(spec, dtyp
     """pointwise_bound(overwrite=True) computes a large bound a piece at a time in magnitude's own buffer: every
     element equals the one-pass formula bit for bit (scalar and per-element s, a size that is not a whole
     number of pieces, huge, tiny and zero magnitudes), and whatever it cannot overwrite is computed as before."""
-    from conformance.tolerance import PIECE, pointwise_bound
+    from conformance.core.tolerance import PIECE, pointwise_bound
 
     rng = np.random.default_rng(5)
     n = 2 * PIECE + 123

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, call_observed
-from conformance.model import Case, Observation
+from conformance.core.model import Case, Observation
 
 
 class NumpyAdapter(Adapter):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
+from conformance.core.results import iter_results
 from conformance.entry import early_worker
-from conformance.results import iter_results
 
 ADAPTER = "tests.faults.adapters:NumpyAdapter"
 CASES = "- {id: one, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}\n"

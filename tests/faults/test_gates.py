@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conformance.cli import main
-from conformance.results import iter_results
+from conformance.core.results import iter_results
 
 CASES = """
 - {id: ok-before, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}

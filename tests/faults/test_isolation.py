@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.results import iter_results
+from conformance.core.results import iter_results
 
 CASES = """
 - {id: ok-before, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
@@ -211,7 +211,8 @@ def test_sigkill_halfway_then_resume_gives_the_uninterrupted_report(tmp_path):
 
 def test_resume_refuses_results_of_another_spec(tmp_path, capsys):
     import yaml
-    from conformance.specload import default_spec_path
+
+    from conformance.core.specload import default_spec_path
 
     out = tmp_path / "out"
     cases = _cases(tmp_path)
@@ -254,8 +255,8 @@ def test_sending_to_a_worker_that_just_died_is_a_crash_not_a_broken_pipe():
     """The worker can die while the parent sends it the next batch (the planted `crash` variant did):
     the send must not end the run; the case in flight is a crash, and every other case still runs."""
     from conformance.cases.userfile import load_case_file
-    from conformance.model import Verdict
-    from conformance.worker import Task, WorkerPool
+    from conformance.core.model import Verdict
+    from conformance.run.worker import Task, WorkerPool
 
     cases = load_case_file(_case_file())
     with WorkerPool(ADAPTERS + "NumpyAdapter", timeout_s=30) as pool:
@@ -282,8 +283,8 @@ def test_a_worker_that_dies_while_the_next_cases_are_sent_costs_one_case(tmp_pat
     finds a closed pipe, and that is a crash of the case that killed it, not of the run."""
     import numpy as np
 
-    from conformance.model import Case, DtypePair, Params
-    from conformance.worker import Task, WorkerPool
+    from conformance.core.model import Case, DtypePair, Params
+    from conformance.run.worker import Task, WorkerPool
 
     def case(case_id):
         return Case(id=case_id, params=Params("sum", False, None, None), input=np.array([-1.0]),
@@ -314,8 +315,8 @@ def test_large_cases_past_the_window_do_not_deadlock_the_pipe():
 
     import numpy as np
 
-    from conformance.model import Case, DtypePair, Params
-    from conformance.worker import Task, WorkerPool
+    from conformance.core.model import Case, DtypePair, Params
+    from conformance.run.worker import Task, WorkerPool
 
     n, cases = 300_000, 24
     x, t = np.full(n, -1.0), np.full(n, 0.5)
@@ -347,7 +348,7 @@ from pathlib import Path
 with open(sys.argv[1], "a") as marker:  # every run of this file as a script leaves one line
     marker.write(__name__ + "\\n")
 
-from conformance.worker import WorkerPool
+from conformance.run.worker import WorkerPool
 
 if __name__ == "__main__":
     main = sys.modules["__main__"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.cases.userfile import load_case_file
-from conformance.model import Verdict
+from conformance.core.model import Verdict
+from conformance.core.specload import load_spec
 from conformance.repro import _Job, _minimise_all, expectations, in_process
-from conformance.specload import load_spec
 from tests.faults.adapters import OffOnLateSinglesAdapter
 
 

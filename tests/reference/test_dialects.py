@@ -10,10 +10,10 @@ import mpmath
 import numpy as np
 import pytest
 
-from conformance.model import Case, DtypePair, Params
+from conformance.core.model import Case, DtypePair, Params
+from conformance.core.rounding import round_to_dtype
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
-from conformance.reference.rounding import round_to_dtype
 from tests.helpers import make_case
 
 mpmath.mp.dps = 50
@@ -147,7 +147,7 @@ def test_keras_documentation_example(spec):
 
 def test_keras_ratio_ieee_overflows_in_float16(spec):
     """float16: t / q = 0.5 / 1.19e-7 passes 65504; under the `ieee` ratio choice the term is +inf."""
-    from conformance.explain import Alternative, with_alternatives
+    from conformance.core.choices import Alternative, with_alternatives
 
     ieee = with_alternatives(spec, (Alternative("dialects.keras.ratio", "ieee"),))
     case = _prob_case([[0.0], [0.5]], [[0.5], [0.5]], dtype="float16")
@@ -173,7 +173,7 @@ def test_keras_gradients(spec, which, q, t, want):
 
 def test_keras_boundary_half_alternative(spec):
     """JAX's clip splits the tie at the interval's ends: the `half` choice gives half the derivative."""
-    from conformance.explain import Alternative, with_alternatives
+    from conformance.core.choices import Alternative, with_alternatives
 
     half = with_alternatives(spec, (Alternative("dialects.keras.clip.boundary", "half"),))
     case = _prob_case([[0.5]], [[1.0]], reduction="sum", dtype="float64")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.explain import Alternative, with_alternatives
+from conformance.core.choices import Alternative, with_alternatives
 from conformance.reference.forward import expected_forward
 from tests.helpers import make_case
 

@@ -6,7 +6,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from conformance.model import upstream_gradient
+from conformance.core.model import upstream_gradient
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 from tests.helpers import make_case
@@ -140,7 +140,7 @@ def test_second_order_is_the_derivative_of_grad_input_by_target(spec, reduction,
 @pytest.mark.parametrize("part, want", [("grad_input", 0.0), ("grad_target", 0.0), ("grad2_input", 0.0)])
 def test_target_negative_zero_choice_gives_zero_gradients(spec, part, want):
     """spec: gradients.conventions.target_negative.choices.zero -- Paddle's clamped loss has no slope there."""
-    from conformance.explain import Alternative, with_alternatives
+    from conformance.core.choices import Alternative, with_alternatives
 
     zero = with_alternatives(spec, (Alternative("gradients.conventions.target_negative.choice", "zero"),))
     got = expected_grad(make_case([-1.0], [-0.5], reduction="sum"), zero, part).value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.reference.rounding import is_representable, round_to_dtype
+from conformance.core.rounding import is_representable, round_to_dtype
 
 
 def _values(rng):

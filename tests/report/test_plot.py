@@ -11,11 +11,11 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
+from conformance.core.results import ResultsWriter, write_manifest
 from conformance.report.html import render_html
-from conformance.report.merge import write_report
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.tally import Tally
-from conformance.results import ResultsWriter, write_manifest
+from conformance.report.writer import write_report
 from tests.helpers import make_result
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conformance.cli import main
-from conformance.results import ResultsWriter, write_manifest
+from conformance.core.results import ResultsWriter, write_manifest
 from tests.helpers import make_result
 
 API = "torch.nn.functional.kl_div"

@@ -29,7 +29,7 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Deque, Iterator
 
-from conformance.model import Case, Observation, Verdict
+from conformance.core.model import Case, Observation, Verdict
 
 READY, UNAVAILABLE, CASE, CLOSED = "ready", "unavailable", "case", "closed"
 # How long closing waits for the worker to close its adapter (R torch ends its R in about 0.1 s).

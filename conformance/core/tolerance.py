@@ -1,7 +1,7 @@
 """The spec's error bounds (spec: tolerance): pointwise, summation, reduction and gradient.
 
 Owns the arithmetic of the tolerance policy and nothing else: every bound is the spec's own
-formula (conformance/formula.py), evaluated with the names the spec's `names` text describes.
+formula (conformance/core/formula.py), evaluated with the names the spec's `names` text describes.
 It never widens a bound for a case. Inputs are NumPy arrays or scalars, float64 or extended.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.formula import VARIABLES, evaluate
-from conformance.model import Spec
+from conformance.core.formula import VARIABLES, evaluate
+from conformance.core.model import Spec
 
 
 def _rule(spec: Spec, name: str) -> dict:

@@ -13,9 +13,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from conformance.errors import UsageError
-from conformance.report.merge import REPORT_FILE, RUNS_FILE
-from conformance.results import DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE
+from conformance.core.errors import UsageError
+from conformance.core.results import DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE
+from conformance.core.rundirs import REPORT_FILE, RUNS_FILE
 
 HARNESS_FILES = (RESULTS_FILE, DETAILS_FILE, MANIFEST_FILE, RUNS_FILE, REPORT_FILE, "report.html", "junit.xml",
                  "summary.json", "baseline.json")

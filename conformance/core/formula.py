@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from conformance.errors import SpecError
+from conformance.core.errors import SpecError
 
 FUNCTIONS = {
     "log": np.log, "exp": np.exp, "abs": np.abs, "log2": np.log2, "ceil": np.ceil,

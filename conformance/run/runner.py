@@ -9,9 +9,7 @@ calls the framework. A crash or a timeout costs one case; --resume skips every
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import platform
 import sys
 import time
@@ -22,28 +20,22 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 import conformance
+from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
-from conformance.compare import classify
-from conformance.errors import ResultsError, UsageError
-from conformance.explain import Alternative, explain, touched_paths
-from conformance.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
-from conformance.profiles import DeviationLedger
-from conformance.refcache import ReferenceCache
-from conformance.reference.forward import expected_forward, takes_input_space
-from conformance.reference.grad import expected_grad
-from conformance.outdir import check_out_dir, clear_temporary_files, prepare_out_dir
-from conformance.results import (MANIFEST_FILE, RESULTS_FILE, ResultsWriter, array_detail, drop_partial_last_line,
-                                 encoded_fields, iter_results, read_manifest, write_manifest)
-from conformance.worker import Task, WorkerLost, WorkerPool, WorkerUnavailable
+from conformance.core.errors import ResultsError, UsageError
+from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.core.results import (MANIFEST_FILE, RESULTS_FILE, ResultsWriter, drop_partial_last_line, iter_results,
+                                      read_manifest, write_manifest)
+from conformance.judge.casejudge import CaseJudge
+from conformance.judge.profiles import DeviationLedger
+from conformance.judge.refcache import ReferenceCache
+from conformance.reference.forward import takes_input_space
+from conformance.run.outdir import check_out_dir, clear_temporary_files, prepare_out_dir
+from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, element_count, needs_mb
+from conformance.run.worker import Task, WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
 
 DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_MEMORY_BUDGET_MB = 8192.0
-# Peak bytes per element of a case: the float64 arrays, the framework's tensors, and the
-# reference's extended-precision temporaries (about six 16-byte arrays).
-BYTES_PER_ELEMENT = 128
-
-
 @dataclass
 class RunSummary:
     """What a run did, for the CLI's exit code and last line."""
@@ -94,17 +86,47 @@ def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str
     return [Target(framework, api, device) for api in unique(apis or api_names) for device in unique(devices or present)]
 
 
-def run_conformance(
-    spec: Spec,
-    framework: str,
-    cases: Iterable[Case],
-    out_dir: str | Path,
-    options: RunOptions = RunOptions(),
-    run_info: dict | None = None,
-    progress: Callable[[int], None] | None = None,
-    on_result: Callable[[Case, Result], None] | None = None,
-    pool: WorkerPool | None = None,
-) -> RunSummary:
+@dataclass
+class RunContext:
+    """What every step of one run reads: the spec, the adapter and its profile's ledger, the worker, the
+    options, the reference cache, and what each row carries (the manifest; the worker's versions and the
+    targets, known once the framework is loaded)."""
+
+    spec: Spec
+    adapter: Adapter
+    ledger: DeviationLedger
+    pool: WorkerPool
+    options: RunOptions
+    manifest: dict
+    cache: ReferenceCache | None
+    summary: RunSummary
+    targets: list[Target] = field(default_factory=list)
+    info: WorkerInfo | None = None
+
+    def row(self, case: Case, digest: str, call: tuple[str, str, str], expected: Expected | None,
+            judgement: Judgement, observed: Observation, documented_by: tuple[str, ...] = ()) -> Result:
+        """The result row of one call (api, device, part) of `case`."""
+        api, device, part = call
+        info, manifest = self.info, self.manifest
+        return Result(
+            case_id=case.id, case_digest=digest, seed=manifest.get("seed"), family=case.family,
+            reduction=case.params.reduction, log_target=case.params.log_target, framework=self.adapter.name,
+            framework_version=info.version, api=api, device=device,
+            dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
+            part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by,
+            known_by=(), max_abs_err=judgement.max_abs_err, bound=judgement.bound, cause=judgement.cause,
+            message=judgement.message, warnings=observed.warnings, missing_warnings=judgement.missing_warnings,
+            elapsed_s=round(observed.elapsed_s, 9), source=case.source, spec_hash=self.spec.hash,
+            harness_version=conformance.__version__, python_version=manifest["python_version"],
+            numpy_version=manifest["numpy_version"], device_name=info.device_names.get(device, device),
+        )
+
+
+def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: str | Path,
+                    options: RunOptions = RunOptions(), *, run_info: dict | None = None,
+                    progress: Callable[[int], None] | None = None,
+                    on_result: Callable[[Case, Result], None] | None = None,
+                    pool: WorkerPool | None = None) -> RunSummary:
     """Run every case on every selected target, appending each judged row to results.jsonl.
 
     Nothing is written, and the output directory is not created, until every input is
@@ -134,14 +156,15 @@ def run_conformance(
     own_pool = pool is None
     pool = WorkerPool(framework, timeout_s=options.timeout_s, compile_cache_dir=options.cache_dir) if own_pool else pool
     cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
+    ctx = RunContext(spec, adapter, ledger, pool, options, manifest, cache, summary)
     cases = iter(cases)
     try:
         try:
             if not pool.launched:
                 pool.launch()
-            # while the worker imports the framework (seconds), the first cases' expectations are made
-            prefetched = _prefetch(spec, adapter, cases, pool, options, cache)
-            info = pool.wait_ready()
+            # while the worker imports the framework, the first cases' expectations are made
+            prefetched = _prefetch(ctx, cases)
+            ctx.info = pool.wait_ready()
         except WorkerUnavailable as exc:
             summary.not_run = str(exc)
             _prepare(out, options, manifest)
@@ -150,15 +173,15 @@ def run_conformance(
             write_manifest(out, {**manifest, "status": "not_run", "reason": str(exc)})
             return summary
         # the devices present are known only now; an absent one is refused before anything is written
-        targets = select(framework, api_names, adapter.known_devices, info.devices, options.apis, options.devices)
+        ctx.targets = select(framework, api_names, adapter.known_devices, ctx.info.devices, options.apis,
+                             options.devices)
         _prepare(out, options, manifest)
-        manifest.update(framework_version=info.version, targets=[str(t) for t in targets], status="running",
+        manifest.update(framework_version=ctx.info.version, targets=[str(t) for t in ctx.targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         write_manifest(out, manifest)
         with ResultsWriter(out, append=options.resume) as writer:
             rest = ((case, None) for case in cases)
-            judged = _judged_cases(spec, adapter, ledger, pool, targets, itertools.chain(prefetched, rest), done,
-                                   options, manifest, info, summary, cache)
+            judged = _judged_cases(ctx, itertools.chain(prefetched, rest), done)
             try:
                 for case, rows in judged:
                     for result, detail in rows:
@@ -204,37 +227,39 @@ PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched
 PREFETCH_CASES = 50_000
 
 
-def _prefetch(spec: Spec, adapter, cases: Iterator[Case], pool: WorkerPool, options: RunOptions,
-              cache: ReferenceCache | None) -> list[tuple[Case, "CaseJudge | None"]]:
+def _prefetch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudge | None]]:
     """The first cases, each with a judge holding its expectations, made while the worker is still loading
     the framework: the parent would otherwise wait idle. Stops when the worker is ready, or at the bound.
     Only what the run would compute anyway is computed (selected parts, the selected APIs' dialects)."""
+    spec, options = ctx.spec, ctx.options
     prefetched: list[tuple[Case, CaseJudge | None]] = []
     if options.resume:  # which calls remain is known only from the devices the worker finds
         return prefetched
-    dialects = list(dict.fromkeys(a.dialect for a in adapter.apis if not options.apis or a.name in options.apis))
+    dialects = list(dict.fromkeys(a.dialect for a in ctx.adapter.apis if not options.apis or a.name in options.apis))
     elements = 0
-    while not pool.ready() and elements < PREFETCH_ELEMENTS and len(prefetched) < PREFETCH_CASES:
+    while not ctx.pool.ready() and elements < PREFETCH_ELEMENTS and len(prefetched) < PREFETCH_CASES:
         case = next(cases, None)
         if case is None:
             break
-        if _needs_mb(case) > options.memory_budget_mb:
+        if needs_mb(case) > options.memory_budget_mb:
             prefetched.append((case, None))  # refused when its turn comes; nothing to compute
             continue
-        judge = CaseJudge(case, spec, cache)
+        judge = CaseJudge(case, spec, ctx.cache)
         for part in _selected_parts(case, options):
             for dialect in dialects:
                 if takes_input_space(case, dialect, spec):
                     judge.expected(spec, part, dialect)
         prefetched.append((case, judge))
-        elements += _elements(case)
+        elements += element_count(case)
     return prefetched
 
 
-def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, manifest, info, summary, cache
-                  ) -> Iterator[tuple[Case, list[tuple[Result, dict | None]]]]:
+def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]], done: set[tuple[str, str, str, str]]
+                  ) -> Iterator[tuple[Case, list[tuple[Result, tuple[str, ...] | None]]]]:
     """Send runnable cases to the worker, and judge each answer against the reference: each case with its
-    rows. `cases` pairs each case with a judge already holding its expectations (_prefetch), or None."""
+    rows. `cases` pairs each case with a judge already holding its expectations (_prefetch), or None;
+    `done` holds the (case id, api, device, part) of the rows a resumed run has already."""
+    spec, adapter, options, summary = ctx.spec, ctx.adapter, ctx.options, ctx.summary
     refused: dict[int, str] = {}
     judges: dict[int, CaseJudge] = {}
     plans: dict[int, list[tuple[tuple[str, str, str], str | None]]] = {}  # each call of a task, and why not sent
@@ -245,7 +270,7 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
         never sent to the framework), or None."""
         parts = _selected_parts(case, options)
         out = []
-        for t in targets:
+        for t in ctx.targets:
             api = adapter.api(t.api)
             why_not = adapter.unsupported_reason(case, api)
             for part in parts:
@@ -262,7 +287,7 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
             plans[index] = todo
             if judge is not None:
                 judges[index] = judge
-            need_mb = _needs_mb(case)
+            need_mb = needs_mb(case)
             if need_mb > options.memory_budget_mb:
                 refused[index] = (f"refused: needs about {need_mb:,.0f} MB, over the memory budget of "
                                   f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
@@ -271,7 +296,7 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
             # its reference is computed when the answer is judged
             yield Task(index, case, tuple(call for call, reason in todo if reason is None))
 
-    for outcome in pool.run(tasks()):
+    for outcome in ctx.pool.run(tasks()):
         task = outcome.task
         case = task.case
         digest = case_digest(case)
@@ -279,14 +304,13 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
         rows = []
         if task.index in refused:
             judgement = Judgement(Verdict.UNSUPPORTED, refused.pop(task.index))
-            for (api_name, device, part), _ in todo:
-                rows.append((_result(case, digest, Target(adapter.name, api_name, device), part, None, judgement,
-                                     Observation(), (), spec, manifest, info), None))
+            for call, _ in todo:
+                rows.append((ctx.row(case, digest, call, None, judgement, Observation()), None))
             summary.cases += 1
             yield case, rows
             continue
         # works while the worker is already on the next cases
-        judge = judges.pop(task.index, None) or CaseJudge(case, spec, cache)
+        judge = judges.pop(task.index, None) or CaseJudge(case, spec, ctx.cache)
         for call, reason in todo:
             api_name, device, part = call
             dialect = dialects[api_name]
@@ -301,10 +325,9 @@ def _judged_cases(spec, adapter, ledger, pool, targets, cases, done, options, ma
             else:
                 observed = outcome.observations[call]
                 judgement = judge.judgement(part, dialect, observed)
-            documented_by = (judge.documented(ledger, api_name, part, dialect, observed)
+            documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed)
                              if judgement.verdict.is_divergence and outcome.failure is None else ())
-            result = _result(case, digest, Target(adapter.name, api_name, device), part, expected, judgement, observed,
-                             documented_by, spec, manifest, info)
+            result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
             rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1
         yield case, rows
@@ -324,164 +347,6 @@ def check_dialects(adapter, spec: Spec) -> None:
                              where=type(adapter).__name__, fix="make the Api agree with spec: dialects")
 
 
-def expected_for(case: Case, spec: Spec, part: str, dialect: str = "canonical"):
-    """The spec's expectation for one part of a case, called through an API of `dialect`."""
-    return expected_forward(case, spec, dialect) if part == "forward" else expected_grad(case, spec, part, dialect)
-
-
-class CaseJudge:
-    """Judges one case's observations. Each expectation is computed once per (spec, part, dialect): every
-    API and device of the case shares it, and so do the explanations and profiles that ask for
-    alternative specs. Identical observations of one part (often every API of a framework) are
-    judged once."""
-
-    def __init__(self, case: Case, spec: Spec, cache: ReferenceCache | None = None) -> None:
-        self.case, self.spec, self.cache = case, spec, cache
-        self._expected: dict[tuple[str, str], object] = {}
-        self._judged: dict[tuple, Judgement] = {}
-        self._explained: dict[tuple, tuple | None] = {}
-        self._documented: dict[tuple, tuple[str, ...]] = {}
-        self._case_detail: str | None = None
-        self._touched: frozenset[str] | None = None  # explain's touched_paths, once per case
-        self._expected_detail: dict[int, str] = {}
-        self._got_detail: dict[tuple, str] = {}
-        self._last_key: tuple[Observation | None, tuple] = (None, ())
-
-    def expected(self, spec: Spec, part: str, dialect: str = "canonical"):
-        key = (spec.hash, part, dialect)
-        if key not in self._expected:
-            found = self.cache.get(self.case, spec, part, dialect) if self.cache is not None else None
-            if found is None:
-                found = expected_for(self.case, spec, part, dialect)
-                if self.cache is not None:
-                    self.cache.put(self.case, spec, part, found, dialect)
-            self._expected[key] = found
-        return self._expected[key]
-
-    def detail(self, expected: Expected | None, observed: Observation) -> tuple[str, ...]:
-        """What the HTML report shows when a divergence is expanded, as details.jsonl's fields encoded
-        (results.encoded_fields). The case's arrays, each expectation and each distinct observed value are
-        previewed and encoded once, however many APIs of the case diverge."""
-        if self._case_detail is None:
-            case = self.case
-            self._case_detail = encoded_fields(params=vars(case.params), dtype=str(case.dtype), layout=case.layout,
-                                               input=array_detail(case.input), target=array_detail(case.target))
-        if id(expected) not in self._expected_detail:  # the expectations are held in self._expected: ids stay theirs
-            self._expected_detail[id(expected)] = encoded_fields(
-                expected=array_detail(expected.value) if expected is not None else None,
-                expected_error=expected.error_type if expected is not None else None)
-        key = self._key(observed)
-        got = (key[0], observed.exception_type, observed.exception_message)
-        if got not in self._got_detail:
-            self._got_detail[got] = encoded_fields(
-                got=array_detail(observed.value),
-                raised=f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None)
-        return self._case_detail, self._expected_detail[id(expected)], self._got_detail[got]
-
-    def judgement(self, part: str, dialect: str, observed: Observation) -> Judgement:
-        key = (part, dialect, *self._key(observed))
-        if key not in self._judged:
-            self._judged[key] = self._judge(part, dialect, observed)
-        return self._judged[key]
-
-    def documented(self, ledger: DeviationLedger, api: str, part: str, dialect: str,
-                   observed: Observation) -> tuple[str, ...]:
-        """The profile deviations that document this divergence (DeviationLedger.documented), decided once
-        for the APIs of the case that declare the same deviations and observed the same (warnings aside:
-        passing reads none)."""
-        declared = tuple(d.id for d in ledger.by_api.get(api, ()))
-        if not declared:
-            return ()
-        key = (declared, part, dialect, *_without_warnings(self._key(observed)))
-        if key not in self._documented:
-            self._documented[key] = self._remembered(
-                part, dialect, b"documented " + repr((ledger.fingerprint(api), key[1:])).encode(),
-                lambda: ledger.documented(api, observed, lambda s: self.expected(s, part, dialect)), list, tuple)
-        return self._documented[key]
-
-    def _remembered(self, part: str, dialect: str, asked: bytes, compute: Callable[[], Any],
-                    encode: Callable[[Any], list], decode: Callable[[list], Any]):
-        """compute(), or its answer from the reference cache. Explanations and documentation are functions of the
-        case, the spec, the part, what is `asked` (the observation, and for documentation the profile's
-        deviations) and the code that derives them, which is in the key (refcache.explanation_key): stored as
-        JSON, they spare a rerun the alternative expectations they read."""
-        key = self.cache.explanation_key(self.case, self.spec, part, dialect, asked) if self.cache is not None else None
-        found = self.cache.get_explanation(key) if key is not None else None
-        if found is not None:
-            try:
-                return decode(json.loads(found))
-            except (ValueError, TypeError):  # a damaged entry: derived again (and not stored again)
-                key = None
-        answer = compute()
-        if key is not None:
-            self.cache.put_explanation(key, json.dumps(encode(answer)).encode())
-        return answer
-
-    def _key(self, observed: Observation) -> tuple:
-        """observation_key, computed once for the row being judged (its judgement, documentation and detail)."""
-        if self._last_key[0] is not observed:
-            self._last_key = (observed, observation_key(observed))
-        return self._last_key[1]
-
-    def _judge(self, part: str, dialect: str, observed: Observation) -> Judgement:
-        if observed.unsupported is not None:  # nothing to compare (and no expectation where the API cannot take
-            return Judgement(Verdict.UNSUPPORTED, observed.unsupported)  # the case's input space)
-        judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
-        if judgement.verdict.is_divergence:
-            behaves_as = self._behaves_as(part, dialect, observed)
-            if behaves_as:
-                return Judgement(judgement.verdict,
-                                 f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
-                                 judgement.max_abs_err, judgement.bound,
-                                 " + ".join(a.path.removesuffix(".choice") for a in behaves_as),
-                                 judgement.missing_warnings)
-        return judgement
-
-    def _behaves_as(self, part: str, dialect: str, observed: Observation):
-        """explain's answer, once per distinct observation of a part: it reads no warning, so APIs that differ
-        only in their warnings (a deprecated signature's) share it."""
-        key = (part, dialect, *_without_warnings(self._key(observed)))
-        if key not in self._explained:
-            def explained():
-                if self._touched is None:
-                    self._touched = touched_paths(self.case)
-                return explain(self.case, observed, self.spec, part, expect=lambda s: self.expected(s, part, dialect),
-                               touched=self._touched)
-            self._explained[key] = self._remembered(
-                part, dialect, b"explain " + repr(key[2:]).encode(), explained,
-                lambda alts: [[a.path, a.choice] for a in alts or ()],
-                lambda pairs: tuple(Alternative(path, choice) for path, choice in pairs) or None)
-        return self._explained[key]
-
-
-def observation_key(observed: Observation) -> tuple:
-    """Everything a verdict reads from an observation, as a hashable key (the value by digest); the warnings
-    come last, where _without_warnings drops them."""
-    value = observed.value
-    digest = None if value is None else (value.shape, value.dtype.str,
-                                          hashlib.blake2b(np.ascontiguousarray(value).view(np.uint8)).digest())
-    return (digest, observed.dtype, observed.shape, observed.exception_type, observed.exception_message,
-            observed.unsupported, observed.warnings)
-
-
-def _without_warnings(key: tuple) -> tuple:
-    """An observation_key without the warnings: what `passes` reads (explanations and documentation)."""
-    return key[:-1]
-
-
-def _result(case, digest, target, part, expected, judgement, observed, documented_by, spec, manifest, info) -> Result:
-    return Result(
-        case_id=case.id, case_digest=digest, seed=manifest.get("seed"), family=case.family, reduction=case.params.reduction, log_target=case.params.log_target,
-        framework=target.framework, framework_version=info.version, api=target.api, device=target.device,
-        dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
-        part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by, known_by=(), max_abs_err=judgement.max_abs_err,
-        bound=judgement.bound, cause=judgement.cause, message=judgement.message, warnings=observed.warnings,
-        missing_warnings=judgement.missing_warnings, elapsed_s=round(observed.elapsed_s, 9), source=case.source,
-        spec_hash=spec.hash, harness_version=conformance.__version__, python_version=manifest["python_version"],
-        numpy_version=manifest["numpy_version"], device_name=info.device_names.get(target.device, target.device),
-    )
-
-
 def _keep_case_files(out: Path, case_files: Sequence[str]) -> list[str]:
     """Copy the user case files into the run directory, so `repro --from` finds the cases it ran."""
     kept = []
@@ -496,19 +361,6 @@ def _keep_case_files(out: Path, case_files: Sequence[str]) -> list[str]:
 def _selected_parts(case: Case, options: RunOptions) -> list[str]:
     """The parts of `case` the run asks for (--part narrows them)."""
     return [p for p in case.parts if not options.parts or p in options.parts]
-
-
-def _needs_mb(case: Case) -> float:
-    """The memory a case is estimated to need, in MB (BYTES_PER_ELEMENT of each element)."""
-    return _elements(case) * BYTES_PER_ELEMENT / 2**20
-
-
-def _elements(case: Case) -> int:
-    try:
-        out = int(np.prod(np.broadcast_shapes(case.input.shape, case.target.shape)))
-    except ValueError:
-        out = 0
-    return case.input.size + case.target.size + out
 
 
 SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples", "case_files": "--cases",

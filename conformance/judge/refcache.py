@@ -11,7 +11,7 @@ exactly what the reference would compute, and any change misses.
 Beside the expectations, each build keeps the explanations derived from them: the spec
 choices a diverging observation behaves as, and the profile deviations that document it.
 They are functions of the case, the spec, the observation (and the profile's deviations)
-and the code that derives them (EXPLAIN_MODULES), which their key holds; a rerun of the
+and the code that derives them (the case judge and what it imports), which their key holds; a rerun of the
 same framework reads them instead of the alternative expectations they would read.
 
 Entries are a JSON header plus raw array bytes, deflated, never pickles: a cache file is
@@ -32,6 +32,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import sqlite3
 import struct
 import time
@@ -45,7 +46,7 @@ try:
 except ImportError:  # no flock (Windows): builds of other environments are then never removed
     fcntl = None
 
-from conformance.model import Case, Expected, Spec
+from conformance.core.model import Case, Expected, Spec
 
 # Past this many elements a case's expectation is not stored: its framework calls cost
 # more than its reference, and the file would grow with the array.
@@ -59,16 +60,11 @@ MAX_IDLE_S = 30 * 86400
 MAX_TOTAL_BYTES = 2 * MAX_CACHE_BYTES
 COMMIT_EVERY = 512
 ENV_DIR = "KL_CACHE_DIR"
-# The modules whose code decides an expectation (their source is part of the cache key).
-REFERENCE_MODULES = ("conformance.model", "conformance.tolerance", "conformance.specload",
-                     "conformance.reference.forward", "conformance.reference.grad",
-                     "conformance.reference.rounding", "conformance.reference.klterm",
-                     "conformance.reference.logexp", "conformance.reference.logexp_tables",
-                     "conformance.reference.doubledouble", "conformance.reference.dialect",
-                     "conformance.reference.statements", "conformance.formula", "conformance.refcache")
-# The modules whose code decides an explanation besides the expectations it reads, the runner that asks for it
-# included (explanation keys hold their source).
-EXPLAIN_MODULES = ("conformance.compare", "conformance.explain", "conformance.profiles", "conformance.runner")
+# Where the code that decides a cached answer starts: the reference (and this module's entry format) for an
+# expectation; the case judge, which asks for explanations and documentation, for an explanation. The modules
+# whose source enters each key are these and every project module they import (code_modules).
+REFERENCE_ROOTS = ("conformance.reference.forward", "conformance.reference.grad", "conformance.judge.refcache")
+EXPLAIN_ROOTS = ("conformance.judge.casejudge",)
 
 
 def default_cache_dir() -> Path:
@@ -79,25 +75,90 @@ def default_cache_dir() -> Path:
     return Path(base) / "kl-conformance"
 
 
+_IMPORT = re.compile(rb"^[ \t]*import[ \t]+(conformance(?:\.\w+)*)", re.M)
+_FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+(conformance(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+
+
+@functools.lru_cache(maxsize=None)
+def code_modules(roots: tuple[str, ...]) -> tuple[str, ...]:
+    """`roots` and every project module they import, directly or through others, found by reading their source
+    (nothing is imported; an import in a docstring counts too, which can only add a module): the code whose
+    edits must change a cache key. Sorted by name."""
+    found: set[str] = set()
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        if module in found:
+            continue
+        found.add(module)
+        source = _source(module)
+        todo += [m.decode() for m in _IMPORT.findall(source)]
+        for package, names in _FROM_IMPORT.findall(source):
+            # `from package import module` names a module; `from module import name` names the module
+            package = package.decode()
+            named = (n.split()[0] for n in re.sub(rb"#[^\n]*", b"", names).strip(b"()").decode().split(",") if n.strip())
+            submodules = [f"{package}.{n}" for n in named if _is_module(f"{package}.{n}")]
+            todo += submodules or [package]
+    return tuple(sorted(m for m in found if m != "conformance"))
+
+
+def _source(module: str) -> bytes:
+    return _module_file(module).read_bytes()
+
+
+def _is_module(name: str) -> bool:
+    return _module_file(name) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _module_file(name: str) -> Path | None:
+    """The source file of project module `name`, or None where `name` is no module; found on disk, without
+    importing it (its package's own folder may lie elsewhere: pyproject.toml's package-dir)."""
+    parts = name.split(".")
+    for depth in range(len(parts) - 1, 0, -1):
+        folder = _package_folder(".".join(parts[:depth]))
+        if folder is not None:
+            base = folder.joinpath(*parts[depth:])
+            for path in (base.with_suffix(".py"), base / "__init__.py"):
+                if path.is_file():
+                    return path
+            return None
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _package_folder(package: str) -> Path | None:
+    """The folder of a package whose subpackages are installed from folders of their own (conformance and
+    conformance.reference, cases, adapters, spec), else None."""
+    if package != "conformance" and package.count(".") != 1:
+        return None
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    locations = spec.submodule_search_locations if spec is not None else None
+    return Path(locations[0]) if locations else None
+
+
 @functools.lru_cache(maxsize=1)
 def reference_build() -> str:
     """A digest of what the reference's results depend on besides its inputs: its code and NumPy."""
-    digest = _source_digest(REFERENCE_MODULES)
+    digest = _source_digest(code_modules(REFERENCE_ROOTS))
     digest.update(f"{np.__version__} {np.finfo(np.longdouble)!r}".encode())
     return digest.hexdigest()
 
 
 @functools.lru_cache(maxsize=1)
 def explain_build() -> bytes:
-    """A digest of the code that turns expectations into an explanation (EXPLAIN_MODULES)."""
-    return _source_digest(EXPLAIN_MODULES).digest()
+    """A digest of the code that turns expectations into an explanation (the case judge and what it imports)."""
+    return _source_digest(code_modules(EXPLAIN_ROOTS)).digest()
 
 
 def _source_digest(modules: tuple[str, ...]):
-    """A blake2b digest of the modules' source files, read without importing them."""
+    """A blake2b digest of the modules' names and source files."""
     digest = hashlib.blake2b(digest_size=8)
     for module in modules:
-        digest.update(Path(importlib.util.find_spec(module).origin).read_bytes())
+        digest.update(module.encode() + b"\0" + _source(module))
     return digest
 
 

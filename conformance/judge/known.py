@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.errors import KnownFileError
-from conformance.model import PARTS, Result, Verdict
-from conformance.yamlload import parse_yaml, read_text
+from conformance.core.errors import KnownFileError
+from conformance.core.model import PARTS, Result, Verdict
+from conformance.core.yamlload import parse_yaml, read_text
 
 FIELDS = ("id", "case_id", "framework", "api", "device", "part", "verdict", "cause", "reason", "link")
 REQUIRED = ("id", "case_id", "reason")

@@ -4,7 +4,7 @@
 - 1: a gate failed: with --strict, a divergence that no profile documents and no known-findings
   entry accepts; with --fail-on-new, such a divergence that is new or changed since the baseline;
   and, always, a stale entry of the known-findings file (it accepts nothing any more).
-- 2: bad input; nothing was written (conformance/errors.py; not decided here).
+- 2: bad input; nothing was written (conformance/core/errors.py; not decided here).
 - 3: with --strict, not everything was judged: the framework could not be loaded (not_run), a run
   stopped before its end, or there are no results at all. Without --strict these print a line
   and exit 0, so a matrix with one missing framework still writes its merged report.
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from conformance.report.merge import iter_rows
+from conformance.core.rundirs import iter_rows
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT

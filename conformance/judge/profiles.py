@@ -17,11 +17,11 @@ from typing import Callable
 
 import jsonschema
 
-from conformance.compare import passes
-from conformance.errors import SpecError
-from conformance.explain import CHOICE_POINTS, get_path, set_path
-from conformance.model import Expected, Observation, Spec
-from conformance.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
+from conformance.core.choices import CHOICE_POINTS, get_path, set_path
+from conformance.core.errors import SpecError
+from conformance.core.model import Expected, Observation, Spec
+from conformance.core.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
+from conformance.judge.compare import passes
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
             if allowed is None or choice not in allowed:
                 raise SpecError(f"{dotted} = {choice!r} is not a choice the spec lists", file=shown,
                                 where=f"deviations[{i}].set", fix=f"use one of {allowed}" if allowed else
-                                "name a spec path that has a choice (see explain.CHOICE_POINTS)")
+                                "name a spec path that has a choice (see conformance/core/choices.py)")
         for error_id, raised in row.get("exceptions", {}).items():
             if error_id not in spec.error_order:
                 raise SpecError(f"unknown error id {error_id!r}", file=shown, where=f"deviations[{i}].exceptions",

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from conformance.errors import ConformanceError
+from conformance.core.errors import ConformanceError
 
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")

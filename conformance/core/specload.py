@@ -15,9 +15,9 @@ import jsonschema
 import numpy as np
 import yaml
 
-from conformance.errors import SpecError
-from conformance.formula import check_formulas
-from conformance.model import FLOAT_FORMATS, LAYOUTS, PARTS, UPSTREAM, Spec
+from conformance.core.errors import SpecError
+from conformance.core.formula import check_formulas
+from conformance.core.model import FLOAT_FORMATS, LAYOUTS, PARTS, UPSTREAM, Spec
 
 SPEC_PACKAGE = "conformance.spec"
 
@@ -93,7 +93,7 @@ def _check_consistency(data: dict[str, Any], shown: str) -> None:
         raise SpecError(f"states {dict(stated['none'])} / {stated['reduced']}, but every adapter and reproducer "
                         f"applies {UPSTREAM['none']} / {UPSTREAM['reduced']}",
                         file=shown, where="gradients.upstream",
-                        fix="state the pattern of conformance.model.UPSTREAM (or change it there, for every adapter)")
+                        fix="state the pattern of conformance.core.model.UPSTREAM (or change it there, for every adapter)")
     _check_legacy_mapping(data["signature"], shown)
     _check_dialect_reductions(data, shown)
     if list(data["gradients"]["parts"]) != list(PARTS[1:]):

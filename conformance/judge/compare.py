@@ -11,8 +11,8 @@ import re
 
 import numpy as np
 
-from conformance.errors import HarnessBug
-from conformance.model import Expected, Judgement, Observation, Spec, Verdict
+from conformance.core.errors import HarnessBug
+from conformance.core.model import Expected, Judgement, Observation, Spec, Verdict
 
 # Spec paths most likely to explain a divergence, most specific first.
 _CAUSE_PRIORITY = (

@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from conformance.errors import ResultsError
-from conformance.model import FORMAT_VERSION, STRICT_JSON, Result
+from conformance.core.errors import ResultsError
+from conformance.core.model import FORMAT_VERSION, STRICT_JSON, Result
 
 RESULTS_FILE = "results.jsonl"
 DETAILS_FILE = "details.jsonl"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.model import FLOAT_FORMATS
+from conformance.core.model import FLOAT_FORMATS
 
 _FORMATS = {name: f for name, f in FLOAT_FORMATS.items() if name != "float64"}  # float64 needs no rounding
 INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "bool")

@@ -1,0 +1,72 @@
+"""Reads run directories: the rows and manifests of one run, or of a merge of several.
+
+What a run directory holds is named here, so that the run wing (which writes and clears
+them) and the reports (which read them) agree without importing each other.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from conformance.core.errors import ResultsError
+from conformance.core.model import FORMAT_VERSION, Result
+from conformance.core.results import RESULTS_FILE, check_format_version, iter_results, read_manifest
+
+REPORT_FILE = "report.md"
+RUNS_FILE = "runs.json"
+
+
+def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) -> tuple[list[Path], list[dict[str, Any]]]:
+    """The run directories that hold results, and one manifest per directory.
+
+    With `allow_missing`, a directory without results counts as a framework that was not
+    run (its environment could not be built), named after the directory.
+    """
+    present, manifests = [], []
+    for run_dir in map(Path, run_dirs):
+        if not (run_dir / RESULTS_FILE).is_file():
+            if not allow_missing:
+                raise ResultsError("no results.jsonl here", file=str(run_dir),
+                                   fix="pass the --out directory of a finished `kl-conformance run` "
+                                       "(or --allow-missing to report it as not run)")
+            manifests.append({"format_version": FORMAT_VERSION, "framework": run_dir.name, "status": "not_run",
+                              "reason": f"no results in {run_dir}: its environment did not produce a run"})
+            continue
+        present.append(run_dir)
+        if (run_dir / RUNS_FILE).is_file():  # a merged directory: the manifests of the runs it holds
+            manifests += read_runs(run_dir)
+            continue
+        manifest = read_manifest(run_dir)
+        if manifest:
+            manifests.append(manifest)
+    return present, manifests
+
+
+def read_runs(merged_dir: Path) -> list[dict[str, Any]]:
+    """The manifests a merge wrote into `merged_dir`/runs.json."""
+    path = merged_dir / RUNS_FILE
+    try:
+        runs = json.loads(path.read_bytes())
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise ResultsError(f"unreadable list of runs ({exc})", file=str(path), fix="merge the runs again") from None
+    if not isinstance(runs, list) or not all(isinstance(m, dict) for m in runs):
+        raise ResultsError("not a list of run manifests", file=str(path), fix="merge the runs again")
+    for i, manifest in enumerate(runs):
+        check_format_version(manifest, str(path), f"run {i + 1}")
+    return runs
+
+
+def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
+    """Every row of the given directories, streamed; rows from different specs are refused."""
+    first: str | None = None
+    for run_dir in run_dirs:
+        for row in iter_results(run_dir):
+            if first is None:
+                first = row.spec_hash
+            elif row.spec_hash != first:
+                raise ResultsError(f"results come from different specs (spec hashes {first} and {row.spec_hash})",
+                                   file=str(run_dir), where=f"case {row.case_id!r}",
+                                   fix="rerun the older runs with the current spec, or report them separately")
+            yield row

@@ -1,0 +1,169 @@
+"""Judges one case's observations against the spec: verdicts, explanations and documentation.
+
+The judge asks the reference for each expectation once per (spec, part, dialect) and keeps
+it, so every API and device of a case shares it, and so do the explanations and profiles
+that ask for alternative specs. The run wing and the reproducers judge through it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Callable
+
+import numpy as np
+
+from conformance.core.choices import Alternative, touched_paths
+from conformance.core.model import Case, Expected, Judgement, Observation, Spec, Verdict
+from conformance.core.results import array_detail, encoded_fields
+from conformance.judge.compare import classify
+from conformance.judge.explain import explain
+from conformance.judge.profiles import DeviationLedger
+from conformance.judge.refcache import ReferenceCache
+from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_grad
+
+
+def expected_for(case: Case, spec: Spec, part: str, dialect: str = "canonical"):
+    """The spec's expectation for one part of a case, called through an API of `dialect`."""
+    return expected_forward(case, spec, dialect) if part == "forward" else expected_grad(case, spec, part, dialect)
+
+
+class CaseJudge:
+    """Judges one case's observations. Each expectation is computed once per (spec, part, dialect): every
+    API and device of the case shares it, and so do the explanations and profiles that ask for
+    alternative specs. Identical observations of one part (often every API of a framework) are
+    judged once."""
+
+    def __init__(self, case: Case, spec: Spec, cache: ReferenceCache | None = None) -> None:
+        self.case, self.spec, self.cache = case, spec, cache
+        self._expected: dict[tuple[str, str], object] = {}
+        self._judged: dict[tuple, Judgement] = {}
+        self._explained: dict[tuple, tuple | None] = {}
+        self._documented: dict[tuple, tuple[str, ...]] = {}
+        self._case_detail: str | None = None
+        self._touched: frozenset[str] | None = None  # explain's touched_paths, once per case
+        self._expected_detail: dict[int, str] = {}
+        self._got_detail: dict[tuple, str] = {}
+        self._last_key: tuple[Observation | None, tuple] = (None, ())
+
+    def expected(self, spec: Spec, part: str, dialect: str = "canonical"):
+        key = (spec.hash, part, dialect)
+        if key not in self._expected:
+            found = self.cache.get(self.case, spec, part, dialect) if self.cache is not None else None
+            if found is None:
+                found = expected_for(self.case, spec, part, dialect)
+                if self.cache is not None:
+                    self.cache.put(self.case, spec, part, found, dialect)
+            self._expected[key] = found
+        return self._expected[key]
+
+    def detail(self, expected: Expected | None, observed: Observation) -> tuple[str, ...]:
+        """What the HTML report shows when a divergence is expanded, as details.jsonl's fields encoded
+        (results.encoded_fields). The case's arrays, each expectation and each distinct observed value are
+        previewed and encoded once, however many APIs of the case diverge."""
+        if self._case_detail is None:
+            case = self.case
+            self._case_detail = encoded_fields(params=vars(case.params), dtype=str(case.dtype), layout=case.layout,
+                                               input=array_detail(case.input), target=array_detail(case.target))
+        if id(expected) not in self._expected_detail:  # the expectations are held in self._expected: ids stay theirs
+            self._expected_detail[id(expected)] = encoded_fields(
+                expected=array_detail(expected.value) if expected is not None else None,
+                expected_error=expected.error_type if expected is not None else None)
+        key = self._key(observed)
+        got = (key[0], observed.exception_type, observed.exception_message)
+        if got not in self._got_detail:
+            self._got_detail[got] = encoded_fields(
+                got=array_detail(observed.value),
+                raised=f"{observed.exception_type}: {observed.exception_message}" if observed.raised else None)
+        return self._case_detail, self._expected_detail[id(expected)], self._got_detail[got]
+
+    def judgement(self, part: str, dialect: str, observed: Observation) -> Judgement:
+        key = (part, dialect, *self._key(observed))
+        if key not in self._judged:
+            self._judged[key] = self._judge(part, dialect, observed)
+        return self._judged[key]
+
+    def documented(self, ledger: DeviationLedger, api: str, part: str, dialect: str,
+                   observed: Observation) -> tuple[str, ...]:
+        """The profile deviations that document this divergence (DeviationLedger.documented), decided once
+        for the APIs of the case that declare the same deviations and observed the same (warnings aside:
+        passing reads none)."""
+        declared = tuple(d.id for d in ledger.by_api.get(api, ()))
+        if not declared:
+            return ()
+        key = (declared, part, dialect, *without_warnings(self._key(observed)))
+        if key not in self._documented:
+            self._documented[key] = self._remembered(
+                part, dialect, b"documented " + repr((ledger.fingerprint(api), key[1:])).encode(),
+                lambda: ledger.documented(api, observed, lambda s: self.expected(s, part, dialect)), list, tuple)
+        return self._documented[key]
+
+    def _remembered(self, part: str, dialect: str, asked: bytes, compute: Callable[[], Any],
+                    encode: Callable[[Any], list], decode: Callable[[list], Any]):
+        """compute(), or its answer from the reference cache. Explanations and documentation are functions of the
+        case, the spec, the part, what is `asked` (the observation, and for documentation the profile's
+        deviations) and the code that derives them, which is in the key (refcache.explanation_key): stored as
+        JSON, they spare a rerun the alternative expectations they read."""
+        key = self.cache.explanation_key(self.case, self.spec, part, dialect, asked) if self.cache is not None else None
+        found = self.cache.get_explanation(key) if key is not None else None
+        if found is not None:
+            try:
+                return decode(json.loads(found))
+            except (ValueError, TypeError):  # a damaged entry: derived again (and not stored again)
+                key = None
+        answer = compute()
+        if key is not None:
+            self.cache.put_explanation(key, json.dumps(encode(answer)).encode())
+        return answer
+
+    def _key(self, observed: Observation) -> tuple:
+        """observation_key, computed once for the row being judged (its judgement, documentation and detail)."""
+        if self._last_key[0] is not observed:
+            self._last_key = (observed, observation_key(observed))
+        return self._last_key[1]
+
+    def _judge(self, part: str, dialect: str, observed: Observation) -> Judgement:
+        if observed.unsupported is not None:  # nothing to compare (and no expectation where the API cannot take
+            return Judgement(Verdict.UNSUPPORTED, observed.unsupported)  # the case's input space)
+        judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
+        if judgement.verdict.is_divergence:
+            behaves_as = self._behaves_as(part, dialect, observed)
+            if behaves_as:
+                return Judgement(judgement.verdict,
+                                 f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
+                                 judgement.max_abs_err, judgement.bound,
+                                 " + ".join(a.path.removesuffix(".choice") for a in behaves_as),
+                                 judgement.missing_warnings)
+        return judgement
+
+    def _behaves_as(self, part: str, dialect: str, observed: Observation):
+        """explain's answer, once per distinct observation of a part: it reads no warning, so APIs that differ
+        only in their warnings (a deprecated signature's) share it."""
+        key = (part, dialect, *without_warnings(self._key(observed)))
+        if key not in self._explained:
+            def explained():
+                if self._touched is None:
+                    self._touched = touched_paths(self.case)
+                return explain(self.case, observed, self.spec, part, expect=lambda s: self.expected(s, part, dialect),
+                               touched=self._touched)
+            self._explained[key] = self._remembered(
+                part, dialect, b"explain " + repr(key[2:]).encode(), explained,
+                lambda alts: [[a.path, a.choice] for a in alts or ()],
+                lambda pairs: tuple(Alternative(path, choice) for path, choice in pairs) or None)
+        return self._explained[key]
+
+
+def observation_key(observed: Observation) -> tuple:
+    """Everything a verdict reads from an observation, as a hashable key (the value by digest); the warnings
+    come last, where _without_warnings drops them."""
+    value = observed.value
+    digest = None if value is None else (value.shape, value.dtype.str,
+                                          hashlib.blake2b(np.ascontiguousarray(value).view(np.uint8)).digest())
+    return (digest, observed.dtype, observed.shape, observed.exception_type, observed.exception_message,
+            observed.unsupported, observed.warnings)
+
+
+def without_warnings(key: tuple) -> tuple:
+    """An observation_key without the warnings: what `passes` reads (explanations and documentation)."""
+    return key[:-1]

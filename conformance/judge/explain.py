@@ -1,0 +1,82 @@
+"""Explains a divergence by the spec choice the framework behaves as.
+
+The spec lists, for each convention, every choice the reference can compute. For a
+diverging observation, this module recomputes the expectation under each
+alternative choice (and each pair of them) and reports the first under which the
+observation passes: "pointwise.conventions.target_zero = ieee". Per-framework
+profiles of documented deviations build on the same alternatives.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+from conformance.core.choices import Alternative, alternatives, touched_paths, with_alternatives
+from conformance.core.model import Case, Expected, Observation, Spec
+from conformance.judge.compare import passes
+from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_grad
+
+
+def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward", max_combined: int = 2,
+            expect: Callable[[Spec], Expected] | None = None, dialect: str = "canonical",
+            touched: frozenset[str] | None = None) -> tuple[Alternative, ...] | None:
+    """The smallest set of alternative choices under which `observed` passes, or None.
+
+    An observation that raised is explained by a choice under which the spec
+    expects an error at all, whatever its exception type. Only alternatives whose
+    choice points touch the case are tried. `expect(spec)` gives the case's
+    expectation for `part` under a spec (the runner passes one that remembers), and
+    `touched` the case's touched_paths, where the caller keeps them.
+    """
+    if observed.unsupported is not None:
+        return None
+    if expect is None:
+        expect = (lambda s: expected_forward(case, s, dialect)) if part == "forward" else \
+            (lambda s: expected_grad(case, s, part, dialect))
+    if observed.raised and expect(spec).error_id is not None:
+        return None  # an error was due anyway: only its type differs, which no choice explains
+    touched = touched_paths(case) if touched is None else touched
+    for alts in _touched_candidates(spec, max_combined, touched):
+        expected = expect(_alternative_spec(spec, alts))
+        if observed.raised:
+            if expected.error_id is not None:
+                return alts
+        elif passes(expected, observed):
+            return alts
+    return None
+
+
+def _candidate_sets(spec: Spec, max_combined: int) -> list[tuple[Alternative, ...]]:
+    """Each set of alternatives, smallest sets first (listed once per spec)."""
+    key = (spec.hash, max_combined)
+    if key not in _CANDIDATES:
+        singles = alternatives(spec)
+        _CANDIDATES[key] = [combo for size in range(1, max_combined + 1)
+                            for combo in itertools.combinations(singles, size)
+                            if len({a.path for a in combo}) == size]
+    return _CANDIDATES[key]
+
+
+def _touched_candidates(spec: Spec, max_combined: int, touched: frozenset[str]) -> list[tuple[Alternative, ...]]:
+    """The candidate sets whose every choice point touches the case, in the order of _candidate_sets.
+    Listed once per set of touched paths: cases share a few, and filtering the few hundred pairs for
+    every divergence cost more than judging them."""
+    key = (spec.hash, max_combined, touched)
+    if key not in _TOUCHED:
+        _TOUCHED[key] = [alts for alts in _candidate_sets(spec, max_combined) if all(a.path in touched for a in alts)]
+    return _TOUCHED[key]
+
+
+def _alternative_spec(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
+    """`with_alternatives`, built the first time a case needs it."""
+    key = (spec.hash, alts)
+    if key not in _ALTERNATIVE_SPECS:
+        _ALTERNATIVE_SPECS[key] = with_alternatives(spec, alts)
+    return _ALTERNATIVE_SPECS[key]
+
+
+_CANDIDATES: dict[tuple[str, int], list[tuple[Alternative, ...]]] = {}
+_ALTERNATIVE_SPECS: dict[tuple[str, tuple[Alternative, ...]], Spec] = {}
+_TOUCHED: dict[tuple[str, int, frozenset[str]], list[tuple[Alternative, ...]]] = {}

@@ -1,0 +1,54 @@
+"""The self-test's page: one row per planted variant, and what a failing variant missed.
+
+Reads the counts the self-test made; runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass
+class VariantReport:
+    name: str
+    fault: str
+    planted: int = 0
+    flagged: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)
+    missed: list[str] = field(default_factory=list)  # rows planted but not flagged (first few)
+    not_applicable: str | None = None  # why the framework can carry no such fault (the variant did not run)
+
+    @property
+    def ok(self) -> bool:
+        return (self.planted > 0 or self.not_applicable is not None) and self.flagged == self.planted
+
+
+def render_selftest(framework: str, control: dict, reports: list[VariantReport]) -> str:
+    """The self-test's Markdown summary: one row per variant."""
+    lines = [f"# kl-conformance self-test on {framework}", "",
+             f"Control (the real adapter): {sum(control.values())} results, "
+             + ", ".join(f"{n} {v}" for v, n in sorted(control.items())) + ".", "",
+             "| variant | planted fault | rows planted | flagged | verdicts |", "|---|---|---|---|---|"]
+    for r in reports:
+        share = (f"{r.flagged}/{r.planted} ({100 * r.flagged / r.planted:.0f}%)" if r.planted
+                 else f"not applicable: {r.not_applicable}" if r.not_applicable else "0/0")
+        mark = "" if r.ok else " **FAIL**"
+        lines.append(f"| `{r.name}` | {r.fault} | {r.planted} | {share}{mark} | "
+                     + ", ".join(f"{n} {v}" for v, n in sorted(r.verdicts.items())) + " |")
+    failed = [r for r in reports if not r.ok]
+    lines += ["", "All planted rows were flagged." if not failed else
+              f"{len(failed)} variants failed: a variant must plant at least one fault (unless the framework "
+              "can carry no such fault), and every planted row must be flagged."]
+    for r in failed:
+        lines += ["", f"## `{r.name}`: " + ("planted nothing" if not r.planted else
+                                           f"{r.planted - r.flagged} planted rows not flagged")]
+        lines += [f"- {m}" for m in r.missed]
+    return "\n".join(lines) + "\n"
+
+
+def selftest_json(framework: str, control: dict, reports: list[VariantReport]) -> str:
+    """selftest.json: the control's verdict counts and each variant's counts."""
+    return json.dumps({"framework": framework, "control": control, "variants": [
+        {"name": r.name, "fault": r.fault, "planted": r.planted, "flagged": r.flagged, "verdicts": r.verdicts,
+         "ok": r.ok, "missed": r.missed, "not_applicable": r.not_applicable} for r in reports]}, indent=2) + "\n"
