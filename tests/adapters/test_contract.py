@@ -130,9 +130,10 @@ def test_gradients_come_from_the_framework_autograd(adapter, spec, part, reducti
 KNOWN_RESULT_DTYPES = {"keras.losses.KLDivergence": "float32"}
 
 
-# Real findings, checked by hand (spec: known_differences), with the verdict each gives: MindSpore's
-# ops.kl_div and nn.KLDivLoss give zero gradients with respect to target; OneFlow's double backward gives
-# zeros; Paddle's autograd gives no gradient (None) for label, and its double backward raises
-# RuntimeError "The Op kldiv_loss_grad doesn't have any grad op".
+# Real findings, checked by hand (docs/frameworks/mindspore.md, docs/frameworks/oneflow.md and
+# docs/frameworks/paddle.md, under `gradients.log_target_false.target` and `gradients.second_order`), with
+# the verdict each gives: MindSpore's ops.kl_div and nn.KLDivLoss give zero gradients with respect to target;
+# OneFlow's double backward gives zeros; Paddle's autograd gives no gradient (None) for label, and its double
+# backward raises RuntimeError "The Op kldiv_loss_grad doesn't have any grad op".
 KNOWN_GRADIENT_FINDINGS = {("mindspore", "grad_target"): Verdict.VALUE, ("oneflow", "grad2_input"): Verdict.VALUE,
                            ("paddle", "grad_target"): Verdict.ERROR, ("paddle", "grad2_input"): Verdict.ERROR}

@@ -65,8 +65,9 @@ def test_mixed_dtypes_are_rejected(framework_adapter, spec):
 
 
 def test_float64_reductions_vary_in_the_last_bit_between_identical_calls(framework_adapter):
-    """spec: known_differences (tolerance.reduction, order_varies_between_calls); the shard test leaves
-    MindSpore's errors and messages out of its exact comparison because of this, so it must still occur."""
+    """docs/frameworks/mindspore.md (`tolerance.reduction`: behaves as `order_varies_between_calls`); the
+    shard test leaves MindSpore's errors and messages out of its exact comparison because of this, so it
+    must still occur."""
     from conformance.cases.generate import DEFAULT_SEED, build_case
     from conformance.cases.ids import parse_id
 

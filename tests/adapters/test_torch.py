@@ -68,7 +68,7 @@ def test_batchmean_divides_by_input_dim0(framework_adapter, spec):
 
 def test_functional_legacy_with_batchmean_divides_again(framework_adapter, spec):
     """F.kl_div(size_average=False, reduction='batchmean') sums, then divides by input.size(0);
-    the module form does not (spec: known_differences)."""
+    the module form does not (docs/frameworks/torch.md, `signature.legacy.precedence`)."""
     x, t = np.full((3, 5), -1.0), np.full((3, 5), 0.2)
     case = make_case(x, t, reduction="batchmean", size_average=False, dtype="float64")
     functional = _run(framework_adapter, case, "torch.nn.functional.kl_div")

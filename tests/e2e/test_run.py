@@ -48,7 +48,7 @@ def test_results_match_the_published_schema(default_run):
 
 @dataclass(frozen=True)
 class KnownFinding:
-    """A real finding on well-posed cases, checked by hand (spec: known_differences), narrowed to the
+    """A real finding on well-posed cases, checked by hand (docs/frameworks/, its framework's page), narrowed to the
     framework, APIs, part and dtype it concerns. The test excludes exactly its rows, and fails when the
     finding no longer occurs (so the exclusion cannot go stale and hide a regression)."""
 
@@ -280,8 +280,8 @@ def test_shards_merged_equal_the_unsharded_run(default_run, tmp_path):
         shards.append(shard)
     merged = tmp_path / "merged"
     assert main(["report", *map(str, shards), "--out", str(merged)]) == 0
-    # MindSpore's float64 reductions differ in the last bit between identical calls (spec: known_differences,
-    # order_varies_between_calls; tests/adapters/test_mindspore.py checks it still occurs): its rows' errors
+    # MindSpore's float64 reductions differ in the last bit between identical calls (docs/frameworks/mindspore.md,
+    # `tolerance.reduction`; tests/adapters/test_mindspore.py checks it still occurs): its rows' errors
     # and messages may differ, every other field may not
     varies = {"elapsed_s": 0} | ({"max_abs_err": 0, "message": ""} if framework == "mindspore" else {})
     strip = lambda rows: sorted((json.loads(r.to_json()) | varies).__repr__() for r in rows)

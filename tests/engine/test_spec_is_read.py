@@ -15,7 +15,7 @@ from conformance.core.specload import load_spec
 # Keys whose values are prose for people (rationale, links, descriptions): never read by code.
 PROSE = {"rationale", "reference", "references", "meaning", "title", "summary", "applies", "definition", "text",
          "evidence", "result", "operand", "scaling", "precision", "names", "magnitude", "rule", "policy",
-         "inputs", "known_differences", "output", "deprecated"}
+         "inputs", "output", "deprecated"}
 # Fields checked by the schema alone (a constant the document declares about itself).
 SCHEMA_ONLY = {"spec_version", "name"}
 
