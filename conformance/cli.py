@@ -22,7 +22,7 @@ from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, ResultsError, UsageError
 from conformance.core.model import PARTS, Case, Result, Spec
 from conformance.core.results import RESULTS_FILE, iter_results
-from conformance.core.rundirs import load_manifests
+from conformance.core.rundirs import load_manifests, other_spec
 from conformance.core.specload import load_spec
 from conformance.judge.known import KnownFindings, load_known
 from conformance.judge.refcache import default_cache_dir
@@ -38,6 +38,7 @@ from conformance.run.worker import WorkerPool
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
 KEEP_CASES = 20_000  # a selection up to this many cases is kept once drawn; a larger one is drawn as the run takes it (flat memory)
+REBASELINE = "re-baseline: run the accepted build again with this harness (kl-conformance run ... --force --out BASELINE)"
 REPRO_TIMEOUT_S = 900  # minimising a run's reproducers stops after this long
 
 
@@ -254,8 +255,7 @@ def check_baseline_draw(baseline: Path, spec_hash: str, seed: int) -> None:
     """A baseline of another spec or another --seed would compare other cases under the same ids."""
     for row in iter_results(baseline):
         if row.spec_hash != spec_hash:
-            raise ResultsError(f"the baseline was made with spec {row.spec_hash}, this spec is {spec_hash}",
-                               file=str(baseline), where="--baseline", fix="rerun the baseline with the current spec")
+            raise other_spec(row.spec_hash, spec_hash, str(baseline), "--baseline", REBASELINE)
         if row.source == "generated" and row.seed != seed:
             raise ResultsError(f"the baseline drew its cases with --seed {row.seed}, this run with --seed {seed}",
                                file=str(baseline), where="--baseline",
@@ -368,7 +368,9 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
                          fix="write the merged report into another directory")
     known = _check_gate_options(spec, args)
     check_out_dir(out, force=args.force)
-    check_runs(args.runs, allow_missing=args.allow_missing, baseline=args.baseline)  # reads only
+    check_runs(args.runs, spec.hash, allow_missing=args.allow_missing, baseline=args.baseline,
+               redo="run them again with this harness (kl-conformance run ... --force), or report them with "
+                    "the spec they used (--spec)", rebaseline=REBASELINE)  # reads only
     prepare_out_dir(out, force=args.force)
     written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known)
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -29,6 +30,14 @@ def load_adapter(loaded: dict, name: str):
     return loaded[name]
 
 
+@functools.lru_cache(maxsize=1)
+def _current_spec_hash() -> str:
+    """The shipped spec's hash: rows made with another spec are refused by `report`."""
+    from conformance.core.specload import load_spec
+
+    return load_spec().hash
+
+
 def make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s0", **fields):
     """A Result row with plausible provenance; `fields` override any of them."""
     from conformance.core.model import Result, Verdict
@@ -37,7 +46,7 @@ def make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s0", **fields)
                log_target=False, framework="torch", framework_version="2.13.0", api="torch.nn.functional.kl_div",
                device="cpu", dtype="float32", part="forward", verdict=Verdict.PASS, documented=False,
                documented_by=(), known_by=(), max_abs_err=0.0, bound=1e-6, cause="", message="", warnings=(),
-               missing_warnings=(), elapsed_s=0.001, source="generated", spec_hash="0123456789abcdef",
+               missing_warnings=(), elapsed_s=0.001, source="generated", spec_hash=_current_spec_hash(),
                harness_version="0.1.0", python_version="3.11.7", numpy_version="2.0.0", device_name="cpu")
     row.update(fields)
     if isinstance(row["verdict"], str):

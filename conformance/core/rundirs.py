@@ -70,3 +70,11 @@ def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
                                    file=str(run_dir), where=f"case {row.case_id!r}",
                                    fix="rerun the older runs with the current spec, or report them separately")
             yield row
+
+
+def other_spec(found_hash: str, spec_hash: str, file: str, where: str, redo: str) -> ResultsError:
+    """The one-line refusal of results made with another spec than the one this command reads: verdicts of
+    two specs cannot be compared, resumed or merged. `redo` says how to make them again (re-baseline)."""
+    return ResultsError(f"these results were made with another spec (hash {found_hash}) than this command's "
+                        f"(hash {spec_hash})", file=file, where=where,
+                        fix=f"{redo}; CHANGELOG.md says what changed between spec versions")

@@ -16,19 +16,21 @@ from typing import Sequence
 
 from conformance.core.errors import ResultsError
 from conformance.core.results import RESULTS_FILE, iter_details, iter_results
-from conformance.core.rundirs import load_manifests
+from conformance.core.rundirs import load_manifests, other_spec
 
 
-def check_runs(run_dirs: Sequence[str | Path], allow_missing: bool = False,
-               baseline: str | Path | None = None) -> None:
+def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bool = False,
+               baseline: str | Path | None = None, redo: str = "run them again with this spec",
+               rebaseline: str = "run the baseline again with this spec") -> None:
     """Raise ResultsError (one line: file, case, problem, fix) if the runs cannot be merged soundly.
 
     Raises
     ------
     ResultsError
         for a directory given twice, a row key seen twice, one case id with two case digests
-        (in the runs, or between the runs and the baseline), rows of different specs, or a
-        damaged results, details or manifest file.
+        (in the runs, or between the runs and the baseline), rows (or a baseline) of another spec
+        than `spec_hash` (the fix says how to make them again: `redo`, `rebaseline`), or a damaged
+        results, details or manifest file.
     """
     resolved = [Path(d).resolve() for d in run_dirs]
     for i, path in enumerate(resolved):
@@ -39,17 +41,12 @@ def check_runs(run_dirs: Sequence[str | Path], allow_missing: bool = False,
     first_digest: dict[str, tuple[str, Path]] = {}
     seen_targets: dict[str, int] = {}  # case id -> bit mask over `targets`
     targets: dict[tuple[str, str, str, str], int] = {}
-    spec_hash: str | None = None
     for run_dir in present:
         results = run_dir / RESULTS_FILE
         for row in iter_results(run_dir):
             where = f"case {row.case_id!r}, {row.framework} / {row.api} / {row.device} / {row.part}"
-            if spec_hash is None:
-                spec_hash = row.spec_hash
-            elif row.spec_hash != spec_hash:
-                raise ResultsError(f"results come from different specs (spec hashes {spec_hash} and "
-                                   f"{row.spec_hash})", file=str(results), where=where,
-                                   fix="rerun the older runs with the current spec, or report them separately")
+            if row.spec_hash != spec_hash:
+                raise other_spec(row.spec_hash, spec_hash, str(results), where, redo)
             digest, origin = first_digest.setdefault(row.case_id, (row.case_digest, results))
             if digest != row.case_digest:
                 raise ResultsError(f"this case holds other values than in {origin} (case digest {row.case_digest} "
@@ -67,16 +64,16 @@ def check_runs(run_dirs: Sequence[str | Path], allow_missing: bool = False,
         for _ in iter_details(run_dir):
             pass
     if baseline is not None:
-        _check_baseline(Path(baseline), first_digest, spec_hash)
+        _check_baseline(Path(baseline), first_digest, spec_hash, rebaseline)
 
 
-def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], spec_hash: str | None) -> None:
+def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], spec_hash: str,
+                    rebaseline: str) -> None:
     """The baseline must be readable, of the same spec, and hold the same content under each shared id."""
     results = baseline / RESULTS_FILE
     for row in iter_results(baseline):
-        if spec_hash is not None and row.spec_hash != spec_hash:
-            raise ResultsError(f"the baseline was made with spec {row.spec_hash}, these results with {spec_hash}",
-                               file=str(baseline), where="--baseline", fix="rerun the baseline with the current spec")
+        if row.spec_hash != spec_hash:
+            raise other_spec(row.spec_hash, spec_hash, str(baseline), "--baseline", rebaseline)
         mine = first_digest.get(row.case_id)
         if mine is not None and mine[0] != row.case_digest:
             raise ResultsError(f"the baseline holds other values for this case than {mine[1]} (case digest "

@@ -25,6 +25,7 @@ from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
 from conformance.core.errors import ResultsError, UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.core.rundirs import other_spec
 from conformance.core.results import (MANIFEST_FILE, RESULTS_FILE, ResultsWriter, drop_partial_last_line, iter_results,
                                       read_manifest, write_manifest)
 from conformance.judge.casejudge import CaseJudge
@@ -380,10 +381,9 @@ def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None)
     if manifest.get("framework") != framework:
         raise ResultsError(f"this directory holds a run of {manifest.get('framework')!r}, not {framework!r}",
                            file=str(out), where="--resume", fix="resume with the same --framework, or use another --out")
+    redo = "start the run again with --force instead of --resume (or resume with the spec it used, --spec)"
     if manifest.get("spec_hash") != spec.hash:
-        raise ResultsError(f"results were made with spec {manifest.get('spec_hash')}, this spec is {spec.hash}",
-                           file=str(out / MANIFEST_FILE), where="--resume",
-                           fix="rerun without --resume (or with the spec those results used)")
+        raise other_spec(manifest.get("spec_hash"), spec.hash, str(out / MANIFEST_FILE), "--resume", redo)
     before = manifest.get("selection") or {}
     for name, option in SELECTION_OPTIONS.items():
         if selection is not None and before.get(name) != selection.get(name):
@@ -392,9 +392,8 @@ def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None)
     done = set()
     for row in iter_results(out, complete_lines_only=True):
         if row.spec_hash != spec.hash:
-            raise ResultsError(f"results were made with spec {row.spec_hash}, this spec is {spec.hash}",
-                               file=str(out / RESULTS_FILE), where=f"case {row.case_id!r}",
-                               fix="rerun without --resume (or with the spec those results used)")
+            raise other_spec(row.spec_hash, spec.hash, str(out / RESULTS_FILE), f"--resume, case {row.case_id!r}",
+                             redo)
         done.add((row.case_id, row.api, row.device, row.part))
     return done
 

@@ -160,3 +160,17 @@ def test_a_runs_own_report_is_the_report_of_its_directory(tmp_path, monkeypatch,
     for name in ("report.md", "report.html", "junit.xml", "summary.json"):
         assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
     assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]
+
+
+def test_a_baseline_of_another_spec_is_refused_with_how_to_rebaseline(tmp_path, capsys):
+    """After a spec change an accepted run answers another spec: comparing against it would call every
+    changed verdict new (or hide one). `run --baseline` refuses it in one line, before anything is written."""
+    assert _run(tmp_path, "NanAdapter", out="accepted") == 0
+    results = tmp_path / "accepted" / "results.jsonl"
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    results.write_text("".join(json.dumps({**row, "spec_hash": "fedcba9876543210"}) + "\n" for row in rows))
+    capsys.readouterr()
+    assert _run(tmp_path, "NanAdapter", "--baseline", str(tmp_path / "accepted"), "--fail-on-new", out="new") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "another spec (hash fedcba9876543210)" in err and "re-baseline" in err
+    assert not (tmp_path / "new").exists()

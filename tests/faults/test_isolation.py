@@ -225,7 +225,8 @@ def test_resume_refuses_results_of_another_spec(tmp_path, capsys):
     before = (out / "results.jsonl").read_text()
     assert main(["--spec", str(other), "run", "--framework", ADAPTERS + "NumpyAdapter", "--suite", "none",
                  "--cases", str(cases), "--out", str(out), "--resume"]) == 2
-    assert "results were made with spec" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "another spec" in err and "--force instead of --resume" in err
     assert (out / "results.jsonl").read_text() == before  # nothing half-written
 
 

@@ -71,10 +71,16 @@ def test_a_baseline_of_other_values_is_refused(tmp_path, capsys):
     _refused(tmp_path, capsys, [a], "the baseline holds other values", "--baseline", str(base))
 
 
-def test_different_specs_are_refused(tmp_path, capsys):
+def test_results_of_another_spec_are_refused_with_how_to_rebaseline(tmp_path, capsys):
+    """Runs made before a spec change (another spec version) cannot be merged with this harness's, nor on
+    their own: their verdicts answer another spec. The one line says how to make them again."""
     a = _run_dir(tmp_path / "a", [make_result()])
-    b = _run_dir(tmp_path / "b", [make_result(spec_hash="fedcba9876543210", api="torch.nn.KLDivLoss")])
-    _refused(tmp_path, capsys, [a, b], "different specs")
+    old = _run_dir(tmp_path / "old", [make_result(spec_hash="fedcba9876543210", api="torch.nn.KLDivLoss")])
+    for runs in ([a, old], [old]):
+        err = _refused(tmp_path, capsys, runs, "another spec (hash fedcba9876543210)")
+        assert "kl-conformance run" in err and "CHANGELOG.md" in err
+    err = _refused(tmp_path, capsys, [a], "another spec (hash fedcba9876543210)", "--baseline", str(old))
+    assert "re-baseline" in err
 
 
 @pytest.mark.parametrize("damage", [b"{cut short", b"\xff\n"])
