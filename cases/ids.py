@@ -67,8 +67,8 @@ def format_reduction(params: Params) -> str:
 
 def build_id(key: CaseKey) -> str:
     """The id of a generated case. Its fields are made once per distinct value (a suite has a few dozen
-    of each): listing the 150,000 ids of an exhaustive suite, as every shard of it does, then costs
-    about half as much."""
+    of each), because every shard of an exhaustive suite lists all of its ids, and building each field
+    anew for every id would be wasted work."""
     return "/".join((_head_fields(key.params), _shape_field(key.input_shape, key.target_shape, key.layout),
                      str(key.dtype), key.family, f"s{key.sample}"))
 

@@ -38,7 +38,8 @@ from conformance.reference.forward import in_result_dtype
 from conformance.report.selftest import VariantReport
 from conformance.run.runner import RunOptions, run_conformance
 
-ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"  # how the parent tells a worker's variant
+# The spec a worker's variant loads, and the file where it logs the rows it changed.
+ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"
 HANG_TIMEOUT_S = 5.0  # the per-case limit for the variant that hangs
 
 

@@ -37,7 +37,7 @@ class JunitWriter:
         self._tmp = tempfile.TemporaryDirectory(dir=path.parent, prefix=".junit-")
         self._files: dict[str, IO[str]] = {}
         self._suites: dict[str, str] = {}  # each suite's name, quoted for an attribute
-        self._case: tuple[str | None, str] = (None, "")  # the last case id, and it quoted
+        self._case: tuple[str | None, str] = (None, "")  # the last case id, and that id quoted
 
     def add(self, r: Result) -> None:
         name = f"{r.framework}.{r.api}.{r.device}.{r.part}"
