@@ -37,6 +37,8 @@ issue's target is 2x):
     python bench/bench.py --framework torch --exhaustive
 
 Prints one line per figure; no figure is asserted.
+
+Measures and prints only: no test runs it, and nothing in the harness imports it.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ a probability-space dialect, Keras) says so after log_target: ``log_target=0,inp
 arguments, ``mean(size_average=0,reduce=1)``; a shape may be ``input:target`` when
 they differ and may end in ``.T`` or ``.strided`` for non-contiguous views; 0-d is
 ``scalar``; mixed dtypes are ``input:target``. Changing this format is a breaking change.
+
+Works on strings and keys only; never draws values.
 """
 
 from __future__ import annotations

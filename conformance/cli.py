@@ -4,6 +4,9 @@ Exit codes (conformance/report/gate.py): 0 done (divergences are findings, not f
 failed (--strict, --fail-on-new, a stale known-findings entry); 2 bad usage, a bad spec, case
 file or results directory (one message naming the file, the place and the fix; nothing
 written); 3 with --strict, the framework did not run or not every case was judged.
+
+Owns parsing and checking the arguments and the order in which a command does its work; running, judging,
+reporting and writing reproducers live in their own modules, never here.
 """
 
 from __future__ import annotations

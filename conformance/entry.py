@@ -6,6 +6,9 @@ with is read off the command line by a small parser that knows three options. Th
 never trusted: `run` compares it with its fully parsed, checked arguments, and starts a worker of
 its own when they differ. Any other command, and a command line this parser cannot read, start
 nothing here.
+
+Imports nothing of the harness before the worker is started, so that the framework's import overlaps the
+harness's own.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ case file, or from an earlier run directory (which keeps its seed and its user c
 Before writing, the case is minimised: if a single element of it diverges the same
 way, the script uses that element alone, which is what one pastes into an upstream issue.
 Composes the adapter, the reference and the comparator; runs in the framework's environment.
+
+Writes scripts beside a run's results; never rewrites the results themselves.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ expectations (under the spec, and under the API's declared deviations): never on
 planted answer counts only where it is a fault by the spec's comparison rule (spec:
 tolerance.comparison), restated here independently of conformance/judge/compare.py, so a comparator that
 lets a wrong answer pass fails the self-test.
+
+Plants faults only in what a framework returned; never changes the judge or the reference it tests.
 """
 
 from __future__ import annotations

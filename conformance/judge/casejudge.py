@@ -3,6 +3,8 @@
 The judge asks the reference for each expectation once per (spec, part, dialect) and keeps
 it, so every API and device of a case shares it, and so do the explanations and profiles
 that ask for alternative specs. The run wing and the reproducers judge through it.
+
+Composes the reference and the comparator; never imports a framework, an adapter or the case generator.
 """
 
 from __future__ import annotations

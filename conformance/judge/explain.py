@@ -5,6 +5,8 @@ diverging observation, this module recomputes the expectation under each
 alternative choice (and each pair of them) and reports the first under which the
 observation passes: "pointwise.conventions.target_zero = ieee". Per-framework
 profiles of documented deviations build on the same alternatives.
+
+Asks the reference for expectations under alternative specs; never imports a framework.
 """
 
 from __future__ import annotations

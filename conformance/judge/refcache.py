@@ -22,6 +22,9 @@ A build is removed when nobody has opened it for MAX_IDLE_S, or, oldest first, w
 builds together pass MAX_TOTAL_BYTES; never while a process holds it open (each open cache
 holds a shared lock on its build's lock file, and removal needs the exclusive lock).
 Concurrent runs (tox -p) share a build.
+
+Stores and returns what the reference computed; never computes an expectation itself, and never
+unpickles.
 """
 
 from __future__ import annotations

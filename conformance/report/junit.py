@@ -4,6 +4,8 @@ An undocumented divergence is a failure (crash and timeout are errors); a docume
 divergence, a known finding (--known) and an unsupported case are skipped, with the reason. Takes rows one
 at a time (JunitWriter.add) and streams: each suite's testcases go to a temporary file while the rows are read, and
 the suites are then joined under their counts, so memory stays flat for a million rows.
+
+Reads rows only; never a framework or the reference.
 """
 
 from __future__ import annotations

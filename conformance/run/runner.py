@@ -5,6 +5,9 @@ API and device) -> adapter in a worker process (Observation) -> compare (verdict
 -> results.jsonl. The parent computes references and verdicts while the worker
 calls the framework. A crash or a timeout costs one case; --resume skips every
 (case, api, device, part) already in results.jsonl.
+
+Never imports a framework in the parent process (the worker's adapter does), and never imports the
+reports.
 """
 
 from __future__ import annotations

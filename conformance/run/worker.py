@@ -6,6 +6,9 @@ keeps a window of cases in flight (so the parent computes references while the
 worker calls the framework), detects a dead worker (crash: signal or exit code and
 the last lines it printed) or a case past its time limit (timeout), replaces the
 worker and resends what was in flight.
+
+Owns the worker processes and the messages between them and the parent; never judges, and never imports
+a framework in the parent.
 """
 
 from __future__ import annotations
