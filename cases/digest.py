@@ -5,6 +5,8 @@ refuse two draws (another --seed, an edited user file) filed under one id. The d
 covers everything a framework is given: parameters, dtypes, layout, shapes and the
 exact value bytes (float64, little-endian; -0.0 and NaN payloads count). It leaves out
 the id, the family and the file the case came from, which say nothing of its content.
+
+Never imports a framework or the reference.
 """
 
 from __future__ import annotations

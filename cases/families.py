@@ -3,6 +3,8 @@
 A family draws float64 values for given shapes; the generator then rounds them to
 the case's dtypes. Well-posed families are valid distributions (the harness must
 not cry wolf on them); edge families aim at one convention of the spec each.
+
+Draws values only; never imports a framework or the reference.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ the whole cartesian product. Values depend only on (seed, case id), never on the
 order or the company a case is generated in; which ids exist depends on the spec alone
 (the pairwise design is drawn with the fixed DESIGN_SEED), so `--seed` draws other
 values for the same ids. Cases are produced lazily.
+
+Never imports a framework or the reference.
 """
 
 from __future__ import annotations

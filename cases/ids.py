@@ -6,6 +6,8 @@ a probability-space dialect, Keras) says so after log_target: ``log_target=0,inp
 arguments, ``mean(size_average=0,reduce=1)``; a shape may be ``input:target`` when
 they differ and may end in ``.T`` or ``.strided`` for non-contiguous views; 0-d is
 ``scalar``; mixed dtypes are ``input:target``. Changing this format is a breaking change.
+
+Works on strings and keys only; never draws values.
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ def format_reduction(params: Params) -> str:
 
 def build_id(key: CaseKey) -> str:
     """The id of a generated case. Its fields are made once per distinct value (a suite has a few dozen
-    of each): listing the 150,000 ids of an exhaustive suite, as every shard of it does, then costs
-    about half as much."""
+    of each), because every shard of an exhaustive suite lists all of its ids, and building each field
+    anew for every id would be wasted work."""
     return "/".join((_head_fields(key.params), _shape_field(key.input_shape, key.target_shape, key.layout),
                      str(key.dtype), key.family, f"s{key.sample}"))
 

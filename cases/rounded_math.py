@@ -13,6 +13,8 @@ between two float64 numbers. Those elements (a few in a thousand, all of them wh
 double is no wider than float64), and subnormal results, are recomputed in `decimal`,
 whose exp and ln are correctly rounded and the same on every platform. Non-finite and
 exact cases (exp(+-inf), log(0), log of a negative) take IEEE's values.
+
+Pure functions on arrays; imports nothing of the harness.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ A case belongs to shard K of N by a stable hash of its id alone (not its positio
 so the split does not depend on the order or the company of the cases, and every
 machine, Python version and harness run computes the same split. The N shards are
 disjoint and together hold every case; `kl-conformance report` merges their runs.
+
+Depends on the id alone; imports nothing of the harness.
 """
 
 from __future__ import annotations

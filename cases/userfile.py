@@ -5,6 +5,8 @@ allowed), and optionally `dtype` (a name, or {input: NAME, target: NAME}),
 `reduction`, `log_target`, `size_average`, `reduce`, `layout`, `grad`, `note`.
 Numbers follow YAML 1.2 (`1e-3` is a number; conformance/core/yamlload.py). Every problem
 is reported with the file, the case id and the field.
+
+Never imports a framework or the reference.
 """
 
 from __future__ import annotations

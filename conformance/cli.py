@@ -4,6 +4,9 @@ Exit codes (conformance/report/gate.py): 0 done (divergences are findings, not f
 failed (--strict, --fail-on-new, a stale known-findings entry); 2 bad usage, a bad spec, case
 file or results directory (one message naming the file, the place and the fix; nothing
 written); 3 with --strict, the framework did not run or not every case was judged.
+
+Owns parsing and checking the arguments and the order in which a command does its work; running, judging,
+reporting and writing reproducers live in their own modules, never here.
 """
 
 from __future__ import annotations
@@ -272,16 +275,17 @@ def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | Non
     shard = selected_shard(case_selection(args))
     known = _check_gate_options(spec, args, seed=args.seed)
     check_out_dir(args.out, resume=args.resume, force=args.force)
-    # the worker conformance/entry.py started from its reading of the command line, if it reads as checked here
+    # conformance/entry.py may have started a worker already, from its own quick reading of the command line.
+    # Use it only if that reading agrees with the arguments checked here; otherwise close it.
     early = early_worker
     if early is not None and (early.framework, early.compile_cache_dir) != (args.framework, _cache_dir(args)):
         early.close()
         early = None
-    # the run's worker, then the reproducers'
+    # One worker serves the run and then the reproducers, so the framework is imported once.
     with early or WorkerPool(args.framework, compile_cache_dir=_cache_dir(args)) as pool:
         pool.timeout_s = args.timeout_s
         if not pool.launched:
-            pool.launch()  # the framework imports (seconds) while the cases are drawn and checked
+            pool.launch()  # the framework's import is slow: it runs while the cases are drawn and checked
         return _run_with(spec, args, known, shard, pool)
 
 
@@ -315,8 +319,9 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
                          profiles_dir=Path(args.profiles) if args.profiles else None,
                          cache_dir=_cache_dir(args))
     shown = _progress_and_details(progress, show_details)
-    # As the rows are written: the report's pass over them, and those that will need a reproducer. A resumed
-    # run's earlier rows are on disk only, so then both read the rows back.
+    # While the rows are written, the report's pass reads them and the rows that will need a reproducer are
+    # kept. A resumed run's earlier rows are only on disk, so then both the report and the reproducers read
+    # the rows back from the file instead.
     needing: list[Result] | None = None if args.no_repro or args.resume else []
     feed = None if args.resume else ReportFeed(Path(args.out), known)
     from conformance.repro import needs_reproducer

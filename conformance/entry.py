@@ -1,11 +1,14 @@
 """The `kl-conformance` command's entry point (and `python -m conformance`'s).
 
 Every run first waits for its worker to import the framework. So for `run`, the worker is started
-here, before the harness's own modules are imported (they take about 0.12 s): what it is started
+here, before the harness's own modules are imported (which takes a while): what it is started
 with is read off the command line by a small parser that knows three options. That is a guess,
 never trusted: `run` compares it with its fully parsed, checked arguments, and starts a worker of
 its own when they differ. Any other command, and a command line this parser cannot read, start
 nothing here.
+
+Imports nothing of the harness before the worker is started, so that the framework's import overlaps the
+harness's own.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli_main(argv, early_worker=early)
     finally:
         if early is not None:
-            early.close()  # `run` closes the one it used; this one, if it was not used (closing twice is harmless)
+            early.close()  # `run` closed it if it used it; otherwise it is closed here (closing twice is harmless)
 
 
 class _Guess(argparse.ArgumentParser):

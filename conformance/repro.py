@@ -5,6 +5,8 @@ case file, or from an earlier run directory (which keeps its seed and its user c
 Before writing, the case is minimised: if a single element of it diverges the same
 way, the script uses that element alone, which is what one pastes into an upstream issue.
 Composes the adapter, the reference and the comparator; runs in the framework's environment.
+
+Writes scripts beside a run's results; never rewrites the results themselves.
 """
 
 from __future__ import annotations
@@ -74,8 +76,8 @@ def expectations(spec: Spec, cache=None) -> Callable[[Case, str, str], Expected]
     return lambda case, part, dialect: CaseJudge(case, spec, cache).expected(spec, part, dialect)
 
 
-# calls (case, api name, device, part) -> one Observation each, in order (as each arrives: the caller judges
-# one while the framework computes the next)
+# Calls, each (case, api name, device, part), to one Observation per call, in order. Observations come back
+# one by one as they arrive, so the caller judges one while the framework computes the next.
 Observe = Callable[[list[tuple[Case, str, str, str]]], Iterable[Observation]]
 
 
@@ -127,7 +129,7 @@ def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadli
     """Set each job's final case, its observation and that observation's expectation and judgement: a
     single element where one diverges with the job's verdict, else the whole case. Every step is one batch of
     calls for all the jobs (a round of candidates: one per job, then 2, 4, ... for the jobs still without one),
-    so the framework is called at the speed of a run and a job that tries all its candidates costs a few
+    so the framework is called in batches as in a run, and a job that tries all its candidates takes a few
     rounds, not one per candidate. Each observation is judged as it arrives, while the framework computes the
     next. Past `deadline` (time.monotonic()), the jobs not yet minimised keep their whole case."""
     unknown = [j for j in jobs if j.verdict is None]

@@ -11,6 +11,8 @@ expectations (under the spec, and under the API's declared deviations): never on
 planted answer counts only where it is a fault by the spec's comparison rule (spec:
 tolerance.comparison), restated here independently of conformance/judge/compare.py, so a comparator that
 lets a wrong answer pass fails the self-test.
+
+Plants faults only in what a framework returned; never changes the judge or the reference it tests.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from conformance.reference.forward import in_result_dtype
 from conformance.report.selftest import VariantReport
 from conformance.run.runner import RunOptions, run_conformance
 
-ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"  # how the parent tells a worker's variant
+# The spec a worker's variant loads, and the file where it logs the rows it changed.
+ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"
 HANG_TIMEOUT_S = 5.0  # the per-case limit for the variant that hangs
 
 

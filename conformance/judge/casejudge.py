@@ -3,6 +3,8 @@
 The judge asks the reference for each expectation once per (spec, part, dialect) and keeps
 it, so every API and device of a case shares it, and so do the explanations and profiles
 that ask for alternative specs. The run wing and the reproducers judge through it.
+
+Composes the reference and the comparator; never imports a framework, an adapter or the case generator.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class CaseJudge:
             case = self.case
             self._case_detail = encoded_fields(params=vars(case.params), dtype=str(case.dtype), layout=case.layout,
                                                input=array_detail(case.input), target=array_detail(case.target))
-        if id(expected) not in self._expected_detail:  # the expectations are held in self._expected: ids stay theirs
+        if id(expected) not in self._expected_detail:  # by id(): self._expected keeps each alive, so no id is reused
             self._expected_detail[id(expected)] = encoded_fields(
                 expected=array_detail(expected.value) if expected is not None else None,
                 expected_error=expected.error_type if expected is not None else None)
@@ -124,8 +126,9 @@ class CaseJudge:
         return self._last_key[1]
 
     def _judge(self, part: str, dialect: str, observed: Observation) -> Judgement:
-        if observed.unsupported is not None:  # nothing to compare (and no expectation where the API cannot take
-            return Judgement(Verdict.UNSUPPORTED, observed.unsupported)  # the case's input space)
+        # Nothing to compare; where the API cannot take the case's input space there is no expectation either.
+        if observed.unsupported is not None:
+            return Judgement(Verdict.UNSUPPORTED, observed.unsupported)
         judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
         if judgement.verdict.is_divergence:
             behaves_as = self._behaves_as(part, dialect, observed)

@@ -5,6 +5,8 @@ diverging observation, this module recomputes the expectation under each
 alternative choice (and each pair of them) and reports the first under which the
 observation passes: "pointwise.conventions.target_zero = ieee". Per-framework
 profiles of documented deviations build on the same alternatives.
+
+Asks the reference for expectations under alternative specs; never imports a framework.
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ def _candidate_sets(spec: Spec, max_combined: int) -> list[tuple[Alternative, ..
 
 def _touched_candidates(spec: Spec, max_combined: int, touched: frozenset[str]) -> list[tuple[Alternative, ...]]:
     """The candidate sets whose every choice point touches the case, in the order of _candidate_sets.
-    Listed once per set of touched paths: cases share a few, and filtering the few hundred pairs for
-    every divergence cost more than judging them."""
+    Listed once per set of touched paths, which cases share: filtering all the pairs again for every
+    divergence would be work repeated for nothing."""
     key = (spec.hash, max_combined, touched)
     if key not in _TOUCHED:
         _TOUCHED[key] = [alts for alts in _candidate_sets(spec, max_combined) if all(a.path in touched for a in alts)]

@@ -22,6 +22,8 @@ Example::
       cause: pointwise.conventions.log_target_neg_inf  # optional: glob over the spec path named as cause
       reason: NaN at a log-space target of -inf; fix pending upstream
       link: https://github.com/pytorch/pytorch/issues/0
+
+Reads the user's file and marks the rows it matches; never changes a verdict.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ A build is removed when nobody has opened it for MAX_IDLE_S, or, oldest first, w
 builds together pass MAX_TOTAL_BYTES; never while a process holds it open (each open cache
 holds a shared lock on its build's lock file, and removal needs the exclusive lock).
 Concurrent runs (tox -p) share a build.
+
+Stores and returns what the reference computed; never computes an expectation itself, and never
+unpickles.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ from conformance.core.model import Case, Expected, Spec
 # Past this many elements a case's expectation is not stored: its framework calls cost
 # more than its reference, and the file would grow with the array.
 MAX_CACHED_ELEMENTS = 1 << 16
-# Past this size on disk no more entries are written (the default suite needs about 4 MB;
-# an exhaustive suite with several samples would otherwise grow the file to gigabytes).
+# Past this size on disk no more entries are written. The default suite needs far less; an exhaustive
+# suite with several samples would otherwise grow the file without a useful limit.
 MAX_CACHE_BYTES = 512 * 2**20
 # Builds of other reference versions or NumPy versions: removed when unused this long, or,
 # oldest first, while all builds together pass this size.
@@ -363,7 +366,7 @@ def _too_big(case: Case) -> bool:
 
 
 # Entries are deflated with a preset dictionary of what every header repeats (field and rule names):
-# a small case's entry takes about 160 bytes instead of 790, so the exhaustive suite fits the cap.
+# a small case's entry shrinks to a fraction of its size, so the exhaustive suite fits the cap.
 _RULE_NAMES = ("pointwise.formula", "pointwise.conventions.target_zero", "pointwise.conventions.target_negative",
                "pointwise.conventions.log_target_neg_inf", "pointwise.conventions.nan_propagation",
                "pointwise.conventions.infinities", "gradients.formula", "gradients.conventions.target_zero",
@@ -374,7 +377,9 @@ _ZDICT = json.dumps([{"result_dtype": dtype, "shape": [4, 6], "value": ["<f8", [
                       "bound": ["<f8", [4, 6], 192, 192], "error_id": None, "error_type": None, "error_match": None,
                       "warnings": [], "rules": [], "rule_map": ["|i1", [4, 6], 384, 24], "rule_names": list(_RULE_NAMES)}
                      for dtype in ("float64", "float32", "float16", "bfloat16")]).encode()
-_WBITS, _MEMLEVEL = 13, 2  # a 8 KB window holds the dictionary; setting up a stream then costs about 13 us
+# A window just large enough to hold the dictionary, and little memory: a stream is set up for every entry,
+# and a smaller one is cheaper to set up.
+_WBITS, _MEMLEVEL = 13, 2
 _DEFLATE = zlib.compressobj(1, zlib.DEFLATED, _WBITS, _MEMLEVEL, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
 _INFLATE = zlib.decompressobj(_WBITS, _ZDICT)
 
@@ -420,8 +425,9 @@ def encode(expected: Expected) -> bytes:
     return struct.pack("<I", len(head)) + head + b"".join(chunks)
 
 
-# Parsed headers by their bytes: entries of one shape, dtype and set of rules share a header, so the
-# exhaustive suite's 1.8M entries have a few thousand; parsing JSON was a third of a cache hit's cost.
+# Parsed headers by their bytes. Entries of one shape, dtype and set of rules share a header, so even the
+# exhaustive suite's entries have only a few thousand distinct headers; parsing each only once keeps JSON
+# parsing out of most cache hits.
 _LAYOUTS: dict[bytes, tuple] = {}
 _MAX_LAYOUTS = 4096
 

@@ -9,6 +9,8 @@
   stopped before its end, or there are no results at all. Without --strict these print a line
   and exit 0, so a matrix with one missing framework still writes its merged report.
 - 130: interrupted (Ctrl-C); the rows written so far are kept, and --resume continues.
+
+Reads counts and run manifests only; never a framework or the reference.
 """
 
 from __future__ import annotations

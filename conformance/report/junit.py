@@ -4,6 +4,8 @@ An undocumented divergence is a failure (crash and timeout are errors); a docume
 divergence, a known finding (--known) and an unsupported case are skipped, with the reason. Takes rows one
 at a time (JunitWriter.add) and streams: each suite's testcases go to a temporary file while the rows are read, and
 the suites are then joined under their counts, so memory stays flat for a million rows.
+
+Reads rows only; never a framework or the reference.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class JunitWriter:
         self._tmp = tempfile.TemporaryDirectory(dir=path.parent, prefix=".junit-")
         self._files: dict[str, IO[str]] = {}
         self._suites: dict[str, str] = {}  # each suite's name, quoted for an attribute
-        self._case: tuple[str | None, str] = (None, "")  # the last case id, and it quoted
+        self._case: tuple[str | None, str] = (None, "")  # the last case id, and that id quoted
 
     def add(self, r: Result) -> None:
         name = f"{r.framework}.{r.api}.{r.device}.{r.part}"

@@ -1,7 +1,7 @@
 """Draws the "error relative to the bound" histogram as inline SVG text.
 
-Hand-written instead of matplotlib: importing and drawing with matplotlib cost about
-half a second of every run, and SVG keeps report.html self-contained and text-diffable.
+Hand-written instead of matplotlib: importing and drawing with matplotlib was a noticeable part
+of every run, and SVG keeps report.html self-contained and text-diffable.
 Same input, same bytes. Reads the ratios a Tally gathered; never a framework or the reference.
 """
 

@@ -7,6 +7,8 @@ merged directory beside one of its own runs, two seeds, or two versions of a use
 file under one id would otherwise be counted, or compared, as one matrix. The pass also
 reads every details.jsonl, so a damaged file stops the report before any file is written.
 Memory grows with the number of case ids, not of rows.
+
+Reads rows and manifests; writes nothing, and never imports a framework or the reference.
 """
 
 from __future__ import annotations

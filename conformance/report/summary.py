@@ -1,4 +1,7 @@
-"""Writes summary.json: verdict counts per target and run provenance (schema: spec/summary.schema.json)."""
+"""Writes summary.json: verdict counts per target and run provenance (schema: spec/summary.schema.json).
+
+Reads what a Tally gathered; never a framework or the reference.
+"""
 
 from __future__ import annotations
 

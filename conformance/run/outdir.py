@@ -4,6 +4,8 @@ A directory that already holds files is refused unless the user says what to do 
 them: `--resume` continues the run there, `--force` removes what the harness wrote
 there before (results, details, reports, repro/, cases/, baseline.json), so no stale
 file sits beside new results. Files the harness did not write are left alone.
+
+Owns the checks on the output directory; writes no results or reports, and never imports a framework.
 """
 
 from __future__ import annotations

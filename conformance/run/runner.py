@@ -5,6 +5,9 @@ API and device) -> adapter in a worker process (Observation) -> compare (verdict
 -> results.jsonl. The parent computes references and verdicts while the worker
 calls the framework. A crash or a timeout costs one case; --resume skips every
 (case, api, device, part) already in results.jsonl.
+
+Never imports a framework in the parent process (the worker's adapter does), and never imports the
+reports.
 """
 
 from __future__ import annotations
@@ -147,7 +150,8 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     api_names = [a.name for a in adapter.apis]
     select(framework, api_names, adapter.known_devices, adapter.known_devices, options.apis, options.devices)
     check_dialects(adapter, spec)
-    ledger = DeviationLedger(spec, adapter.name, api_names, options.profiles_dir)  # "module:Class" too
+    # by the adapter's own name: `framework` may be "module:Class"
+    ledger = DeviationLedger(spec, adapter.name, api_names, options.profiles_dir)
     out = check_out_dir(out_dir, resume=options.resume, force=options.force)
     run_info = run_info or {}
     done = _already_done(out, spec, framework, run_info.get("selection")) if options.resume else set()
@@ -219,7 +223,7 @@ def _prepare(out: Path, options: RunOptions, manifest: dict) -> None:
     the user case files into it."""
     prepare_out_dir(out, force=options.force)
     if options.resume:
-        clear_temporary_files(out)  # a killed run's report parts (the report's pass runs with the run)
+        clear_temporary_files(out)  # report parts a killed run left: the report is written during the run
         drop_partial_last_line(out)
     manifest["case_files_kept"] = _keep_case_files(out, manifest.get("case_files", []))
 
@@ -310,7 +314,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
             summary.cases += 1
             yield case, rows
             continue
-        # works while the worker is already on the next cases
+        # this judging runs while the worker is already calling the framework on the next cases
         judge = judges.pop(task.index, None) or CaseJudge(case, spec, ctx.cache)
         for call, reason in todo:
             api_name, device, part = call

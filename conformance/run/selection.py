@@ -2,6 +2,8 @@
 
 Used by `run` and `cases`. User files are read in full and validated, and ids given to
 --only are checked, before any case is drawn, so bad input stops a command before it writes.
+
+Chooses and builds cases only; never computes an expectation or calls a framework.
 """
 
 from __future__ import annotations

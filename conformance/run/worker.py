@@ -6,6 +6,9 @@ keeps a window of cases in flight (so the parent computes references while the
 worker calls the framework), detects a dead worker (crash: signal or exit code and
 the last lines it printed) or a case past its time limit (timeout), replaces the
 worker and resends what was in flight.
+
+Owns the worker processes and the messages between them and the parent; never judges, and never imports
+a framework in the parent.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from typing import Deque, Iterator
 from conformance.core.model import Case, Observation, Verdict
 
 READY, UNAVAILABLE, CASE, CLOSED = "ready", "unavailable", "case", "closed"
-# How long closing waits for the worker to close its adapter (R torch ends its R in about 0.1 s).
+# How long closing waits for the worker to close its adapter; R torch, which ends its R session there,
+# needs far less than this.
 CLOSE_TIMEOUT_S = 5.0
 
 
@@ -114,7 +118,7 @@ def _observe(adapter, case: Case, api_name: str, device: str, part: str) -> Obse
 def _main_script_hidden(framework: str) -> Iterator[None]:
     """Start the worker without running the caller's main script in it. A spawned child runs the
     parent's `__main__` file again (as `__mp_main__`) before its target; for `kl-conformance` that
-    imports the whole CLI, about 0.15 s on the worker's start, for nothing: the worker's entry point
+    imports the whole CLI, which delays the worker's start for nothing, since the worker's entry point
     lives here. An adapter named from the main script itself ("__main__:Class") keeps it."""
     if framework.startswith("__main__:") or "__main__" not in sys.modules:
         yield
@@ -205,7 +209,7 @@ class WorkerPool:
         return self.wait_ready()
 
     def launch(self) -> None:
-        """Start the worker without waiting: it imports the framework (seconds) while the caller works."""
+        """Start the worker without waiting: it imports the framework, which is slow, while the caller works."""
         parent, child = self._ctx.Pipe()
         self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._output.name,
                                                 str(self.compile_cache_dir) if self.compile_cache_dir else None,
@@ -341,11 +345,11 @@ class WorkerPool:
     def close(self) -> None:
         """Stop the worker. An idle worker first closes its adapter (R torch's R removes its temporary files)
         and says so; then it is stopped at once: what is left is the framework's own teardown at exit, which
-        can take longer than the run (torch: about 0.3 s) and leaves nothing the harness needs. A worker that
+        can take longer than a short run (torch's does) and leaves nothing the harness needs. A worker that
         did not say so is given a moment to exit; one still on a case (Ctrl-C) is not waited for."""
         if self._process is not None and self._process.is_alive():
             try:
-                self._outbox.put(None)  # after every batch already put
+                self._outbox.put(None)  # queued behind every batch already put, so the worker answers those first
                 closed = False
                 if self._idle:
                     deadline = time.monotonic() + CLOSE_TIMEOUT_S
