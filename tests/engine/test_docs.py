@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from conformance.specload import default_spec_path, load_schema
+from conformance.core.specload import default_spec_path, load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 # The spec's top-level sections: each states the canonical semantics or describes the document itself.
