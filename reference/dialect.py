@@ -26,7 +26,7 @@ def clip_bounds(spec: Spec, result_dtype: str) -> tuple[float, float]:
     """(epsilon, 1) as the clip applies them: epsilon rounded to the dtype the spec's choice names
     (spec: dialects.keras.clip.epsilon, epsilon_dtype)."""
     clip = spec.data["dialects"]["keras"]["clip"]
-    dtype = result_dtype if clip["epsilon_dtype"] == "result" else "float32"
+    dtype = result_dtype if clip["epsilon_dtype"]["choice"] == "result" else "float32"
     return float(round_to_dtype(np.asarray(clip["epsilon"]), dtype)), 1.0
 
 
@@ -47,7 +47,7 @@ def keras_pointwise(q: np.ndarray, t: np.ndarray, result_dtype: str, spec: Spec)
     rule_map = np.full(q.shape, FORMULA, dtype=np.int8)
     with np.errstate(invalid="ignore"):
         rule_map[(qc != q) | (tc != t)] = CLIPPED
-    if keras["ratio"] == "ieee":  # spec: dialects.keras.ratios.ieee -- t'/q' formed in the result dtype
+    if keras["ratio"]["choice"] == "ieee":  # spec: dialects.keras.ratio.choices.ieee -- t'/q' formed in the result dtype
         with np.errstate(all="ignore"):
             overflow = np.isinf(round_to_dtype(tc / qc, result_dtype)) & np.isfinite(tc / qc)
         loss[overflow] = np.inf
@@ -75,7 +75,7 @@ def log_ratio(t: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def clip_slope(v: np.ndarray, low: float, high: float, boundary: str) -> np.ndarray:
     """The clip's derivative at v: 1 inside (low, high), 0 outside, and at low or high 1 (inside) or
-    1/2 (half) (spec: dialects.keras.clip.boundaries); NaN at NaN."""
+    1/2 (half) (spec: dialects.keras.clip.boundary); NaN at NaN."""
     slope = np.where((v > low) & (v < high), 1.0, 0.0)
     slope = np.where((v == low) | (v == high), 1.0 if boundary == "inside" else 0.5, slope)
     return np.where(np.isnan(v), np.nan, slope)
@@ -87,7 +87,7 @@ def keras_gradient(q: np.ndarray, t: np.ndarray, which: str, result_dtype: str, 
     of its terms' magnitudes and the rule map."""
     keras = spec.data["dialects"]["keras"]
     low, high = clip_bounds(spec, result_dtype)
-    boundary = keras["clip"]["boundary"]
+    boundary = keras["clip"]["boundary"]["choice"]
     with np.errstate(invalid="ignore"):
         qc, tc = np.clip(q, low, high), np.clip(t, low, high)
     qw, tw = qc.astype(WIDE), tc.astype(WIDE)

@@ -80,7 +80,7 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         value = reduce_operand(operand, reduction, divisor, spec)
         bound = reduction_bound(pointwise_bound, operand, divisor, value, u, spec)
     if legacy_then_batchmean(case, spec):
-        # spec: signature.legacy.precedences.legacy_then_batchmean
+        # spec: signature.legacy.precedence.choices.legacy_then_batchmean
         batch = case.input.shape[0] if case.input.ndim else 1
         with np.errstate(all="ignore"):
             value = np.asarray(value, dtype=WIDE) / WIDE(batch) if batch else np.full(np.shape(value), np.nan, dtype=WIDE)
@@ -114,20 +114,24 @@ def _in_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(values, dtype=np.float64) if dtype == "float64" else round_to_dtype(values, dtype)
 
 
-# What an empty reduction's value names in the spec (reductions.*.empty, batchmean.empty_batch).
+# What an empty reduction's value names in the spec (reductions.*.empty).
 EMPTY_VALUES = {"nan": np.nan, "zero": 0.0}
 
 
+def stated(node):
+    """A spec value that is either stated plainly or chosen at a choice point ({choice, choices})."""
+    return node["choice"] if isinstance(node, dict) and "choices" in node else node
+
+
 def reduce_operand(operand: np.ndarray, reduction: str, divisor: int, spec: Spec):
-    """The reduced value (spec: reductions): the sum over the divisor; an empty reduction's value is
-    the spec's (reductions.sum.empty, reductions.mean.empty, reductions.batchmean.empty_batch), and a
-    non-empty batch of empty rows is the empty sum over the batch."""
+    """The reduced value (spec: reductions): the sum over the divisor; a reduction whose divisor is 0 gives
+    its stated empty value (reductions.*.empty), and a non-empty batch of empty rows is the empty sum
+    over the batch."""
     rules = spec.data["reductions"]
     if divisor == 0:
-        return WIDE(EMPTY_VALUES[rules["batchmean"]["empty_batch"] if reduction == "batchmean"
-                                 else rules[reduction]["empty"]])
+        return WIDE(EMPTY_VALUES[stated(rules[reduction]["empty"])])
     if operand.size == 0:
-        return WIDE(EMPTY_VALUES[rules["sum"]["empty"]]) / WIDE(divisor)
+        return WIDE(EMPTY_VALUES[stated(rules["sum"]["empty"])]) / WIDE(divisor)
     with np.errstate(all="ignore"):  # inf - inf in the sum is a NaN the spec predicts
         return operand.sum(dtype=WIDE) / WIDE(divisor)
 
@@ -152,7 +156,7 @@ def as_bound(bound) -> np.ndarray:
 def legacy_then_batchmean(case: Case, spec: Spec) -> bool:
     """Whether the spec's legacy precedence divides a legacy result by the batch (spec: signature.legacy)."""
     return (case.params.has_legacy and case.params.reduction == "batchmean"
-            and spec.data["signature"]["legacy"]["precedence"] == "legacy_then_batchmean")
+            and spec.data["signature"]["legacy"]["precedence"]["choice"] == "legacy_then_batchmean")
 
 
 def in_result_dtype(value: np.ndarray, result_dtype: str) -> np.ndarray:
@@ -251,18 +255,23 @@ def term_magnitude(terms: list[str], x: np.ndarray, t: np.ndarray, fused: np.nda
     return magnitude
 
 
+# What each divisor the spec names is (spec: reductions.*.divisor): (n, input's shape, the reduced shape,
+# the size the spec states for a 0-d shape) -> the divisor.
+DIVISORS = {
+    "one": lambda n, input_shape, shape, zero_dim: 1,
+    "numel": lambda n, input_shape, shape, zero_dim: n,
+    "broadcast_dim0": lambda n, input_shape, shape, zero_dim: int(shape[0]) if shape else zero_dim,
+    "input_dim0": lambda n, input_shape, shape, zero_dim: (int(input_shape[0]) if input_shape and shape
+                                                           else zero_dim),
+}
+
+
 def reduction_divisor(reduction: str, n: int, input_shape: tuple[int, ...], shape: tuple[int, ...], spec: Spec) -> int:
-    """What the summed loss is divided by (spec: reductions.mean.divisor, reductions.batchmean)."""
-    if reduction == "sum":
-        return 1
-    if reduction == "mean":
-        return n
-    rule = spec.data["reductions"]["batchmean"]
-    if len(shape) == 0:
-        return int(rule["zero_dim_divisor"])
-    if rule["divisor"] == "input_dim0":
-        return int(input_shape[0]) if input_shape else int(rule["zero_dim_divisor"])
-    return int(shape[0])
+    """What the summed loss is divided by: the divisor the spec states for the reduction (reductions.*.divisor,
+    and zero_dim_divisor where it states one)."""
+    rule = spec.data["reductions"][reduction]
+    zero_dim = int(rule["zero_dim_divisor"]) if "zero_dim_divisor" in rule else None
+    return DIVISORS[stated(rule["divisor"])](n, input_shape, shape, zero_dim)
 
 
 def effective_reduction(params: Params, spec: Spec) -> str:
@@ -278,9 +287,9 @@ def expected_error(case: Case, spec: Spec, dialect: str = "canonical") -> str | 
     checks = {
         "unknown_reduction": lambda: not case.params.has_legacy and case.params.reduction not in rules_of["reductions"],
         "integral_dtype": lambda: any(d not in spec.floating_dtypes for d in (case.dtype.input, case.dtype.target)),
-        "mixed_dtypes": lambda: case.dtype.is_mixed and spec.data["dtypes"]["mixed"] == "reject",
+        "mixed_dtypes": lambda: case.dtype.is_mixed and spec.data["dtypes"]["mixed"]["choice"] == "reject",
         "incompatible_shapes": lambda: not _broadcasts(case.input.shape, case.target.shape)
-        or (spec.data["shapes"]["broadcasting"] == "none" and case.input.shape != case.target.shape),
+        or (spec.data["shapes"]["broadcasting"]["choice"] == "none" and case.input.shape != case.target.shape),
         "no_distribution_axis": lambda: rules_of["axis_sum"] and np.broadcast_shapes(case.input.shape,
                                                                                   case.target.shape) == (),
     }
@@ -322,7 +331,7 @@ def _rules_used(case: Case, spec: Spec, rule_map: np.ndarray, reduction: str, sh
     if case.dtype.is_mixed:
         rules.append("dtypes.promotion")
     if reduction != "none" and 0 in shape:
-        rules.append("reductions.batchmean.empty_batch" if reduction == "batchmean" else f"reductions.{reduction}.empty")
+        rules.append(f"reductions.{reduction}.empty")
     if reduction == "batchmean" and (case.input.shape[:1] != shape[:1] or not shape):
         rules.append("reductions.batchmean.divisor")
     return tuple(rules)

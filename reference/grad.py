@@ -68,8 +68,8 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec)
     reduction = effective_reduction(case.params, spec)
     out_shape = shape[:-1] if rules_of["axis_sum"] else shape  # spec: dialects.*.axis_sum
-    divisor = 1 if reduction in ("none", "sum") else reduction_divisor(reduction, int(np.prod(out_shape)),
-                                                                       case.input.shape, out_shape, spec)
+    divisor = 1 if reduction == "none" else reduction_divisor(reduction, int(np.prod(out_shape)),
+                                                              case.input.shape, out_shape, spec)
     if legacy_then_batchmean(case, spec):
         divisor *= case.input.shape[0] if case.input.ndim else 1
     upstream = upstream_gradient(out_shape if reduction == "none" else ())

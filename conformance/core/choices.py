@@ -2,19 +2,21 @@
 read, change and try them.
 
 The explanations of the judge and the profiles' deviations both work in these terms: a
-departure from the spec is "the value at this path set to that choice".
+departure from the spec is "the choice point at this path set to that alternative". A choice point is
+any {choice, choices} node of the spec: the spec states the vocabulary, this module only walks it.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
+from conformance.core.errors import SpecError
 from conformance.core.model import Case, Spec
 from conformance.core.rounding import round_to_dtype
-from conformance.core.specload import spec_hash
 
 
 def _has(test):
@@ -32,75 +34,108 @@ _TARGET_NEGATIVE = _target_has(lambda t: t < 0, log_target=False)
 _LOG_TARGET_NEG_INF = _target_has(lambda t: t == -np.inf, log_target=True)
 _NAN = _has(np.isnan)
 
-# (spec path of the choice, key under which its alternatives are listed, which cases it can
-# touch), relative to the spec root. `touches` is a cheap test on the case's values (rounded
-# to their dtypes): an alternative whose choice point does not touch a case cannot change
-# that case's expectation, so it is not tried. Each test may say yes too often, never too
-# seldom; tests/engine/test_explain.py checks that on the default suite.
-CHOICE_POINTS = (
-    ("pointwise.conventions.target_zero.choice", "pointwise.conventions.target_zero.choices", _TARGET_ZERO),
-    ("pointwise.conventions.target_negative.choice", "pointwise.conventions.target_negative.choices",
-     _TARGET_NEGATIVE),
-    ("pointwise.conventions.log_target_neg_inf.choice", "pointwise.conventions.log_target_neg_inf.choices",
-     _LOG_TARGET_NEG_INF),
-    ("pointwise.conventions.infinities.choice", "pointwise.conventions.infinities.choices", _has(np.isinf)),
-    ("pointwise.conventions.nan_propagation.choice", "pointwise.conventions.nan_propagation.choices", _NAN),
-    ("reductions.mean.empty", "reductions.mean.empties", lambda case, x, t: x.size == 0 or t.size == 0),
-    ("shapes.broadcasting", "shapes.broadcastings", lambda case, x, t: x.shape != t.shape),
-    ("dtypes.mixed", "dtypes.mixeds", lambda case, x, t: case.dtype.is_mixed),
-    ("gradients.conventions.target_zero.choice", "gradients.conventions.target_zero.choices", _TARGET_ZERO),
-    ("gradients.conventions.target_negative.choice", "gradients.conventions.target_negative.choices",
-     _TARGET_NEGATIVE),
-    ("gradients.conventions.log_target_neg_inf.choice", "gradients.conventions.log_target_neg_inf.choices",
-     _LOG_TARGET_NEG_INF),
-    ("gradients.conventions.infinite_input.choice", "gradients.conventions.infinite_input.choices",
-     lambda case, x, t: bool(np.isinf(x).any()) and bool(((t == -np.inf) if case.params.log_target
-                                                           else (t == 0)).any())),
-    ("gradients.conventions.nan_propagation.choice", "gradients.conventions.nan_propagation.choices", _NAN),
-    ("reductions.batchmean.divisor", "reductions.batchmean.divisors",
-     lambda case, x, t: case.params.reduction == "batchmean" and x.shape != t.shape),
-    ("signature.legacy.precedence", "signature.legacy.precedences", lambda case, x, t: case.params.has_legacy),
+# Which cases each choice point (a {choice, choices} node of the spec, by its dotted path) can
+# touch. `touches` is a cheap test on the case's values (rounded to their dtypes): an alternative
+# whose choice point does not touch a case cannot change that case's expectation, so it is not
+# tried. Each test may say yes too often, never too seldom; tests/engine/test_explain.py checks
+# that on the default suite. The paths and their alternatives are the spec's own (choice_points);
+# the spec loader refuses a spec whose choice points differ from these keys.
+TOUCHES = {
+    "pointwise.conventions.target_zero": _TARGET_ZERO,
+    "pointwise.conventions.target_negative": _TARGET_NEGATIVE,
+    "pointwise.conventions.log_target_neg_inf": _LOG_TARGET_NEG_INF,
+    "pointwise.conventions.infinities": _has(np.isinf),
+    "pointwise.conventions.nan_propagation": _NAN,
+    "reductions.mean.empty": lambda case, x, t: x.size == 0 or t.size == 0,
+    "shapes.broadcasting": lambda case, x, t: x.shape != t.shape,
+    "dtypes.mixed": lambda case, x, t: case.dtype.is_mixed,
+    "gradients.conventions.target_zero": _TARGET_ZERO,
+    "gradients.conventions.target_negative": _TARGET_NEGATIVE,
+    "gradients.conventions.log_target_neg_inf": _LOG_TARGET_NEG_INF,
+    "gradients.conventions.infinite_input":
+        lambda case, x, t: bool(np.isinf(x).any()) and bool(((t == -np.inf) if case.params.log_target
+                                                              else (t == 0)).any()),
+    "gradients.conventions.nan_propagation": _NAN,
+    "reductions.batchmean.divisor": lambda case, x, t: case.params.reduction == "batchmean" and x.shape != t.shape,
+    "signature.legacy.precedence": lambda case, x, t: case.params.has_legacy,
     # Keras' dialect: only a case in probability space reaches it
-    ("dialects.keras.clip.epsilon_dtype", "dialects.keras.clip.epsilon_dtypes",
-     lambda case, x, t: case.params.prob_input),
-    ("dialects.keras.clip.boundary", "dialects.keras.clip.boundaries", lambda case, x, t: case.params.prob_input),
-    ("dialects.keras.ratio", "dialects.keras.ratios", lambda case, x, t: case.params.prob_input),
-)
+    "dialects.keras.clip.epsilon_dtype": lambda case, x, t: case.params.prob_input,
+    "dialects.keras.clip.boundary": lambda case, x, t: case.params.prob_input,
+    "dialects.keras.ratio": lambda case, x, t: case.params.prob_input,
+}
+
+
+def is_choice_node(node) -> bool:
+    """Whether a spec node is a choice point: a mapping with `choice` and its `choices`."""
+    return isinstance(node, Mapping) and "choice" in node and "choices" in node
+
+
+def choice_points(data, path: str = "") -> list[str]:
+    """The dotted paths of every {choice, choices} node in a spec document, in document order."""
+    if is_choice_node(data):
+        return [path]
+    if isinstance(data, Mapping):
+        return [found for key, child in data.items()
+                for found in choice_points(child, f"{path}.{key}" if path else str(key))]
+    return []
+
+
+def check_choice_points(data, shown: str) -> None:
+    """Each choice names one of its own choices, and the spec's choice points are exactly TOUCHES' keys."""
+    points = choice_points(data)
+    for path in points:
+        node = get_path(data, path)
+        if node["choice"] not in node["choices"]:
+            raise SpecError(f"choice {node['choice']!r} is not one of its choices {list(node['choices'])}",
+                            file=shown, where=f"{path}.choice", fix=f"use one of {list(node['choices'])}")
+    missing, extra = sorted(set(points) - set(TOUCHES)), sorted(set(TOUCHES) - set(points))
+    if missing or extra:
+        raise SpecError(f"choice points {missing} have no `touches` test, and {extra} are not in the spec" if missing
+                        else f"conformance/core/choices.py has `touches` tests for {extra}, which are not choice points",
+                        file=shown, where=(missing or extra)[0],
+                        fix="add a `touches` test to conformance/core/choices.py TOUCHES for each new choice point, "
+                            "and remove the test of one that left the spec")
 
 
 @dataclass(frozen=True)
 class Alternative:
-    """One departure from the spec: the value at `path` set to `choice`."""
+    """One departure from the spec: the choice point at `path` set to `choice`."""
 
     path: str
     choice: str
 
     def __str__(self) -> str:
-        return f"{self.path.removesuffix('.choice')} = {self.choice}"
+        return f"{self.path} = {self.choice}"
 
 
 def alternatives(spec: Spec) -> list[Alternative]:
     """Every single departure the spec allows the reference to compute."""
     found = []
-    for path, choices_path, _ in CHOICE_POINTS:
-        current = get_path(spec.data, path)
-        found += [Alternative(path, c) for c in get_path(spec.data, choices_path) if c != current]
+    for path in choice_points(spec.data):
+        node = get_path(spec.data, path)
+        found += [Alternative(path, c) for c in node["choices"] if c != node["choice"]]
     return found
 
 
 def touched_paths(case: Case) -> frozenset[str]:
-    """The choice points whose alternatives can change `case`'s expectation (see CHOICE_POINTS)."""
+    """The choice points whose alternatives can change `case`'s expectation (see TOUCHES)."""
     x, t = round_to_dtype(case.input, case.dtype.input), round_to_dtype(case.target, case.dtype.target)
     with np.errstate(invalid="ignore"):
-        return frozenset(path for path, _, touches in CHOICE_POINTS if touches(case, x, t))
+        return frozenset(path for path, touches in TOUCHES.items() if touches(case, x, t))
 
 
 def with_alternatives(spec: Spec, alts: tuple[Alternative, ...]) -> Spec:
     """A copy of `spec` with the given choices changed."""
     data = copy.deepcopy(dict(spec.data))
     for alt in alts:
-        set_path(data, alt.path, alt.choice)
+        set_choice(data, alt.path, alt.choice)
+    from conformance.core.specload import spec_hash  # specload checks choice points with this module
     return Spec(data=data, source=f"{spec.source} with {', '.join(map(str, alts))}", hash=spec_hash(data))
+
+
+def set_choice(data, point: str, choice: str) -> None:
+    """Choose `choice` at the choice point `point`, in place."""
+    get_path(data, point)["choice"] = choice
 
 
 def get_path(data, dotted: str):
@@ -109,9 +144,3 @@ def get_path(data, dotted: str):
     for key in dotted.split("."):
         node = node[key]
     return node
-
-
-def set_path(data, dotted: str, value) -> None:
-    """Set the value at a dotted spec path, in place."""
-    *parents, leaf = dotted.split(".")
-    (get_path(data, ".".join(parents)) if parents else data)[leaf] = value

@@ -15,6 +15,7 @@ import jsonschema
 import numpy as np
 import yaml
 
+from conformance.core.choices import check_choice_points
 from conformance.core.errors import SpecError
 from conformance.core.formula import check_formulas
 from conformance.core.model import FLOAT_FORMATS, LAYOUTS, PARTS, UPSTREAM, Spec
@@ -83,7 +84,8 @@ def validate_spec_data(data: Any, shown: str) -> None:
 
 def _check_consistency(data: dict[str, Any], shown: str) -> None:
     """Rules a JSON Schema cannot state, so that a spec stating something false is refused: the
-    dtype constants, the promotion table, the formulas' names and the upstream gradient."""
+    dtype constants, the promotion table, the formulas' names, the choice points and the upstream gradient."""
+    check_choice_points(data, shown)
     _check_dtype_constants(data["dtypes"], shown)
     _check_promotion(data["dtypes"], shown)
     check_formulas(data, shown)

@@ -136,7 +136,7 @@ class CaseJudge:
                 return Judgement(judgement.verdict,
                                  f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
                                  judgement.max_abs_err, judgement.bound,
-                                 " + ".join(a.path.removesuffix(".choice") for a in behaves_as),
+                                 " + ".join(a.path for a in behaves_as),
                                  judgement.missing_warnings)
         return judgement
 

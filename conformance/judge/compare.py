@@ -19,7 +19,7 @@ _CAUSE_PRIORITY = (
     "dtypes.promotion",
     "signature.legacy",
     "reductions.batchmean.divisor",
-    "reductions.batchmean.empty_batch",
+    "reductions.batchmean.empty",
     "reductions.mean.empty",
     "reductions.sum.empty",
     "pointwise.conventions.log_target_neg_inf",

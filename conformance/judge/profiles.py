@@ -17,7 +17,7 @@ from typing import Callable
 
 import jsonschema
 
-from conformance.core.choices import CHOICE_POINTS, get_path, set_path
+from conformance.core.choices import choice_points, get_path, set_choice
 from conformance.core.errors import SpecError
 from conformance.core.model import Expected, Observation, Spec
 from conformance.core.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
@@ -46,7 +46,7 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
     ------
     SpecError
         naming the profile file and the field, for a malformed profile or one that sets a
-        spec path or choice that does not exist.
+        path that is not a choice point of the spec (a {choice, choices} node), or a choice it does not list.
     """
     path = (profiles_dir or default_profiles_dir()) / f"{framework}.yaml"
     if not path.is_file():
@@ -63,12 +63,15 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
                         where="framework", fix=f"write framework: {framework}")
     deviations = []
     for i, row in enumerate(data["deviations"]):
+        points = choice_points(spec.data)
         for dotted, choice in row.get("set", {}).items():
-            allowed = _allowed_choices(spec, dotted)
-            if allowed is None or choice not in allowed:
+            if dotted not in points:
+                raise SpecError(f"{dotted!r} is not a choice point of the spec", file=shown,
+                                where=f"deviations[{i}].set", fix=f"set one of the choice points {points}")
+            allowed = list(get_path(spec.data, dotted)["choices"])
+            if choice not in allowed:
                 raise SpecError(f"{dotted} = {choice!r} is not a choice the spec lists", file=shown,
-                                where=f"deviations[{i}].set", fix=f"use one of {allowed}" if allowed else
-                                "name a spec path that has a choice (see conformance/core/choices.py)")
+                                where=f"deviations[{i}].set.{dotted}", fix=f"use one of {allowed}")
         for error_id, raised in row.get("exceptions", {}).items():
             if error_id not in spec.error_order:
                 raise SpecError(f"unknown error id {error_id!r}", file=shown, where=f"deviations[{i}].exceptions",
@@ -88,19 +91,12 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
     return deviations
 
 
-def _allowed_choices(spec: Spec, dotted: str) -> list[str] | None:
-    for path, choices_path, _ in CHOICE_POINTS:
-        if path == dotted or path == dotted + ".choice":
-            return list(get_path(spec.data, choices_path))
-    return None
-
-
 def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
     """The spec as the framework behaves by its declared deviations."""
     data = copy.deepcopy(dict(spec.data))
     for deviation in deviations:
         for dotted, choice in deviation.set.items():
-            set_path(data, dotted, choice)
+            set_choice(data, dotted, choice)
         for row in data["errors"]:
             raised = deviation.exceptions.get(row["id"])
             if raised is not None:

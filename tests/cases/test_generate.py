@@ -116,7 +116,7 @@ def test_suite_includes_every_spec_error(spec):
 
     errors = {expected_forward(c, spec, d).error_id for c in _suite(spec) for d in spec.data["dialects"]
               if takes_input_space(c, d, spec)}
-    reachable = set(spec.error_order) - ({"mixed_dtypes"} if spec.data["dtypes"]["mixed"] == "promote" else set())
+    reachable = set(spec.error_order) - ({"mixed_dtypes"} if spec.data["dtypes"]["mixed"]["choice"] == "promote" else set())
     assert errors >= reachable
 
 
@@ -129,7 +129,7 @@ def test_log_target_only_apis_meet_every_shape_and_error(spec):
     shapes = {(k.input_shape, k.target_shape, k.layout) for k in (parse_id(c.id) for c in cases)}
     assert {(s.input, s.target, s.layout) for s in parameter_levels(spec)["shape"]} <= shapes
     assert set(parameter_levels(spec)["dtype"]) <= {c.dtype for c in cases}
-    reachable = set(spec.error_order) - ({"mixed_dtypes"} if spec.data["dtypes"]["mixed"] == "promote" else set())
+    reachable = set(spec.error_order) - ({"mixed_dtypes"} if spec.data["dtypes"]["mixed"]["choice"] == "promote" else set())
     for dialect, rules in spec.data["dialects"].items():
         if rules["input_space"] == "log":
             errors = {expected_forward(c, spec, dialect).error_id for c in cases}

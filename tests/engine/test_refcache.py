@@ -51,7 +51,7 @@ def test_any_change_to_values_spec_or_part_misses(spec, suite, tmp_path):
     cache.put(case, spec, "forward", _expect(case, spec, "forward"))
     cache.flush()
     nudged = dataclasses.replace(case, input=np.nextafter(case.input, np.inf))
-    other_spec = with_alternatives(spec, (Alternative("pointwise.conventions.target_zero.choice", "ieee"),))
+    other_spec = with_alternatives(spec, (Alternative("pointwise.conventions.target_zero", "ieee"),))
     same_values_other_id = dataclasses.replace(case, id="user/renamed")
     assert cache.get(case, spec, "forward") is not None
     assert cache.get(same_values_other_id, spec, "forward") is not None  # the id is not part of the key
@@ -220,11 +220,11 @@ def test_an_explanation_is_kept_under_everything_it_reads(spec, suite, tmp_path)
     case = next(c for c in suite if c.input.size > 1 and "grad_input" in c.parts)
     cache = ReferenceCache(tmp_path)
     key = cache.explanation_key(case, spec, "forward", "canonical", b"observed A")
-    cache.put_explanation(key, b'[["pointwise.conventions.target_zero.choice", "ieee"]]')
+    cache.put_explanation(key, b'[["pointwise.conventions.target_zero", "ieee"]]')
     cache.close()
     again = ReferenceCache(tmp_path)
-    assert again.get_explanation(key) == b'[["pointwise.conventions.target_zero.choice", "ieee"]]'
-    other_spec = with_alternatives(spec, (Alternative("pointwise.conventions.target_zero.choice", "ieee"),))
+    assert again.get_explanation(key) == b'[["pointwise.conventions.target_zero", "ieee"]]'
+    other_spec = with_alternatives(spec, (Alternative("pointwise.conventions.target_zero", "ieee"),))
     nudged = dataclasses.replace(case, input=np.nextafter(case.input, np.inf))
     others = [again.explanation_key(case, spec, "forward", "canonical", b"observed B"),
               again.explanation_key(nudged, spec, "forward", "canonical", b"observed A"),
@@ -296,7 +296,7 @@ def test_stored_documentation_follows_the_profile(spec, suite, tmp_path):
     observed = Observation(value=under.value, dtype=under.result_dtype, shape=under.shape)
     documented = []
     for n, sets in enumerate(({"reductions.batchmean.divisor": "input_dim0"},
-                              {"gradients.conventions.target_zero.choice": "nan"})):
+                              {"gradients.conventions.target_zero": "nan"})):
         directory = tmp_path / f"profiles{n}"
         directory.mkdir()
         (directory / "torch.yaml").write_text(json.dumps({"framework": "torch", "deviations": [{**profile, "set": sets}]}))

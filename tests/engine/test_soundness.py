@@ -49,7 +49,7 @@ def test_the_right_infinity_passes(spec):
 def masked_spec(spec):
     from conformance.core.choices import Alternative, with_alternatives
 
-    return with_alternatives(spec, (Alternative("pointwise.conventions.nan_propagation.choice",
+    return with_alternatives(spec, (Alternative("pointwise.conventions.nan_propagation",
                                                 "masked_by_zero_target"),))
 
 
@@ -70,7 +70,7 @@ def test_garbage_at_a_masked_nan_is_not_documented(spec):
 
     ledger = DeviationLedger(spec, "oneflow", ["oneflow.nn.functional.kl_div", "oneflow.nn.KLDivLoss"])
     ledger.by_api["oneflow.nn.functional.kl_div"] = (Deviation(
-        "masks-nan", ("oneflow.nn.functional.kl_div",), {"pointwise.conventions.nan_propagation.choice":
+        "masks-nan", ("oneflow.nn.functional.kl_div",), {"pointwise.conventions.nan_propagation":
                                                          "masked_by_zero_target"}, {}, None, "r", "https://x"),)
     case = make_case([nan], [0.0], reduction="none")
     expect = lambda s: expected_forward(case, s)

@@ -46,7 +46,14 @@ def test_hash_ignores_layout_but_not_meaning(tmp_path):
 
 
 @pytest.mark.parametrize("mutate, where, words", [
-    (lambda d: d["reductions"]["batchmean"].update(divisor="rows"), "reductions.batchmean.divisor", "'rows' is not one of"),
+    (lambda d: d["reductions"]["batchmean"]["divisor"].update(choice="rows"), "reductions.batchmean.divisor.choice",
+     "'rows' is not one of its choices"),
+    # a choice point has one shape, {choice, choices} (spec version 2)
+    (lambda d: d["shapes"].update(broadcasting="numpy"), "shapes.broadcasting", "is not of type 'object'"),
+    (lambda d: d["dtypes"]["mixed"].update(mixeds={"promote": "x"}), "dtypes.mixed", "Additional properties"),
+    (lambda d: d["dtypes"]["mixed"].update(choices={"promote": 3, "reject": "x"}), "dtypes.mixed.choices.promote",
+     "not of type"),
+    (lambda d: d["reductions"]["mean"].update(divisor="batch"), "reductions.mean.divisor", "'numel' was expected"),
     (lambda d: d["pointwise"]["conventions"]["target_zero"].update(choice="maybe"), "pointwise.conventions.target_zero.choice", "'maybe'"),
     (lambda d: d["tolerance"].pop("pointwise"), "tolerance", "'pointwise' is a required property"),
     (lambda d: d["errors"][0].update(exception=3), "errors[0].exception", "not of type"),
@@ -125,3 +132,30 @@ def test_the_tolerance_formulas_drive_the_bound(tmp_path):
     doubled = load_spec(_mutated(tmp_path, lambda d: d["tolerance"]["reduction"].update(
         formula="2 * ((sum_bounds + gamma * sum_abs) / divisor + 2 * u * abs(result))")))
     assert float(expected_forward(case, doubled).bound) == 2 * float(base.bound)
+
+
+@pytest.mark.parametrize("change", ["drop", "add"])
+def test_every_choice_point_has_a_touches_test_and_no_other(tmp_path, monkeypatch, change):
+    """The spec's {choice, choices} nodes are the choice points; conformance/core/choices.py's `touches`
+    tests are keyed by them, and the loader refuses a spec and a table that disagree."""
+    from conformance.core import choices
+
+    touches = dict(choices.TOUCHES)
+    if change == "drop":
+        touches.pop("dtypes.mixed")
+    else:
+        touches["dtypes.colour"] = lambda case, x, t: True
+    monkeypatch.setattr(choices, "TOUCHES", touches)
+    with pytest.raises(SpecError) as info:
+        load_spec()
+    assert ("dtypes.mixed" if change == "drop" else "dtypes.colour") in str(info.value)
+    assert "Fix:" in str(info.value)
+
+
+def test_choice_points_are_the_specs_choice_nodes(spec):
+    from conformance.core.choices import TOUCHES, choice_points, get_path
+
+    assert sorted(choice_points(spec.data)) == sorted(TOUCHES)
+    for path in choice_points(spec.data):
+        node = get_path(spec.data, path)
+        assert node["choice"] in node["choices"] and len(node["choices"]) >= 2

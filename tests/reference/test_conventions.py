@@ -56,7 +56,7 @@ def test_log_space_conventions(spec, x, t, want):
 @pytest.mark.parametrize("reduction, shape, want", [
     ("sum", (0, 5), 0.0),            # spec: reductions.sum.empty
     ("mean", (0, 5), nan),           # spec: reductions.mean.empty
-    ("batchmean", (0, 5), nan),      # spec: reductions.batchmean.empty_batch
+    ("batchmean", (0, 5), nan),      # spec: reductions.batchmean.empty
     ("batchmean", (3, 0), 0.0),      # non-empty batch of empty rows
 ])
 def test_empty_reductions(spec, reduction, shape, want):

@@ -142,6 +142,6 @@ def test_target_negative_zero_choice_gives_zero_gradients(spec, part, want):
     """spec: gradients.conventions.target_negative.choices.zero -- Paddle's clamped loss has no slope there."""
     from conformance.core.choices import Alternative, with_alternatives
 
-    zero = with_alternatives(spec, (Alternative("gradients.conventions.target_negative.choice", "zero"),))
+    zero = with_alternatives(spec, (Alternative("gradients.conventions.target_negative", "zero"),))
     got = expected_grad(make_case([-1.0], [-0.5], reduction="sum"), zero, part).value
     np.testing.assert_array_equal(got, [want])
