@@ -37,9 +37,8 @@ PROSE = {"rationale", "reference", "references", "meaning", "title", "summary", 
 #   checked to be one of its values; the others are read by nothing.)
 PROSE_AT = {"errors[].when", "gradients.dtype", "signature.parameters.*.default"}
 # Fields checked by the schema alone: a constant the document declares about itself, or a field the
-# schema allows one value, which the code assumes (reductions.mean.divisor is `numel`,
-# gradients.second_order.part is `grad2_input`).
-SCHEMA_ONLY = {"spec_version", "name", "reductions.mean.divisor", "gradients.second_order.part"}
+# schema allows one value, which the code assumes (gradients.second_order.part is `grad2_input`).
+SCHEMA_ONLY = {"spec_version", "name", "gradients.second_order.part"}
 
 
 def _matches(path: str, patterns: set[str]) -> bool:
@@ -52,10 +51,6 @@ def _matches(path: str, patterns: set[str]) -> bool:
 # A mapping of a choice's alternatives to their descriptions, under the key `choices`: reading the
 # mapping's keys (iterating it, or asking whether a key is in it) is reading it.
 CHOICE_LISTS = {"choices"}
-# The plural keys the spec used for the same mappings before every choice was spelt `choices`.
-# Kept only while the spec still has them (test_old_choice_list_names_are_still_in_the_spec).
-OLD_CHOICE_LISTS = {"precedences", "divisors", "empties", "broadcastings", "mixeds", "epsilon_dtypes",
-                    "boundaries", "ratios"}
 
 
 class Recorder:
@@ -148,7 +143,7 @@ def _leaves(data, path=""):
             child = f"{path}.{key}" if path else str(key)
             if key in PROSE or _matches(child, PROSE_AT):
                 continue
-            if key in CHOICE_LISTS | OLD_CHOICE_LISTS:
+            if key in CHOICE_LISTS:
                 yield child, True
                 continue
             yield from _leaves(value, child)
@@ -241,27 +236,7 @@ def test_a_field_whose_reader_is_gone_is_reported(monkeypatch):
 
 def test_the_hash_reads_nothing():
     """spec_hash serialises the whole document: that is no reading, so it records no field."""
-    from conformance.core import choices  # imported first: _hash_unrecorded pauses the modules already loaded
-
     recorded = Recording(dict(load_spec().data))
     with _hash_unrecorded(recorded.recorder):
-        choices.spec_hash(recorded)
+        specload.spec_hash(recorded)
     assert recorded.recorder.read == set()
-
-
-def test_old_choice_list_names_are_still_in_the_spec():
-    """OLD_CHOICE_LISTS names only keys the spec still has; delete those it no longer has."""
-    keys: set[str] = set()
-
-    def walk(node):
-        if isinstance(node, dict):
-            keys.update(node)
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(dict(load_spec().data))
-    gone = sorted(OLD_CHOICE_LISTS - keys)
-    assert not gone, f"the spec no longer has {gone}: delete them from OLD_CHOICE_LISTS"
