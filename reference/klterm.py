@@ -119,7 +119,7 @@ def _settle_allocator() -> None:
 
     Until a process frees a large (mmapped) block, glibc's malloc gives the top of the heap
     back to the system whenever more than 128 KB are free there, so a chunk's temporaries
-    would be page-faulted in afresh for every chunk: three to four times slower. Freeing a
+    would be page-faulted in afresh for every chunk, which slows the loop several times. Freeing a
     block of S bytes (up to 32 MB) raises that threshold to 2 S (glibc's dynamic mmap
     threshold); a process that handles large arrays gets there anyway, this makes it
     happen before the loop, with room for a chunk's temporaries.

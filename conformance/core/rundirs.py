@@ -1,7 +1,7 @@
 """Reads run directories: the rows and manifests of one run, or of a merge of several.
 
 What a run directory holds is named here, so that the run wing (which writes and clears
-them) and the reports (which read them) agree without importing each other.
+them) and the reports (which read them) agree without importing each other. Reads only.
 """
 
 from __future__ import annotations
