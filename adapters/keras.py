@@ -32,7 +32,7 @@ import platform
 import numpy as np
 
 from conformance.adapters import jaxcache
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 CLASS, FUNCTION = "keras.losses.KLDivergence", "keras.losses.kl_divergence"
@@ -235,7 +235,7 @@ class KerasAdapter(Adapter):
         body = []
 
         def tensor(name: str, dtype: str, grad: bool) -> str:
-            leaf = f"keras.ops.convert_to_tensor({_layout_buffer_expr(name, case.layout)}, dtype={dtype!r})"
+            leaf = f"keras.ops.convert_to_tensor({layout_buffer_source(name, case.layout)}, dtype={dtype!r})"
             if backend == "torch" and part != "forward":
                 leaf += f".requires_grad_({grad})"
             return VIEWS[case.layout].format(leaf)

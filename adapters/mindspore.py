@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
@@ -124,9 +124,9 @@ class MindSporeAdapter(Adapter):
 
         def tensor(name, dtype):
             if dtype == "bfloat16":
-                return (f"ms.Tensor({_layout_buffer_expr(name, case.layout)}.astype(np.float32), ms.float32)"
+                return (f"ms.Tensor({layout_buffer_source(name, case.layout)}.astype(np.float32), ms.float32)"
                         f".astype(ms.bfloat16){view}")
-            return f"ms.Tensor({_layout_buffer_expr(name, case.layout)}, ms.{dtype}){view}"
+            return f"ms.Tensor({layout_buffer_source(name, case.layout)}, ms.{dtype}){view}"
         lines = ["import mindspore as ms", "",
                  f"ms.set_context(device_target={DEVICE_TARGETS[device]!r})",
                  f"x = {tensor('x_values', case.dtype.input)}",

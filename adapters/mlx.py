@@ -21,7 +21,7 @@ import platform
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 API = "mlx.nn.losses.kl_div_loss"
@@ -114,7 +114,7 @@ class MlxAdapter(Adapter):
         view = VIEWS[case.layout]
 
         def array(name, dtype):
-            return f"mx.array({_layout_buffer_expr(name, case.layout)}, dtype=mx.{'bool_' if dtype == 'bool' else dtype}){view}"
+            return f"mx.array({layout_buffer_source(name, case.layout)}, dtype=mx.{'bool_' if dtype == 'bool' else dtype}){view}"
         lines = ["import mlx.core as mx",
                  "from mlx.nn.losses import kl_div_loss", "",
                  f"mx.set_default_device(mx.{device})",

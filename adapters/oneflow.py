@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
@@ -115,10 +115,10 @@ class OneFlowAdapter(Adapter):
         view = {"contiguous": "", "transposed": ".transpose(-1, -2)", "strided": "[..., ::2]"}[case.layout]
 
         def tensor(name, dtype, grad):
-            base = f"flow.tensor({_layout_buffer_expr(name, case.layout)}.astype(np.float32), device={device!r})"
+            base = f"flow.tensor({layout_buffer_source(name, case.layout)}.astype(np.float32), device={device!r})"
             if dtype == "bfloat16":
                 return f"{base}.to(flow.bfloat16).requires_grad_({grad}){view}"
-            return (f"flow.tensor({_layout_buffer_expr(name, case.layout)}, dtype=flow.{dtype}, device={device!r})"
+            return (f"flow.tensor({layout_buffer_source(name, case.layout)}, dtype=flow.{dtype}, device={device!r})"
                     f".requires_grad_({grad}){view}")
         lines = [
             "import ctypes, glob, os, site",

@@ -33,7 +33,7 @@ import platform
 import numpy as np
 
 from conformance.adapters import jaxcache
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 FUNCTIONS = {  # API name -> the optax.losses function it calls
@@ -125,7 +125,7 @@ class OptaxAdapter(Adapter):
         view = {"contiguous": "", "transposed": "jnp.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}[case.layout]
 
         def array(name: str, dtype: str) -> str:
-            placed = f"jax.device_put({_layout_buffer_expr(name, case.layout)}.astype(jnp.{dtype}), device)"
+            placed = f"jax.device_put({layout_buffer_source(name, case.layout)}.astype(jnp.{dtype}), device)"
             return view.format(placed) if view else placed
         lines = ["import jax",
                  "jax.config.update('jax_enable_x64', True)  # else float64 is silently float32",

@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 PLACES = {"cpu": "cpu", "gpu": "gpu:0"}
@@ -126,7 +126,7 @@ class PaddleAdapter(Adapter):
             ndim = np.ndim(values)
             view = {"contiguous": "", "strided": "[..., ::2]",
                     "transposed": f".transpose({list(range(ndim - 2)) + [ndim - 1, ndim - 2]})"}[case.layout]
-            return (f"paddle.to_tensor({_layout_buffer_expr(name, case.layout)}, dtype={dtype!r}, place={place!r}, "
+            return (f"paddle.to_tensor({layout_buffer_source(name, case.layout)}, dtype={dtype!r}, place={place!r}, "
                     f"stop_gradient={not differentiated}){view}")
         lines = ["import paddle  # warns 'No ccache found' on stderr", "",
                  f"paddle.set_device({place!r})",
