@@ -7,7 +7,10 @@ framework's tensors from a case once, calls the API, and returns what it saw as 
 
 from __future__ import annotations
 
+import keyword
+import math
 import re
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -46,6 +49,84 @@ class Api:
     prob_input: bool = False
     only_log_target: bool = False
     reductions: tuple[str, ...] | None = None  # None: any string is passed on (unknown ones test the error path)
+
+
+_LITERALS = (str, bool, int, float, type(None))  # values a reproducer states as their repr
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One call of a framework API, stated once: `invoke` resolves and calls it, `repro_source` prints it,
+    so a reproducer shows exactly what the run called.
+
+    `path` is the dotted name a user types, its first part the framework's module. `args` names the
+    positional arguments in the order passed: "x" the input, "t" the target (Keras takes
+    (y_true, y_pred), so ("t", "x")). `kwargs` are the call's keyword arguments. A module-style API
+    (torch.nn.KLDivLoss) is built first: `init` holds its constructor's keyword arguments, and None
+    says `path` is a function called directly. Every value is a plain literal, so text from a case
+    file (a reduction string) enters a reproducer only as its repr, never as code.
+    """
+
+    path: str
+    args: tuple[str, ...] = ("x", "t")
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    init: tuple[tuple[str, Any], ...] | None = None
+
+    @classmethod
+    def function(cls, path: str, /, *args: str, **kwargs: Any) -> "ApiCall":
+        """`path(*args, **kwargs)`."""
+        return cls(path, args, tuple(kwargs.items()))
+
+    @classmethod
+    def module(cls, path: str, /, *args: str, **init: Any) -> "ApiCall":
+        """`path(**init)(*args)`: a loss object built, then called."""
+        return cls(path, args, (), tuple(init.items()))
+
+    def __post_init__(self) -> None:
+        names = [*self.path.split("."), *(k for k, _ in self.kwargs), *(k for k, _ in self.init or ())]
+        bad = [n for n in names if not n.isidentifier() or keyword.iskeyword(n)]
+        if bad or not set(self.args) <= {"x", "t"}:
+            raise ValueError(f"not a plain call: {self.path} {self.args} (names {bad})")
+        for name, value in (*self.kwargs, *(self.init or ())):
+            if type(value) not in _LITERALS or (type(value) is float and not math.isfinite(value)):
+                raise ValueError(f"{name}={value!r} is not a literal a reproducer can state")
+
+    @property
+    def root(self) -> str:
+        """The framework module the path starts from ("torch")."""
+        return self.path.split(".")[0]
+
+    def resolve(self) -> Callable[..., Any]:
+        """The API object, found by attribute lookup on the already imported framework module."""
+        first, *rest = self.path.split(".")
+        obj = sys.modules.get(first)
+        if obj is None:
+            raise RuntimeError(f"{first} is not imported: the adapter's load() imports it before any call")
+        for name in rest:
+            obj = getattr(obj, name)
+        return obj
+
+    def bound(self) -> Callable[[Any, Any], Any]:
+        """The call as a function of (input, target), a module-style API built once (autodiff may call it
+        again and again)."""
+        fn = self.resolve()
+        if self.init is not None:
+            fn = fn(**dict(self.init))
+        kwargs = dict(self.kwargs)
+        return lambda x, t: fn(*({"x": x, "t": t}[name] for name in self.args), **kwargs)
+
+    def apply(self, x: Any, t: Any) -> Any:
+        """Make the call on the input `x` and target `t`."""
+        return self.bound()(x, t)
+
+    def source(self) -> str:
+        """The call as Python source, on variables named x and t, each value as its repr."""
+        def keywords(pairs):
+            return [f"{name}={value!r}" for name, value in pairs]
+        call = ", ".join([*self.args, *keywords(self.kwargs)])
+        if self.init is None:
+            return f"{self.path}({call})"
+        return f"{self.path}({', '.join(keywords(self.init))})({call})"
 
 
 class Adapter:
@@ -108,9 +189,15 @@ class Adapter:
         """The framework's (input, target) tensors for `case` on `device`, in the case's layout."""
         raise NotImplementedError
 
-    def invoke(self, case: Case, api: Api, inputs: tuple[Any, Any]) -> Any:
-        """Call `api` on already built inputs and return the framework's raw result."""
+    def call(self, case: Case, api: Api) -> ApiCall:
+        """The call `api` makes for `case`: what `invoke` runs and what the reproducer shows."""
         raise NotImplementedError
+
+    def invoke(self, case: Case, api: Api, inputs: tuple[Any, Any]) -> Any:
+        """Call `api` on already built inputs and return the framework's raw result: by default the
+        adapter's `call`, made as stated (an adapter wraps this in what its framework needs around it)."""
+        x, t = inputs
+        return self.call(case, api).apply(x, t)
 
     def to_numpy(self, result: Any) -> tuple[np.ndarray, str, tuple[int, ...]]:
         """The raw result as (float64 values, dtype name, shape)."""
@@ -134,7 +221,8 @@ class Adapter:
         """Python lines, for a standalone script, that turn the float64 arrays `x_values` and
         `t_values` into the framework's tensors, call `api` (and its autograd for a gradient
         part, with `upstream(shape)` as the upstream gradient) and leave a float64 NumPy
-        array in `result`. They may import only the framework and NumPy."""
+        array in `result`. They may import only the framework and NumPy. The API call itself is
+        `self.call(case, api).source()`, so the reproducer makes the call the run made."""
         raise NotImplementedError
 
     def repro_script(self, case: Case, api: Api, device: str, part: str, about: tuple[str, ...],
@@ -193,8 +281,9 @@ def layout_buffer(array: np.ndarray, layout: str,
     raise ValueError(f"unknown layout {layout!r}")
 
 
-def _layout_buffer_expr(name: str, layout: str) -> str:
-    """Source for the buffer `layout_buffer` would build from the array called `name`."""
+def layout_buffer_source(name: str, layout: str) -> str:
+    """Python source for the buffer `layout_buffer` builds from the NumPy array called `name` (a
+    reproducer's own variable), for the reproducer to take the same view of."""
     if layout == "transposed":
         return f"np.ascontiguousarray(np.swapaxes({name}, -1, -2))"
     if layout == "strided":
@@ -206,17 +295,14 @@ def python_repro_script(framework: str, source: str, case: Case, about: tuple[st
     """A Python reproducer: the case's exact values (hex floats), the adapter's `source` lines, and the
     result printed beside the spec's expected value. Needs only the framework and NumPy."""
     if expected.error_id:
-        expectation = f"expected = 'raises {expected.error_type} ({expected.error_id})'"
+        expectation = f"expected = {f'raises {expected.error_type} ({expected.error_id})'!r}"
     else:
         expectation = (f"expected = values({hex_floats(expected.value)}, {tuple(expected.shape)})"
                        f"  # float64, dtype {expected.result_dtype}")
     title, *rest = about
     pattern = UPSTREAM["none"]
     return "\n".join([
-        f'"""{title}',
-        "",
-        *rest[:-1], f"{rest[-1]} Needs only {framework} and numpy.",
-        '"""',
+        _docstring("\n".join([title, "", *rest[:-1], f"{rest[-1]} Needs only {framework} and numpy."])),
         "import numpy as np",
         "",
         "np.set_printoptions(precision=17)  # every digit: some divergences are in the last ones",
@@ -244,6 +330,15 @@ def python_repro_script(framework: str, source: str, case: Case, about: tuple[st
         'print("expected:", expected)',
         "",
     ])
+
+
+def _docstring(text: str) -> str:
+    """`text` as a module docstring: triple-quoted where that reads it back unchanged, else its repr, so
+    a case id or reduction from a case file (quotes, backslashes) stays inside the string."""
+    plain = all(line.isprintable() for line in text.split("\n"))
+    if plain and '"""' not in text and "\\" not in text and not text.endswith('"'):
+        return f'"""{text}\n"""'
+    return repr(text)
 
 
 def hex_floats(array) -> list[str]:

@@ -32,7 +32,7 @@ import platform
 import numpy as np
 
 from conformance.adapters import jaxcache
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 CLASS, FUNCTION = "keras.losses.KLDivergence", "keras.losses.kl_divergence"
@@ -152,12 +152,15 @@ class KerasAdapter(Adapter):
         return tuple(self._tensor(values, dtype, case.layout, device)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
-    def _loss(self, case: Case, api: Api):
-        """The call as a function of (input, target): y_pred = input, y_true = target."""
+    def call(self, case: Case, api: Api) -> ApiCall:
+        """Called as (y_true, y_pred) = (target, input); the class with the spec's reduction in Keras' words."""
         if api.name == FUNCTION:
-            return lambda x, t: self.keras.losses.kl_divergence(t, x)
-        loss = self.keras.losses.KLDivergence(reduction=keras_reduction(case.params.reduction))
-        return lambda x, t: loss(t, x)
+            return ApiCall.function(FUNCTION, "t", "x")
+        return ApiCall.module(CLASS, "t", "x", reduction=keras_reduction(case.params.reduction))
+
+    def _loss(self, case: Case, api: Api):
+        """The call as a function of (input, target)."""
+        return self.call(case, api).bound()
 
     def run(self, case: Case, api: Api, device: str, part: str):
         self._device = device  # invoke() is not told the device; the call runs in its scope
@@ -235,17 +238,13 @@ class KerasAdapter(Adapter):
         body = []
 
         def tensor(name: str, dtype: str, grad: bool) -> str:
-            leaf = f"keras.ops.convert_to_tensor({_layout_buffer_expr(name, case.layout)}, dtype={dtype!r})"
+            leaf = f"keras.ops.convert_to_tensor({layout_buffer_source(name, case.layout)}, dtype={dtype!r})"
             if backend == "torch" and part != "forward":
                 leaf += f".requires_grad_({grad})"
             return VIEWS[case.layout].format(leaf)
         body += [f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}  # y_pred",
                  f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}  # y_true"]
-        if api.name == FUNCTION:
-            body.append("loss = lambda x, t: keras.losses.kl_divergence(t, x)")
-        else:
-            body.append(f"loss = lambda x, t: keras.losses.KLDivergence("
-                        f"reduction={keras_reduction(case.params.reduction)!r})(t, x)")
+        body.append(f"loss = lambda x, t: {self.call(case, api).source()}")
         body += self._repro_part(part, backend)
         body.append("result = " + {"tensorflow": "grad.numpy().astype(np.float64)",
                                    "jax": "np.asarray(grad).astype(np.float64)",

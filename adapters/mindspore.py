@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
@@ -72,17 +72,13 @@ class MindSporeAdapter(Adapter):
         return tuple(self._tensor(values, dtype, case.layout)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
-    def invoke(self, case: Case, api: Api, inputs):
-        x, t = inputs
+    def call(self, case: Case, api: Api) -> ApiCall:
+        """ops.kl_div and nn.KLDivLoss take no log_target (their Api rows say so)."""
         p = case.params
-        ms = self.ms
-        if api.name == "mindspore.mint.nn.KLDivLoss":
-            return ms.mint.nn.KLDivLoss(reduction=p.reduction, log_target=p.log_target)(x, t)
-        if api.name == "mindspore.mint.nn.functional.kl_div":
-            return ms.mint.nn.functional.kl_div(x, t, reduction=p.reduction, log_target=p.log_target)
-        if api.name == "mindspore.ops.kl_div":
-            return ms.ops.kl_div(x, t, reduction=p.reduction)
-        return ms.nn.KLDivLoss(reduction=p.reduction)(x, t)
+        kwargs = dict(reduction=p.reduction, log_target=p.log_target) if api.log_target else dict(reduction=p.reduction)
+        if api.name.endswith(".KLDivLoss"):
+            return ApiCall.module(api.name, "x", "t", **kwargs)
+        return ApiCall.function(api.name, "x", "t", **kwargs)
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
         """mindspore.grad of sum(loss * upstream): the vector-Jacobian product with the upstream gradient."""
@@ -112,26 +108,19 @@ class MindSporeAdapter(Adapter):
         return view(self.ms.Tensor(buffer, getattr(self.ms, dtype)))
 
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
-        p = case.params
-        call = {
-            "mindspore.mint.nn.KLDivLoss": f"ms.mint.nn.KLDivLoss(reduction={p.reduction!r}, log_target={p.log_target!r})(a, b)",
-            "mindspore.mint.nn.functional.kl_div":
-                f"ms.mint.nn.functional.kl_div(a, b, reduction={p.reduction!r}, log_target={p.log_target!r})",
-            "mindspore.ops.kl_div": f"ms.ops.kl_div(a, b, reduction={p.reduction!r})",
-            "mindspore.nn.KLDivLoss": f"ms.nn.KLDivLoss(reduction={p.reduction!r})(a, b)",
-        }[api.name]
         view = {"contiguous": "", "transposed": ".swapaxes(-1, -2)", "strided": "[..., ::2]"}[case.layout]
 
         def tensor(name, dtype):
             if dtype == "bfloat16":
-                return (f"ms.Tensor({_layout_buffer_expr(name, case.layout)}.astype(np.float32), ms.float32)"
+                return (f"ms.Tensor({layout_buffer_source(name, case.layout)}.astype(np.float32), ms.float32)"
                         f".astype(ms.bfloat16){view}")
-            return f"ms.Tensor({_layout_buffer_expr(name, case.layout)}, ms.{dtype}){view}"
-        lines = ["import mindspore as ms", "",
+            return f"ms.Tensor({layout_buffer_source(name, case.layout)}, ms.{dtype}){view}"
+        lines = ["import mindspore",
+                 "import mindspore as ms", "",
                  f"ms.set_context(device_target={DEVICE_TARGETS[device]!r})",
                  f"x = {tensor('x_values', case.dtype.input)}",
                  f"t = {tensor('t_values', case.dtype.target)}",
-                 f"kl = lambda a, b: {call}",
+                 f"kl = lambda x, t: {self.call(case, api).source()}",
                  "out = kl(x, t)"]
         if part == "forward":
             lines.append("result = out.astype(ms.float32 if out.dtype == ms.bfloat16 else out.dtype).asnumpy().astype(np.float64)")

@@ -21,7 +21,7 @@ import platform
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 API = "mlx.nn.losses.kl_div_loss"
@@ -36,16 +36,15 @@ class MlxAdapter(Adapter):
 
     def __init__(self) -> None:
         self.mx = None
-        self.kl_div_loss = None
         self._device = "cpu"
 
     def load(self) -> None:
         try:
             import mlx.core as mx
-            from mlx.nn.losses import kl_div_loss
+            import mlx.nn.losses  # noqa: F401  (the module call()'s path resolves in)
         except Exception as exc:  # `pip install mlx` without mlx[cpu] on Linux: ImportError libmlx.so
             raise FrameworkUnavailable(f"cannot import mlx: {type(exc).__name__}: {exc}") from None
-        self.mx, self.kl_div_loss = mx, kl_div_loss
+        self.mx = mx
 
     def version(self) -> str:
         return self.mx.__version__
@@ -81,16 +80,20 @@ class MlxAdapter(Adapter):
     def invoke(self, case: Case, api: Api, inputs):
         x, t = inputs
         with self._stream(self._device):
-            result = self.kl_div_loss(x, t, reduction=case.params.reduction)
+            result = self.call(case, api).apply(x, t)
             self.mx.eval(result)
         return result
+
+    def call(self, case: Case, api: Api) -> ApiCall:
+        """The default axis, and the case's reduction string as is."""
+        return ApiCall.function(API, "x", "t", reduction=case.params.reduction)
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
         """mx.vjp with the upstream gradient; grad2_input differentiates sum(w * grad_input) with respect to
         target through that vjp (MLX's transforms compose)."""
         mx = self.mx
         x, t = self._cache.get(case, device, self.build)  # MLX arrays are immutable: the forward's inputs serve
-        loss = lambda a, b: self.kl_div_loss(a, b, reduction=case.params.reduction)
+        loss = self.call(case, api).apply
         with self._stream(device):
             out = loss(x, t)  # the shape is known before evaluation
             upstream = mx.array(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
@@ -114,13 +117,13 @@ class MlxAdapter(Adapter):
         view = VIEWS[case.layout]
 
         def array(name, dtype):
-            return f"mx.array({_layout_buffer_expr(name, case.layout)}, dtype=mx.{'bool_' if dtype == 'bool' else dtype}){view}"
+            return f"mx.array({layout_buffer_source(name, case.layout)}, dtype=mx.{'bool_' if dtype == 'bool' else dtype}){view}"
         lines = ["import mlx.core as mx",
-                 "from mlx.nn.losses import kl_div_loss", "",
+                 "import mlx.nn.losses", "",
                  f"mx.set_default_device(mx.{device})",
                  f"x = {array('x_values', case.dtype.input)}  # explicit dtype: mx.array(float64 NumPy) is float32",
                  f"t = {array('t_values', case.dtype.target)}",
-                 f"loss = lambda a, b: kl_div_loss(a, b, reduction={case.params.reduction!r})",
+                 f"loss = lambda x, t: {self.call(case, api).source()}",
                  "out = loss(x, t)"]
         if part == "forward":
             lines.append("grad = out")

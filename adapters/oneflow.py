@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
@@ -69,12 +69,11 @@ class OneFlowAdapter(Adapter):
         return tuple(self._tensor(values, dtype, case.layout, device)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
-    def invoke(self, case: Case, api: Api, inputs):
-        x, t = inputs
+    def call(self, case: Case, api: Api) -> ApiCall:
         p = case.params
         if api.name == "oneflow.nn.functional.kl_div":
-            return self.flow.nn.functional.kl_div(x, t, reduction=p.reduction, log_target=p.log_target)
-        return self.flow.nn.KLDivLoss(reduction=p.reduction, log_target=p.log_target)(x, t)
+            return ApiCall.function(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
+        return ApiCall.module(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
 
     def is_no_kernel(self, exc: Exception) -> bool:
         return "Cannot find the kernel" in str(exc)
@@ -108,17 +107,13 @@ class OneFlowAdapter(Adapter):
         return grad2
 
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
-        p = case.params
-        kwargs = f"reduction={p.reduction!r}, log_target={p.log_target!r}"
-        call = (f"flow.nn.functional.kl_div(x, t, {kwargs})" if api.name == "oneflow.nn.functional.kl_div"
-                else f"flow.nn.KLDivLoss({kwargs})(x, t)")
         view = {"contiguous": "", "transposed": ".transpose(-1, -2)", "strided": "[..., ::2]"}[case.layout]
 
         def tensor(name, dtype, grad):
-            base = f"flow.tensor({_layout_buffer_expr(name, case.layout)}.astype(np.float32), device={device!r})"
+            base = f"flow.tensor({layout_buffer_source(name, case.layout)}.astype(np.float32), device={device!r})"
             if dtype == "bfloat16":
                 return f"{base}.to(flow.bfloat16).requires_grad_({grad}){view}"
-            return (f"flow.tensor({_layout_buffer_expr(name, case.layout)}, dtype=flow.{dtype}, device={device!r})"
+            return (f"flow.tensor({layout_buffer_source(name, case.layout)}, dtype=flow.{dtype}, device={device!r})"
                     f".requires_grad_({grad}){view}")
         lines = [
             "import ctypes, glob, os, site",
@@ -126,10 +121,11 @@ class OneFlowAdapter(Adapter):
             "    for root in site.getsitepackages():",
             "        for so in sorted(glob.glob(os.path.join(root, 'nvidia', lib, 'lib', '*.so*'))):",
             "            ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL)",
+            "import oneflow",
             "import oneflow as flow", "",
             f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}",
             f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}",
-            f"out = {call}"]
+            f"out = {self.call(case, api).source()}"]
         if part == "forward":
             lines.append("result = out.to(flow.float32 if out.dtype == flow.bfloat16 else out.dtype).numpy().astype(np.float64)")
         else:

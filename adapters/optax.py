@@ -33,14 +33,8 @@ import platform
 import numpy as np
 
 from conformance.adapters import jaxcache
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
-
-FUNCTIONS = {  # API name -> the optax.losses function it calls
-    "optax.losses.kl_divergence": "kl_divergence",
-    "optax.losses.kl_divergence_with_log_targets": "kl_divergence_with_log_targets",
-}
-
 
 class OptaxAdapter(Adapter):
     name = "optax"
@@ -95,19 +89,16 @@ class OptaxAdapter(Adapter):
         buffer, view = layout_buffer(values, layout, swap=lambda a: self.jnp.swapaxes(a, -1, -2))
         return view(self.jax.device_put(buffer.astype(self.jnp.dtype(dtype)), self._platform_devices(device)[0]))
 
-    def _function(self, api: Api):
-        return getattr(self.optax.losses, FUNCTIONS[api.name])
-
-    def invoke(self, case: Case, api: Api, inputs):
-        x, t = inputs
-        return self._function(api)(x, t)
+    def call(self, case: Case, api: Api) -> ApiCall:
+        """The default axis=-1 (one value per distribution); log_target is the choice of function."""
+        return ApiCall.function(api.name, "x", "t")
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
         """jax.vjp of the call with the upstream gradient; grad2_input is jax.grad, with respect to target,
         of sum(w * grad_input)."""
         jax, jnp = self.jax, self.jnp
         x, t = self._cache.get(case, device, self.build)  # JAX arrays are immutable: shared safely
-        loss = self._function(api)
+        loss = self.call(case, api).resolve()  # the function itself: jax.vjp differentiates what the run calls
         out, pullback = jax.vjp(loss, x, t)
         upstream = jnp.asarray(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
         grad_input, grad_target = pullback(upstream)
@@ -125,7 +116,7 @@ class OptaxAdapter(Adapter):
         view = {"contiguous": "", "transposed": "jnp.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}[case.layout]
 
         def array(name: str, dtype: str) -> str:
-            placed = f"jax.device_put({_layout_buffer_expr(name, case.layout)}.astype(jnp.{dtype}), device)"
+            placed = f"jax.device_put({layout_buffer_source(name, case.layout)}.astype(jnp.{dtype}), device)"
             return view.format(placed) if view else placed
         lines = ["import jax",
                  "jax.config.update('jax_enable_x64', True)  # else float64 is silently float32",
@@ -135,7 +126,7 @@ class OptaxAdapter(Adapter):
                  f"device = jax.devices({device!r})[0]",
                  f"x = {array('x_values', case.dtype.input)}",
                  f"t = {array('t_values', case.dtype.target)}",
-                 f"loss = optax.losses.{FUNCTIONS[api.name]}  # default axis=-1: one value per distribution",
+                 f"loss = lambda x, t: {self.call(case, api).source()}  # default axis=-1: one value per distribution",
                  "out = loss(x, t)"]
         if part == "forward":
             lines.append("result = np.asarray(out).astype(np.float64)")

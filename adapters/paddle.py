@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 PLACES = {"cpu": "cpu", "gpu": "gpu:0"}
@@ -88,12 +88,11 @@ class PaddleAdapter(Adapter):
         leaf = self.paddle.to_tensor(buffer, dtype=dtype, place=PLACES[device], stop_gradient=not differentiated)
         return view(leaf)
 
-    def invoke(self, case: Case, api: Api, inputs):
-        x, t = inputs
+    def call(self, case: Case, api: Api) -> ApiCall:
         p = case.params
         if api.name == "paddle.nn.functional.kl_div":
-            return self.paddle.nn.functional.kl_div(x, t, reduction=p.reduction, log_target=p.log_target)
-        return self.paddle.nn.KLDivLoss(reduction=p.reduction, log_target=p.log_target)(x, t)
+            return ApiCall.function(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
+        return ApiCall.module(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
         """paddle.grad with the upstream gradient as grad_outputs; double backward with create_graph=True."""
@@ -116,23 +115,19 @@ class PaddleAdapter(Adapter):
         return NO_KERNEL.search(str(exc)) is not None
 
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
-        p = case.params
-        kwargs = f"reduction={p.reduction!r}, log_target={p.log_target!r}"
-        call = (f"paddle.nn.functional.kl_div(x, t, {kwargs})" if api.name == "paddle.nn.functional.kl_div"
-                else f"paddle.nn.KLDivLoss({kwargs})(x, t)")
         place = PLACES[device]
 
         def tensor(name, values, dtype, differentiated):
             ndim = np.ndim(values)
             view = {"contiguous": "", "strided": "[..., ::2]",
                     "transposed": f".transpose({list(range(ndim - 2)) + [ndim - 1, ndim - 2]})"}[case.layout]
-            return (f"paddle.to_tensor({_layout_buffer_expr(name, case.layout)}, dtype={dtype!r}, place={place!r}, "
+            return (f"paddle.to_tensor({layout_buffer_source(name, case.layout)}, dtype={dtype!r}, place={place!r}, "
                     f"stop_gradient={not differentiated}){view}")
         lines = ["import paddle  # warns 'No ccache found' on stderr", "",
                  f"paddle.set_device({place!r})",
                  f"x = {tensor('x_values', case.input, case.dtype.input, part != 'grad_target')}",
                  f"t = {tensor('t_values', case.target, case.dtype.target, part != 'grad_input')}",
-                 f"out = {call}"]
+                 f"out = {self.call(case, api).source()}"]
         if part == "forward":
             lines.append("result = out.astype('float32' if out.dtype == paddle.bfloat16 else out.dtype).numpy().astype(np.float64)")
         else:

@@ -72,9 +72,11 @@ def validate_adapter(cls: type, source: str) -> None:
         if getattr(cls, method) is getattr(Adapter, method):
             raise bad(f"does not implement {method}()", f"implement {method}() (see adapters/base.py)")
     if cls.run is Adapter.run:  # the default run() composes build(), invoke() and to_numpy()
-        for method in ("build", "invoke", "to_numpy"):
+        for method in ("build", "to_numpy"):
             if getattr(cls, method) is getattr(Adapter, method):
                 raise bad(f"does not implement {method}() (or run())", f"implement {method}() (see adapters/base.py)")
+        if cls.invoke is Adapter.invoke and cls.call is Adapter.call:  # the default invoke() makes call()'s call
+            raise bad("does not implement call() (or invoke(), or run())", "implement call() (see adapters/base.py)")
     if not cls.apis or not all(isinstance(api, Api) for api in cls.apis):
         raise bad("apis must be a non-empty tuple of Api", "list each API as Api('package.path.name', ...)")
     names = [api.name for api in cls.apis]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import platform
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, _layout_buffer_expr, layout_buffer
+from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
 
@@ -73,28 +73,24 @@ class TorchAdapter(Adapter):
         (grad2,) = torch.autograd.grad((grad * w).sum(), [t], allow_unused=True)
         return grad2
 
-    def invoke(self, case: Case, api: Api, inputs):
-        x, t = inputs
+    def call(self, case: Case, api: Api) -> ApiCall:
+        """size_average and reduce are passed only where the case sets one (both default to None)."""
         p = case.params
-        kwargs = dict(size_average=p.size_average, reduce=p.reduce, reduction=p.reduction, log_target=p.log_target)
+        kwargs = dict(reduction=p.reduction, log_target=p.log_target)
+        if p.has_legacy:
+            kwargs.update(size_average=p.size_average, reduce=p.reduce)
         if api.name == "torch.nn.functional.kl_div":
-            return self.torch.nn.functional.kl_div(x, t, **kwargs)
-        return self.torch.nn.KLDivLoss(**kwargs)(x, t)
+            return ApiCall.function(api.name, "x", "t", **kwargs)
+        return ApiCall.module(api.name, "x", "t", **kwargs)
 
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
-        p = case.params
-        kwargs = f"reduction={p.reduction!r}, log_target={p.log_target!r}"
-        if p.has_legacy:
-            kwargs += f", size_average={p.size_average!r}, reduce={p.reduce!r}"
-        call = (f"torch.nn.functional.kl_div(x, t, {kwargs})" if api.name == "torch.nn.functional.kl_div"
-                else f"torch.nn.KLDivLoss({kwargs})(x, t)")
         view = {"contiguous": "", "transposed": ".transpose(-1, -2)", "strided": "[..., ::2]"}[case.layout]
         lines = ["import torch", "",
-                 f"x = torch.from_numpy({_layout_buffer_expr('x_values', case.layout)}).to({device!r}, torch.{case.dtype.input})"
+                 f"x = torch.from_numpy({layout_buffer_source('x_values', case.layout)}).to({device!r}, torch.{case.dtype.input})"
                  f".requires_grad_({part != 'grad_target'}){view}",
-                 f"t = torch.from_numpy({_layout_buffer_expr('t_values', case.layout)}).to({device!r}, torch.{case.dtype.target})"
+                 f"t = torch.from_numpy({layout_buffer_source('t_values', case.layout)}).to({device!r}, torch.{case.dtype.target})"
                  f".requires_grad_({part != 'grad_input'}){view}",
-                 f"out = {call}"]
+                 f"out = {self.call(case, api).source()}"]
         if part == "forward":
             lines.append("result = out.detach().double().cpu().numpy()")
         else:

@@ -1,0 +1,71 @@
+"""Text from a case file (a reduction string, a case id) enters a reproducer only as a string literal.
+
+No framework is needed: adapters render reproducers without importing theirs.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from conformance.adapters.base import ApiCall
+from conformance.adapters.registry import get_adapter
+from conformance.core.model import Expected
+from tests.helpers import make_case
+
+HOSTILE = [
+    '"""; __import__("os").system("echo owned") #',
+    "mean'); __import__('os').system('echo owned'); ('",
+    "sum\n__import__('os').system('echo owned')\n",
+    'x\\"\\n"""\'\'\'\r\x00{}%s',
+]
+DEVICES = {"keras": "tensorflow:cpu"}
+
+
+def _code_without_strings(source: str) -> str:
+    """The source's code with every string constant emptied: what could run."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            node.value = ""
+    return ast.unparse(tree)
+
+
+def _strings(source: str) -> list[str]:
+    return [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_api_call_states_values_as_literals(hostile):
+    call = ApiCall.module("torch.nn.KLDivLoss", "x", "t", reduction=hostile, log_target=False)
+    source = call.source()
+    assert "__import__" not in _code_without_strings(source)
+    assert hostile in _strings(source)
+
+
+@pytest.mark.parametrize("bad", [dict(path="torch.nn.kl_div(x); os"), dict(path="torch.nn.KLDivLoss", args=("y",)),
+                                 dict(path="torch.nn.KLDivLoss", kwargs=(("reduction", object()),)),
+                                 dict(path="torch.nn.KLDivLoss", kwargs=(("a=1, b", 1),))])
+def test_api_call_refuses_what_is_not_a_plain_call(bad):
+    with pytest.raises(ValueError):
+        ApiCall(**bad)
+
+
+@pytest.mark.parametrize("name", ["torch", "oneflow", "paddle", "mindspore", "mlx", "optax", "keras"])
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_reproducer_takes_case_text_only_as_literals(name, hostile):
+    adapter = get_adapter(name)  # not loaded: rendering imports no framework
+    case = make_case([[-1.0, -2.0]], [[0.5, 0.5]], reduction=hostile, case_id=hostile,
+                     log_target=name == "mlx")
+    about = (f"Reproduces kl_div case {case.id} on an API (cpu, forward).", f"message: {hostile}",
+             f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
+    expected = Expected(result_dtype=None, error_id=hostile, error_type="ValueError")
+    for api in adapter.apis:
+        for part in ("forward", "grad_input", "grad2_input"):
+            script, suffix = adapter.repro_script(case, api, DEVICES.get(name, "cpu"), part, about, expected)
+            assert suffix == ".py"
+            assert "__import__" not in _code_without_strings(script), f"{api.name}/{part}"
+            assert "owned" not in _code_without_strings(script)
+            if name != "optax" and api.name != "keras.losses.kl_divergence":  # these take no reduction
+                assert hostile in _strings(script), f"{api.name}/{part}: the reduction is not a literal"
