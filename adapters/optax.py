@@ -36,6 +36,7 @@ from conformance.adapters import jaxcache
 from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
 from conformance.core.model import Case, upstream_gradient
 
+
 class OptaxAdapter(Adapter):
     name = "optax"
     apis = (

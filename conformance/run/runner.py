@@ -28,9 +28,9 @@ from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
 from conformance.core.errors import ResultsError, UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
-from conformance.core.rundirs import other_spec
 from conformance.core.results import (MANIFEST_FILE, RESULTS_FILE, ResultsWriter, drop_partial_last_line, iter_results,
                                       read_manifest, write_manifest)
+from conformance.core.rundirs import other_spec
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.profiles import DeviationLedger
 from conformance.judge.refcache import ReferenceCache
