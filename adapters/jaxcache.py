@@ -1,8 +1,8 @@
 """JAX's persistent compilation cache, kept beside the harness's reference cache.
 
 In eager mode JAX compiles every primitive once per shape and dtype, and nearly every case
-of a suite is a new signature: compiling is most of a JAX run (the default suite on optax:
-about 9 of its 13 seconds). The executables read back from this cache are the ones JAX
+of a suite is a new signature: compiling is most of a JAX run (bench/bench.py shows how much).
+The executables read back from this cache are the ones JAX
 compiled and ran the first time, so a run with the cache gives the same rows as a run
 without it (tests/e2e/test_run.py::test_same_seed_same_results_apart_from_timing compares
 them in the JAX environments), only sooner.
@@ -13,7 +13,7 @@ those features could fault, so the cache is scoped here by the machine and its C
 well (a home directory shared by machines of a CI fleet is the case in point). Scopes unused
 for MAX_IDLE_S are removed; a scope past MAX_BYTES is emptied when a run opens it. JAX's own
 size bound is not used: it needs the `filelock` package and lists the whole folder on every
-write (the default suite's first run took 29 s with it, against 20 s without the cache).
+write, which made a first run slower with the cache than without it.
 Concurrent runs (tox -p) share a scope; an entry another run is still writing reads as
 damaged, which JAX answers by compiling again, with a warning that the adapters do not record
 as the framework's (adapters/base.py: HARNESS_WARNINGS). A JAX_COMPILATION_CACHE_DIR the user

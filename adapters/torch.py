@@ -55,8 +55,8 @@ class TorchAdapter(Adapter):
         """The vector-Jacobian product with the upstream gradient g, as the gradient of sum(out * g).
 
         Not `grad_outputs=g`: torch checks a given grad_output's shape with its symbolic-shapes module,
-        whose first import (sympy) takes 0.33 s in a fresh process, most of torch's first pass over the
-        suite. The product's backward hands kl_div's backward exactly g (1 * g in out's dtype), so
+        whose first import (sympy) is slow, and it would be paid in every fresh process: most of torch's
+        first pass over the suite. The product's backward hands kl_div's backward exactly g (1 * g in out's dtype), so
         every gradient is bitwise the same as with grad_outputs (checked on the exhaustive suite).
         """
         torch = self.torch
