@@ -25,16 +25,18 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, hex_floats
 from conformance.adapters.rsession import (RSession, RSessionCrash, RSessionTimeout, decode_numbers, decode_text,
-                                           encode_numbers, encode_text)
+                                           encode_numbers)
 from conformance.core.model import UPSTREAM, Case, Expected, Observation
 
 WORKER = Path(__file__).with_name("rtorch_worker.R")
@@ -80,6 +82,73 @@ class RResult:
     value: np.ndarray
     dtype: str
     shape: tuple[int, ...]
+
+
+_R_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*$")
+
+
+@dataclass(frozen=True)
+class RCall:
+    """One call of an R torch API, stated once: the R worker makes it (the function found in R torch's
+    namespace, through do.call) and the reproducer prints it, so a reproducer makes the call the run made.
+
+    `function` is called on (x, t) with `kwargs`; a module-style API (nn_kl_div_loss) is first built with
+    `init` and then called on (x, t). Every value is a string, which crosses to R percent-encoded and
+    enters a reproducer only as an R string literal (r_string), never as code.
+    """
+
+    function: str
+    kwargs: tuple[tuple[str, str], ...] = ()
+    init: tuple[tuple[str, str], ...] | None = None
+
+    def __post_init__(self) -> None:
+        names = [self.function, *(k for k, _ in self.kwargs), *(k for k, _ in self.init or ())]
+        if not all(_R_NAME.match(name) for name in names) or \
+                not all(type(v) is str for _, v in (*self.kwargs, *(self.init or ()))):
+            raise ValueError(f"not a plain R call: {self!r}")
+
+    def fields(self) -> list[str]:
+        """The call as request fields: the function, its style, and its arguments (name=value, each
+        percent-encoded, "-" for none)."""
+        pairs = self.kwargs if self.init is None else self.init
+        arguments = ",".join(f"{_encode(name)}={_encode(value)}" for name, value in pairs) or "-"
+        return [self.function, "function" if self.init is None else "module", arguments]
+
+    def source(self) -> str:
+        """The call as R source on variables named x and t, each value as an R string literal."""
+        def arguments(pairs):
+            return [f"{name} = {r_string(value)}" for name, value in pairs]
+        if self.init is None:
+            return f"{self.function}({', '.join(['x', 't', *arguments(self.kwargs)])})"
+        return f"{self.function}({', '.join(arguments(self.init))})(x, t)"
+
+
+def _encode(text: str) -> str:
+    """Percent-encoding of one argument's name or value; "-" too, so no value reads as the empty field."""
+    return quote(text, safe="").replace("-", "%2D")
+
+
+def r_string(text: str) -> str:
+    """`text` as an R string literal: a quote, a backslash or any character that is not printable ASCII is
+    escaped, so the literal cannot end early or span lines whatever the text (a reduction from a case file).
+
+    Is equivalent to ``'"' + text + '"'`` for plain text: ``r_string("mean") == '"mean"'``.
+    """
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append(f"\\U{{{ord(ch):x}}}")
+    return '"' + "".join(out) + '"'
+
+
+def r_comment(text: str) -> str:
+    """`text` as the body of one R comment line: every character outside printable ASCII escaped, so no
+    line break (or anything R might read as one) in a case id ends the comment."""
+    return "".join(ch if " " <= ch <= "~" else f"\\U{{{ord(ch):x}}}" for ch in text)
 
 
 def find_rscript() -> str:
@@ -176,20 +245,27 @@ class RTorchAdapter(Adapter):
                                 _shape(case.target.shape), encode_numbers(case.input.reshape(-1)),
                                 encode_numbers(case.target.reshape(-1))))
 
+    def call(self, case: Case, api: Api) -> RCall:
+        """The call `api` makes for `case`: what the R worker runs and what the R reproducer shows."""
+        reduction = (("reduction", case.params.reduction),)
+        if api.name == "torch::nnf_kl_div":
+            return RCall("nnf_kl_div", kwargs=reduction)
+        return RCall("nn_kl_div_loss", init=reduction)
+
     def invoke(self, case: Case, api: Api, inputs: RInputs) -> RResult:
-        return self._call(api, inputs, "forward", case.params.reduction)
+        return self._call(self.call(case, api), inputs, "forward")
 
     def gradient(self, case: Case, api: Api, device: str, part: str) -> RResult | None:
         """R torch's autograd_grad, with the upstream gradient of the spec, in the R worker."""
-        return self._call(api, self.build(case, device), part, case.params.reduction)
+        return self._call(self.call(case, api), self.build(case, device), part)
 
     def to_numpy(self, result: RResult):
         if not isinstance(result, RResult):
             raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
         return result.value, result.dtype, result.shape
 
-    def _call(self, api: Api, inputs: RInputs, part: str, reduction: str) -> RResult | None:
-        reply = self._session.call(["call", api.name, inputs.device, part, encode_text(reduction), *inputs.fields])
+    def _call(self, call: RCall, inputs: RInputs, part: str) -> RResult | None:
+        reply = self._session.call(["call", *call.fields(), inputs.device, part, *inputs.fields])
         kind = reply[0]
         for text in reply[-1].split(",") if reply[-1] != "-" else ():
             warnings.warn(decode_text(text), RWarning, stacklevel=3)
@@ -206,7 +282,7 @@ class RTorchAdapter(Adapter):
     def repro_script(self, case: Case, api: Api, device: str, part: str, about: tuple[str, ...],
                      expected: Expected) -> tuple[str, str]:
         """An R script: needs only R and the torch package; prints R torch's result beside the spec's."""
-        return r_repro_script(case, api, device, part, about, expected), ".R"
+        return r_repro_script(case, self.call(case, api), device, part, about, expected), ".R"
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -223,12 +299,10 @@ def _r_shape(shape: tuple[int, ...]) -> str:
     return f"c({', '.join(f'{n}L' for n in shape)})" if shape else "integer(0)"
 
 
-def r_repro_script(case: Case, api: Api, device: str, part: str, about: tuple[str, ...], expected: Expected) -> str:
-    """The R reproducer: the exact values (hex floats), the call as an R user writes it, and for a
+def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple[str, ...],
+                   expected: Expected) -> str:
+    """The R reproducer: the exact values (hex floats), the run's call as an R user writes it, and for a
     gradient part R torch's autograd_grad with the spec's upstream gradient."""
-    reduction = case.params.reduction.replace("\\", "\\\\").replace('"', '\\"')
-    call = {"torch::nnf_kl_div": f'nnf_kl_div(x, t, reduction = "{reduction}")',
-            "torch::nn_kl_div_loss": f'nn_kl_div_loss(reduction = "{reduction}")(x, t)'}[api.name]
     buffer = {"contiguous": "", "transposed": "$transpose(-1, -2)$contiguous()",
               "strided": "$repeat_interleave(2L, dim = -1L)"}[case.layout]
     view = {"contiguous": "", "transposed": "$transpose(-1, -2)", "strided": "[.., 1:N:2]"}[case.layout]
@@ -243,7 +317,7 @@ def r_repro_script(case: Case, api: Api, device: str, part: str, about: tuple[st
         return lines
     body = [*tensor("x", case.dtype.input, part in ("grad_input", "grad2_input")),
             *tensor("t", case.dtype.target, part in ("grad_target", "grad2_input")),
-            f"  out <- {call}"]
+            f"  out <- {call.source()}"]
     if part == "forward":
         body.append("  shown(out)")
     else:
@@ -255,16 +329,16 @@ def r_repro_script(case: Case, api: Api, device: str, part: str, about: tuple[st
             body.append("  grad <- autograd_grad((grad * upstream(grad))$sum(), list(t))[[1]]")
         body.append("  shown(grad)")
     if expected.error_id:
-        expectation = f'expected <- "raises {expected.error_type} ({expected.error_id})"'
+        expectation = f'expected <- {r_string(f"raises {expected.error_type} ({expected.error_id})")}'
     else:
         expectation = (f"expected <- shown_values(as.numeric({_r_strings(expected.value)}), "
                        f"{_r_shape(tuple(expected.shape))}, \"{expected.result_dtype}\")")
     title, *rest = about
     pattern = UPSTREAM["none"]
     return "\n".join([
-        f"# {title}",
+        f"# {r_comment(title)}",
         "#",
-        *(f"# {line}" for line in rest[:-1]), f"# {rest[-1]} Needs only R and the torch package.",
+        *(f"# {r_comment(line)}" for line in rest[:-1]), f"# {r_comment(rest[-1])} Needs only R and the torch package.",
         "# Run: Rscript this_file.R",
         "library(torch)",
         "",

@@ -9,8 +9,11 @@
 #
 # Handshake:  @kl ready <torch version> <libtorch version> <R version> <dtypes> <cuda 0|1> <cuda device name>
 #             @kl unavailable <reason>
-# Request:    call <api> <device> <part> <reduction> <layout> <input dtype> <target dtype>
-#                  <input shape> <target shape> <input values> <target values>
+# Request:    call <function> <function|module> <arguments> <device> <part> <layout> <input dtype>
+#                  <target dtype> <input shape> <target shape> <input values> <target values>
+#             (the call as adapters/rtorch.py's RCall states it: a function of R torch called on
+#             (x, t) with the arguments, or a module built with them and called on (x, t);
+#             arguments are name=value pairs, each side percent-encoded, joined by commas)
 # Replies:    @kl ok <dtype> <shape> <values> <warnings>
 #             @kl none <warnings>                       (autograd gave no gradient)
 #             @kl err <condition class> <message> <warnings>
@@ -96,20 +99,27 @@ upstream <- function(like) {
   torch_tensor(values, dtype = torch_float64())$reshape(shape)$to(device = like$device, dtype = like$dtype)
 }
 
-kl <- function(api, x, t, reduction) {
-  switch(api,
-    "torch::nnf_kl_div" = nnf_kl_div(x, t, reduction = reduction),
-    "torch::nn_kl_div_loss" = nn_kl_div_loss(reduction = reduction)(x, t),
-    stop("unknown api ", api))
+# The named arguments of a request's call (string values).
+arguments <- function(field) {
+  if (field == "-") return(list())
+  pairs <- strsplit(field, ",", fixed = TRUE)[[1]]
+  values <- lapply(sub("^[^=]*=", "", pairs), utils::URLdecode)
+  stats::setNames(values, vapply(sub("=.*$", "", pairs), utils::URLdecode, ""))
+}
+
+# The call a request states, made on (x, t): the one statement of it is adapters/rtorch.py's RCall.
+kl <- function(fn, style, args, x, t) {
+  f <- get(fn, envir = asNamespace("torch"), mode = "function")
+  if (style == "module") do.call(f, args)(x, t) else do.call(f, c(list(x, t), args))
 }
 
 # forward: the loss; grad_input / grad_target: autograd_grad of the loss with the upstream
 # gradient; grad2_input: d/dtarget of sum(grad_input * upstream), by double backward.
 compute <- function(f) {
-  api <- f[2]; device <- f[3]; part <- f[4]; reduction <- dec(f[5]); layout <- f[6]
-  x <- build(numbers(f[11]), shape_of(f[9]), f[7], device, layout, part %in% c("grad_input", "grad2_input"))
-  t <- build(numbers(f[12]), shape_of(f[10]), f[8], device, layout, part %in% c("grad_target", "grad2_input"))
-  out <- kl(api, x, t, reduction)
+  device <- f[5]; part <- f[6]; layout <- f[7]
+  x <- build(numbers(f[12]), shape_of(f[10]), f[8], device, layout, part %in% c("grad_input", "grad2_input"))
+  t <- build(numbers(f[13]), shape_of(f[11]), f[9], device, layout, part %in% c("grad_target", "grad2_input"))
+  out <- kl(f[2], f[3], arguments(f[4]), x, t)
   if (part == "forward") return(out)
   wrt <- if (part == "grad_target") t else x
   second <- part == "grad2_input"
@@ -121,7 +131,7 @@ compute <- function(f) {
 
 serve <- function(line) {
   f <- strsplit(line, "\t", fixed = TRUE)[[1]]
-  if (f[1] != "call" || length(f) != 12) return(c("err", "protocol", enc(paste("bad request:", substr(line, 1, 200))), "-"))
+  if (f[1] != "call" || length(f) != 13) return(c("err", "protocol", enc(paste("bad request:", substr(line, 1, 200))), "-"))
   warned <- character(0)
   result <- withCallingHandlers(
     tryCatch(compute(f), error = function(e) e),

@@ -6,6 +6,7 @@ No framework is needed: adapters render reproducers without importing theirs.
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
@@ -69,3 +70,52 @@ def test_reproducer_takes_case_text_only_as_literals(name, hostile):
             assert "owned" not in _code_without_strings(script)
             if name != "optax" and api.name != "keras.losses.kl_divergence":  # these take no reduction
                 assert hostile in _strings(script), f"{api.name}/{part}: the reduction is not a literal"
+
+
+_R_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+
+
+def _r_code(script: str) -> str:
+    """An R script's code without its string literals and comments: what could run."""
+    lines = []
+    for line in script.split("\n"):
+        line = _R_STRING.sub('""', line)
+        lines.append(line.split("#", 1)[0])
+    return "\n".join(lines)
+
+
+def _r_unquote(literal: str) -> str:
+    """What R reads from an r_string literal (its escapes: \\", \\\\ and \\U{hex})."""
+    assert literal[0] == literal[-1] == '"'
+    return re.sub(r'\\(U\{([0-9a-f]+)\}|["\\])',
+                  lambda m: chr(int(m.group(2), 16)) if m.group(2) else m.group(1), literal[1:-1])
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_r_strings_and_comments_hold_any_text(hostile):
+    from conformance.adapters.rtorch import r_comment, r_string
+
+    literal = r_string(hostile)
+    assert _R_STRING.fullmatch(literal) and "\n" not in literal and _r_unquote(literal) == hostile
+    assert "\n" not in r_comment(hostile) and "\r" not in r_comment(hostile)
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_r_reproducer_takes_case_text_only_as_literals(hostile):
+    """A case id with a line break used to end the script's title comment, so the rest of the id ran
+    before library(torch); a reduction with a quote could end its string."""
+    from conformance.adapters.rtorch import r_string
+
+    adapter = get_adapter("rtorch")  # not loaded: rendering starts no R
+    case = make_case([[-1.0, -2.0]], [[0.5, 0.5]], reduction=hostile, case_id=hostile)
+    about = (f"Reproduces kl_div case {case.id} on an API (cpu, forward).", f"message: {hostile}",
+             f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
+    expected = Expected(result_dtype=None, error_id=hostile, error_type="ValueError")
+    for api in adapter.apis:
+        for part in ("forward", "grad_input", "grad2_input"):
+            script, suffix = adapter.repro_script(case, api, "cpu", part, about, expected)
+            assert suffix == ".R"
+            header = script.split("library(torch)")[0].strip().split("\n")
+            assert all(line.startswith("#") for line in header), f"{api.name}/{part}: {header}"
+            assert "owned" not in _r_code(script) and "import" not in _r_code(script)
+            assert f"reduction = {r_string(hostile)}" in script
