@@ -1,13 +1,15 @@
 """A reproducer makes the call the run made: its lines, run here, give the adapter's live observation.
 
-Each adapter states each API call once (adapters/base.py: ApiCall); this checks, on the real framework
-named by --framework, that the rendered call and the live one observe the same, for a sample of cases
-per API and part (values bit for bit, or the same exception type).
+Each adapter states each API call once (adapters/base.py: ApiCall; R torch's RCall); this checks, on the
+real framework named by --framework, that the rendered call and the live one observe the same, for a
+sample of cases per API and part (values bit for bit, or the same exception type). R torch's
+reproducers are whole R scripts, run with Rscript.
 """
 
 from __future__ import annotations
 
 import runpy
+import subprocess
 import sys
 
 import numpy as np
@@ -22,10 +24,12 @@ PARTS = ("forward", "grad_input", "grad_target", "grad2_input")
 
 @pytest.fixture
 def adapter(framework, loaded_adapters):
-    adapter = load_adapter(loaded_adapters, framework)
-    if type(adapter).call is Adapter.call:  # R torch: its reproducer is an R script
-        pytest.skip(f"{framework} states no ApiCall")
-    return adapter
+    return load_adapter(loaded_adapters, framework)
+
+
+def _writes_python(adapter) -> bool:
+    """Whether the adapter's reproducers are Python lines around its ApiCall (R torch writes R scripts)."""
+    return type(adapter).repro_script is Adapter.repro_script
 
 
 def _samples():
@@ -44,9 +48,12 @@ def _samples():
     ]
 
 
-def _check(adapter, case, api, device, part, scratch):
+def _check(adapter, case, api, device, part, scratch, spec):
     observed = adapter.run(case, api, device, part)
     if observed.unsupported:
+        return
+    if not _writes_python(adapter):
+        _check_script(adapter, case, api, device, part, scratch, spec, observed)
         return
     namespace = {"np": np, "x_values": case.input, "t_values": case.target, "upstream": upstream_gradient}
     # run from a file, as a reproducer runs: MindSpore's grad reads the source of the function it differentiates
@@ -67,24 +74,53 @@ def _check(adapter, case, api, device, part, scratch):
     np.testing.assert_array_equal(np.asarray(result), observed.value, err_msg=f"{api.name}/{part}/{case.params}")
 
 
+def _check_script(adapter, case, api, device, part, scratch, spec, observed):
+    """Run a whole reproducer script (R torch's, with Rscript) and read the result it prints."""
+    from conformance.adapters.rtorch import find_rscript, r_environment
+    from conformance.judge.casejudge import expected_for
+
+    expected = expected_for(case, spec, part, api.dialect)
+    script, suffix = adapter.repro_script(case, api, device, part, ("a case", "a message", "its params."), expected)
+    path = scratch / f"repro_{part}{suffix}"
+    path.write_text(script, encoding="utf-8")
+    run = subprocess.run([find_rscript(), "--no-init-file", str(path)], env=r_environment(), capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (shown,) = [line for line in run.stdout.splitlines() if line.startswith(f"{adapter.name}:")]
+    shown = shown.split(":", 1)[1].strip()
+    if shown.startswith("raises "):
+        assert observed.raised and shown.startswith(f"raises {observed.exception_type}:"), (shown, observed)
+        return
+    assert not observed.raised, f"{api.name}/{part}: the run raised {observed.exception_type}, the script: {shown}"
+    values, rest = shown[1:].split("] shape (")
+    numbers = np.array([float(v) for v in values.split(", ")] if values else [], dtype=np.float64)
+    shape, dtype = rest.split(") ")
+    assert dtype == observed.dtype and tuple(int(n) for n in shape.split(", ") if n) == observed.shape
+    np.testing.assert_array_equal(numbers, observed.value.reshape(-1), err_msg=f"{api.name}/{part}")
+
+
 @pytest.mark.parametrize("part", PARTS)
 def test_reproducer_makes_the_live_call(adapter, spec, part, tmp_path):
     device = adapter.devices()[0]
     checked = 0
+    # a whole script per call starts a fresh R each time: fewer samples there
+    samples = _samples() if _writes_python(adapter) else _samples()[:3]
     for api in adapter.apis:
         if adapter.unsupported_part(api, part):
             continue
-        for case in _samples():
+        for case in samples:
             case = as_api_takes(case, api, spec)
             if adapter.unsupported_reason(case, api):
                 continue
-            _check(adapter, case, api, device, part, tmp_path)
+            _check(adapter, case, api, device, part, tmp_path, spec)
             checked += 1
     assert checked or part == "grad2_input"
 
 
 def test_call_text_is_the_call(adapter, spec):
     """The ApiCall's source, evaluated on the live inputs, is what invoke returns."""
+    if not _writes_python(adapter):
+        pytest.skip(f"{adapter.name}'s call is R source: test_reproducer_makes_the_live_call runs it")
     device = adapter.devices()[0]
     case = _samples()[0]
     for api in adapter.apis:
