@@ -50,20 +50,13 @@ def test_refcache_dictionary_names_are_spec_paths(spec):
     assert [p for p in CACHE_DICTIONARY_NAMES if p not in known and not _exists(spec, p)] == []
 
 
-def test_every_divisor_the_spec_names_is_one_the_reference_computes(spec):
+@pytest.mark.parametrize("field, computed", [("divisor", forward.DIVISORS), ("empty", forward.EMPTY_VALUES)])
+def test_every_divisor_and_empty_value_the_spec_names_is_one_the_reference_computes(spec, field, computed):
     for name, rule in spec.data["reductions"].items():
-        if isinstance(rule, dict) and "divisor" in rule:
-            node = rule["divisor"]
+        if isinstance(rule, dict) and field in rule:
+            node = rule[field]
             named = list(node["choices"]) if isinstance(node, dict) else [node]
-            assert set(named) <= set(forward.DIVISORS), f"reductions.{name}.divisor"
-
-
-def test_every_empty_value_the_spec_names_is_one_the_reference_computes(spec):
-    for name, rule in spec.data["reductions"].items():
-        if isinstance(rule, dict) and "empty" in rule:
-            node = rule["empty"]
-            named = list(node["choices"]) if isinstance(node, dict) else [node]
-            assert set(named) <= set(forward.EMPTY_VALUES), f"reductions.{name}.empty"
+            assert set(named) <= set(computed), f"reductions.{name}.{field}"
 
 
 def test_touches_are_keyed_by_the_specs_choice_points(spec):
