@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from conformance.adapters.registry import is_known, known_adapters
+from conformance.adapters.registry import get_adapter, is_known, known_adapters
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, ResultsError, UsageError
 from conformance.core.model import PARTS, Case, Result, Spec
@@ -30,11 +30,11 @@ from conformance.core.specload import load_spec
 from conformance.judge.known import KnownFindings, load_known
 from conformance.judge.refcache import default_cache_dir
 from conformance.reference.statements import verify_formulas
-from conformance.report.gate import EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, exit_code
+from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, exit_code
 from conformance.report.provenance import check_runs
 from conformance.report.writer import ReportFeed, merge_runs, write_report
 from conformance.run.outdir import check_out_dir, prepare_out_dir
-from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, run_conformance
+from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, run_conformance, select
 from conformance.run.selection import (DEFAULT_MEMORY_BUDGET_MB, CaseSelection, file_digest, select_cases,
                                        select_lazily, selected_shard)
 from conformance.run.worker import WorkerPool
@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--framework", required=True, help="adapter name, e.g. torch")
     selftest.add_argument("--variant", action="append", default=[], metavar="NAME",
                           help="run only this planted variant (repeatable; default all)")
+    selftest.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
+    selftest.add_argument("--device", action="append", default=[],
+                          help="device (repeatable; default all present), e.g. cuda to check the verdicts on a GPU")
     selftest.add_argument("--out", default="reports/selftest", help="output directory (default reports/selftest)")
     selftest.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S, help="time limit of one case")
     selftest.add_argument("--no-cache", action="store_true", help="compute every expectation")
@@ -421,7 +424,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
 
 def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     from conformance.report.selftest import render_selftest, selftest_json
-    from conformance.selftest import VARIANTS, run_selftest
+    from conformance.selftest import VARIANTS, NotRun, run_selftest
 
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
@@ -429,16 +432,23 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     unknown = [v for v in args.variant if v not in VARIANTS]
     if unknown:
         raise UsageError(f"unknown variant {unknown[0]!r}", where="--variant", fix=f"use one of {sorted(VARIANTS)}")
+    adapter = get_adapter(args.framework)  # unknown --api and --device names are refused before --out exists
+    select(args.framework, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
+           args.api, args.device)
     cases = list(select_cases(spec, case_selection(args)))
     if not cases:
         raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
                          fix="check the ids with `kl-conformance cases`")
     out = check_out_dir(args.out, force=args.force)
     # the self-test owns its output directory: each of its runs replaces that run's earlier output
-    options = RunOptions(timeout_s=args.timeout_s, force=True,
+    options = RunOptions(apis=tuple(args.api), devices=tuple(args.device), timeout_s=args.timeout_s, force=True,
                          cache_dir=None if args.no_cache else default_cache_dir())
     show = (lambda name: print(f"selftest: {name}", file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
-    control, reports = run_selftest(spec, args.framework, cases, out, args.variant, options, progress=show)
+    try:
+        control, reports = run_selftest(spec, args.framework, cases, out, args.variant, options, progress=show)
+    except NotRun as exc:
+        print(f"kl-conformance: selftest: {exc}", file=sys.stderr)
+        return EXIT_INCOMPLETE
     text = render_selftest(args.framework, control, reports)
     (out / "selftest.md").write_text(text, encoding="utf-8")
     (out / "selftest.json").write_text(selftest_json(args.framework, control, reports), encoding="utf-8")
