@@ -3,7 +3,7 @@
 Exit codes (conformance/report/gate.py): 0 done (divergences are findings, not failures); 1 a gate
 failed (--strict, --fail-on-new, a stale known-findings entry); 2 bad usage, a bad spec, case
 file or results directory (one message naming the file, the place and the fix; nothing
-written); 3 with --strict, the framework did not run or not every case was judged.
+written); 3 with any gate, a framework did not run, a run stopped early, or nothing was judged.
 
 Owns parsing and checking the arguments and the order in which a command does its work; running, judging,
 reporting and writing reproducers live in their own modules, never here.
@@ -30,7 +30,7 @@ from conformance.core.specload import load_spec
 from conformance.judge.known import KnownFindings, load_known
 from conformance.judge.refcache import default_cache_dir
 from conformance.reference.statements import verify_formulas
-from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, exit_code
+from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Gates
 from conformance.report.provenance import check_runs
 from conformance.report.writer import ReportFeed, merge_runs, write_report
 from conformance.run.outdir import check_out_dir, prepare_out_dir
@@ -102,13 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_gate_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--strict", action="store_true",
-                       help="exit 1 if a divergence is neither documented nor known; exit 3 if a framework did "
-                            "not run or nothing was judged")
+                       help="exit 1 if a divergence is neither documented nor known; exit 3 (with any gate) if a "
+                            "framework did not run, a run stopped early, or nothing was judged")
         p.add_argument("--baseline", metavar="DIR",
                        help="an earlier run or merged directory: report what is new, fixed and changed since")
         p.add_argument("--fail-on-new", action="store_true",
                        help="with --baseline: exit 1 if a divergence is new or changed since the baseline "
-                            "(and neither documented nor known)")
+                            "(and neither documented nor known), or a result it judged is lost (unsupported, "
+                            "crashed or missing now)")
         p.add_argument("--known", metavar="FILE",
                        help="known-findings file (YAML): divergences it matches are accepted; an entry that "
                             "matches nothing is stale and fails the command")
@@ -268,6 +269,19 @@ def check_baseline_draw(baseline: Path, spec_hash: str, seed: int) -> None:
                                fix=f"run with --seed {row.seed}, or take a baseline made with --seed {seed}")
 
 
+def narrowing(args: argparse.Namespace, adapter_name: str) -> dict:
+    """What run.json's selection adds for the gates (core/scope.py): the parts, APIs and devices asked for, the
+    name the rows carry, and the options by which the run selected less than the whole suite."""
+    cut = {"--only": bool(args.only), "--shard": bool(args.shard), "--seed": args.seed != DEFAULT_SEED,
+           "--part": bool(args.part), "--api": bool(args.api), "--device": bool(args.device)}
+    return {"parts": list(args.part), "apis": list(args.api), "devices": list(args.device), "adapter": adapter_name,
+            "narrowed_by": [option for option, on in cut.items() if on]}
+
+
+def _gates(args: argparse.Namespace) -> Gates:
+    return Gates(strict=args.strict, fail_on_new=args.fail_on_new, known=args.known is not None)
+
+
 def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | None = None) -> int:
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
@@ -313,7 +327,8 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
     progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
     selection = {"seed": args.seed, "suite": args.suite, "samples": args.samples,
                  "case_files": [file_digest(path) for path in args.cases], "only": args.only,
-                 "shard": str(shard) if shard else None, "known": known.digest if known else None}
+                 "shard": str(shard) if shard else None, "known": known.digest if known else None,
+                 **narrowing(args, get_adapter(args.framework).name)}
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
                 "command": " ".join(sys.argv)}
@@ -326,7 +341,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
     # kept. A resumed run's earlier rows are only on disk, so then both the report and the reproducers read
     # the rows back from the file instead.
     needing: list[Result] | None = None if args.no_repro or args.resume else []
-    feed = None if args.resume else ReportFeed(Path(args.out), known)
+    feed = None if args.resume else ReportFeed(Path(args.out), known, args.baseline, _gates(args))
     from conformance.repro import needs_reproducer
 
     def on_result(case: Case, result: Result) -> None:
@@ -346,13 +361,12 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
         raise
     if progress is not None:
         sys.stderr.write("\n")
-    written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed)
+    written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed,
+                           gates=_gates(args))
     if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
         _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None, results=needing)
-    incomplete = []
     if summary.not_run:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")
-        incomplete.append(f"{args.framework} did not run: {summary.not_run}")
     else:
         counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
         extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
@@ -362,11 +376,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
         if summary.stopped:
             print(f"kl-conformance: the run stopped before its end: {summary.stopped}. The results so far are in "
                   f"{summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
-            incomplete.append(f"the {args.framework} run stopped before its end")
-        elif not any(True for _ in iter_results(summary.out_dir)):
-            incomplete.append(f"{args.framework} produced no results (no selected part or API applies)")
-    return exit_code([summary.out_dir], strict=args.strict, fail_on_new=args.fail_on_new,
-                     baseline_diff=written.baseline, known=known, incomplete=incomplete)
+    return written.decision.print()
 
 
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
@@ -380,19 +390,13 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
                redo="run them again with this harness (kl-conformance run ... --force), or report them with "
                     "the spec they used (--spec)", rebaseline=REBASELINE)  # reads only
     prepare_out_dir(out, force=args.force)
-    written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known)
+    written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known,
+                         gates=_gates(args))
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
-    count = written.results
-    print(f"merged {len(args.runs)} runs, {count} results" + (f"; not run: {', '.join(not_run)}" if not_run else "")
-          + f". Report: {written.report}")
-    incomplete = [f"{m.get('framework', '?')} run is {m.get('status', 'of unknown status')}"
-                  + (f": {m['reason']}" if m.get("reason") else "")
-                  for m in manifests if m.get("status") != "complete"]
-    if not count:
-        incomplete.append("the runs hold no results")
-    return exit_code([out], strict=args.strict, fail_on_new=args.fail_on_new, baseline_diff=written.baseline,
-                     known=known, incomplete=incomplete)
+    print(f"merged {len(args.runs)} runs, {written.results} results"
+          + (f"; not run: {', '.join(not_run)}" if not_run else "") + f". Report: {written.report}")
+    return written.decision.print()
 
 
 def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:

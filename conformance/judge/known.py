@@ -8,7 +8,10 @@ verdict and cause, each with a reason and a link. A divergence an entry matches 
 id in `known_by`, shows as "known" in the reports, and does not fail `--strict` or
 `--fail-on-new`. An entry that concerns results of the run (its selectors match them)
 but matches none of their divergences is stale: the finding is gone or changed, and the
-run or report fails, so the list cannot hide a regression once it has rotted.
+run or report fails, so the list cannot hide a regression once it has rotted. That is judged
+only when the run selected the whole suite the entry speaks about (no --only, --shard, --part,
+--api, --device or other --seed cut into it, as run.json records); after a narrower run the
+entry is "not exercised here": said, never a failure.
 
 Example::
 
@@ -37,6 +40,7 @@ from typing import Any
 
 from conformance.core.errors import KnownFileError
 from conformance.core.model import PARTS, Result, Verdict
+from conformance.core.scope import Scope
 from conformance.core.yamlload import parse_yaml, read_text
 
 FIELDS = ("id", "case_id", "framework", "api", "device", "part", "verdict", "cause", "reason", "link")
@@ -81,13 +85,18 @@ class EntryAudit:
     entry: KnownEntry
     concerned: int = 0
     accepted: int = 0
+    frameworks: set = dataclasses.field(default_factory=set)  # of the rows it concerns
+    narrowed_by: tuple[str, ...] = ()  # the options by which the runs selected less than the entry speaks about
 
     @property
     def status(self) -> str:
-        """`matched`, `stale` (concerns rows, accepts none) or `not in these results`."""
+        """`matched`, `stale` (concerns rows of a whole run, accepts none), `not exercised here` (the same after
+        a narrower run) or `not in these results`."""
         if self.accepted:
             return "matched"
-        return "stale" if self.concerned else "not in these results"
+        if not self.concerned:
+            return "not in these results"
+        return "not exercised here" if self.narrowed_by else "stale"
 
 
 class KnownFindings:
@@ -114,6 +123,15 @@ class KnownFindings:
             if audit.entry.concerns(row):
                 audit.concerned += 1
                 audit.accepted += audit.entry.accepts(row)
+                audit.frameworks.add(row.framework)
+
+    def judge_scope(self, scope: Scope) -> None:
+        """Say, per entry, how the runs read (their selections) cut into what it speaks about; call it after the
+        pass over the rows. Without it every run counts as whole (a run.json without a selection record)."""
+        for a in self._audit:
+            e = a.entry
+            a.narrowed_by = tuple(sorted({option for framework in a.frameworks
+                                          for option in scope.narrowing(framework, e.part, e.api, e.device)}))
 
     def audit(self) -> list[EntryAudit]:
         """Per entry, what the last pass over the rows counted."""
@@ -121,6 +139,15 @@ class KnownFindings:
 
     def stale(self) -> list[EntryAudit]:
         return [a for a in self._audit if a.status == "stale"]
+
+    def not_exercised(self) -> list[EntryAudit]:
+        return [a for a in self._audit if a.status == "not exercised here"]
+
+    def not_exercised_message(self, audit: EntryAudit) -> str:
+        e = audit.entry
+        return (f"{self.source}: entry {e.index} (id {e.id!r}): not exercised here: matches none of the "
+                f"{audit.concerned} results it concerns, but the run selected only part of its suite "
+                f"({', '.join(audit.narrowed_by)}); staleness is judged on a run of the whole suite")
 
     def stale_message(self, audit: EntryAudit) -> str:
         e = audit.entry

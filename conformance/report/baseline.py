@@ -1,8 +1,11 @@
-"""Compares results with an earlier run: what is new, what is fixed, what changed.
+"""Compares results with an earlier run: what is new, fixed, changed or lost, and what was not checked.
 
 For a maintainer validating a port or an upgrade. Keys are (case_id, framework, api,
 device, part); case ids are API, so a baseline stays comparable across harness
-versions with the same spec. Reads rows only.
+versions with the same spec. A result the baseline judged that is now unsupported, crashed where it
+used to answer, or is missing although the run selected it, is lost coverage: `--fail-on-new` fails on it
+as on a new divergence. A baseline row outside the run's selection (another part, API, device, shard
+or subset of ids) was not checked, and is counted as such. Reads rows only.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from typing import Iterable
 from conformance.core.errors import ResultsError
 from conformance.core.model import Result, Verdict
 from conformance.core.results import iter_results
+from conformance.core.scope import Scope
 
 Key = tuple[str, str, str, str, str]
+_NO_ANSWER = (Verdict.CRASH.value, Verdict.TIMEOUT.value)
 
 
 def _key(r: Result) -> Key:
@@ -27,25 +32,32 @@ def _state(r: Result) -> tuple[str, str]:
     return (r.verdict.value, r.cause if r.verdict.is_divergence else "")
 
 
+def _judged(state: tuple[str, str]) -> bool:
+    return state[0] != Verdict.UNSUPPORTED.value
+
+
 @dataclass
 class BaselineDiff:
-    """The differences, each a list of (key, before, after, accepted) with states (verdict, cause);
-    `accepted` says the current row is documented by a profile or accepted by a known-findings file."""
+    """The differences, each a list of (key, before, after, accepted) with states (verdict, cause), after None for
+    a row the run selected but did not write; `accepted` says the current row is documented by a profile or
+    accepted by a known-findings file."""
 
     baseline: str
     new: list = field(default_factory=list)
     fixed: list = field(default_factory=list)
     changed: list = field(default_factory=list)
+    lost: list = field(default_factory=list)
     added: int = 0
-    removed: int = 0
+    removed: int = 0  # baseline rows the run selected but did not write
+    not_checked: int = 0  # baseline rows outside the run's selection
     unchanged: int = 0
 
     @property
     def failing(self) -> list:
-        """New or changed divergences that no profile documents and no known-findings entry accepts:
-        what --fail-on-new fails on."""
-        return [item for item in self.new + self.changed
-                if Verdict(item[2][0]).is_divergence and not item[3]]
+        """What --fail-on-new fails on: new or changed divergences that no profile documents and no known-findings
+        entry accepts, and lost coverage (a crash where it used to answer fails unless it is accepted)."""
+        return [item for item in self.new + self.changed if is_failing("new", item)] + \
+            [item for item in self.lost if is_failing("lost", item)]
 
     def to_json(self) -> str:
         def rows(items):
@@ -53,70 +65,130 @@ class BaselineDiff:
                      "before": list(b) if b else None, "after": list(a) if a else None, "accepted": accepted}
                     for k, b, a, accepted in items]
         return json.dumps({"baseline": self.baseline, "new": rows(self.new), "fixed": rows(self.fixed),
-                           "changed": rows(self.changed), "failing": rows(self.failing), "added": self.added,
-                           "removed": self.removed, "unchanged": self.unchanged}, indent=2) + "\n"
+                           "changed": rows(self.changed), "lost": rows(self.lost), "failing": rows(self.failing),
+                           "added": self.added, "removed": self.removed, "not_checked": self.not_checked,
+                           "unchanged": self.unchanged}, indent=2) + "\n"
 
 
-def compare(rows: Iterable[Result], baseline_dir: str | Path) -> BaselineDiff:
-    """Classify every current row against the baseline run in `baseline_dir`.
+def is_failing(kind: str, item: tuple) -> bool:
+    """Whether one classified item fails --fail-on-new."""
+    _, _, now, accepted = item
+    if kind == "lost":
+        return not (accepted and now is not None and Verdict(now[0]).is_divergence)
+    return kind in ("new", "changed") and Verdict(now[0]).is_divergence and not accepted
 
-    Raises
-    ------
-    ResultsError
-        when the baseline was made with another spec (its verdicts would not be comparable).
-    """
-    before: dict[Key, tuple[str, str]] = {}
-    digests: dict[str, str] = {}
-    spec_hashes = set()
-    for r in iter_results(baseline_dir):
-        before[_key(r)] = _state(r)
-        digests[r.case_id] = r.case_digest
-        spec_hashes.add(r.spec_hash)
-    diff = BaselineDiff(str(baseline_dir))
-    for r in rows:
-        if spec_hashes and r.spec_hash not in spec_hashes:
-            raise ResultsError(f"the baseline was made with spec {sorted(spec_hashes)}, these results with "
-                               f"{r.spec_hash}", file=str(baseline_dir), where="--baseline",
-                               fix="rerun the baseline with the current spec")
-        if digests.get(r.case_id, r.case_digest) != r.case_digest:
-            raise ResultsError(f"the baseline holds other values for this case (case digest {digests[r.case_id]} "
-                               f"against {r.case_digest}): another --seed or another version of its case file",
-                               file=str(baseline_dir), where=f"case {r.case_id!r}",
-                               fix="compare runs made with the same --seed and case files")
-        old = before.pop(_key(r), None)
+
+class BaselineComparison:
+    """Classifies rows against the baseline run in `baseline_dir` as they come (`add`), so the report's one
+    pass over the rows also decides junit.xml's view of each; `finish` adds the baseline rows not seen.
+
+    A row made with another spec or other case values is remembered and refused at `finish` (a run feeding
+    its rows must not stop halfway through on it)."""
+
+    def __init__(self, baseline_dir: str | Path) -> None:
+        self.diff = BaselineDiff(str(baseline_dir))
+        self._before: dict[Key, tuple[str, str]] = {}
+        self._digests: dict[str, str] = {}
+        self._spec_hashes: set[str] = set()
+        self._seen_cases: set[tuple[str, str]] = set()  # (framework, case id) the run wrote rows for
+        self._problem: ResultsError | None = None
+        for r in iter_results(baseline_dir):
+            self._before[_key(r)] = _state(r)
+            self._digests[r.case_id] = r.case_digest
+            self._spec_hashes.add(r.spec_hash)
+
+    def add(self, r: Result) -> str:
+        """Classify one row: `new`, `fixed`, `changed`, `lost`, `unchanged` or `added`."""
+        if self._problem is None:
+            self._problem = self._mismatch(r)
+        self._seen_cases.add((r.framework, r.case_id))
+        old = self._before.pop(_key(r), None)
         now = _state(r)
         diverges = r.verdict.is_divergence
         item = (_key(r), old, now, r.is_accepted)
+        diff = self.diff
         if old is None:
             diff.added += 1
+            kind = "new" if diverges else "added"
             if diverges:
                 diff.new.append(item)
-        elif old == now:
+            return kind
+        if old == now:
             diff.unchanged += 1
-        elif diverges and old[1] == "":
+            return "unchanged"
+        if _judged(old) and (not _judged(now) or (now[0] in _NO_ANSWER and old[0] not in _NO_ANSWER)):
+            diff.lost.append(item)
+            return "lost"
+        was_divergence = Verdict(old[0]).is_divergence
+        if diverges and not was_divergence:
             diff.new.append(item)
-        elif not diverges and old[1] != "":
+            return "new"
+        if now[0] == Verdict.PASS.value and was_divergence:
             diff.fixed.append(item)
-        else:
-            diff.changed.append(item)
-    diff.removed = len(before)
-    return diff
+            return "fixed"
+        diff.changed.append(item)
+        return "changed"
+
+    def finish(self, scope: Scope) -> BaselineDiff:
+        """The diff, with each baseline row not seen: lost (when it was judged) or removed if the run selected it
+        (its case, target and part), else not checked.
+
+        Raises
+        ------
+        ResultsError
+            when the baseline was made with another spec or other case values (its verdicts would not be comparable).
+        """
+        if self._problem is not None:
+            raise self._problem
+        for key, old in self._before.items():
+            if (key[1], key[0]) in self._seen_cases and scope.selects(key[1], key[2], key[3], key[4]):
+                self.diff.removed += 1
+                if _judged(old):
+                    self.diff.lost.append((key, old, None, False))
+            else:
+                self.diff.not_checked += 1
+        self._before.clear()
+        return self.diff
+
+    def _mismatch(self, r: Result) -> ResultsError | None:
+        where = str(self.diff.baseline)
+        if self._spec_hashes and r.spec_hash not in self._spec_hashes:
+            return ResultsError(f"the baseline was made with spec {sorted(self._spec_hashes)}, these results with "
+                                f"{r.spec_hash}", file=where, where="--baseline",
+                                fix="rerun the baseline with the current spec")
+        if self._digests.get(r.case_id, r.case_digest) != r.case_digest:
+            return ResultsError(f"the baseline holds other values for this case (case digest "
+                                f"{self._digests[r.case_id]} against {r.case_digest}): another --seed or another "
+                                f"version of its case file", file=where, where=f"case {r.case_id!r}",
+                                fix="compare runs made with the same --seed and case files")
+        return None
+
+
+def compare(rows: Iterable[Result], baseline_dir: str | Path, scope: Scope | None = None) -> BaselineDiff:
+    """Classify every current row against the baseline run in `baseline_dir` (see BaselineComparison); without
+    a `scope`, every baseline row not seen counts as not checked."""
+    comparison = BaselineComparison(baseline_dir)
+    for r in rows:
+        comparison.add(r)
+    return comparison.finish(scope or Scope())
 
 
 def render_baseline_markdown(diff: BaselineDiff, listed: int = 200) -> list[str]:
     out = ["## Against the baseline", "",
            f"Baseline `{diff.baseline}`: {len(diff.new)} new divergences, {len(diff.fixed)} fixed, "
-           f"{len(diff.changed)} changed, {diff.unchanged} unchanged; {diff.added} results added, "
-           f"{diff.removed} gone. {len(diff.failing)} of the new and changed divergences are neither documented "
-           "nor known (what `--fail-on-new` fails on). All of them are in `baseline.json`.", ""]
-    for title, items in (("New", diff.new), ("Fixed", diff.fixed), ("Changed", diff.changed)):
+           f"{len(diff.changed)} changed, {len(diff.lost)} lost, {diff.unchanged} unchanged; {diff.added} results "
+           f"added, {diff.removed} gone although selected, {diff.not_checked} not checked (outside this run's "
+           f"selection). Lost: judged by the baseline, now unsupported, crashed where it answered, or not written. "
+           f"{len(diff.failing)} of the new, changed and lost results are neither documented nor known (what "
+           "`--fail-on-new` fails on). All of them are in `baseline.json`.", ""]
+    for title, items in (("New", diff.new), ("Lost", diff.lost), ("Fixed", diff.fixed), ("Changed", diff.changed)):
         if not items:
             continue
         out += [f"### {title} ({len(items)})", "", "| case | framework / api / device / part | before | after |",
                 "|---|---|---|---|"]
         for key, old, now, accepted in items[:listed]:
             fmt = lambda s: f"{s[0]}" + (f" (`{s[1]}`)" if s and s[1] else "") if s else "-"
-            tag = " (documented or known)" if accepted and Verdict(now[0]).is_divergence else ""
+            tag = " (documented or known)" if accepted and now and Verdict(now[0]).is_divergence else ""
             out.append(f"| `{key[0]}` | {key[1]} / {key[2]} / {key[3]} / {key[4]} | {fmt(old)} | {fmt(now)}{tag} |")
         if len(items) > listed:
             out.append(f"\n{len(items) - listed} more in baseline.json.")

@@ -2,53 +2,146 @@
 
 - 0: finished. Divergences are findings, not failures, unless a gate below asks.
 - 1: a gate failed: with --strict, a divergence that no profile documents and no known-findings
-  entry accepts; with --fail-on-new, such a divergence that is new or changed since the baseline;
-  and, always, a stale entry of the known-findings file (it accepts nothing any more).
+  entry accepts; with --fail-on-new, such a divergence that is new or changed since the baseline,
+  or lost coverage (a result the baseline judged that is now unsupported, crashed where it answered,
+  or missing although the run selected it); with --known, a stale entry (it accepts nothing any more,
+  after a run of the whole suite it speaks about).
 - 2: bad input; nothing was written (conformance/core/errors.py; not decided here).
-- 3: with --strict, not everything was judged: the framework could not be loaded (not_run), a run
-  stopped before its end, or there are no results at all. Without --strict these print a line
-  and exit 0, so a matrix with one missing framework still writes its merged report.
+- 3: a gate was asked for (--strict, --fail-on-new or --known) and not everything was judged: a framework
+  could not be loaded (not_run), a run stopped before its end, or a framework judged nothing (no results,
+  or every result unsupported). The gates fail closed: what was not checked never passes. Without a gate
+  these print a line and exit 0, so a matrix with one missing framework still writes its merged report.
 - 130: interrupted (Ctrl-C); the rows written so far are kept, and --resume continues.
 
-Reads counts and run manifests only; never a framework or the reference.
+junit.xml agrees with the gates (`junit_view`, `Decision.lines`): with a gate, a finding the gate accepts
+is a skipped test with its reason and each failed gate is a failing test, so CI's dashboard is green
+exactly when the exit code is 0. Reads counts and run manifests only; never a framework or the reference.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from conformance.core.rundirs import iter_rows
+from conformance.core.model import Result, Verdict
+from conformance.core.scope import row_framework
+from conformance.report.tally import Tally, split_label
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 
 
-def exit_code(run_dirs: Sequence[Path], *, strict: bool, fail_on_new: bool, baseline_diff: Any = None,
-              known: Any = None, incomplete: Sequence[str] = ()) -> int:
-    """Decide the exit code from the rows in `run_dirs`, printing one line per reason on stderr.
+@dataclass(frozen=True)
+class Gates:
+    """The gates a command was asked for."""
 
-    `baseline_diff` is a report.baseline.BaselineDiff, `known` a known.KnownFindings that has
-    observed these rows, `incomplete` one line per run that did not judge everything.
-    """
-    code = EXIT_OK
-    for audit in (known.stale() if known is not None else ()):
-        print(f"kl-conformance: {known.stale_message(audit)}", file=sys.stderr)
-        code = EXIT_GATE
-    if strict:
-        unaccepted = sum(1 for r in iter_rows(run_dirs) if r.verdict.is_divergence and not r.is_accepted)
+    strict: bool = False
+    fail_on_new: bool = False
+    known: bool = False
+
+    @property
+    def asked(self) -> bool:
+        return self.strict or self.fail_on_new or self.known
+
+    @property
+    def names(self) -> str:
+        return ", ".join(n for n, on in (("--strict", self.strict), ("--fail-on-new", self.fail_on_new),
+                                         ("--known", self.known)) if on)
+
+
+@dataclass
+class Decision:
+    """The exit code, the lines that say why (each a failed gate), and lines that inform without failing."""
+
+    code: int = EXIT_OK
+    lines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def print(self) -> int:
+        for line in self.notes + self.lines:
+            print(f"kl-conformance: {line}", file=sys.stderr)
+        return self.code
+
+
+def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | None:
+    """How junit.xml shows a row under the gates: ("failure", message), ("skipped", reason), or None for the
+    usual view (an undocumented divergence fails, an accepted one or an unsupported case is skipped).
+    `kind` is the row's class against the baseline (report.baseline.BaselineComparison.add), if any."""
+    if not gates.asked:
+        return None
+    if gates.fail_on_new and kind == "lost" and not (r.is_accepted and r.verdict.is_divergence):
+        return "failure", f"lost coverage since the baseline: now {r.verdict.value}. {r.message}"
+    if not r.verdict.is_divergence or r.is_accepted or gates.strict:
+        return None
+    if gates.fail_on_new:
+        if kind in ("new", "changed", "lost"):
+            return None
+        return "skipped", "unchanged since the baseline (--fail-on-new fails only on what is new)"
+    return "skipped", "a finding neither documented nor known; only --strict or --fail-on-new fail on it"
+
+
+def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
+    """One line per run or framework that did not judge everything: not loaded, stopped, or judging nothing."""
+    lines = []
+    totals: Counter = Counter()
+    judged: Counter = Counter()
+    for label, counts in tally.by_target.items():
+        framework = split_label(label)["framework"]
+        totals[framework] += sum(counts.values())
+        judged[framework] += sum(n for v, n in counts.items() if v != Verdict.UNSUPPORTED.value)
+    for m in manifests:
+        name, status = m.get("framework", "?"), m.get("status", "of unknown status")
+        reason = f": {m['reason']}" if m.get("reason") else ""
+        if status == "not_run":
+            lines.append(f"{name} did not run{reason}")
+        elif status == "stopped":
+            lines.append(f"the {name} run stopped before its end{reason}")
+        elif status != "complete":
+            lines.append(f"the {name} run is {status}{reason}")
+        elif not totals[row_framework(m)] and (_names_rows(m) or not tally.total):
+            lines.append(f"{name} produced no results (no selected part or API applies)")
+    if not tally.total and not lines:
+        lines.append("the runs hold no results")
+    for framework in sorted(totals):
+        if totals[framework] and not judged[framework]:
+            lines.append(f"{framework} judged nothing: all its {totals[framework]} results are unsupported")
+    return lines
+
+
+def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], baseline_diff: Any = None,
+           known: Any = None) -> Decision:
+    """The exit code and its lines. `baseline_diff` is a report.baseline.BaselineDiff, `known` a
+    known.KnownFindings that has audited these rows and judged the runs' scope."""
+    decision = Decision()
+    if known is not None:
+        for audit in known.stale():
+            decision.lines.append(known.stale_message(audit))
+        decision.notes += [known.not_exercised_message(a) for a in known.not_exercised()]
+    if gates.strict:
+        unaccepted = sum(tally.undocumented.values())
         if unaccepted:
-            print(f"kl-conformance: --strict: {unaccepted} divergences neither documented nor known",
-                  file=sys.stderr)
-            code = EXIT_GATE
-    if fail_on_new and baseline_diff is not None and baseline_diff.failing:
-        print(f"kl-conformance: --fail-on-new: {len(baseline_diff.failing)} divergences new or changed since the "
-              f"baseline {baseline_diff.baseline} (listed in baseline.json under 'failing')", file=sys.stderr)
-        code = EXIT_GATE
-    if strict and incomplete:
-        for line in incomplete:
-            print(f"kl-conformance: --strict: {line}", file=sys.stderr)
-        if code == EXIT_OK:
-            code = EXIT_INCOMPLETE
-    return code
+            decision.lines.append(f"--strict: {unaccepted} divergences neither documented nor known")
+    if gates.fail_on_new and baseline_diff is not None and baseline_diff.failing:
+        failing = baseline_diff.failing
+        lost_keys = {item[0] for item in baseline_diff.lost}
+        lost = sum(1 for item in failing if item[0] in lost_keys)
+        decision.lines.append(
+            f"--fail-on-new: {len(failing) - lost} divergences new or changed since the baseline "
+            f"{baseline_diff.baseline}" + (f" and {lost} results lost (judged by the baseline; now unsupported, "
+                                           "crashed or not written)" if lost else "")
+            + " (listed in baseline.json under 'failing')")
+    if decision.lines:
+        decision.code = EXIT_GATE
+    if gates.asked:
+        missing = incomplete(manifests, tally)
+        decision.lines += [f"{gates.names}: {line}" for line in missing]
+        if missing and decision.code == EXIT_OK:
+            decision.code = EXIT_INCOMPLETE
+    return decision
+
+
+def _names_rows(manifest: dict[str, Any]) -> bool:
+    """The manifest records the framework name its rows carry (a run.json older than that may not)."""
+    return isinstance(manifest.get("selection"), dict) and "adapter" in manifest["selection"]

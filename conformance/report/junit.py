@@ -1,7 +1,9 @@
 """Writes junit.xml: one testcase per case x framework x api x device x part, so CI shows results natively.
 
 An undocumented divergence is a failure (crash and timeout are errors); a documented
-divergence, a known finding (--known) and an unsupported case are skipped, with the reason. Takes rows one
+divergence, a known finding (--known) and an unsupported case are skipped, with the reason. With a gate, the
+gate decides (report/gate.py junit_view): a finding it accepts is skipped with why, lost coverage is a failure,
+and each failed gate is a failing testcase of the suite `kl-conformance.gate`. Takes rows one
 at a time (JunitWriter.add) and streams: each suite's testcases go to a temporary file while the rows are read, and
 the suites are then joined under their counts, so memory stays flat for a million rows.
 
@@ -41,17 +43,32 @@ class JunitWriter:
         self._suites: dict[str, str] = {}  # each suite's name, quoted for an attribute
         self._case: tuple[str | None, str] = (None, "")  # the last case id, and that id quoted
 
-    def add(self, r: Result) -> None:
+    def add(self, r: Result, view: tuple[str, str] | None = None) -> None:
+        """One row's testcase; `view` is the gate's ("failure" or "skipped", message), None for the usual one."""
         name = f"{r.framework}.{r.api}.{r.device}.{r.part}"
         if name not in self._files:
             self._files[name] = open(Path(self._tmp.name) / f"{len(self._files)}.xml", "w+", encoding="utf-8")
             self._suites[name] = quoteattr(name)
         if r.case_id != self._case[0]:  # a case's rows come together: its name is quoted once
             self._case = (r.case_id, quoteattr(_text(r.case_id)))
-        element, kind = _testcase(self._suites[name], self._case[1], r)
+        element, kind = _testcase(self._suites[name], self._case[1], r, view)
+        self._write(name, element, kind)
+
+    def _write(self, name: str, element: str, kind: str | None) -> None:
         self._files[name].write(element)
         self._counts[name]["tests"] += 1
         self._counts[name][kind] += kind is not None
+
+    def add_gate(self, lines: list[str]) -> None:
+        """Each failed gate as a failing testcase, so the dashboard is red whenever the exit code is not 0."""
+        name = "kl-conformance.gate"
+        for i, line in enumerate(lines, start=1):
+            if name not in self._files:
+                self._files[name] = open(Path(self._tmp.name) / "gate.xml", "w+", encoding="utf-8")
+                self._suites[name] = quoteattr(name)
+            element = (f"    <testcase classname={self._suites[name]} name=\"gate {i}\" time=\"0\">\n      "
+                       f"{_child('failure', 'gate', line[:500], line)}\n    </testcase>\n")
+            self._write(name, element, "failures")
 
     def close(self, write: bool = True) -> None:
         try:
@@ -87,10 +104,14 @@ def _counts(c: Counter) -> str:
     return "".join(f' {key}="{c[key]}"' for key in ("tests", *KINDS))
 
 
-def _testcase(suite: str, name: str, r: Result) -> tuple[str, str | None]:
+def _testcase(suite: str, name: str, r: Result, view: tuple[str, str] | None = None) -> tuple[str, str | None]:
     """One <testcase> element, and which count it adds to (None for a pass); `suite` and `name` come quoted."""
     head = f"    <testcase classname={suite} name={name} time=\"{r.elapsed_s:.6f}\""
-    if r.verdict.is_divergence and r.is_accepted:
+    if view is not None and view[0] == "failure":
+        child, kind = _child("failure", r.verdict.value, view[1][:500], f"{view[1]}\ncause: {r.cause}"), "failures"
+    elif view is not None:
+        child, kind = f"<skipped message={quoteattr(_text(view[1][:500]))} />", "skipped"
+    elif r.verdict.is_divergence and r.is_accepted:
         reason = ("documented deviation: " + ", ".join(r.documented_by) if r.documented
                   else "known finding: " + ", ".join(r.known_by))
         child, kind = f"<skipped message={quoteattr(_text(reason))} />", "skipped"

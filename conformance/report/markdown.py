@@ -117,7 +117,9 @@ def _known(audit: Sequence[Any]) -> list[str]:
     if not audit:
         return out + ["The known-findings file has no entries.", ""]
     out += ["Entries of the known-findings file (--known). A stale entry concerns results here but matches none of "
-            "their divergences: the run or report fails until it is removed or corrected.", "",
+            "their divergences: the run or report fails until it is removed or corrected. After a run of part of "
+            "the suite it speaks about (--only, --shard, --part, --api, --device, another --seed) such an entry is "
+            "`not exercised here` instead, and fails nothing.", "",
             "| entry | divergences accepted | results concerned | status | reason | link |", "|---|---:|---:|---|---|---|"]
     for a in audit:
         e = a.entry

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -16,7 +17,9 @@ from conformance.core.model import Result
 from conformance.core.results import (DETAILS_FILE, RESULTS_FILE, AtomicLines, iter_details, write_atomic,
                                       write_lines_atomic)
 from conformance.core.rundirs import REPORT_FILE, RUNS_FILE, iter_rows, load_manifests
-from conformance.report.baseline import BaselineDiff, compare, render_baseline_markdown
+from conformance.core.scope import Scope
+from conformance.report.baseline import BaselineComparison, BaselineDiff, render_baseline_markdown
+from conformance.report.gate import Decision, Gates, decide, junit_view
 from conformance.report.html import render_html
 from conformance.report.junit import JunitWriter
 from conformance.report.markdown import render_markdown
@@ -26,52 +29,72 @@ from conformance.report.tally import Tally
 
 @dataclass
 class Written:
-    """What a report wrote: the path of report.md, the comparison with the baseline (if one was given), and
-    how many results it reports."""
+    """What a report wrote: the path of report.md, the comparison with the baseline (if one was given), how
+    many results it reports, and the gates' decision (exit code and lines; junit.xml agrees with it)."""
 
     report: Path
     baseline: BaselineDiff | None = None
     results: int = 0
+    decision: Decision = dataclass_field(default_factory=Decision)
 
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
-                 baseline: str | Path | None = None, known: Any = None, fed: "ReportFeed | None" = None) -> Written:
+                 baseline: str | Path | None = None, known: Any = None, fed: "ReportFeed | None" = None,
+                 gates: Gates = Gates()) -> Written:
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
     One pass over the rows gathers what the Markdown, HTML and summary show (and, with `known`, a
-    known.KnownFindings, how each of its entries fared) and writes junit.xml (one element per row);
-    only the baseline comparison streams the rows again. Each file is written atomically. `fed` is that
+    known.KnownFindings, how each of its entries fared; with `baseline`, how each row compares) and writes
+    junit.xml (one element per row, as the `gates` see it). Each file is written atomically. `fed` is that
     pass already made, as a run wrote its rows into `out_dir` (its own report): then no row is read back.
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
-    tally = fed.finish() if fed is not None else _tally_and_junit(out_dir, iter_rows(present), known)
-    return _write_reports(out_dir, tally, present, manifests, baseline, known)
+    if fed is None:
+        fed = _fed(ReportFeed(out_dir, known, baseline, gates), iter_rows(present))
+    tally, diff, decision = fed.finish(manifests)
+    return _write_reports(out_dir, tally, present, manifests, diff, known, decision)
 
 
 class ReportFeed:
     """The report's one pass over the rows (the tally, junit.xml, and with `known` how each of its entries
     fared), a row at a time: `add` each row in results.jsonl's order. A run feeds it as it writes its rows,
     so its own report reads none of them back. junit.xml's parts wait in a temporary directory beside it,
-    created with the first row (the run's directory is prepared only then)."""
+    created with the first row (the run's directory is prepared only then). With `baseline`, each row is
+    compared as it comes, so junit.xml shows it as the `gates` judge it."""
 
-    def __init__(self, out_dir: Path, known: Any = None) -> None:
-        self.out_dir, self.known = out_dir, known
+    def __init__(self, out_dir: Path, known: Any = None, baseline: str | Path | None = None,
+                 gates: Gates = Gates()) -> None:
+        self.out_dir, self.known, self.gates = out_dir, known, gates
         self._tally = Tally()
         self._junit: JunitWriter | None = None
+        self._baseline = BaselineComparison(baseline) if baseline is not None else None
         if known is not None:
             known.start_audit()
 
     def add(self, row: Result) -> None:
-        self._writer().add(row)
+        kind = self._baseline.add(row) if self._baseline is not None else None
+        self._writer().add(row, junit_view(self.gates, row, kind))
         if self.known is not None:
             self.known.audit_row(row)
         self._tally.add(row)
 
-    def finish(self) -> Tally:
-        """Write junit.xml (with no row, a document of no suites); the tally for the other reports."""
-        self._writer().close()
+    def finish(self, manifests: Sequence[dict[str, Any]]) -> tuple[Tally, BaselineDiff | None, Decision]:
+        """Judge the runs' selection (`manifests`), decide the gates, and write junit.xml with each failed
+        gate as a failing test (with no row, a document of that alone); the tally for the other reports."""
+        scope = Scope.of(manifests)
+        try:
+            diff = self._baseline.finish(scope) if self._baseline is not None else None
+        except BaseException:
+            self.discard()
+            raise
+        if self.known is not None:
+            self.known.judge_scope(scope)
+        decision = decide(self.gates, self._tally, manifests, diff, self.known)
+        writer = self._writer()
+        writer.add_gate(decision.lines)
+        writer.close()
         self._junit = None
-        return self._tally
+        return self._tally, diff, decision
 
     def _writer(self) -> JunitWriter:
         if self._junit is None:
@@ -85,34 +108,31 @@ class ReportFeed:
             self._junit = None
 
 
-def _tally_and_junit(out_dir: Path, rows: Iterator[Result], known: Any) -> Tally:
+def _fed(feed: "ReportFeed", rows: Iterator[Result]) -> "ReportFeed":
     """The one pass over the rows read from disk: the tally, and junit.xml written as the rows go by."""
-    feed = ReportFeed(out_dir, known)
     try:
         for row in rows:
             feed.add(row)
     except BaseException:
         feed.discard()
         raise
-    return feed.finish()
+    return feed
 
 
 def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifests: list[dict[str, Any]],
-                   baseline: str | Path | None, known: Any) -> Written:
+                   diff: BaselineDiff | None, known: Any, decision: Decision) -> Written:
     """Everything written from the tally: summary.json, report.html (with the details of `present`),
-    report.md and, with a baseline, baseline.json (the one further read of the rows)."""
+    report.md and, with a baseline, baseline.json."""
     write_atomic(out_dir / "summary.json", render_summary(tally, manifests))
     details = (d for run_dir in present for d in iter_details(run_dir))
     write_atomic(out_dir / "report.html", render_html(tally, manifests, details))
     markdown = render_markdown(tally, manifests, known.audit() if known is not None else None)
-    diff = None
-    if baseline is not None:
-        diff = compare(iter_rows(present), baseline)
+    if diff is not None:
         write_atomic(out_dir / "baseline.json", diff.to_json())
         markdown = markdown.rstrip() + "\n\n" + "\n".join(render_baseline_markdown(diff)).rstrip() + "\n"
     path = out_dir / REPORT_FILE
     write_atomic(path, markdown)
-    return Written(path, diff, tally.total)
+    return Written(path, diff, tally.total, decision)
 
 
 def _feeding(consume: Callable[[Result], Any], rows: Iterator[Result]) -> Iterator[Result]:
@@ -123,7 +143,7 @@ def _feeding(consume: Callable[[Result], Any], rows: Iterator[Result]) -> Iterat
 
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False,
-               baseline: str | Path | None = None, known: Any = None) -> Written:
+               baseline: str | Path | None = None, known: Any = None, gates: Gates = Gates()) -> Written:
     """Merge run directories into `out_dir`: results.jsonl (with `known`, its rows' known_by set by that
     file), details.jsonl, runs.json and the reports. `out_dir` must not be one of the runs.
 
@@ -136,8 +156,10 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     rows = iter_rows(present)
     rows = (known.mark(r) for r in rows) if known is not None else rows
     with AtomicLines(out_dir / RESULTS_FILE) as results:
-        tally = _tally_and_junit(out_dir, _feeding(lambda row: results.write(row.to_json() + "\n"), rows), known)
+        feed = _fed(ReportFeed(out_dir, known, baseline, gates),
+                    _feeding(lambda row: results.write(row.to_json() + "\n"), rows))
     write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)))
     write_atomic(out_dir / RUNS_FILE, json.dumps(manifests, indent=2, sort_keys=True) + "\n")
     _, merged = load_manifests([out_dir])  # as a later `report` of this directory reads them
-    return _write_reports(out_dir, tally, [out_dir], merged, baseline, known)
+    tally, diff, decision = feed.finish(merged)
+    return _write_reports(out_dir, tally, [out_dir], merged, diff, known, decision)

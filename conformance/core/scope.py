@@ -1,0 +1,97 @@
+"""What a run or a merge of runs selected, read back from each run.json's `selection` record.
+
+The gates need it to judge only what was asked: a baseline row outside the selection was not checked (never
+"gone" or "fixed"), and a known-findings entry is stale only when the whole suite it names was run. `run` and
+`report` read the same record, so both decide the same. Reads manifests only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+NARROWING = ("--only", "--shard", "--seed", "--part", "--api", "--device")
+_GLOB = set("*?[")
+
+
+@dataclass
+class _RunSelection:
+    """One run's selection: what made it narrower than the whole suite, and the parts and targets it ran."""
+
+    narrowed_by: frozenset[str]
+    shard: str | None = None
+    seed: Any = None
+    parts: frozenset[str] | None = None  # None: every part
+    apis: frozenset[str] = frozenset()
+    devices: frozenset[str] = frozenset()
+    targets: frozenset[tuple[str, str]] | None = None  # (api, device) pairs run; None: not recorded
+
+    def narrowing_for(self, part: str | None, api: str | None, device: str | None) -> frozenset[str]:
+        """The narrowing options that cut into what an entry pinned to `part`, `api`, `device` speaks about."""
+        kept = set(self.narrowed_by)
+        for option, pinned, chosen in (("--part", part, self.parts or ()), ("--api", api, self.apis),
+                                       ("--device", device, self.devices)):
+            if pinned is not None and not (_GLOB & set(pinned)) and pinned in chosen:
+                kept.discard(option)
+        return frozenset(kept)
+
+
+@dataclass
+class Scope:
+    """The selections of the runs in a report, by the framework name the rows carry."""
+
+    runs: dict[str, list[_RunSelection]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, manifests: Sequence[dict[str, Any]]) -> "Scope":
+        scope = cls()
+        for m in manifests:
+            framework = row_framework(m)
+            sel = m.get("selection") if isinstance(m.get("selection"), dict) else {}
+            if isinstance(sel.get("narrowed_by"), list):
+                narrowed = frozenset(map(str, sel["narrowed_by"]))
+            else:  # a run.json older than the record: what it says
+                narrowed = frozenset(o for o, k in (("--only", "only"), ("--shard", "shard")) if sel.get(k))
+            parts = sel.get("parts") or None
+            targets = None
+            if isinstance(m.get("targets"), list):
+                targets = frozenset(tuple(str(t).rsplit("/", 2)[1:]) for t in m["targets"] if str(t).count("/") >= 2)
+            scope.runs.setdefault(framework, []).append(_RunSelection(
+                narrowed, sel.get("shard"), sel.get("seed"), frozenset(parts) if parts else None,
+                frozenset(sel.get("apis") or ()), frozenset(sel.get("devices") or ()), targets))
+        return scope
+
+    def selects(self, framework: str, api: str, device: str, part: str) -> bool:
+        """Some run of the report ran this target and part (whether it selected the case is the caller's)."""
+        return any((r.parts is None or part in r.parts) and (r.targets is None or (api, device) in r.targets)
+                   for r in self.runs.get(framework, ()))
+
+    def narrowing(self, framework: str, part: str | None = None, api: str | None = None,
+                  device: str | None = None) -> tuple[str, ...]:
+        """The options by which the runs of `framework` selected less than the whole suite, for an entry pinned
+        to `part`, `api` and `device` (empty: the whole suite ran). The N shards of one draw, merged, are whole."""
+        runs = self.runs.get(framework, ())
+        cuts = [r.narrowing_for(part, api, device) for r in runs]
+        if not runs or any(not c for c in cuts):
+            return ()
+        if all(c == {"--shard"} for c in cuts) and _shards_cover([r.shard for r in runs], {r.seed for r in runs}):
+            return ()
+        return tuple(o for o in NARROWING if any(o in c for c in cuts))
+
+
+def row_framework(manifest: dict[str, Any]) -> str:
+    """The framework name a run's rows carry (the adapter's name; `--framework` may be module:Class)."""
+    sel = manifest.get("selection")
+    if isinstance(sel, dict) and isinstance(sel.get("adapter"), str):
+        return sel["adapter"]
+    return str(manifest.get("framework", "?"))
+
+
+def _shards_cover(shards: list, seeds: set) -> bool:
+    """The shards K/N of one N, one seed, every K from 1 to N present."""
+    try:
+        pairs = {tuple(int(x) for x in str(s).split("/")) for s in shards}
+    except ValueError:
+        return False
+    counts = {n for _, n in pairs}
+    return len(seeds) == 1 and len(counts) == 1 and {k for k, _ in pairs} == set(range(1, counts.pop() + 1))
