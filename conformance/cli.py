@@ -165,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--progress", action="store_true", help="with --all: print 'progress DONE TOTAL' lines on stdout")
 
     selftest = sub.add_parser("selftest", help="plant bugs into a real adapter and check that every planted "
-                                               "fault is flagged (exit 1 if one is not)")
+                                               "fault is flagged and every gate fails on a broken build (exit 1 "
+                                               "if one is not)")
     selftest.add_argument("--framework", required=True, help="adapter name, e.g. torch")
     selftest.add_argument("--variant", action="append", default=[], metavar="NAME",
                           help="run only this planted variant (repeatable; default all)")
@@ -428,14 +429,15 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
 
 def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     from conformance.report.selftest import render_selftest, selftest_json
-    from conformance.selftest import VARIANTS, NotRun, run_selftest
+    from conformance.selftest import GATE_VARIANTS, VARIANTS, NotRun, run_selftest
 
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                          fix=f"use one of {sorted(known_adapters())}")
-    unknown = [v for v in args.variant if v not in VARIANTS]
+    unknown = [v for v in args.variant if v not in VARIANTS and v not in GATE_VARIANTS]
     if unknown:
-        raise UsageError(f"unknown variant {unknown[0]!r}", where="--variant", fix=f"use one of {sorted(VARIANTS)}")
+        raise UsageError(f"unknown variant {unknown[0]!r}", where="--variant",
+                         fix=f"use one of {sorted([*VARIANTS, *GATE_VARIANTS])}")
     adapter = get_adapter(args.framework)  # unknown --api and --device names are refused before --out exists
     select(args.framework, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
            args.api, args.device)

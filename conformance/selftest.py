@@ -12,6 +12,11 @@ planted answer counts only where it is a fault by the spec's comparison rule (sp
 tolerance.comparison), restated here independently of conformance/judge/compare.py, so a comparator that
 lets a wrong answer pass fails the self-test.
 
+The gate variants plant no wrong value: they prove that the CI gates fail closed. One framework cannot be
+imported, another lost the kernels of one dtype (each such call says "no kernel"); each gate is then asked
+of the variant's run, against the control run as baseline, and must fail (--strict and --known with exit 3
+for the framework not imported, --fail-on-new with exit 1 or 3 for both).
+
 Plants faults only in what a framework returned; never changes the judge or the reference it tests.
 """
 
@@ -35,13 +40,17 @@ from conformance.core.results import iter_results
 from conformance.core.rounding import round_to_dtype
 from conformance.core.specload import load_spec
 from conformance.judge.casejudge import expected_for
+from conformance.judge.known import KnownFindings
 from conformance.judge.profiles import DeviationLedger, apply_deviations
 from conformance.reference.forward import in_result_dtype
+from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, Gates
 from conformance.report.selftest import VariantReport
+from conformance.report.writer import write_report
 from conformance.run.runner import RunOptions, run_conformance
 
 # The spec a worker's variant loads, and the file where it logs the rows it changed.
 ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"
+ENV_LOST_DTYPE = "KL_SELFTEST_LOST_DTYPE"  # the dtype whose kernels the gate variant `lost_dtype` lost
 HANG_TIMEOUT_S = 5.0  # the per-case limit for the variant that hangs
 
 
@@ -322,6 +331,29 @@ VARIANTS: dict[str, type[Variant]] = {v.name: v for v in (
     ZeroGradient, OtherConvention, GarbageWhereDocumented, Crash, Hang)}
 
 
+class GateVariant:
+    """A broken build that the gates must fail: `gates` maps each gate asked to the exit codes it must give."""
+
+    name: ClassVar[str]
+    fault: ClassVar[str]
+    gates: ClassVar[dict[str, tuple[int, ...]]]
+
+
+class NotImportable(GateVariant):
+    name, fault = "gate_not_importable", "the framework cannot be imported: every gate must fail"
+    gates = {"--strict": (EXIT_INCOMPLETE,), "--fail-on-new": (EXIT_GATE, EXIT_INCOMPLETE),
+             "--known": (EXIT_INCOMPLETE,)}
+
+
+class LostDtype(GateVariant):
+    name, fault = "gate_lost_dtype", "every call of one dtype says 'no kernel': --fail-on-new must fail"
+    # --strict and --known judge a run alone: unsupported calls are no divergence; only a baseline shows the loss
+    gates = {"--fail-on-new": (EXIT_GATE, EXIT_INCOMPLETE)}
+
+
+GATE_VARIANTS: dict[str, type[GateVariant]] = {v.name: v for v in (NotImportable, LostDtype)}
+
+
 def _chosen(case_id: str) -> bool:
     """A few cases, picked by id alone, for the variants that crash or hang."""
     return zlib.crc32(case_id.encode()) % 97 == 0
@@ -389,6 +421,28 @@ def planted_adapter_class(framework: str, variant_name: str) -> type:
     return Planted
 
 
+def gate_adapter_class(framework: str, variant_name: str) -> type:
+    """A subclass of `framework`'s adapter broken as the gate variant `variant_name` says."""
+    base = type(get_adapter(framework))
+
+    class Broken(base):
+        def load(self):
+            if variant_name == NotImportable.name:
+                from conformance.adapters.base import FrameworkUnavailable
+
+                raise FrameworkUnavailable(f"planted by the self-test: cannot import {framework}")
+            return super().load()
+
+        def run(self, case, api, device, part):
+            if variant_name == LostDtype.name and str(case.dtype) == os.environ.get(ENV_LOST_DTYPE):
+                return Observation(unsupported=f"no kernel for this device: planted by the self-test: the "
+                                               f"{case.dtype} kernels are lost")
+            return super().run(case, api, device, part)
+
+    Broken.__name__ = Broken.__qualname__ = class_name(framework, variant_name)
+    return Broken
+
+
 def class_name(framework: str, variant_name: str) -> str:
     return f"Planted__{framework}__{variant_name}"
 
@@ -397,8 +451,9 @@ def __getattr__(name: str):
     """`conformance.selftest:Planted__<framework>__<variant>` names a planted adapter for the worker."""
     if name.startswith("Planted__") and name.count("__") == 2:
         _, framework, variant_name = name.split("__")
-        if variant_name in VARIANTS:
-            cls = planted_adapter_class(framework, variant_name)
+        if variant_name in VARIANTS or variant_name in GATE_VARIANTS:
+            make = planted_adapter_class if variant_name in VARIANTS else gate_adapter_class
+            cls = make(framework, variant_name)
             globals()[name] = cls
             return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -482,7 +537,12 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
         raise NotRun(f"{framework} did not run, so nothing was planted: {control.not_run}")
     reports = []
     ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir)
-    for name in (variants or VARIANTS):
+    for name in (variants or [*VARIANTS, *GATE_VARIANTS]):
+        if name in GATE_VARIANTS:
+            if progress is not None:
+                progress(name)
+            reports.append(_gate_variant(spec, framework, GATE_VARIANTS[name], cases, out_dir, options))
+            continue
         reason = VARIANTS[name]().not_applicable(adapter, ledger)
         if reason is not None:
             reports.append(VariantReport(name, VARIANTS[name].fault, not_applicable=reason))
@@ -500,6 +560,42 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
             os.environ.pop(ENV_LOG, None)
         reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, cases))
     return dict(control.counts), reports
+
+
+def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases: Sequence[Case], out_dir: Path,
+                  options: RunOptions) -> VariantReport:
+    """Run the broken build, then ask each gate of its run with the control run as baseline; a gate that passes
+    (or exits otherwise than it must) fails the variant. Each gate's report is kept in <variant>.gates/."""
+    report = VariantReport(variant.name, variant.fault)
+    if variant is LostDtype:
+        present = {str(c.dtype) for c in cases}
+        lost = next((d for d in FLOAT_FORMATS if d in present), None)
+        if lost is None:
+            report.not_applicable = "no case of a floating dtype is selected"
+            return report
+        os.environ[ENV_LOST_DTYPE] = lost
+        report.fault = report.fault.replace("one dtype", lost)
+    try:
+        run_conformance(spec, f"{__name__}:{class_name(framework, variant.name)}", cases, out_dir / variant.name,
+                        options)
+    finally:
+        os.environ.pop(ENV_LOST_DTYPE, None)
+    for gate, expected in variant.gates.items():
+        gates = Gates(strict=gate == "--strict", fail_on_new=gate == "--fail-on-new", known=gate == "--known")
+        known = KnownFindings([], "(no entries)", "") if gates.known else None
+        gate_dir = out_dir / f"{variant.name}.gates" / gate.strip("-")
+        gate_dir.mkdir(parents=True, exist_ok=True)
+        written = write_report(gate_dir, [out_dir / variant.name], known=known, gates=gates,
+                               baseline=out_dir / "control" if gates.fail_on_new else None)
+        code = written.decision.code
+        report.planted += 1
+        report.verdicts[f"{gate} exit {code}"] = 1
+        if code in expected:
+            report.flagged += 1
+        else:
+            report.missed.append(f"{gate} exited {code}, not {' or '.join(map(str, expected))}: "
+                                 + ("; ".join(written.decision.lines) or "the gate passed"))
+    return report
 
 
 def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Sequence[Case]) -> VariantReport:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 class VariantReport:
     name: str
     fault: str
-    planted: int = 0
-    flagged: int = 0
+    planted: int = 0  # rows planted; for a gate variant, the gates asked
+    flagged: int = 0  # of those, rows flagged; for a gate variant, gates that failed as they must
     verdicts: dict[str, int] = field(default_factory=dict)
     missed: list[str] = field(default_factory=list)  # rows planted but not flagged (first few)
     not_applicable: str | None = None  # why the framework can carry no such fault (the variant did not run)
@@ -31,6 +31,12 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
              + ", ".join(f"{n} {v}" for v, n in sorted(control.items())) + ".", "",
              "| variant | planted fault | rows planted | flagged | verdicts |", "|---|---|---|---|---|"]
     for r in reports:
+        if r.name.startswith("gate_"):  # a broken build: each gate asked, and the exit code it gave
+            mark = "" if r.ok else " **FAIL**"
+            lines.append(f"| `{r.name}` | {r.fault} | {r.planted} gates | {r.flagged}/{r.planted} failed as they "
+                         f"must{mark} | " + ", ".join(sorted(r.verdicts)) + " |" if r.planted else
+                         f"| `{r.name}` | {r.fault} | 0 | not applicable: {r.not_applicable} | |")
+            continue
         share = (f"{r.flagged}/{r.planted} ({100 * r.flagged / r.planted:.0f}%)" if r.planted
                  else f"not applicable: {r.not_applicable}" if r.not_applicable else "0/0")
         mark = "" if r.ok else " **FAIL**"
@@ -39,9 +45,12 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
     failed = [r for r in reports if not r.ok]
     lines += ["", "All planted rows were flagged." if not failed else
               f"{len(failed)} variants failed: a variant must plant at least one fault (unless the framework "
-              "can carry no such fault), and every planted row must be flagged."]
+              "can carry no such fault), every planted row must be flagged, and every gate asked of a broken "
+              "build must fail."]
     for r in failed:
         lines += ["", f"## `{r.name}`: " + ("planted nothing" if not r.planted else
+                                           f"{r.planted - r.flagged} gates passed a broken build"
+                                           if r.name.startswith("gate_") else
                                            f"{r.planted - r.flagged} planted rows not flagged")]
         lines += [f"- {m}" for m in r.missed]
     return "\n".join(lines) + "\n"
