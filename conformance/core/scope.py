@@ -74,8 +74,10 @@ class Scope:
         cuts = [r.narrowing_for(part, api, device) for r in runs]
         if not runs or any(not c for c in cuts):
             return ()
-        if all(c == {"--shard"} for c in cuts) and _shards_cover([r.shard for r in runs], {r.seed for r in runs}):
-            return ()
+        if all("--shard" in c for c in cuts) and _shards_cover([r.shard for r in runs], {r.seed for r in runs}):
+            cuts = [c - {"--shard"} for c in cuts]  # the shards together are the whole of their selection
+            if any(not c for c in cuts):
+                return ()
         return tuple(o for o in NARROWING if any(o in c for c in cuts))
 
 

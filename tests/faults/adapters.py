@@ -166,6 +166,16 @@ class NoRestartAdapter(SegfaultAdapter):
         open(marker, "w").close()
 
 
+class NoKernelAdapter(NumpyAdapter):
+    """A release that lost a kernel: every fault case, and every case whose id contains "after", is answered
+    "no kernel", i.e. unsupported."""
+
+    def run(self, case, api, device, part):
+        if "fault" in case.id or "after" in case.id:
+            return Observation(unsupported="no kernel for this device: lost in this release")
+        return super().run(case, api, device, part)
+
+
 class CpuOnlyAdapter(NumpyAdapter):
     """Knows a `cuda` device that this machine does not have."""
 

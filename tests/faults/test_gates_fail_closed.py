@@ -1,0 +1,233 @@
+"""The gates fail closed (issue 26): whenever a gate is asked for, a framework that did not run, a run that judged
+nothing, lost coverage against a baseline, fail; what a narrower run did not select is "not checked", never
+gone, fixed or stale; junit.xml is green exactly when the exit code is 0; the self-test proves the gates on
+broken builds. Runs use the NumPy stand-ins of tests/faults/adapters.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from conformance.core.results import iter_results
+
+ADAPTERS = "tests.faults.adapters:"
+CASES = """
+- {id: ok-before, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64, grad: [input]}
+- {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
+- {id: ok-after, input: [[-0.5, -1.5]], target: [[0.5, 0.5]], reduction: none, dtype: float64}
+"""
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _run(tmp_path, adapter, *extra, out="out"):
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(CASES)
+    return main(["run", "--framework", ADAPTERS + adapter, "--cases", str(cases), "--suite", "none",
+                 "--out", str(tmp_path / out), "--no-progress", "--no-repro", *extra])
+
+
+def _junit_counts(run_dir) -> dict[str, int]:
+    head = re.search(r"<testsuites [^>]*>", (run_dir / "junit.xml").read_text()).group(0)
+    return {k: int(v) for k, v in re.findall(r'(\w+)="(\d+)"', head)}
+
+
+def test_the_gate_on_change_recipe_fails_on_a_build_that_cannot_import(tmp_path, capsys):
+    """README's `run --out new --baseline accepted --fail-on-new` exited 0 when the framework could not be
+    imported; so did `--known FILE` alone. Every gate now exits 3, on `run` and on `report`, saying which."""
+    assert _run(tmp_path, "NumpyAdapter", out="accepted") == 0
+    accepted = str(tmp_path / "accepted")
+    known = tmp_path / "known.yaml"
+    known.write_text("[]\n")
+    for gate, out in ((["--baseline", accepted, "--fail-on-new"], "new"), (["--known", str(known)], "known")):
+        capsys.readouterr()
+        assert _run(tmp_path, "UnloadableAdapter", *gate, out=out) == 3
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{gate[0] if gate[0] == '--known' else gate[2]}: " in err[0]
+        assert "did not run" in err[0]
+        assert "numpy_kl" in err[0]
+        assert _junit_counts(tmp_path / out)["failures"] == 1  # the dashboard is red too
+    assert main(["report", str(tmp_path / "new"), "--out", str(tmp_path / "merged"), "--baseline", accepted,
+                 "--fail-on-new"]) == 3
+    assert main(["report", str(tmp_path / "new"), "--out", str(tmp_path / "merged-known"), "--known",
+                 str(known)]) == 3
+    # without a gate it stays a line and exit 0, so a matrix still gets its merged report
+    assert main(["report", str(tmp_path / "new"), "--out", str(tmp_path / "plain")]) == 0
+
+
+def test_every_gate_fails_when_every_result_is_unsupported(tmp_path, capsys):
+    """A memory budget that refuses every case: every row is unsupported, nothing was judged."""
+    known = tmp_path / "known.yaml"
+    known.write_text("[]\n")
+    assert _run(tmp_path, "NumpyAdapter", "--memory-budget-mb", "1e-9", out="plain") == 0
+    assert {r.verdict.value for r in iter_results(tmp_path / "plain")} == {"unsupported"}
+    capsys.readouterr()
+    assert _run(tmp_path, "NumpyAdapter", "--memory-budget-mb", "1e-9", "--strict", out="strict") == 3
+    assert "judged nothing: all its 4 results are unsupported" in capsys.readouterr().err
+    assert _run(tmp_path, "NumpyAdapter", "--memory-budget-mb", "1e-9", "--known", str(known), out="known") == 3
+    assert main(["report", str(tmp_path / "plain"), "--out", str(tmp_path / "merged"), "--strict"]) == 3
+
+
+def _diff(run_dir) -> dict:
+    return json.loads((run_dir / "baseline.json").read_text())
+
+
+def test_lost_coverage_fails_fail_on_new_and_is_not_called_fixed(tmp_path, capsys):
+    """A release that answers "no kernel" where the baseline passed or diverged passed --fail-on-new, and the
+    lost divergence was called "fixed"."""
+    assert _run(tmp_path, "NanAdapter", out="diverging") == 0
+    capsys.readouterr()
+    assert _run(tmp_path, "NoKernelAdapter", "--baseline", str(tmp_path / "diverging"), "--fail-on-new",
+                out="lost") == 1
+    assert "2 results lost" in capsys.readouterr().err
+    diff = _diff(tmp_path / "lost")
+    assert diff["fixed"] == [] and sorted((d["case_id"], d["before"][0], d["after"][0]) for d in diff["lost"]) == \
+        [("ok-after", "pass", "unsupported"), ("the-fault", "nonfinite", "unsupported")]
+    assert sorted(d["case_id"] for d in diff["failing"]) == ["ok-after", "the-fault"]
+    report = (tmp_path / "lost" / "report.md").read_text()
+    assert "### Lost (2)" in report and "### Fixed" not in report
+    assert _junit_counts(tmp_path / "lost")["failures"] == 3  # the two rows, and the gate
+    assert _run(tmp_path, "NumpyAdapter", out="passing") == 0
+    # a crash where the baseline answered is lost coverage too
+    assert _run(tmp_path, "SegfaultAdapter", "--baseline", str(tmp_path / "passing"), "--fail-on-new",
+                out="crashed") == 1
+    assert [(d["case_id"], d["after"][0]) for d in _diff(tmp_path / "crashed")["lost"]] == [("the-fault", "crash")]
+
+
+@pytest.mark.parametrize("narrowing", [["--part", "forward"], ["--only", "ok-*"], ["--shard", "1/2"]])
+def test_a_baseline_row_outside_the_selection_is_not_checked(tmp_path, narrowing):
+    """`--part forward` against a full baseline passed and called the rows it did not select "gone"."""
+    assert _run(tmp_path, "NanAdapter", out="accepted") == 0
+    accepted = tmp_path / "accepted"
+    total = sum(1 for _ in iter_results(accepted))
+    assert _run(tmp_path, "NanAdapter", *narrowing, "--baseline", str(accepted), "--fail-on-new") == 0
+    run = sum(1 for _ in iter_results(tmp_path / "out"))
+    diff = _diff(tmp_path / "out")
+    assert diff["removed"] == 0 and diff["lost"] == [] and diff["fixed"] == []
+    assert diff["not_checked"] == total - run > 0 and diff["unchanged"] == run
+    assert f"{total - run} not checked" in (tmp_path / "out" / "report.md").read_text()
+    # `report` decides the same from what run.json recorded
+    assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "merged"), "--baseline", str(accepted),
+                 "--fail-on-new"]) == 0
+    assert _diff(tmp_path / "merged")["not_checked"] == total - run
+
+
+def test_a_selected_row_that_is_missing_is_lost(tmp_path, capsys):
+    """A row the run selected (its case, target and part ran) but did not write fails --fail-on-new."""
+    assert _run(tmp_path, "NumpyAdapter", out="accepted") == 0
+    assert _run(tmp_path, "NumpyAdapter", out="new") == 0
+    results = tmp_path / "new" / "results.jsonl"
+    rows = results.read_text().splitlines()
+    kept = [line for line in rows if not ('"ok-before"' in line and '"forward"' in line)]
+    assert len(kept) == len(rows) - 1
+    results.write_text("\n".join(kept) + "\n")
+    assert main(["report", str(tmp_path / "new"), "--out", str(tmp_path / "merged"), "--baseline",
+                 str(tmp_path / "accepted"), "--fail-on-new"]) == 1
+    diff = _diff(tmp_path / "merged")
+    assert [(d["case_id"], d["part"], d["after"]) for d in diff["lost"]] == [("ok-before", "forward", None)]
+    assert diff["removed"] == 1 and diff["not_checked"] == 0
+
+
+def _readme_known_file(tmp_path) -> str:
+    """The README's own known-findings example, its framework selector set to the NumPy stand-in's name."""
+    text = README.read_text()
+    block = text[text.index("For example, `ci/known.yaml`:"):]
+    block = block[block.index("```yaml\n") + len("```yaml\n"):]
+    block = block[:block.index("```")]
+    assert block.count("framework: torch") == 2
+    path = tmp_path / "known.yaml"
+    path.write_text(block.replace("framework: torch", "framework: numpy-test"))
+    return str(path)
+
+
+def test_a_known_entry_is_not_stale_on_a_subset(tmp_path, capsys):
+    """The README's example with `--only 'fwd/batchmean/*/float32/*'` exited 1 ("matches none of the 98 results
+    it concerns"): a subset, a shard or another seed is "not exercised here", said and never a failure."""
+    known = _readme_known_file(tmp_path)
+    only = ["--only", "fwd/batchmean/*/float32/*"]
+    base = ["run", "--framework", ADAPTERS + "NumpyAdapter", "--no-progress", "--no-repro", "--known", known]
+    assert main([*base, *only, "--out", str(tmp_path / "subset")]) == 0
+    err = capsys.readouterr().err
+    assert "not exercised here" in err and "(--only)" in err and "stale" not in err
+    assert "| not exercised here |" in (tmp_path / "subset" / "report.md").read_text()
+    assert main(["report", str(tmp_path / "subset"), "--out", str(tmp_path / "merged"), "--known", known]) == 0
+    # the two halves of a shard: each alone is a subset; merged, they are the whole selection and stale shows
+    for k in (1, 2):
+        assert main([*base, *only, "--seed", "7", "--shard", f"{k}/2", "--out", str(tmp_path / f"s{k}")]) == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "halves"),
+                 "--known", known]) == 0  # still --only and another --seed
+    assert "(--only, --seed)" in capsys.readouterr().err
+
+
+def test_a_known_entry_is_stale_after_the_whole_suite_of_its_runs(tmp_path, capsys):
+    """The merge of every shard of a case file is the whole selection: an entry that matched nothing is stale."""
+    known = tmp_path / "known.yaml"
+    known.write_text("- {id: gone, case_id: 'ok-*', verdict: nonfinite, reason: fixed since}\n")
+    for k in (1, 2):
+        assert _run(tmp_path, "NumpyAdapter", "--shard", f"{k}/2", "--known", str(known), out=f"s{k}") == 0
+    assert main(["report", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "all"),
+                 "--known", str(known)]) == 1
+    assert "stale: matches none of the 3 results it concerns" in capsys.readouterr().err
+    assert _junit_counts(tmp_path / "all")["failures"] == 1
+
+
+def test_junit_agrees_with_the_gate(tmp_path):
+    """--fail-on-new passed while junit.xml reported every unchanged finding as a failure."""
+    assert _run(tmp_path, "NanAdapter", out="accepted") == 0
+    assert _junit_counts(tmp_path / "accepted")["failures"] == 1  # no gate: a finding stays a failure
+    accepted = str(tmp_path / "accepted")
+    assert _run(tmp_path, "NanAdapter", "--baseline", accepted, "--fail-on-new", out="same") == 0
+    junit = (tmp_path / "same" / "junit.xml").read_text()
+    assert _junit_counts(tmp_path / "same")["failures"] == 0 and "unchanged since the baseline" in junit
+    assert _run(tmp_path, "WrongShapeAdapter", "--baseline", accepted, "--fail-on-new", out="changed") == 1
+    assert _junit_counts(tmp_path / "changed")["failures"] >= 1
+    # --known alone fails only on stale entries: an undocumented finding is shown skipped, with why
+    known = tmp_path / "known.yaml"
+    known.write_text("[]\n")
+    assert _run(tmp_path, "NanAdapter", "--known", str(known), out="known") == 0
+    assert _junit_counts(tmp_path / "known")["failures"] == 0
+    assert _run(tmp_path, "NanAdapter", "--strict", out="strict") == 1
+    assert _junit_counts(tmp_path / "strict")["failures"] == 2  # the finding, and the gate it failed
+
+
+def test_the_selftest_proves_the_gates_on_broken_builds(tmp_path, monkeypatch):
+    """A framework that cannot be imported and one that lost a dtype must fail every gate asked of them; a
+    gate weakened to pass them fails the self-test."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(CASES)
+    args = ["selftest", "--framework", ADAPTERS + "NumpyAdapter", "--suite", "none", "--cases", str(cases),
+            "--variant", "gate_not_importable", "--variant", "gate_lost_dtype"]
+    assert main([*args, "--out", str(tmp_path / "st")]) == 0
+    report = {v["name"]: v for v in json.loads((tmp_path / "st" / "selftest.json").read_text())["variants"]}
+    assert report["gate_not_importable"]["ok"] and report["gate_lost_dtype"]["ok"]
+    assert set(report["gate_not_importable"]["verdicts"]) == {"--strict exit 3", "--fail-on-new exit 3",
+                                                              "--known exit 3"}
+    assert set(report["gate_lost_dtype"]["verdicts"]) == {"--fail-on-new exit 1"}
+    import conformance.report.gate as gate
+
+    monkeypatch.setattr(gate, "incomplete", lambda manifests, tally: [])  # the gates as they were: open
+    assert main([*args, "--out", str(tmp_path / "weak")]) == 1
+    weak = {v["name"]: v for v in json.loads((tmp_path / "weak" / "selftest.json").read_text())["variants"]}
+    assert not weak["gate_not_importable"]["ok"] and "the gate passed" in weak["gate_not_importable"]["missed"][0]
+
+
+def test_a_profile_set_written_as_a_path_runs_and_a_bad_choice_is_one_line(tmp_path, capsys):
+    """`set: {gradients.conventions.nan_propagation: formula}` died mid-run with a TypeError (exit 1, run.json
+    left at `running`); it names the choice now. An unknown choice is refused at load in one line, exit 2."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    deviation = ("framework: numpy-test\ndeviations:\n- {id: x, apis: [numpy.kl_div], set: "
+                 "{gradients.conventions.nan_propagation: %s}, rationale: r, reference: 'https://x'}\n")
+    (profiles / "numpy-test.yaml").write_text(deviation % "formula")
+    assert _run(tmp_path, "NumpyAdapter", "--profiles", str(profiles), out="ok") == 0
+    assert json.loads((tmp_path / "ok" / "run.json").read_text())["status"] == "complete"
+    (profiles / "numpy-test.yaml").write_text(deviation % "bogus")
+    capsys.readouterr()
+    assert _run(tmp_path, "NumpyAdapter", "--profiles", str(profiles), out="bad") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "numpy-test.yaml" in err and "Traceback" not in err
+    assert not (tmp_path / "bad").exists()
