@@ -568,10 +568,12 @@ def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases:
     (or exits otherwise than it must) fails the variant. Each gate's report is kept in <variant>.gates/."""
     report = VariantReport(variant.name, variant.fault)
     if variant is LostDtype:
-        present = {str(c.dtype) for c in cases}
+        # a dtype the control judged somewhere, so that losing it loses coverage
+        judged = {r.case_id for r in iter_results(out_dir / "control") if r.verdict.value != "unsupported"}
+        present = {str(c.dtype) for c in cases if c.id in judged}
         lost = next((d for d in FLOAT_FORMATS if d in present), None)
         if lost is None:
-            report.not_applicable = "no case of a floating dtype is selected"
+            report.not_applicable = "the control judged no case of a floating dtype"
             return report
         os.environ[ENV_LOST_DTYPE] = lost
         report.fault = report.fault.replace("one dtype", lost)

@@ -27,8 +27,12 @@ def test_every_planted_fault_is_flagged(framework, tmp_path):
     report = json.loads((out / "selftest.json").read_text())
     failed = {v["name"]: v["missed"] or "planted nothing" for v in report["variants"] if not v["ok"]}
     assert not failed and code == 0, failed
-    from conformance.selftest import VARIANTS
-    assert {v["name"] for v in report["variants"]} == set(VARIANTS)
+    from conformance.selftest import GATE_VARIANTS, VARIANTS
+    assert {v["name"] for v in report["variants"]} == set(VARIANTS) | set(GATE_VARIANTS)
+    # the gates asked of a build that cannot import, and of one that lost a dtype, all failed
+    gates = {v["name"]: sorted(v["verdicts"]) for v in report["variants"] if v["name"] in GATE_VARIANTS}
+    assert gates == {"gate_not_importable": ["--fail-on-new exit 3", "--known exit 3", "--strict exit 3"],
+                     "gate_lost_dtype": ["--fail-on-new exit 1"]}, gates
     assert all((v["planted"] > 0 or v["not_applicable"]) and v["flagged"] == v["planted"] for v in report["variants"])
     # a variant is left out only where the framework cannot carry its fault, as its APIs and profile say
     assert {v["name"]: v["not_applicable"] for v in report["variants"] if v["not_applicable"]} == \
