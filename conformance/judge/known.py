@@ -147,7 +147,8 @@ class KnownFindings:
         e = audit.entry
         return (f"{self.source}: entry {e.index} (id {e.id!r}): not exercised here: matches none of the "
                 f"{audit.concerned} results it concerns, but the run selected only part of its suite "
-                f"({', '.join(audit.narrowed_by)}); an entry that matches nothing fails only after a run of the whole suite")
+                f"({', '.join(audit.narrowed_by)}); an entry that matches nothing fails only after a run of the "
+                "whole suite")
 
     def stale_message(self, audit: EntryAudit) -> str:
         e = audit.entry
