@@ -406,7 +406,10 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         )
     except BaseException as exc:
         if feed is not None:
-            feed.discard()
+            try:
+                feed.discard()
+            except OSError:  # a full disk fails its last flush too; --resume and --force remove its parts
+                pass
         if isinstance(exc, RunFailed):
             return _failed(args.out, str(exc), progress)
         raise
@@ -605,6 +608,9 @@ def main(argv: Sequence[str] | None = None, early_worker: WorkerPool | None = No
         print(f"kl-conformance: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}. Continue a run "
               f"with the same command and --resume", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    except MemoryError:  # a run records it in run.json first (runner.py); any other command has written nothing
+        print("kl-conformance: out of memory (lower --memory-budget-mb, or free memory)", file=sys.stderr)
+        return EXIT_INCOMPLETE
     except BrokenPipeError:  # `kl-conformance cases | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit must not fail
         return EXIT_OK
