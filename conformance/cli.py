@@ -3,7 +3,9 @@
 Exit codes (conformance/report/gate.py): 0 done (divergences are findings, not failures); 1 a gate
 failed (--strict, --fail-on-new, a stale known-findings entry); 2 bad usage, a bad spec, case
 file or results directory (one message naming the file, the place and the fix; nothing
-written); 3 with --strict, the framework did not run or not every case was judged.
+written); 3 with --strict, the framework did not run or not every case was judged, and always when a run
+failed (no memory, a full disk: run.json says `failed` and why, --resume continues); 130 Ctrl-C, 143 SIGTERM
+(run.json says `interrupted`). One command writes into one --out at a time (a lock there); a second is exit 2.
 
 Owns parsing and checking the arguments and the order in which a command does its work; running, judging,
 reporting and writing reproducers live in their own modules, never here.
@@ -120,8 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="known-findings file (YAML): divergences it matches are accepted; an entry that "
                             "matches nothing is stale and fails the command")
         p.add_argument("--force", action="store_true",
-                       help="replace what an earlier run or report wrote into --out (results, reports, repro/, "
-                            "cases/, baseline.json); without it a non-empty --out is refused")
+                       help="remove the files an earlier run or report recorded writing into --out (run.json or "
+                            "runs.json: `written`), and nothing else; refused where no such record is, or where "
+                            "an input of this command would be removed; without it a non-empty --out is refused")
 
     run = sub.add_parser("run", help="run cases through a framework and write results and a report")
     run.add_argument("--framework", required=True, help="adapter name, e.g. torch")
@@ -137,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="directory of <framework>.yaml deviation profiles (default: spec/profiles shipped)")
     run.add_argument("--resume", action="store_true",
                      help="continue an interrupted run in --out: skip every result already written (refused if "
-                          "that run had another seed, suite, samples, case files, --only, --shard, --known or spec)")
+                          "that run had another seed, suite, samples, case files, --only, --shard, --known, spec, "
+                          "profile set or framework version)")
     run.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S,
                      help=f"time limit of one case; past it the verdict is timeout (default {DEFAULT_TIMEOUT_S:g})")
     run.add_argument("--cache-dir", metavar="DIR",
@@ -412,6 +416,10 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
                 pass
         if isinstance(exc, RunFailed):
             return _failed(args.out, str(exc), progress)
+        if isinstance(exc, (MemoryError, OSError)) and not isinstance(exc, BrokenPipeError):  # its last record
+            reason = failure_reason(exc)
+            return _failed(args.out, reason + ("" if record_end(Path(args.out), "failed", reason) else
+                                               "; run.json could not record it either"), progress)
         raise
     if progress is not None:
         sys.stderr.write("\n")

@@ -41,8 +41,8 @@ TEMP_PREFIXES = (".write-test-", ".junit-", STAGING_PREFIX) + tuple(f".{name}." 
 APPENDED_FILES = (RESULTS_FILE, DETAILS_FILE)
 
 
-def check_out_dir(path: str | Path, *, resume: bool = False, force: bool = False, inputs: Sequence[tuple[str, str]] = (),
-                  record_required: bool = True, locked: bool = False) -> Path:
+def check_out_dir(path: str | Path, *, resume: bool = False, force: bool = False,
+                  inputs: Sequence[tuple[str, str]] = (), record_required: bool = True, locked: bool = False) -> Path:
     """Refuse an --out that cannot be used, before anything is written or created.
 
     `inputs` are the command's own input files and directories as (option, path): on --force, one among
@@ -264,7 +264,7 @@ def clear_harness_files(out: Path) -> None:
         entry.unlink()
     for name in sorted(dirs, key=lambda d: -len(PurePosixPath(d).parts)):
         entry = out / name
-        if entry.is_dir() and not entry.is_symlink():
+        if entry.is_dir() and not entry.is_symlink() and root in entry.resolve().parents:
             try:
                 entry.rmdir()
             except OSError:  # it holds files the harness did not record: the user's

@@ -236,14 +236,6 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
             except WorkerLost as exc:  # every row so far is written; --resume continues once the cause is fixed
                 summary.stopped = str(exc)
         summary.restarts = pool.restarts
-        if cache is not None:
-            manifest["reference_cache"] = {"dir": str(options.cache_dir), "hits": cache.hits, "misses": cache.misses,
-                                           "explanation_hits": cache.explained_hits,
-                                           "explanation_misses": cache.explained_misses,
-                                           **({"problem": cache.problem} if cache.problem else {})}
-        status = {"status": "stopped", "reason": summary.stopped} if summary.stopped else {"status": "complete"}
-        write_manifest(out, {**manifest, **status, "cases": summary.cases + summary.skipped, "counts": summary.counts,
-                             "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     except (KeyboardInterrupt, Terminated) as exc:
         if prepared:
             record_end(out, "interrupted", interruption(exc))
@@ -272,6 +264,14 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
         finally:
             if own_lock:
                 lock.release()
+    if cache is not None:
+        manifest["reference_cache"] = {"dir": str(options.cache_dir), "hits": cache.hits, "misses": cache.misses,
+                                       "explanation_hits": cache.explained_hits,
+                                       "explanation_misses": cache.explained_misses,
+                                       **({"problem": cache.problem} if cache.problem else {})}
+    status = {"status": "stopped", "reason": summary.stopped} if summary.stopped else {"status": "complete"}
+    write_manifest(out, {**manifest, **status, "cases": summary.cases + summary.skipped, "counts": summary.counts,
+                         "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     if progress is not None:
         progress(summary.cases)
     return summary
@@ -285,7 +285,7 @@ def failure_reason(exc: BaseException, case_id: str | None = None) -> str:
     """One line on why a run could not go on: no memory, a full disk, a file it cannot write."""
     at = f" at case {case_id!r}" if case_id else ""
     if isinstance(exc, MemoryError):
-        return f"out of memory{at} (lower --memory-budget-mb, or free memory) and continue with --resume"
+        return f"out of memory{at}; lower --memory-budget-mb or free memory, and continue with --resume"
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return (f"no space left on the device{at}" + (f" ({exc.filename})" if exc.filename else "")
                 + "; free some and continue with --resume")

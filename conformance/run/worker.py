@@ -69,9 +69,11 @@ class WorkerInfo:
 def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str | None = None,
                 scratch_dir: str | None = None, lifeline=None, parent_pid: int | None = None) -> None:
     """Entry point of the worker process: load the adapter, then serve batches until told to stop."""
-    # Ctrl-C is the parent's to handle (it stops the run and kills this process); a worker dying of it
-    # first would be recorded as a crash of the case it was on
+    # Ctrl-C and SIGTERM (a CI job cancelled: sent to the whole process group) are the parent's to handle
+    # (it stops the run and kills this process); a worker dying of one first would be recorded as a crash
+    # of the case it was on
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(lifeline, parent_pid)
     fd = os.open(output_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)  # the framework's own printing goes to a file the parent reads after a crash
