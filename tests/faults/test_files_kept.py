@@ -4,6 +4,7 @@ Runs use the stand-in adapters of tests/faults/adapters.py; processes are real."
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -214,6 +215,37 @@ def test_a_full_disk_is_one_line_and_resume_repairs_the_half_written_lines(tmp_p
         assert json.loads((out / "run.json").read_text())["status"] == "complete" and (out / "report.md").is_file()
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_writer_that_finds_the_disk_full_is_one_line_and_resume_repairs(tmp_path, capsys, monkeypatch):
+    """The same without a tmpfs (where none may be mounted): a write fails with ENOSPC after a case's rows
+    and half a line of each file are out."""
+    from conformance.core import results
+
+    real = results.ResultsWriter.flush
+    flushed = []
+
+    def full_disk_on_the_second_case(self):
+        flushed.append(self)
+        if len(flushed) == 2:
+            self._file.write('{"case_id": "cut sh')
+            self._details.write('{"case_id": "cu')
+            real(self)
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        real(self)
+    monkeypatch.setattr(results.ResultsWriter, "flush", full_disk_on_the_second_case)
+    out = tmp_path / "out"
+    cases = _cases(tmp_path, FAULT + CASES)
+    adapter = ADAPTERS + "OffByOneAdapter"
+    assert _run(out, cases, "--no-repro", framework=adapter) == 3
+    assert "no space left on the device" in _one_line(capsys.readouterr().err)
+    assert [r.case_id for r in iter_results(out, complete_lines_only=True)] == ["the-fault", "one"]
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["status"] == "failed" and "no space left" in manifest["reason"]
+    monkeypatch.setattr(results.ResultsWriter, "flush", real)
+    assert _run(out, cases, "--no-repro", "--resume", framework=adapter) == 0
+    assert [r.case_id for r in iter_results(out)] == ["the-fault", "one", "two"]
+    assert [d["case_id"] for d in iter_details(out)] == ["the-fault"]
 
 
 def test_resume_repairs_a_half_written_last_line_of_details(tmp_path):
