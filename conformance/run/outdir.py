@@ -17,7 +17,6 @@ Owns the checks on the output directory; writes no results or reports, and never
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import shutil
@@ -26,6 +25,11 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable, Sequence
 
 from conformance.core.errors import UsageError
+
+try:
+    import fcntl
+except ImportError:  # no flock here (Windows): the lock is not taken, as the reference cache's is not
+    fcntl = None
 from conformance.core.results import DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE
 from conformance.core.rundirs import REPORT_FILE, RUNS_FILE
 
@@ -143,6 +147,8 @@ def recorded(out: Path) -> tuple[list[str], list[str]]:
 
 def check_not_locked(out: Path) -> None:
     """Refuse, reading only, a directory another command holds the lock of."""
+    if fcntl is None:
+        return
     try:
         fd = os.open(out / LOCK_FILE, os.O_RDONLY)
     except OSError:
@@ -158,7 +164,8 @@ def check_not_locked(out: Path) -> None:
 
 def _in_use(out: Path, fd: int) -> UsageError:
     try:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.lseek(fd, 0, os.SEEK_SET)
+        holder = os.read(fd, 32).decode("ascii", "replace").strip()
     except OSError:
         holder = ""
     return UsageError("another kl-conformance command is writing into this directory"
@@ -180,6 +187,8 @@ class OutDirLock:
         return self.fd is not None
 
     def acquire(self, out: Path) -> None:
+        if fcntl is None:
+            return
         path = out / LOCK_FILE
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -197,7 +206,7 @@ class OutDirLock:
                 break
             os.close(fd)  # the previous holder removed the file we locked: lock the one there now
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
         self.fd, self.path = fd, path
 
     def release(self) -> None:

@@ -311,7 +311,7 @@ def record_end(out: Path, status: str, reason: str) -> bool:
         data = (json.dumps({**manifest, "format_version": FORMAT_VERSION}, indent=2, sort_keys=True) + "\n").encode()
         fd = os.open(out / MANIFEST_FILE, os.O_WRONLY)
         try:
-            os.pwrite(fd, data, 0)
+            os.write(fd, data)
             os.ftruncate(fd, len(data))
         finally:
             os.close(fd)
