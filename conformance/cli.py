@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -622,3 +623,10 @@ def main(argv: Sequence[str] | None = None, early_worker: WorkerPool | None = No
     except BrokenPipeError:  # `kl-conformance cases | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit must not fail
         return EXIT_OK
+    except OSError as exc:
+        if debug or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a run has recorded it in run.json (_run_with); `report` writes each file atomically: none is half-written
+        print("kl-conformance: no space left on the device" + (f" ({exc.filename})" if exc.filename else "")
+              + "; free some and run the command again", file=sys.stderr)
+        return EXIT_INCOMPLETE
