@@ -34,6 +34,7 @@ from collections import deque
 from urllib.parse import quote, unquote
 
 MARK = "@kl"
+_LIVE: "weakref.WeakSet[RSession]" = weakref.WeakSet()  # the sessions of this process, for kill_all
 
 
 class RSessionCrash(Exception):
@@ -73,6 +74,17 @@ def _hex(v: float) -> str:
     return v.hex()
 
 
+def kill_all() -> None:
+    """Kill every R this process started (its parent died: the harness's worker is about to exit at once)."""
+    for session in list(_LIVE):
+        process = session._process
+        if process is not None and process.poll() is None:
+            try:
+                process.kill()
+            except OSError:
+                pass
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """Linux: SIGKILL this process when its parent dies (the harness killed a hung worker)."""
     try:
@@ -107,6 +119,7 @@ class RSession:
         self._stray: deque[str] = deque(maxlen=20)  # lines R printed on stdout outside the protocol
         self.handshake: list[str] = []
         self.restarts = 0
+        _LIVE.add(self)
 
     def start(self) -> list[str]:
         """Start R and return the fields of its first reply (the handshake)."""

@@ -3,7 +3,9 @@
 Exit codes (conformance/report/gate.py): 0 done (divergences are findings, not failures); 1 a gate
 failed (--strict, --fail-on-new, a stale known-findings entry); 2 bad usage, a bad spec, case
 file or results directory (one message naming the file, the place and the fix; nothing
-written); 3 with any gate, a framework did not run, a run stopped early, or nothing was judged.
+written); 3 with any gate, a framework did not run, a run stopped early, or nothing was judged; and always
+when a run failed (no memory, a full disk: run.json says `failed` and why, --resume continues); 130 Ctrl-C, 143
+SIGTERM (run.json says `interrupted`). One command writes into one --out at a time (a lock there); a second is exit 2.
 
 Owns parsing and checking the arguments and the order in which a command does its work; running, judging,
 reporting and writing reproducers live in their own modules, never here.
@@ -12,8 +14,14 @@ reporting and writing reproducers live in their own modules, never here.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -33,8 +41,9 @@ from conformance.reference.statements import verify_formulas
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Gates
 from conformance.report.provenance import check_runs
 from conformance.report.writer import ReportFeed, merge_runs, write_report
-from conformance.run.outdir import check_out_dir, prepare_out_dir
-from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, run_conformance, select
+from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir, prepare_out_dir
+from conformance.run.runner import (DEFAULT_TIMEOUT_S, RunFailed, RunOptions, Terminated, add_written, failure_reason,
+                                    interruption, record_end, run_conformance, select)
 from conformance.run.selection import (DEFAULT_MEMORY_BUDGET_MB, CaseSelection, file_digest, select_cases,
                                        select_lazily, selected_shard)
 from conformance.run.worker import WorkerPool
@@ -43,6 +52,7 @@ DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
 KEEP_CASES = 20_000  # a selection up to this many cases is kept once drawn; a larger one is drawn as the run takes it (flat memory)
 REBASELINE = "re-baseline: run the accepted build again with this harness (kl-conformance run ... --force --out BASELINE)"
 REPRO_TIMEOUT_S = 900  # minimising a run's reproducers stops after this long
+EXIT_TERMINATED = 143  # SIGTERM, as a shell reports it
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="known-findings file (YAML): divergences it matches are accepted; an entry that "
                             "matches nothing is stale and fails the command")
         p.add_argument("--force", action="store_true",
-                       help="replace what an earlier run or report wrote into --out (results, reports, repro/, "
-                            "cases/, baseline.json); without it a non-empty --out is refused")
+                       help="remove the files an earlier run or report recorded writing into --out (run.json or "
+                            "runs.json: `written`), and nothing else; refused where no such record is, or where "
+                            "an input of this command would be removed; without it a non-empty --out is refused")
 
     run = sub.add_parser("run", help="run cases through a framework and write results and a report")
     run.add_argument("--framework", required=True, help="adapter name, e.g. torch")
@@ -131,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="directory of <framework>.yaml deviation profiles (default: spec/profiles shipped)")
     run.add_argument("--resume", action="store_true",
                      help="continue an interrupted run in --out: skip every result already written (refused if "
-                          "that run had another seed, suite, samples, case files, --only, --shard, --known or spec)")
+                          "that run had another seed, suite, samples, case files, --only, --shard, --known, spec, "
+                          "profile set or framework version)")
     run.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S,
                      help=f"time limit of one case; past it the verdict is timeout (default {DEFAULT_TIMEOUT_S:g})")
     run.add_argument("--cache-dir", metavar="DIR",
@@ -219,25 +231,55 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
     is loaded once; a crash or hang there costs one call, never the results and reports written). They
     read the run's expectations from the reference cache, and their progress goes on the bar. Past
     REPRO_TIMEOUT_S the rest keep their whole case. `results`: the rows that need one, kept as the run
-    wrote them (None: read them back from `out`)."""
+    wrote them (None: read them back from `out`). They are written into a temporary directory, then moved
+    into OUT/repro and recorded in run.json: a run killed meanwhile leaves only a temporary directory, which
+    --resume and --force remove."""
     from conformance.repro import write_all
     from conformance.run.worker import WorkerLost
 
     cache = _cache_dir(args)
     bar = (lambda done, total: _draw_bar(done, total, "reproducers")) if show_progress else None
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=STAGING_PREFIX))
     try:
-        _, whole = write_all(str(out), spec, out / "repro", cache_dir=cache, progress=bar, pool=pool,
-                             deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework,
-                             results=results)
-    except (WorkerLost, ConformanceError) as exc:
-        print(f"warning: reproducers not written ({exc})", file=sys.stderr)
-        return
+        try:
+            _, whole = write_all(str(out), spec, staging, cache_dir=cache, progress=bar, pool=pool,
+                                 deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework,
+                                 results=results)
+        except (WorkerLost, ConformanceError) as exc:
+            print(f"warning: reproducers not written ({exc})", file=sys.stderr)
+            return
+        finally:
+            if show_progress:
+                sys.stderr.write("\n")
+        _publish(out, staging, "repro")
     finally:
-        if show_progress:
-            sys.stderr.write("\n")
+        shutil.rmtree(staging, ignore_errors=True)
     if whole:
         print(f"warning: minimising reproducers took over {REPRO_TIMEOUT_S} s; {whole} keep their whole case "
               f"(kl-conformance repro minimises one)", file=sys.stderr)
+
+
+def _publish(out: Path, staging: Path, folder: str) -> None:
+    """Move the files written into `staging` into OUT/`folder` and record them in run.json; a file of the same
+    name there that the harness did not write is kept, and the new one is not published (one warning)."""
+    from conformance.run.outdir import recorded
+
+    ours = set(recorded(out)[0])
+    target = out / folder
+    made = not target.is_dir()
+    target.mkdir(exist_ok=True)
+    moved, kept = [], []
+    for path in sorted(staging.iterdir()):
+        name = f"{folder}/{path.name}"
+        if (out / name).exists() and name not in ours:
+            kept.append(name)
+            continue
+        os.replace(path, out / name)
+        moved.append(name)
+    add_written(out, moved + ([f"{folder}/"] if made else []))
+    if kept:
+        print(f"warning: {len(kept)} reproducers not written: {kept[0]} is a file kl-conformance did not write "
+              f"there", file=sys.stderr)
 
 
 def _check_gate_options(spec: Spec, args: argparse.Namespace, seed: int | None = None) -> KnownFindings | None:
@@ -283,6 +325,30 @@ def _gates(args: argparse.Namespace) -> Gates:
     return Gates(strict=args.strict, fail_on_new=args.fail_on_new, known=args.known is not None)
 
 
+def _inputs(args: argparse.Namespace, *more: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    """The command's input files and directories, as (option, path): --force must not remove one."""
+    given = [("--cases", path) for path in getattr(args, "cases", [])] + list(more)
+    given += [("--known", args.known), ("--baseline", args.baseline), ("--spec", args.spec),
+              ("--profiles", getattr(args, "profiles", None))]
+    return tuple((option, path) for option, path in given if path)
+
+
+@contextlib.contextmanager
+def _sigterm_as_exception():
+    """SIGTERM ends the command as Ctrl-C does (worker stopped, temporary files removed, run.json recorded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated()
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | None = None) -> int:
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
@@ -292,22 +358,24 @@ def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | Non
                          fix="--resume continues the run in --out; --force starts it again")
     shard = selected_shard(case_selection(args))
     known = _check_gate_options(spec, args, seed=args.seed)
-    check_out_dir(args.out, resume=args.resume, force=args.force)
+    check_out_dir(args.out, resume=args.resume, force=args.force, inputs=_inputs(args))
     # conformance/entry.py may have started a worker already, from its own quick reading of the command line.
     # Use it only if that reading agrees with the arguments checked here; otherwise close it.
     early = early_worker
     if early is not None and (early.framework, early.compile_cache_dir) != (args.framework, _cache_dir(args)):
         early.close()
         early = None
-    # One worker serves the run and then the reproducers, so the framework is imported once.
-    with early or WorkerPool(args.framework, compile_cache_dir=_cache_dir(args)) as pool:
+    # One worker serves the run and then the reproducers, so the framework is imported once. The output
+    # directory's lock is held until the reports and reproducers are written.
+    with _sigterm_as_exception(), OutDirLock() as lock, early or WorkerPool(args.framework,
+                                                                           compile_cache_dir=_cache_dir(args)) as pool:
         pool.timeout_s = args.timeout_s
         if not pool.launched:
             pool.launch()  # the framework's import is slow: it runs while the cases are drawn and checked
-        return _run_with(spec, args, known, shard, pool)
+        return _run_with(spec, args, known, shard, pool, lock)
 
 
-def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
+def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: OutDirLock) -> int:
     """The run, once its worker is importing the framework: cases, results, reports, reproducers."""
     # One pass over the ids validates case files and ids and counts, before any output is written or any value
     # drawn. A selection of up to KEEP_CASES is then made and kept; a larger one is made lazily, as the run
@@ -332,11 +400,12 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
                  **narrowing(args, get_adapter(args.framework).name)}
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
-                "command": " ".join(sys.argv)}
+                "command": " ".join(sys.argv),
+                "written": [*REPORT_FILES, *(["baseline.json"] if args.baseline else [])]}
     options = RunOptions(apis=args.api, devices=args.device, parts=args.part, timeout_s=args.timeout_s,
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
                          profiles_dir=Path(args.profiles) if args.profiles else None,
-                         cache_dir=_cache_dir(args))
+                         cache_dir=_cache_dir(args), inputs=_inputs(args))
     shown = _progress_and_details(progress, show_details)
     # While the rows are written, the report's pass reads them and the rows that will need a reproducer are
     # kept. A resumed run's earlier rows are only on disk, so then both the report and the reproducers read
@@ -354,18 +423,37 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
     try:
         summary = run_conformance(
             spec, args.framework, kept if kept is not None else select_cases(spec, selected), args.out, options,
-            run_info=run_info, progress=progress, on_result=on_result, pool=pool,
+            run_info=run_info, progress=progress, on_result=on_result, pool=pool, lock=lock,
         )
-    except BaseException:
+    except BaseException as exc:
         if feed is not None:
-            feed.discard()
+            try:
+                feed.discard()
+            except OSError:  # a full disk fails its last flush too; --resume and --force remove its parts
+                pass
+        if isinstance(exc, RunFailed):
+            return _failed(args.out, str(exc), progress)
+        if isinstance(exc, (MemoryError, OSError)) and not isinstance(exc, BrokenPipeError):  # its last record
+            reason = failure_reason(exc)
+            return _failed(args.out, reason + ("" if record_end(Path(args.out), "failed", reason) else
+                                               "; run.json could not record it either"), progress)
         raise
     if progress is not None:
         sys.stderr.write("\n")
-    written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed,
-                           gates=_gates(args))
-    if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
-        _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None, results=needing)
+    try:
+        written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed,
+                               gates=_gates(args))
+        if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
+            _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None, results=needing)
+    except (KeyboardInterrupt, Terminated) as exc:  # the rows are complete; --resume writes the reports again
+        record_end(summary.out_dir, "interrupted", interruption(exc) + " while writing the reports")
+        raise
+    except (MemoryError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        reason = "writing the reports: " + failure_reason(exc)
+        record_end(summary.out_dir, "failed", reason)
+        return _failed(args.out, reason, None)
     if summary.not_run:
         print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")
     else:
@@ -380,19 +468,29 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool) -> int:
     return written.decision.print()
 
 
+def _failed(out: str, reason: str, progress) -> int:
+    """The one line of a run that could not go on; its rows so far are kept for --resume."""
+    if progress is not None:
+        sys.stderr.write("\n")
+    print(f"kl-conformance: {out}: the run failed: {reason}", file=sys.stderr)
+    return EXIT_INCOMPLETE
+
+
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.resolve() in {Path(r).resolve() for r in args.runs}:
         raise UsageError("the output directory is one of the runs to merge", file=args.out, where="--out",
                          fix="write the merged report into another directory")
     known = _check_gate_options(spec, args)
-    check_out_dir(out, force=args.force)
+    inputs = _inputs(args, *(("a run to merge", run) for run in args.runs))
+    check_out_dir(out, force=args.force, inputs=inputs)
     check_runs(args.runs, spec.hash, allow_missing=args.allow_missing, baseline=args.baseline,
                redo="run them again with this harness (kl-conformance run ... --force), or report them with "
                     "the spec they used (--spec)", rebaseline=REBASELINE)  # reads only
-    prepare_out_dir(out, force=args.force)
-    written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known,
-                         gates=_gates(args))
+    with OutDirLock() as lock:
+        prepare_out_dir(out, force=args.force, lock=lock, inputs=inputs)
+        written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known,
+                             gates=_gates(args))
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
     print(f"merged {len(args.runs)} runs, {written.results} results"
@@ -445,7 +543,8 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     if not cases:
         raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
                          fix="check the ids with `kl-conformance cases`")
-    out = check_out_dir(args.out, force=args.force)
+    # its own parts are replaced (each run's by that run's record); nothing else there is removed
+    out = check_out_dir(args.out, force=args.force, record_required=False)
     # the self-test owns its output directory: each of its runs replaces that run's earlier output
     options = RunOptions(apis=tuple(args.api), devices=tuple(args.device), timeout_s=args.timeout_s, force=True,
                          cache_dir=None if args.no_cache else default_cache_dir())
@@ -517,12 +616,23 @@ def main(argv: Sequence[str] | None = None, early_worker: WorkerPool | None = No
             raise
         print(f"kl-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as exc:
         if debug:
             raise
         # every finished case's rows are already on disk (flushed per case)
-        print("kl-conformance: interrupted. Continue a run with the same command and --resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"kl-conformance: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}. Continue a run "
+              f"with the same command and --resume", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    except MemoryError:  # a run records it in run.json first (runner.py); any other command has written nothing
+        print("kl-conformance: out of memory (lower --memory-budget-mb, or free memory)", file=sys.stderr)
+        return EXIT_INCOMPLETE
     except BrokenPipeError:  # `kl-conformance cases | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit must not fail
         return EXIT_OK
+    except OSError as exc:
+        if debug or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a run has recorded it in run.json (_run_with); `report` writes each file atomically: none is half-written
+        print("kl-conformance: no space left on the device" + (f" ({exc.filename})" if exc.filename else "")
+              + "; free some and run the command again", file=sys.stderr)
+        return EXIT_INCOMPLETE

@@ -14,7 +14,9 @@ harness's own.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -27,6 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return cli_main(argv, early_worker=early)
     finally:
+        # the command has decided its exit code: a Ctrl-C from here on (closing, the interpreter's exit)
+        # would only turn a finished run's code into a bare death by SIGINT, or be lost
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if early is not None:
             early.close()  # `run` closed it if it used it; otherwise it is closed here (closing twice is harmless)
 

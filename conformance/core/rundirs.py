@@ -51,6 +51,8 @@ def read_runs(merged_dir: Path) -> list[dict[str, Any]]:
         runs = json.loads(path.read_bytes())
     except ValueError as exc:  # UnicodeDecodeError included
         raise ResultsError(f"unreadable list of runs ({exc})", file=str(path), fix="merge the runs again") from None
+    if isinstance(runs, dict):  # {"runs": [...], "written": [...]}: the files the merge wrote there
+        runs = runs.get("runs")
     if not isinstance(runs, list) or not all(isinstance(m, dict) for m in runs):
         raise ResultsError("not a list of run manifests", file=str(path), fix="merge the runs again")
     for i, manifest in enumerate(runs):

@@ -11,7 +11,9 @@
   could not be loaded (not_run), a run stopped before its end, or a framework judged nothing (no results,
   or every result unsupported). The gates fail closed: what was not checked never passes. Without a gate
   these print a line and exit 0, so a matrix with one missing framework still writes its merged report.
-- 130: interrupted (Ctrl-C); the rows written so far are kept, and --resume continues.
+  Always 3, gate or not, when a run failed (no memory, a full disk): run.json says `failed` and why.
+- 130: interrupted (Ctrl-C); 143: terminated (SIGTERM). The rows written so far are kept, run.json says
+  `interrupted`, and --resume continues.
 
 junit.xml agrees with the gates (`junit_view`, `Decision.lines`): with a gate, a finding the gate accepts
 is a skipped test with its reason and each failed gate is a failing test, so CI's dashboard is green

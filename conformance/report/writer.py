@@ -27,6 +27,9 @@ from conformance.report.summary import render_summary
 from conformance.report.tally import Tally
 
 
+MERGED_REPORTS = (REPORT_FILE, "report.html", "junit.xml", "summary.json")
+
+
 @dataclass
 class Written:
     """What a report wrote: the path of report.md, the comparison with the baseline (if one was given), how
@@ -153,13 +156,17 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     if out_dir.resolve() in {p.resolve() for p in present}:
         raise ResultsError("the output directory is one of the runs to merge", file=str(out_dir), where="--out",
                            fix="write the merged report into another directory")
+    # runs.json first: it records what the merge writes here (`written`), so that a later --force removes
+    # those files and nothing else, even after a merge cut short
+    written = [RESULTS_FILE, DETAILS_FILE, RUNS_FILE, *MERGED_REPORTS, *(["baseline.json"] if baseline else [])]
+    write_atomic(out_dir / RUNS_FILE, json.dumps({"runs": manifests, "written": sorted(written)}, indent=2,
+                                                 sort_keys=True) + "\n")
     rows = iter_rows(present)
     rows = (known.mark(r) for r in rows) if known is not None else rows
     with AtomicLines(out_dir / RESULTS_FILE) as results:
         feed = _fed(ReportFeed(out_dir, known, baseline, gates),
                     _feeding(lambda row: results.write(row.to_json() + "\n"), rows))
     write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)))
-    write_atomic(out_dir / RUNS_FILE, json.dumps(manifests, indent=2, sort_keys=True) + "\n")
     _, merged = load_manifests([out_dir])  # as a later `report` of this directory reads them
     tally, diff, decision = feed.finish(merged)
     return _write_reports(out_dir, tally, [out_dir], merged, diff, known, decision)

@@ -12,7 +12,11 @@ reports.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import itertools
+import json
+import os
 import platform
 import sys
 import time
@@ -26,20 +30,33 @@ import conformance
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
-from conformance.core.errors import ResultsError, UsageError
-from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
-from conformance.core.results import (MANIFEST_FILE, RESULTS_FILE, ResultsWriter, drop_partial_last_line, iter_results,
-                                      read_manifest, write_manifest)
+from conformance.core.errors import ConformanceError, ResultsError, UsageError
+from conformance.core.model import FORMAT_VERSION, Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.core.results import (DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE, ResultsWriter, iter_details,
+                                      iter_results, read_manifest, write_lines_atomic, write_manifest)
 from conformance.core.rundirs import other_spec
 from conformance.judge.casejudge import CaseJudge
-from conformance.judge.profiles import DeviationLedger
+from conformance.judge.profiles import DeviationLedger, default_profiles_dir
 from conformance.judge.refcache import ReferenceCache
 from conformance.reference.forward import takes_input_space
-from conformance.run.outdir import check_out_dir, clear_temporary_files, prepare_out_dir
+from conformance.run.outdir import (RUN_FILES, OutDirLock, check_out_dir, clear_temporary_files, prepare_out_dir,
+                                    repair_appended_files)
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, element_count, needs_mb
 from conformance.run.worker import Task, WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
 
 DEFAULT_TIMEOUT_S = 60.0
+
+
+class RunFailed(Exception):
+    """The run could not go on (no memory, a full disk, a file it cannot write): run.json says `failed` and
+    why, and every case judged before stays in results.jsonl for --resume. Its text is one line."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread (cli.py installs the handler), so that the run ends as on Ctrl-C:
+    its worker stopped, its temporary files removed, run.json `interrupted`."""
+
+
 @dataclass
 class RunSummary:
     """What a run did, for the CLI's exit code and last line."""
@@ -51,6 +68,7 @@ class RunSummary:
     restarts: int = 0
     not_run: str | None = None  # why the framework could not be loaded
     stopped: str | None = None  # why the run ended before its last case (the worker could not be restarted)
+    current: str | None = None  # the case being judged, for the reason of a failure
 
     @property
     def divergences(self) -> int:
@@ -69,6 +87,7 @@ class RunOptions:
     known: Any = None  # a known.KnownFindings: marks the divergences a user accepts
     profiles_dir: Path | None = None
     cache_dir: Path | None = None  # the reference cache (refcache.py); None computes every expectation
+    inputs: tuple[tuple[str, str], ...] = ()  # (option, path) of the command's inputs: --force must not remove one
 
 
 def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],
@@ -130,7 +149,7 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
                     options: RunOptions = RunOptions(), *, run_info: dict | None = None,
                     progress: Callable[[int], None] | None = None,
                     on_result: Callable[[Case, Result], None] | None = None,
-                    pool: WorkerPool | None = None) -> RunSummary:
+                    pool: WorkerPool | None = None, lock: OutDirLock | None = None) -> RunSummary:
     """Run every case on every selected target, appending each judged row to results.jsonl.
 
     Nothing is written, and the output directory is not created, until every input is
@@ -141,10 +160,15 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     UsageError
         for an unknown framework, api or device, a device not present, or an unwritable output directory.
     ResultsError
-        when --resume meets a directory made with another framework, spec or selection of cases.
+        when --resume meets a directory made with another framework, spec, profile set, framework version
+        or selection of cases.
+    RunFailed
+        when the run cannot go on (no memory, a full disk); run.json records `failed` and why.
 
     `pool`, when given, is a worker pool the caller owns (and may have launched already): the run
-    starts it, and leaves it running for the caller's further calls (reproducers) and closing.
+    starts it, and leaves it running for the caller's further calls (reproducers) and closing. `lock`, when
+    given, is the output directory's lock the caller holds until it has written the reports too; else the
+    run takes the lock itself, for its own duration.
     """
     adapter = get_adapter(framework)  # validates names before anything is written
     api_names = [a.name for a in adapter.apis]
@@ -152,17 +176,23 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     check_dialects(adapter, spec)
     # by the adapter's own name: `framework` may be "module:Class"
     ledger = DeviationLedger(spec, adapter.name, api_names, options.profiles_dir)
-    out = check_out_dir(out_dir, resume=options.resume, force=options.force)
+    out = check_out_dir(out_dir, resume=options.resume, force=options.force, inputs=options.inputs)
     run_info = run_info or {}
-    done = _already_done(out, spec, framework, run_info.get("selection")) if options.resume else set()
+    profiles = profiles_digest(options.profiles_dir)
+    before = _already_done(out, spec, framework, run_info.get("selection"), profiles) if options.resume else None
+    done = before.done if before is not None else set()
     summary = RunSummary(out)
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
-                "harness_version": conformance.__version__, **provenance(), **run_info}
+                "harness_version": conformance.__version__, **provenance(), **run_info,
+                "profiles_digest": profiles}
     own_pool = pool is None
+    own_lock = lock is None
+    lock = OutDirLock() if own_lock else lock
     pool = WorkerPool(framework, timeout_s=options.timeout_s, compile_cache_dir=options.cache_dir) if own_pool else pool
     cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
     ctx = RunContext(spec, adapter, ledger, pool, options, manifest, cache, summary)
     cases = iter(cases)
+    prepared = False  # run.json is written: a failure from here on is recorded there
     try:
         try:
             if not pool.launched:
@@ -172,18 +202,24 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
             ctx.info = pool.wait_ready()
         except WorkerUnavailable as exc:
             summary.not_run = str(exc)
-            _prepare(out, options, manifest)
+            _prepare(out, options, manifest, lock, before)
+            prepared = True
             if not options.resume:
                 ResultsWriter(out).close()
             write_manifest(out, {**manifest, "status": "not_run", "reason": str(exc)})
             return summary
+        if before is not None and before.framework_version not in (None, str(ctx.info.version)):
+            raise ResultsError(f"this directory holds a run of {framework} {before.framework_version}, not of "
+                               f"{ctx.info.version}: rows of two versions would be mixed", file=str(out),
+                               where="--resume", fix="resume with the framework version of that run, or start "
+                                                     "again with --force or another --out")
         # the devices present are known only now; an absent one is refused before anything is written
         ctx.targets = select(framework, api_names, adapter.known_devices, ctx.info.devices, options.apis,
                              options.devices)
-        _prepare(out, options, manifest)
         manifest.update(framework_version=ctx.info.version, targets=[str(t) for t in ctx.targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        write_manifest(out, manifest)
+        _prepare(out, options, manifest, lock, before)
+        prepared = True
         with ResultsWriter(out, append=options.resume) as writer:
             rest = ((case, None) for case in cases)
             judged = _judged_cases(ctx, itertools.chain(prefetched, rest), done)
@@ -200,11 +236,34 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
             except WorkerLost as exc:  # every row so far is written; --resume continues once the cause is fixed
                 summary.stopped = str(exc)
         summary.restarts = pool.restarts
+    except (KeyboardInterrupt, Terminated) as exc:
+        if prepared:
+            record_end(out, "interrupted", interruption(exc))
+        raise
+    except (MemoryError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):  # `run ... | head`: the reader has what it wanted
+            if prepared:
+                record_end(out, "failed", "its output pipe was closed")
+            raise
+        reason = failure_reason(exc, summary.current)
+        if not prepared:
+            raise RunFailed(reason) from None
+        kept = record_end(out, "failed", reason)
+        raise RunFailed(reason + ("" if kept else "; run.json could not record it either")) from None
+    except BaseException as exc:  # bad input found mid-run, or a harness bug (its traceback is kept)
+        if prepared:
+            record_end(out, "failed", exc.render() if isinstance(exc, ConformanceError) else
+                       f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+        raise
     finally:
-        if own_pool:
-            pool.close()
-        if cache is not None:
-            cache.close()
+        try:
+            if own_pool:
+                pool.close()
+            if cache is not None:
+                cache.close()
+        finally:
+            if own_lock:
+                lock.release()
     if cache is not None:
         manifest["reference_cache"] = {"dir": str(options.cache_dir), "hits": cache.hits, "misses": cache.misses,
                                        "explanation_hits": cache.explained_hits,
@@ -218,14 +277,96 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     return summary
 
 
-def _prepare(out: Path, options: RunOptions, manifest: dict) -> None:
-    """Create the output directory (cleared on --force, its cut-short last row dropped on --resume) and copy
-    the user case files into it."""
-    prepare_out_dir(out, force=options.force)
+def interruption(exc: BaseException) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+
+
+def failure_reason(exc: BaseException, case_id: str | None = None) -> str:
+    """One line on why a run could not go on: no memory, a full disk, a file it cannot write."""
+    at = f" at case {case_id!r}" if case_id else ""
+    if isinstance(exc, MemoryError):
+        return f"out of memory{at}; lower --memory-budget-mb or free memory, and continue with --resume"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left on the device{at}" + (f" ({exc.filename})" if exc.filename else "")
+                + "; free some and continue with --resume")
+    return f"{type(exc).__name__}{at}: {exc}".splitlines()[0][:500]
+
+
+def record_end(out: Path, status: str, reason: str) -> bool:
+    """Record in run.json that the run ended before its end (`failed`, `interrupted`) and why; False when even
+    that cannot be written (a full disk: run.json is then rewritten in place, which needs no new space)."""
+    try:
+        manifest = read_manifest(out)
+    except (ConformanceError, OSError):
+        return False
+    if not manifest:
+        return False
+    manifest.update(status=status, reason=reason, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    try:
+        write_manifest(out, manifest)
+        return True
+    except OSError:
+        pass
+    try:  # the atomic write needs room for a second copy; in place it needs about none
+        data = (json.dumps({**manifest, "format_version": FORMAT_VERSION}, indent=2, sort_keys=True) + "\n").encode()
+        fd = os.open(out / MANIFEST_FILE, os.O_WRONLY)
+        try:
+            os.write(fd, data)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+        return True
+    except OSError:
+        return False
+
+
+def add_written(out: Path, names: Sequence[str]) -> None:
+    """Add files (and "dir/" entries) the command wrote into `out` to run.json's `written` record."""
+    if not names:
+        return
+    manifest = read_manifest(out)
+    if manifest:
+        manifest["written"] = sorted(set(manifest.get("written", [])) | set(names))
+        write_manifest(out, manifest)
+
+
+def profiles_digest(profiles_dir: Path | None) -> str:
+    """A digest of the deviation profiles (every .yaml file of the directory, name and bytes): --resume
+    refuses another profile set, whose documented flags would differ."""
+    directory = profiles_dir or default_profiles_dir()
+    digest = hashlib.sha256()
+    try:
+        files = sorted(p for p in Path(directory).iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    except OSError:
+        files = []
+    for path in files:
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()[:16]
+
+
+def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, before: "_Resumed | None") -> None:
+    """Create and lock the output directory (cleared on --force, its half-written last lines cut on --resume),
+    record in run.json what the run writes there, then copy the user case files into it."""
+    prepare_out_dir(out, force=options.force, resume=options.resume, lock=lock, inputs=options.inputs)
     if options.resume:
         clear_temporary_files(out)  # report parts a killed run left: the report is written during the run
-        drop_partial_last_line(out)
-    manifest["case_files_kept"] = _keep_case_files(out, manifest.get("case_files", []))
+        repair_appended_files(out)
+        if before is not None:
+            _drop_orphan_details(out, before.done)
+    case_files = manifest.get("case_files", [])
+    ours = set(before.written) if before is not None else set()
+    kept = _kept_names(out, case_files, ours)
+    made_cases = bool(kept) and not (out / "cases").is_dir()
+    manifest["case_files_kept"] = kept
+    manifest["written"] = sorted(ours | set(RUN_FILES) | set(manifest.get("written", [])) | set(kept)
+                                 | ({"cases/"} if made_cases else set()))
+    write_manifest(out, manifest)  # the record first: a run killed from here on leaves nothing unrecorded
+    if kept:
+        (out / "cases").mkdir(exist_ok=True)
+    for path, name in zip(case_files, kept):
+        (out / name).write_bytes(Path(path).read_bytes())
 
 
 PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched at most: bounded memory
@@ -304,6 +445,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
     for outcome in ctx.pool.run(tasks()):
         task = outcome.task
         case = task.case
+        summary.current = case.id
         digest = case_digest(case)
         todo = plans.pop(task.index)
         rows = []
@@ -352,15 +494,29 @@ def check_dialects(adapter, spec: Spec) -> None:
                              where=type(adapter).__name__, fix="make the Api agree with spec: dialects")
 
 
-def _keep_case_files(out: Path, case_files: Sequence[str]) -> list[str]:
-    """Copy the user case files into the run directory, so `repro --from` finds the cases it ran."""
+def _kept_names(out: Path, case_files: Sequence[str], ours: set[str]) -> list[str]:
+    """Where the user case files are copied in the run directory, so `repro --from` finds the cases it ran:
+    never over a file there that the harness did not write."""
     kept = []
     for i, path in enumerate(case_files):
-        name = f"cases/{i}-{Path(path).name}"
-        (out / "cases").mkdir(exist_ok=True)
-        (out / name).write_bytes(Path(path).read_bytes())
+        name, n = f"cases/{i}-{Path(path).name}", 0
+        while (out / name).exists() and name not in ours:
+            n += 1
+            name = f"cases/{i}-{n}-{Path(path).name}"
         kept.append(name)
     return kept
+
+
+def _drop_orphan_details(out: Path, done: set[tuple[str, str, str, str]]) -> None:
+    """A resumed run writes the details of every row it writes: a detail line whose row was cut off (a kill
+    or a full disk between the two writes) would be a second copy of the one written again."""
+    path = out / DETAILS_FILE
+    if not path.is_file():
+        return
+    key = lambda d: (d["case_id"], d["api"], d["device"], d["part"])
+    if all(key(d) in done for d in iter_details(out)):
+        return
+    write_lines_atomic(path, (json.dumps(d) + "\n" for d in iter_details(out) if key(d) in done))
 
 
 def _selected_parts(case: Case, options: RunOptions) -> list[str]:
@@ -372,12 +528,25 @@ SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples
                      "only": "--only", "shard": "--shard", "known": "--known"}
 
 
-def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None) -> set[tuple[str, str, str, str]]:
+@dataclass
+class _Resumed:
+    """What --resume takes from the interrupted run: the keys of its rows, what it recorded writing, and the
+    framework version it ran (checked once the worker has loaded the framework)."""
+
+    done: set[tuple[str, str, str, str]]
+    written: list[str]
+    framework_version: str | None
+
+
+def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None, profiles: str) -> _Resumed:
     """Keys of the rows an interrupted run already wrote. Reads only: refuses a directory made with another
-    framework, spec or selection of cases (seed, suite, samples, case file contents, --only, --shard, --known)."""
+    framework, spec, profile set or selection of cases (seed, suite, samples, case file contents, --only,
+    --shard, --known)."""
+    manifest = read_manifest(out) if (out / MANIFEST_FILE).is_file() else {}
+    written = [w for w in manifest.get("written", []) if isinstance(w, str)] if manifest else []
+    version = manifest.get("framework_version")
     if not (out / RESULTS_FILE).is_file():
-        return set()
-    manifest = read_manifest(out)
+        return _Resumed(set(), written, None if version is None else str(version))
     fix = "resume with the options of that run, or start again with --force or another --out"
     if not manifest:
         raise ResultsError("results without a run.json: how they were made is unknown", file=str(out),
@@ -388,6 +557,12 @@ def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None)
     redo = "start the run again with --force instead of --resume (or resume with the spec it used, --spec)"
     if manifest.get("spec_hash") != spec.hash:
         raise other_spec(manifest.get("spec_hash"), spec.hash, str(out / MANIFEST_FILE), "--resume", redo)
+    if manifest.get("profiles_digest") != profiles:
+        raise ResultsError(f"this directory was run with another set of deviation profiles (digest "
+                           f"{_shown(manifest.get('profiles_digest'))}, now {profiles!r}): its documented flags would "
+                           f"differ", file=str(out), where="--resume, --profiles",
+                           fix="resume with the --profiles directory (and contents) of that run, or start again "
+                               "with --force or another --out")
     before = manifest.get("selection") or {}
     for name, option in SELECTION_OPTIONS.items():
         if selection is not None and before.get(name) != selection.get(name):
@@ -399,7 +574,7 @@ def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None)
             raise other_spec(row.spec_hash, spec.hash, str(out / RESULTS_FILE), f"--resume, case {row.case_id!r}",
                              redo)
         done.add((row.case_id, row.api, row.device, row.part))
-    return done
+    return _Resumed(done, written, None if version is None else str(version))
 
 
 def _shown(value) -> str:

@@ -70,7 +70,7 @@ def selected_shard(selection: CaseSelection) -> Shard | None:
 def _selected(spec: Spec, selection: CaseSelection) -> Iterator[tuple[str, Callable[[], Case]]]:
     """Each selected case's id, and how to make the case (a generated case's values are drawn only then)."""
     user = _user_cases(selection.case_files)
-    only = selection.only
+    only = tuple(dict.fromkeys(selection.only))  # `--only ID --only ID` runs the case once
     exact = [p for p in only if not any(ch in p for ch in "*?[")]
     if only and len(exact) == len(only) and selection.suite != "none":
         # exact generated ids: rebuild them directly, whichever suite they came from

@@ -67,11 +67,14 @@ class WorkerInfo:
 
 
 def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str | None = None,
-                scratch_dir: str | None = None) -> None:
+                scratch_dir: str | None = None, lifeline=None, parent_pid: int | None = None) -> None:
     """Entry point of the worker process: load the adapter, then serve batches until told to stop."""
-    # Ctrl-C is the parent's to handle (it stops the run and kills this process); a worker dying of it
-    # first would be recorded as a crash of the case it was on
+    # Ctrl-C and SIGTERM (a CI job cancelled: sent to the whole process group) are the parent's to handle
+    # (it stops the run and kills this process); a worker dying of one first would be recorded as a crash
+    # of the case it was on
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent(lifeline, parent_pid)
     fd = os.open(output_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)  # the framework's own printing goes to a file the parent reads after a crash
     os.dup2(fd, 2)
@@ -99,6 +102,35 @@ def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str |
         for task in batch:
             observations = {call: _observe(adapter, task.case, *call) for call in task.calls}
             conn.send((CASE, task.index, observations))
+
+
+def _die_with_parent(lifeline, parent_pid: int | None) -> None:
+    """End this worker, and the helper processes its adapter started (R), when the parent dies, even of
+    SIGKILL, while a case hangs here: on Linux the kernel sends SIGKILL (PR_SET_PDEATHSIG); everywhere, a
+    thread waits on a pipe only the parent writes to, whose end of file says the parent is gone."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before the line above
+        os._exit(1)
+    if lifeline is not None:
+        threading.Thread(target=_watch_parent, args=(lifeline,), name="kl-parent-watch", daemon=True).start()
+
+
+def _watch_parent(lifeline) -> None:
+    try:
+        while True:
+            lifeline.recv()  # the parent never sends: this returns only at end of file
+    except (EOFError, OSError):
+        pass
+    from conformance.adapters.rsession import kill_all
+
+    kill_all()
+    os._exit(1)
 
 
 def _observe(adapter, case: Case, api_name: str, device: str, part: str) -> Observation:
@@ -193,6 +225,7 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context("spawn")
         self._process = None
         self._conn = None
+        self._lifeline = None  # the write end of the pipe the worker watches
         self._outbox: _Outbox | None = None
         self._output = tempfile.NamedTemporaryFile(prefix="kl-worker-", suffix=".log", delete=False)
         self._output.close()
@@ -211,12 +244,14 @@ class WorkerPool:
     def launch(self) -> None:
         """Start the worker without waiting: it imports the framework, which is slow, while the caller works."""
         parent, child = self._ctx.Pipe()
+        watched, self._lifeline = self._ctx.Pipe(duplex=False)  # closed when this process dies: the worker ends
         self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._output.name,
                                                 str(self.compile_cache_dir) if self.compile_cache_dir else None,
-                                                self._scratch), daemon=True)
+                                                self._scratch, watched, os.getpid()), daemon=True)
         with _main_script_hidden(self.framework):
             self._process.start()
         child.close()
+        watched.close()
         self._conn = parent
         self._outbox = _Outbox(parent)
         self._launched = time.monotonic()
@@ -341,6 +376,9 @@ class WorkerPool:
             self._outbox.stop()
         if self._conn is not None:
             self._conn.close()
+        if self._lifeline is not None:
+            self._lifeline.close()
+            self._lifeline = None
 
     def close(self) -> None:
         """Stop the worker. An idle worker first closes its adapter (R torch's R removes its temporary files)

@@ -216,3 +216,47 @@ class KilledWithHelperAdapter(KillSelfAdapter):
 
     def close(self) -> None:
         self._helper.close()
+
+
+PID_HELPER = """
+import sys
+print("@kl\\tready", flush=True)
+for line in sys.stdin:
+    print("@kl\\tok", flush=True)
+"""
+
+
+class HangWithHelperAdapter(HangAdapter):
+    """Keeps a helper process (an R stand-in, through the R frameworks' session) and hangs on the fault case.
+    Writes "WORKER_PID HELPER_PID" to the file named by $KL_TEST_PIDS once loaded."""
+
+    def load(self) -> None:
+        from conformance.adapters.rsession import RSession
+
+        self._helper = RSession([sys.executable, "-c", PID_HELPER], dict(os.environ), call_timeout_s=30,
+                                tmp_root=self.scratch_dir)
+        self._helper.start()
+        with open(os.environ["KL_TEST_PIDS"], "w") as mark:
+            mark.write(f"{os.getpid()} {self._helper._process.pid}\n")
+
+    def close(self) -> None:
+        self._helper.close()
+
+
+class HangWhileToldAdapter(NumpyAdapter):
+    """Hangs on the fault case while $KL_TEST_HANG is set, else honest: a run that cannot finish, then its
+    --resume that can."""
+
+    def run(self, case, api, device, part):
+        if "fault" not in case.id:
+            return super().run(case, api, device, part)
+        if os.environ.get("KL_TEST_HANG"):
+            time.sleep(3600)
+        return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
+
+
+class VersionedAdapter(NumpyAdapter):
+    """Honest, with the version $KL_TEST_VERSION says (another release of the same framework)."""
+
+    def version(self) -> str:
+        return os.environ.get("KL_TEST_VERSION", "1.0")

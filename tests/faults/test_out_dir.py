@@ -54,17 +54,19 @@ def test_a_non_empty_output_directory_needs_force_or_resume(tmp_path, capsys):
 
 
 def test_force_clears_what_an_earlier_run_wrote(tmp_path):
-    """Stale repro/, cases/ and baseline.json used to survive beside the new results."""
+    """Stale reproducers and baseline.json used to survive beside the new results; what the user put there
+    stays, even in the harness's own folders."""
     out = tmp_path / "out"
-    assert _run(tmp_path, "--baseline", str(_baseline(tmp_path))) == 0
-    for stale in ("repro/old_case.py", "cases/0-old.yaml"):
-        (out / stale).parent.mkdir(exist_ok=True)
-        (out / stale).write_text("stale")
-    (out / "notes.txt").write_text("mine")  # not the harness's: kept
-    assert (out / "baseline.json").exists()
+    fault = "- {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}\n"
+    cases = _cases(tmp_path, CASES + fault, name="with-fault.yaml")
+    assert main(["run", "--framework", "tests.faults.adapters:OffByOneAdapter", "--suite", "none", "--cases",
+                 str(cases), "--out", str(out), "--no-progress", "--baseline", str(_baseline(tmp_path))]) == 0
+    assert (out / "baseline.json").exists() and list((out / "repro").iterdir())
+    (out / "cases" / "mine.yaml").write_text("mine")  # not the harness's: kept
+    (out / "notes.txt").write_text("mine")
     assert _run(tmp_path, "--force") == 0
     assert not (out / "baseline.json").exists() and not (out / "repro").exists()
-    assert sorted(p.name for p in (out / "cases").iterdir()) == ["0-cases.yaml"]
+    assert sorted(p.name for p in (out / "cases").iterdir()) == ["0-cases.yaml", "mine.yaml"]
     assert (out / "notes.txt").read_text() == "mine"
     assert len(list(iter_results(out))) == 2
 
