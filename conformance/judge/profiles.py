@@ -21,6 +21,7 @@ from conformance.core.choices import choice_points, get_path, set_choice
 from conformance.core.errors import SpecError
 from conformance.core.model import Expected, Observation, Spec
 from conformance.core.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
+from conformance.core.yamlload import read_text
 from conformance.judge.compare import passes
 
 
@@ -52,7 +53,8 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
     if not path.is_file():
         return []
     shown = str(path)
-    data = parse_yaml(path.read_text(encoding="utf-8"), shown, SpecError)
+    data = parse_yaml(read_text(path, shown, SpecError, fix="pass --profiles with a directory of readable profiles"),
+                      shown, SpecError)
     errors = sorted(jsonschema.Draft202012Validator(load_schema("profile.schema.json")).iter_errors(data),
                     key=lambda e: len(e.absolute_path))
     if errors:
