@@ -98,3 +98,21 @@ def test_a_spec_and_a_profile_that_are_not_utf8_are_named(tmp_path, capsys):
                                           + b"# caf\xe9\n")
     with pytest.raises(SpecError, match="not UTF-8"):
         load_profile("torch", load_spec(), profiles)
+
+
+@pytest.mark.parametrize("dtype, value", [("int8", "128"), ("int8", "-129"), ("uint8", "-1"), ("uint8", "256.0"),
+                                          ("int16", "40000"), ("int32", "2147483648"),
+                                          ("int64", "9223372036854775808"), ("int64", "-1e19")])
+def test_integers_outside_the_dtypes_range_are_refused(tmp_path, capsys, dtype, value):
+    path = tmp_path / "range.yaml"
+    path.write_text(f"- id: wraps\n  dtype: {{input: float32, target: {dtype}}}\n  input: [-1.0, -2.0]\n"
+                    f"  target: [1, {value}]\n")
+    err = _one_line_exit_2(capsys, ["cases", "--cases", str(path), "--suite", "none"], str(path), "case 'wraps'",
+                           "field 'target'", "range")
+    assert "choose a wider dtype" in err
+
+
+def test_integers_at_the_ends_of_the_range_load(tmp_path):
+    path = tmp_path / "ends.yaml"
+    path.write_text("- {id: ends, dtype: {input: float32, target: int8}, input: [-1.0, -2.0], target: [-128, 127]}\n")
+    assert load_case_file(path)[0].target.tolist() == [-128.0, 127.0]
