@@ -19,6 +19,7 @@ from conformance.core.choices import check_choice_points
 from conformance.core.errors import SpecError
 from conformance.core.formula import check_formulas
 from conformance.core.model import FLOAT_FORMATS, LAYOUTS, PARTS, UPSTREAM, Spec
+from conformance.core.tolerance import check_tolerance_formulas
 from conformance.core.yamlload import SpecLoader
 from conformance.core.yamlload import parse_yaml as parse_bounded
 from conformance.core.yamlload import read_text
@@ -95,6 +96,7 @@ def _check_consistency(data: dict[str, Any], shown: str) -> None:
     _check_dtype_constants(data["dtypes"], shown)
     _check_promotion(data["dtypes"], shown)
     check_formulas(data, shown)
+    check_tolerance_formulas(data, shown)
     stated = data["gradients"]["upstream"]
     pattern = {key: stated["none"][key] for key in UPSTREAM["none"]}
     if pattern != UPSTREAM["none"] or set(stated["none"]) != set(pattern) or stated["reduced"] != UPSTREAM["reduced"]:

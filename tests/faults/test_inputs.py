@@ -116,3 +116,44 @@ def test_integers_at_the_ends_of_the_range_load(tmp_path):
     path = tmp_path / "ends.yaml"
     path.write_text("- {id: ends, dtype: {input: float32, target: int8}, input: [-1.0, -2.0], target: [-128, 127]}\n")
     assert load_case_file(path)[0].target.tolist() == [-128.0, 127.0]
+
+
+POINTWISE = 'formula: "factor * (u * magnitude + tiny * (1 + s))"'
+
+
+@pytest.mark.parametrize("old, new, where, words", [
+    # every bound the largest float (1e999 is inf): every answer passed
+    (POINTWISE, 'formula: "factor * (u * magnitude + tiny * (1 + s)) * 1e999"', "tolerance.pointwise.formula",
+     "not finite"),
+    (POINTWISE, 'formula: "factor * (u * magnitude + tiny * (1 + s)) * 1e10"', "tolerance.pointwise.formula",
+     "larger than the value it bounds"),
+    (POINTWISE, 'formula: "0 - factor * (u * magnitude + tiny * (1 + s))"', "tolerance.pointwise.formula",
+     "negative"),
+    # an exponent tower: Python's integers computed it without end
+    (POINTWISE, 'formula: "factor * (u * magnitude + tiny * (1 + s)) * 9**9**9"', "tolerance.pointwise.formula",
+     "not finite"),
+    ('log_target_true: "abs(target - input)"', 'log_target_true: "target - input"',
+     "tolerance.pointwise.sensitivity.log_target_true", "negative"),
+    ('formula: "(sum_bounds + gamma * sum_abs) / divisor + 2 * u * abs(result)"',
+     'formula: "(sum_bounds + gamma * sum_abs) / divisor + 2 * u * abs(result) + 1e10"',
+     "tolerance.reduction.formula", "larger than the value it bounds"),
+    ('summation: "gamma * sum_abs"', 'summation: "gamma * sum_abs * 2**1024"', "tolerance.gradient.summation",
+     "not finite"),
+    ('formula: "factor * (u * magnitude * abs(scale) + tiny * (1 + s))"',
+     'formula: "factor * (u * magnitude * abs(scale) + tiny * (1 + s)) - 1e-3"', "tolerance.gradient.formula",
+     "negative"),
+])
+def test_a_tolerance_that_lets_answers_pass_is_a_spec_error(tmp_path, capsys, old, new, where, words):
+    path = _spec_with(tmp_path, old, new)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert f": {where}: " in str(info.value) and words in str(info.value), info.value
+    _one_line_exit_2(capsys, ["--spec", str(path), "cases", "--count"], str(path), where, words)
+
+
+def test_formulas_are_evaluated_without_unbounded_integers():
+    from conformance.core.formula import evaluate
+
+    assert evaluate("9**9**9", ()) == float("inf")
+    assert evaluate("-(9**9**9) * 0", ()) != evaluate("-(9**9**9) * 0", ())  # inf * 0 is NaN, as in float64
+    assert evaluate("(ceil(log2(max(n, 1))) + 1) * u", ("n", "u"), n=1000, u=0.5) == 5.5
