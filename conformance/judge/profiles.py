@@ -49,6 +49,11 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
         naming the profile file and the field, for a malformed profile or one that sets a
         path that is not a choice point of the spec (a {choice, choices} node), or a choice it does not list.
     """
+    if profiles_dir is not None and not Path(profiles_dir).is_dir():
+        # a mistyped --profiles would otherwise mean "no deviation documented" for every framework
+        raise SpecError("no such directory", file=str(profiles_dir), where="--profiles",
+                        fix="pass --profiles with a directory of <framework>.yaml profiles, or leave it out "
+                            "for the shipped ones")
     path = (profiles_dir or default_profiles_dir()) / f"{framework}.yaml"
     if not path.is_file():
         return []

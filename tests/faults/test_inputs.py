@@ -157,3 +157,13 @@ def test_formulas_are_evaluated_without_unbounded_integers():
     assert evaluate("9**9**9", ()) == float("inf")
     assert evaluate("-(9**9**9) * 0", ()) != evaluate("-(9**9**9) * 0", ())  # inf * 0 is NaN, as in float64
     assert evaluate("(ceil(log2(max(n, 1))) + 1) * u", ("n", "u"), n=1000, u=0.5) == 5.5
+
+
+def test_a_missing_profiles_directory_is_an_error(tmp_path, capsys):
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: one, input: [-1.0], target: [0.5], dtype: float64}\n")
+    absent = tmp_path / "profles"
+    _one_line_exit_2(capsys, ["run", "--framework", "tests.faults.adapters:NumpyAdapter", "--cases", str(cases),
+                              "--suite", "none", "--profiles", str(absent), "--out", str(tmp_path / "out"),
+                              "--no-progress", "--no-repro", "--no-cache"], str(absent), "no such directory")
+    assert not (tmp_path / "out").exists()
