@@ -167,3 +167,82 @@ def test_a_missing_profiles_directory_is_an_error(tmp_path, capsys):
                               "--suite", "none", "--profiles", str(absent), "--out", str(tmp_path / "out"),
                               "--no-progress", "--no-repro", "--no-cache"], str(absent), "no such directory")
     assert not (tmp_path / "out").exists()
+
+
+FAULT_CASES = """
+- {id: ok-before, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
+- {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
+"""
+
+
+def _cached_run(tmp_path, out: str, adapter: str = "OffByOneAdapter") -> dict[str, str]:
+    """Verdicts by case id of a run that reads and writes the reference cache in tmp_path/cache."""
+    from conformance.core.results import iter_results
+
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(FAULT_CASES)
+    assert main(["run", "--framework", f"tests.faults.adapters:{adapter}", "--cases", str(cases),
+                 "--suite", "none", "--out", str(tmp_path / out), "--no-progress", "--no-repro",
+                 "--cache-dir", str(tmp_path / "cache")]) in (0, 1)
+    return {row.case_id: row.verdict.value for row in iter_results(tmp_path / out)}
+
+
+def _poison(tmp_path, reseal: bool) -> int:
+    """Every cached expectation re-packed with a bound of 1e300 (the issue's attack); with `reseal`, sealed
+    again as the cache seals, as someone who read refcache.py would. Returns how many entries were changed."""
+    import dataclasses
+    import sqlite3
+
+    import numpy as np
+
+    from conformance.judge.refcache import decode, encode, pack, reference_build, seal, unpack
+
+    changed = 0
+    with sqlite3.connect(tmp_path / "cache" / f"reference-{reference_build()}.sqlite") as db:
+        for key, stored in db.execute("SELECT key, value FROM expected").fetchall():
+            expected = decode(unpack(stored[32:]))
+            if expected.bound is None:
+                continue
+            body = pack(encode(dataclasses.replace(expected, bound=np.full_like(expected.bound, 1e300))))
+            value = seal("expected", key, body) if reseal else stored[:32] + body
+            db.execute("UPDATE expected SET value = ? WHERE key = ?", (value, key))
+            changed += 1
+    return changed
+
+
+@pytest.mark.parametrize("reseal", [False, True], ids=["edited", "edited-and-resealed"])
+def test_a_poisoned_cache_never_turns_a_divergence_into_a_pass(tmp_path, capsys, reseal):
+    assert _cached_run(tmp_path, "first")["the-fault"] == "value"
+    assert _poison(tmp_path, reseal) == 1  # the two cases have one content, so one entry
+    capsys.readouterr()
+    assert _cached_run(tmp_path, "second")["the-fault"] == "value"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "reference cache" in line]
+    assert len(warnings) == 1 and "dropped" in warnings[0], warnings
+    # the whole cache went: the next run computes afresh, stores again, and still flags the fault
+    assert _cached_run(tmp_path, "third")["the-fault"] == "value"
+    assert "reference cache" not in capsys.readouterr().err
+
+
+def test_a_held_cache_lock_is_waited_for_a_bounded_time(tmp_path, capsys, monkeypatch):
+    import subprocess
+    import sys
+
+    from conformance.judge.refcache import reference_build
+
+    (tmp_path / "cache").mkdir()
+    lock = tmp_path / "cache" / f"reference-{reference_build()}.lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\n"
+                               f"f = open({str(lock)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+                               "print('locked', flush=True); time.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        monkeypatch.setenv("KL_CACHE_LOCK_TIMEOUT_S", "0")
+        assert _cached_run(tmp_path, "out")["the-fault"] == "value"
+    finally:
+        holder.kill()
+        holder.wait()
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "reference cache" in line]
+    assert len(warnings) == 1 and "holds its lock file" in warnings[0] and "without the cache" in warnings[0]
+    import json
+    assert "holds its lock file" in json.loads((tmp_path / "out" / "run.json").read_text())["reference_cache"]["problem"]
