@@ -246,3 +246,78 @@ def test_a_held_cache_lock_is_waited_for_a_bounded_time(tmp_path, capsys, monkey
     assert len(warnings) == 1 and "holds its lock file" in warnings[0] and "without the cache" in warnings[0]
     import json
     assert "holds its lock file" in json.loads((tmp_path / "out" / "run.json").read_text())["reference_cache"]["problem"]
+
+
+@pytest.mark.parametrize("shapes, reduction, log_target, dialect", [
+    (((256, 1), (1, 256)), "none", False, "canonical"),  # an outer broadcast: the result outgrows the inputs
+    (((256, 1), (1, 256)), "sum", True, "canonical"),
+    (((1 << 15,), (1 << 15,)), "none", True, "canonical"),
+    (((1 << 15,), (1,)), "batchmean", False, "canonical"),
+    (((4, 1 << 13), (4, 1 << 13)), "none", False, "keras"),
+])
+def test_the_memory_estimate_covers_judging_a_case(shapes, reduction, log_target, dialect):
+    """What judging one case allocates in the harness's process (the reference's temporaries, every part's
+    expectation and observation, and the alternative expectations an explanation reads for a divergence)
+    stays inside the share of needs_mb that the estimate gives the harness."""
+    import tracemalloc
+
+    import numpy as np
+
+    from conformance.core.model import Case, DtypePair, Observation, Params
+    from conformance.judge.casejudge import CaseJudge
+    from conformance.run.selection import FRAMEWORK_BYTES_PER_ELEMENT, element_count, needs_mb
+
+    spec = load_spec()
+    rng = np.random.default_rng(7)
+    keras = dialect == "keras"
+    x = rng.random(shapes[0]) if keras else -3 * rng.random(shapes[0])
+    t = -3 * rng.random(shapes[1]) if log_target else rng.random(shapes[1])
+    x.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, 0.0]  # conventions apply, and explanations have work
+    case = Case(id="memory", params=Params(reduction, log_target, prob_input=keras), input=x, target=t,
+                dtype=DtypePair("float32", "float32"), family="user", parts=("forward", "grad_input", "grad_target"))
+    verdicts = []
+    tracemalloc.start()
+    try:
+        judge = CaseJudge(case, spec)
+        for part in ("forward", "grad_input", "grad_target", "grad2_input"):
+            expected = judge.expected(spec, part, dialect)
+            if expected.value is None:
+                continue
+            off = np.asarray(expected.value, dtype=np.float64) + 1.0  # a divergence: explained and checked
+            verdicts.append(judge.judgement(part, dialect, Observation(value=off, dtype=expected.result_dtype,
+                                                                       shape=off.shape)).verdict)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert any(verdict.is_divergence for verdict in verdicts)
+    share = needs_mb(case) * 2**20 - element_count(case) * FRAMEWORK_BYTES_PER_ELEMENT
+    assert peak <= share, f"judging took {peak / element_count(case):.0f} bytes per element"
+
+
+def test_running_out_of_memory_computing_expectations_is_a_row(tmp_path, capsys, monkeypatch):
+    """Where the machine has less memory free than the budget says, the reference's MemoryError (here
+    raised on one case by the reference itself, as NumPy raises it) refuses that case with a row; the run
+    completes, and every other case is judged."""
+    import json
+
+    import conformance.judge.casejudge as casejudge
+
+    real = casejudge.expected_for
+
+    def short_of_memory(case, spec, part, dialect="canonical"):
+        if "fault" in case.id:
+            raise MemoryError("Unable to allocate 7.5 GiB for an array")  # as NumPy words it
+        return real(case, spec, part, dialect)
+
+    monkeypatch.setattr(casejudge, "expected_for", short_of_memory)
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(FAULT_CASES)
+    assert main(["run", "--framework", "tests.faults.adapters:NumpyAdapter", "--cases", str(cases), "--suite",
+                 "none", "--out", str(tmp_path / "out"), "--no-progress", "--no-repro", "--no-cache"]) == 0
+    from conformance.core.results import iter_results
+
+    rows = {row.case_id: row for row in iter_results(tmp_path / "out")}
+    assert rows["ok-before"].verdict.value == "pass"
+    assert rows["the-fault"].verdict.value == "unsupported" and "ran out of memory" in rows["the-fault"].message
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["status"] == "complete"
+    assert "Traceback" not in capsys.readouterr().err
