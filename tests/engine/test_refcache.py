@@ -284,6 +284,31 @@ def test_a_stored_explanation_never_serves_another_observation(spec, suite, tmp_
     assert "planted" not in fresh.message and warm.explained_misses == 1  # another's
 
 
+def test_a_planted_explanation_sealed_again_is_caught_by_the_sample(spec, suite, tmp_path, capsys):
+    """Someone who has read refcache.py can seal a planted explanation as the cache does; the first explanation a
+    run reads is derived again, so the plant is caught, the whole cache dropped, and the run explains afresh."""
+    import sqlite3
+
+    from conformance.judge.casejudge import CaseJudge
+    from conformance.judge.refcache import seal
+
+    case, observed = _explained_divergence(spec, suite)
+    cache = ReferenceCache(tmp_path)
+    honest = CaseJudge(case, spec, cache).judgement("forward", "canonical", observed)
+    cache.close()
+    with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:
+        (key,) = db.execute("SELECT key FROM explained").fetchone()
+        db.execute("UPDATE explained SET value = ?", (seal("explained", key, b'[["dtypes.mixed", "planted"]]'),))
+    warm = ReferenceCache(tmp_path)
+    again = CaseJudge(case, spec, warm).judgement("forward", "canonical", observed)
+    assert (again.verdict, again.message) == (honest.verdict, honest.message) and "planted" not in again.message
+    assert warm.dropped and "dropped" in capsys.readouterr().err
+    warm.close()
+    with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM explained").fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM expected").fetchone() == (0,)
+
+
 def test_stored_documentation_follows_the_profile(spec, suite, tmp_path):
     """A divergence documented under a profile is not documented from the cache once that deviation (same id)
     declares something else: nothing is documented unless it equals the deviated reference."""
