@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from conformance.core.choices import Alternative, touched_paths
+from conformance.core.errors import UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Spec, Verdict
 from conformance.core.results import array_detail, encoded_fields
 from conformance.judge.compare import classify
@@ -26,9 +27,10 @@ from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 
 
-class ExpectationOutOfMemory(Exception):
-    """The reference ran out of memory computing an expectation: the case is refused (an unsupported row with
-    this reason), never a traceback that leaves the run half written."""
+class ExpectationOutOfMemory(UsageError):
+    """The reference ran out of memory computing an expectation: a run refuses the case (an unsupported row with
+    `problem` as its reason), and a command that needs that one expectation stops with one line, never a
+    traceback that leaves the run half written."""
 
 
 def expected_for(case: Case, spec: Spec, part: str, dialect: str = "canonical"):
@@ -63,8 +65,8 @@ class CaseJudge:
             except MemoryError:
                 raise ExpectationOutOfMemory(
                     f"refused: the reference ran out of memory computing the {part} expectation of a case of "
-                    f"{self.case.input.size + self.case.target.size:,} elements (lower --memory-budget-mb to "
-                    "what the machine has free, or run the case alone)") from None
+                    f"{self.case.input.size + self.case.target.size:,} elements", where=f"case {self.case.id!r}",
+                    fix="lower --memory-budget-mb to what the machine has free, or run the case alone") from None
         return self._expected[key]
 
     def _compute(self, spec: Spec, part: str, dialect: str):
@@ -106,7 +108,7 @@ class CaseJudge:
             try:
                 self._judged[key] = self._judge(part, dialect, observed)
             except ExpectationOutOfMemory as exc:
-                self._judged[key] = Judgement(Verdict.UNSUPPORTED, str(exc))
+                self._judged[key] = Judgement(Verdict.UNSUPPORTED, f"{exc.problem} ({exc.fix})")
         return self._judged[key]
 
     def documented(self, ledger: DeviationLedger, api: str, part: str, dialect: str,

@@ -327,7 +327,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
                 expected = judge.expected(spec, part, dialect) if takes_input_space(case, dialect, spec) else None
                 out_of_memory = None
             except ExpectationOutOfMemory as exc:
-                expected, out_of_memory = None, str(exc)
+                expected, out_of_memory = None, f"{exc.problem} ({exc.fix})"
             if out_of_memory is not None:  # the framework's answer cannot be judged: refused, with the reason
                 observed = Observation(unsupported=out_of_memory)
                 judgement = Judgement(Verdict.UNSUPPORTED, out_of_memory)

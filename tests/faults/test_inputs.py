@@ -7,11 +7,11 @@ import re
 
 import pytest
 
+from conformance.cases.userfile import load_case_file
 from conformance.cli import main
 from conformance.core.errors import CaseFileError, SpecError
 from conformance.core.specload import default_spec_path, load_spec
 from conformance.judge.profiles import load_profile
-from conformance.cases.userfile import load_case_file
 
 
 def _laughs(levels: int = 9) -> str:
@@ -62,13 +62,12 @@ def test_a_lone_surrogate_in_a_case_id_is_refused_at_load(tmp_path, capsys):
         _one_line_exit_2(capsys, args, str(path), "surrogate", "line 1")
 
 
-def _spec_with(tmp_path, old: str, new: str, name: str = "spec.yaml", raw: bytes | None = None):
+def _spec_with(tmp_path, old: str, new: str):
+    """The shipped spec with its first `old` replaced by `new`."""
     text = default_spec_path().read_text(encoding="utf-8")
     assert old in text
-    path = tmp_path / name
-    if raw is not None:
-        path.write_bytes(text.replace(old, "").encode("utf-8").replace(b"#MARK", raw))
-    path.write_text(text.replace(old, new, 1), encoding="utf-8") if raw is None else None
+    path = tmp_path / "spec.yaml"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
     return path
 
 
