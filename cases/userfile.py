@@ -157,6 +157,15 @@ def _parse_tensor(value: Any, dtype: str, where: str, shown: str) -> np.ndarray:
     if dtype in INTEGER_DTYPES and not is_representable(array, dtype):
         raise CaseFileError(f"values not representable in {dtype} (fractions or non-finite values)", file=shown,
                             where=where, fix=f"write integers for dtype {dtype}" + (" (0 or 1)" if dtype == "bool" else ""))
+    if dtype in INTEGER_DTYPES and dtype != "bool":
+        info = np.iinfo(dtype)
+        # float(info.max) + 1 is 2**63 exactly for int64, where float(info.max) alone rounds up to it
+        outside = (array < float(info.min)) | (array >= float(info.max) + 1)
+        if outside.any():
+            value = array[outside].flat[0]
+            raise CaseFileError(f"the value {value:.17g} is outside {dtype}'s range [{info.min}, {info.max}]",
+                                file=shown, where=where, fix=f"write integers from {info.min} to {info.max}, "
+                                                             "or choose a wider dtype")
     return round_to_dtype(array, dtype)
 
 

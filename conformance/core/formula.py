@@ -3,7 +3,9 @@
 The spec states its formulas, terms and tolerances as text (``target * (log(target) - input)``,
 ``factor * (u * magnitude + tiny * (1 + s))``). This module owns that small language: Python
 expression syntax restricted to numbers, the names a field allows, + - * / **, unary minus and the
-functions below. Nothing else parses, so evaluating a spec runs no code of the spec's author.
+functions below. Nothing else parses, so evaluating a spec runs no code of the spec's author. Evaluation
+walks the checked tree with every number a float: no operation works on Python's unbounded integers, so
+`9**9**9` is inf at once instead of a computation without end.
 Imports only the errors; never computes a reference value itself.
 """
 
@@ -22,6 +24,9 @@ FUNCTIONS = {
     "max": np.maximum, "min": np.minimum,
 }
 _OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.USub, ast.UAdd)
+_BINARY = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.true_divide,
+           ast.Pow: np.power}
+MAX_FORMULA_CHARS = 1000  # a formula's text; the spec's are under a hundred
 
 # The names each formula field of the spec may use (spec path -> names). A path ending in `[]`
 # stands for every item of a list; `*` for every key of a mapping.
@@ -90,7 +95,7 @@ def check_formulas(data: Mapping[str, Any], shown: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def compile_formula(text: str, names: tuple[str, ...], shown: str = "spec", where: str = "") -> Any:
-    """The code object of `text`, after checking that it uses only `names`, numbers and FUNCTIONS.
+    """The expression tree of `text`, after checking that it uses only `names`, numbers and FUNCTIONS.
 
     Raises
     ------
@@ -104,10 +109,13 @@ def compile_formula(text: str, names: tuple[str, ...], shown: str = "spec", wher
 
     if not isinstance(text, str):
         raise fail(f"not a string ({type(text).__name__})")
+    if len(text) > MAX_FORMULA_CHARS:
+        raise SpecError(f"a formula of {len(text)} characters (at most {MAX_FORMULA_CHARS})", file=shown,
+                        where=where, fix="write a shorter formula")
     try:
         tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise fail(f"syntax error ({exc.msg})") from None
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise fail(f"syntax error ({getattr(exc, 'msg', exc)})") from None
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             if node.id not in names and node.id not in FUNCTIONS:
@@ -118,19 +126,45 @@ def compile_formula(text: str, names: tuple[str, ...], shown: str = "spec", wher
         elif isinstance(node, ast.Constant):
             if not isinstance(node.value, (int, float)) or isinstance(node.value, bool):
                 raise fail(f"constant {node.value!r}")
+            if isinstance(node.value, int) and node.value.bit_length() > 1024:
+                raise fail("an integer beyond float64's range")
         elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Load) + _OPERATORS):
             raise fail(f"{type(node).__name__} is not allowed")
-    return compile(tree, f"<spec {where}>", "eval")
+    return tree.body
 
 
 def evaluate(text: str, names: tuple[str, ...], **values: Any) -> Any:
     """The value of the formula `text` with `values` bound to its names, elementwise over arrays.
 
-    Is equivalent to ``eval(text, {**FUNCTIONS, **values})`` for a text that `compile_formula` accepts.
+    Is equivalent to ``eval(text, {**FUNCTIONS, **values})`` for a text that `compile_formula` accepts,
+    except that its integer literals are floats: arithmetic between Python numbers is done in float64
+    (overflow gives inf, not an endless big-integer power), and a Python float stays a weak scalar
+    beside an array, as the literal did.
     """
-    code = compile_formula(text, names)
+    tree = compile_formula(text, names)
     with np.errstate(all="ignore"):
-        return eval(code, {"__builtins__": {}, **FUNCTIONS}, values)  # noqa: S307 -- checked AST only
+        return _walk(tree, values)
+
+
+def _walk(node: ast.AST, values: dict[str, Any]) -> Any:
+    """The value of a checked expression tree (compile_formula allows nothing else)."""
+    if isinstance(node, ast.Constant):
+        return float(node.value)
+    if isinstance(node, ast.Name):
+        return values[node.id]
+    if isinstance(node, ast.UnaryOp):
+        operand = _walk(node.operand, values)
+        return _scalar(np.negative, operand) if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.BinOp):
+        return _scalar(_BINARY[type(node.op)], _walk(node.left, values), _walk(node.right, values))
+    return FUNCTIONS[node.func.id](*(_walk(arg, values) for arg in node.args))
+
+
+def _scalar(function, *operands: Any) -> Any:
+    """`function` of the operands; between Python numbers only, in float64 and back to a Python float."""
+    if all(isinstance(operand, (int, float)) and not isinstance(operand, bool) for operand in operands):
+        return float(function(*(np.float64(operand) for operand in operands)))
+    return function(*operands)
 
 
 def sum_of_abs(texts: list[str], names: tuple[str, ...], **values: Any) -> Any:

@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import numpy as np
-import yaml
 
 from conformance.core.choices import check_choice_points
 from conformance.core.errors import SpecError
 from conformance.core.formula import check_formulas
 from conformance.core.model import FLOAT_FORMATS, LAYOUTS, PARTS, UPSTREAM, Spec
+from conformance.core.tolerance import check_tolerance_formulas
+from conformance.core.yamlload import SpecLoader
+from conformance.core.yamlload import parse_yaml as parse_bounded
+from conformance.core.yamlload import read_text
 
 SPEC_PACKAGE = "conformance.spec"
 
@@ -43,32 +47,35 @@ def load_spec(path: str | Path | None = None) -> Spec:
     """
     path = Path(path) if path is not None else default_spec_path()
     shown = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read the spec ({exc.strerror})", file=shown,
-                        fix="pass --spec with the path of a readable spec file") from None
+    text = read_text(path, shown, SpecError, fix="pass --spec with the path of a readable spec file")
     data = parse_yaml(text, shown, SpecError)
+    check_finite(data, shown)
     validate_spec_data(data, shown)
     return Spec(data=data, source=shown, hash=spec_hash(data))
 
 
-# libyaml's parser where PyYAML was built with it: the same safe loading (its parser, PyYAML's
-# SafeConstructor and Resolver), and much faster than the pure-Python parser on the spec, which every
-# command reads before it starts
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's parser where PyYAML was built with it (SpecLoader's base): much faster than the pure-Python
+# parser on the spec, which every command reads before it starts
+SAFE_LOADER = SpecLoader.__mro__[2]
 
 
 def parse_yaml(text: str, shown: str, error: type[SpecError] | type) -> Any:
-    """Safe-load YAML (no object construction); a syntax error names line and column."""
-    try:
-        return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise error(f"invalid YAML: {problem}", file=shown, where=where,
-                    fix="correct the YAML syntax at that position") from None
+    """Safe-load a spec or profile (no object construction), bounded, refusing repeated keys; a syntax error
+    names line and column."""
+    return parse_bounded(text, shown, error, loader=SpecLoader)
+
+
+def check_finite(data: Any, shown: str, path: tuple = ()) -> None:
+    """Every number of a spec is finite: an infinite or NaN constant makes a bound that accepts anything."""
+    if isinstance(data, float) and not math.isfinite(data):
+        raise SpecError(f"the number {data!r} is not finite", file=shown, where=yaml_path(path) or "(top level)",
+                        fix="write a finite number")
+    if isinstance(data, dict):
+        for key, value in data.items():
+            check_finite(value, shown, path + (key,))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            check_finite(value, shown, path + (i,))
 
 
 def validate_spec_data(data: Any, shown: str) -> None:
@@ -89,6 +96,7 @@ def _check_consistency(data: dict[str, Any], shown: str) -> None:
     _check_dtype_constants(data["dtypes"], shown)
     _check_promotion(data["dtypes"], shown)
     check_formulas(data, shown)
+    check_tolerance_formulas(data, shown)
     stated = data["gradients"]["upstream"]
     pattern = {key: stated["none"][key] for key in UPSTREAM["none"]}
     if pattern != UPSTREAM["none"] or set(stated["none"]) != set(pattern) or stated["reduced"] != UPSTREAM["reduced"]:

@@ -100,3 +100,83 @@ def gradient_summation(n: int, sum_abs, u: float, spec: Spec):
     gamma = np.asarray(sum_abs).dtype.type(summation_gamma(n, u, spec, part="gradient"))
     return evaluate(_rule(spec, "gradient")["summation"], VARIABLES["tolerance.gradient.summation"],
                     gamma=gamma, sum_abs=sum_abs)
+
+
+# Sample points of the load-time check below: arguments of the sensitivities (log_target false: a
+# probability target; true: a log-space one), magnitudes and element counts of the bounds.
+_SAMPLE_INPUT = np.array([-30.0, -3.0, -1.0, 0.0, 0.5, 2.0, 30.0])
+_SAMPLE_TARGET = {False: np.array([0.0, 1e-3, 0.25, 1.0, 3.0, 1e3]), True: np.array([-30.0, -3.0, 0.0, 1.0, 5.0])}
+_SAMPLE_MAGNITUDES = np.array([1.0, 3.0, 1e3, 1e30])
+_SAMPLE_COUNTS = (1, 2, 1000, 10**6)
+_BOUND_FIX = "write a bound that is finite, non-negative and smaller than the value it bounds (see spec: tolerance)"
+
+
+def check_tolerance_formulas(data: dict, shown: str) -> None:
+    """Evaluate every tolerance formula of a spec document on sample points, for every float dtype the spec
+    states constants for, as the formula statements are checked against the reference: a bound that comes
+    out non-finite, negative, or larger than the value it bounds would let every answer pass (or stop a run
+    midway), so it is a SpecError naming the formula's path and the sample."""
+    from conformance.core.errors import SpecError
+
+    rules = data["tolerance"]
+    sensitivities = [(f"tolerance.pointwise.sensitivity.{key}", text, VARIABLES["tolerance.pointwise.sensitivity.*"])
+                     for key, text in rules["pointwise"]["sensitivity"].items()]
+    sensitivities += [(f"tolerance.gradient.sensitivity.{which}.{key}", text,
+                       VARIABLES["tolerance.gradient.sensitivity.*.*"])
+                      for which, texts in rules["gradient"]["sensitivity"].items() for key, text in texts.items()]
+
+    def check(where: str, text: str, value, bounded, sample: str) -> None:
+        value = np.asarray(value, dtype=np.float64)
+        bounded = np.broadcast_to(np.asarray(bounded, dtype=np.float64), value.shape)
+        for problem, bad in (("is not finite", ~np.isfinite(value)), ("is negative", value < 0),
+                             ("is larger than the value it bounds", value > bounded)):
+            if bad.any():
+                i = np.flatnonzero(bad.reshape(-1))[0]
+                raise SpecError(f"the bound {problem}: {text!r} gives {float(value.reshape(-1)[i])!r} for a value of "
+                                f"magnitude {float(bounded.reshape(-1)[i])!r}, at {sample}", file=shown, where=where,
+                                fix=_BOUND_FIX)
+
+    for where, text, names in sensitivities:
+        log_target = where.endswith("log_target_true")
+        x, t = np.meshgrid(_SAMPLE_INPUT, _SAMPLE_TARGET[log_target])
+        check(where, text, evaluate(text, names, input=x, target=t), np.inf, "the sample inputs and targets")
+    factor = rules["pointwise"]["factor"]
+    for dtype, u in data["dtypes"]["unit_roundoff"].items():
+        tiny = data["dtypes"]["smallest_subnormal"][dtype]
+        at = f"{dtype} (u={u!r}, tiny={tiny!r})"
+        for s in (0.0, 10.0):
+            names = VARIABLES["tolerance.pointwise.formula"]
+            text = rules["pointwise"]["formula"]
+            check("tolerance.pointwise.formula", text,
+                  evaluate(text, names, factor=factor, u=u, tiny=tiny, magnitude=_SAMPLE_MAGNITUDES, s=s),
+                  _SAMPLE_MAGNITUDES, f"magnitudes {_SAMPLE_MAGNITUDES.tolist()}, s={s}, {at}")
+            check("tolerance.pointwise.formula", text,
+                  evaluate(text, names, factor=factor, u=u, tiny=tiny, magnitude=0.0, s=s), np.inf,
+                  f"magnitude 0, s={s}, {at}")
+            text = rules["gradient"]["formula"]
+            for scale in (1.0, 0.5):
+                check("tolerance.gradient.formula", text,
+                      evaluate(text, VARIABLES["tolerance.gradient.formula"], factor=factor, u=u, tiny=tiny,
+                               magnitude=_SAMPLE_MAGNITUDES, scale=scale, s=s),
+                      _SAMPLE_MAGNITUDES * scale, f"magnitudes {_SAMPLE_MAGNITUDES.tolist()}, scale {scale}, "
+                                                  f"s={s}, {at}")
+        pointwise = evaluate(rules["pointwise"]["formula"], VARIABLES["tolerance.pointwise.formula"],
+                             factor=factor, u=u, tiny=tiny, magnitude=1.0, s=0.0)
+        for n in _SAMPLE_COUNTS:
+            gammas = {}
+            for part in ("reduction", "gradient"):
+                text = rules[part]["gamma"]
+                gammas[part] = evaluate(text, VARIABLES[f"tolerance.{part}.gamma"], n=n, u=u)
+                check(f"tolerance.{part}.gamma", text, gammas[part], 1.0, f"n={n}, {at}")
+            text = rules["gradient"]["summation"]
+            check("tolerance.gradient.summation", text,
+                  evaluate(text, VARIABLES["tolerance.gradient.summation"], gamma=gammas["gradient"],
+                           sum_abs=float(n)), float(n), f"n={n}, sum_abs={n}, {at}")
+            text = rules["reduction"]["formula"]
+            for divisor in (1, n):
+                result = n / divisor  # n terms of |L| = 1 and pointwise bound of magnitude 1: no cancellation
+                check("tolerance.reduction.formula", text,
+                      evaluate(text, VARIABLES["tolerance.reduction.formula"], sum_bounds=n * pointwise,
+                               sum_abs=float(n), gamma=gammas["reduction"], divisor=float(divisor),
+                               result=result, u=u), result,
+                      f"n={n} terms of magnitude 1, divisor {divisor}, {at}")

@@ -7,7 +7,10 @@ A user writing numbers means numbers, so this loader takes the YAML 1.2 core rul
 integers, floats with or without a dot or exponent, `.inf` and `.nan`; everything else is
 a string. It also refuses what YAML 1.1 accepts silently: a repeated key in a mapping (the
 last one used to win), and a float literal too large for float64 (it used to become inf).
-Loading is safe: no tag constructs an object.
+Loading is safe: no tag constructs an object. It is also bounded, for the spec too: a document
+larger than MAX_TEXT_CHARS, one whose aliases expand to more than MAX_NODES values ("billion laughs"),
+a recursive alias, an integer longer than Python prints (INT_MAX_DIGITS) and a string holding a lone
+surrogate are refused with the place, before anything walks the data.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ import yaml
 
 from conformance.core.errors import ConformanceError
 
+MAX_TEXT_CHARS = 64 * 2**20  # a YAML document the harness reads, in characters
+MAX_NODES = 8_000_000  # values of a document with its aliases expanded
+INT_MAX_DIGITS = 4300  # Python's default int-to-string limit (sys.get_int_max_str_digits)
+
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
 _FLOAT = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
@@ -28,13 +35,15 @@ _DROPPED = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,200
             "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"}
 
 
-class CoreLoader(yaml.SafeLoader):
-    """SafeLoader with the YAML 1.2 core schema's booleans and numbers, refusing repeated keys."""
+class StrictConstructing:
+    """Mapping and scalar construction shared by every loader here: repeated keys, unhashable keys and lone
+    surrogates (a `"\\ud800"` escape) are errors at their place."""
 
     def construct_mapping(self, node, deep=False):
         if not isinstance(node, yaml.MappingNode):
             raise yaml.constructor.ConstructorError(None, None, f"expected a mapping, found {node.id}",
                                                     node.start_mark)
+        self.flatten_mapping(node)
         mapping: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=deep)
@@ -49,6 +58,25 @@ class CoreLoader(yaml.SafeLoader):
             mapping[key] = self.construct_object(value_node, deep=deep)
         return mapping
 
+    def construct_scalar(self, node):
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and not _is_utf8(value):
+            raise yaml.constructor.ConstructorError(None, None, "a lone surrogate (an escape such as \\ud800 "
+                                                    "that is half of a character) in a string", node.start_mark)
+        return value
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class CoreLoader(StrictConstructing, yaml.SafeLoader):
+    """SafeLoader with the YAML 1.2 core schema's booleans and numbers, refusing repeated keys."""
+
 
 def _construct_bool(loader: CoreLoader, node) -> bool:
     return loader.construct_scalar(node).lower() == "true"
@@ -56,9 +84,21 @@ def _construct_bool(loader: CoreLoader, node) -> bool:
 
 def _construct_int(loader: CoreLoader, node) -> int:
     text = loader.construct_scalar(node)
+    check_int_text(text, node)
     if text.startswith(("0o", "0x")):
         return int(text[2:], 8 if text[1] == "o" else 16)
     return int(text)
+
+
+def check_int_text(text: str, node) -> None:
+    """An integer literal longer than Python can print in decimal is an error at its place, whatever its base."""
+    digits = text.lstrip("+-")
+    base = 16 if digits.startswith("0x") else 8 if digits.startswith("0o") else 10
+    digits = digits[2:] if base != 10 else digits
+    decimal_digits = len(digits.lstrip("0")) * {10: 1.0, 16: 1.2042, 8: 0.9031}[base]
+    if decimal_digits > INT_MAX_DIGITS:
+        raise yaml.constructor.ConstructorError(None, None, f"an integer of about {int(decimal_digits)} decimal "
+                                                f"digits (at most {INT_MAX_DIGITS} are read)", node.start_mark)
 
 
 def _construct_float(loader: CoreLoader, node) -> float:
@@ -92,17 +132,32 @@ def read_text(path, shown: str, error: type[ConformanceError], fix: str) -> str:
     from pathlib import Path
 
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as handle:
+            data = handle.read(4 * MAX_TEXT_CHARS + 1)
     except OSError as exc:
         raise error(f"cannot read the file ({exc.strerror})", file=shown, fix=fix) from None
-    except UnicodeDecodeError as exc:
-        raise error(f"not UTF-8 text (byte {exc.start})", file=shown, fix="save the file as UTF-8") from None
-
-
-def parse_yaml(text: str, shown: str, error: type[ConformanceError]) -> Any:
-    """Load `text` with CoreLoader; a syntax or value problem names line and column."""
+    if len(data) > 4 * MAX_TEXT_CHARS:
+        raise error(f"larger than {4 * MAX_TEXT_CHARS // 2**20} MiB", file=shown,
+                    fix="split the file into smaller ones") from None
     try:
-        return yaml.load(text, Loader=CoreLoader)  # noqa: S506 - CoreLoader is a SafeLoader
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise error(f"not UTF-8 text (byte {exc.start}, {data[exc.start:exc.start + 1]!r})", file=shown,
+                    where=f"line {line}, column {column}", fix="save the file as UTF-8") from None
+
+
+def parse_yaml(text: str, shown: str, error: type[ConformanceError], loader: type = CoreLoader) -> Any:
+    """Load `text` with `loader` (CoreLoader, or another loader of this module); a syntax or value problem
+    names line and column, and so does a document beyond the bounds above."""
+    if not _is_utf8(text):
+        raise error("not UTF-8 text (a lone surrogate)", file=shown, fix="save the file as UTF-8")
+    if len(text) > MAX_TEXT_CHARS:
+        raise error(f"a YAML document of more than {MAX_TEXT_CHARS} characters", file=shown,
+                    fix="split the file into smaller ones")
+    try:
+        return _load_bounded(text, loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
@@ -113,3 +168,59 @@ def parse_yaml(text: str, shown: str, error: type[ConformanceError]) -> Any:
         raise error(f"invalid YAML: {exc}", file=shown, fix="correct the YAML syntax") from None
     except RecursionError:
         raise error("invalid YAML: nested too deeply", file=shown, fix="nest lists fewer levels deep") from None
+
+
+def _load_bounded(text: str, loader_class: type) -> Any:
+    """yaml.load, with the node graph's expanded size checked between composing and constructing: PyYAML
+    shares an aliased node, so composing is linear in the text, but every later walk of the data is not."""
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root) -> None:
+    """Refuse a node graph that has a cycle or more than MAX_NODES values once its aliases are expanded."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise yaml.constructor.ConstructorError(None, None, "a recursive alias (a value that holds itself)",
+                                                    node.start_mark)
+        active.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                total += size(child)
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                total += size(key_node) + size(value_node)
+        if total > MAX_NODES:
+            raise yaml.constructor.ConstructorError(None, None, f"more than {MAX_NODES} values once its aliases "
+                                                    "are expanded", node.start_mark)
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+class SpecLoader(StrictConstructing, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """The spec's and profiles' loader: PyYAML's safe YAML 1.1 resolution (libyaml's parser where PyYAML has it,
+    for speed) with the bounds and refusals above."""
+
+    def construct_yaml_int(self, node):
+        check_int_text(str(node.value).replace("_", ""), node)
+        return super().construct_yaml_int(node)
+
+
+SpecLoader.add_constructor("tag:yaml.org,2002:int", SpecLoader.construct_yaml_int)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from conformance.core.choices import Alternative, touched_paths
+from conformance.core.errors import UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Spec, Verdict
 from conformance.core.results import array_detail, encoded_fields
 from conformance.judge.compare import classify
@@ -24,6 +25,12 @@ from conformance.judge.profiles import DeviationLedger
 from conformance.judge.refcache import ReferenceCache
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
+
+
+class ExpectationOutOfMemory(UsageError):
+    """The reference ran out of memory computing an expectation: a run refuses the case (an unsupported row with
+    `problem` as its reason), and a command that needs that one expectation stops with one line, never a
+    traceback that leaves the run half written."""
 
 
 def expected_for(case: Case, spec: Spec, part: str, dialect: str = "canonical"):
@@ -50,15 +57,30 @@ class CaseJudge:
         self._last_key: tuple[Observation | None, tuple] = (None, ())
 
     def expected(self, spec: Spec, part: str, dialect: str = "canonical"):
+        """The expectation of one part under `spec`; ExpectationOutOfMemory where computing it ran out of memory."""
         key = (spec.hash, part, dialect)
         if key not in self._expected:
-            found = self.cache.get(self.case, spec, part, dialect) if self.cache is not None else None
-            if found is None:
-                found = expected_for(self.case, spec, part, dialect)
-                if self.cache is not None:
-                    self.cache.put(self.case, spec, part, found, dialect)
-            self._expected[key] = found
+            try:
+                self._expected[key] = self._compute(spec, part, dialect)
+            except MemoryError:
+                raise ExpectationOutOfMemory(
+                    f"refused: the reference ran out of memory computing the {part} expectation of a case of "
+                    f"{self.case.input.size + self.case.target.size:,} elements", where=f"case {self.case.id!r}",
+                    fix="lower --memory-budget-mb to what the machine has free, or run the case alone") from None
         return self._expected[key]
+
+    def _compute(self, spec: Spec, part: str, dialect: str):
+        found = self.cache.get(self.case, spec, part, dialect) if self.cache is not None else None
+        if found is not None and self.cache.should_verify():
+            # the cache is a trust boundary: a sample of what it gives back is computed again (refcache)
+            computed = expected_for(self.case, spec, part, dialect)
+            if not self.cache.verify(found, computed):
+                found = computed
+        if found is None:
+            found = expected_for(self.case, spec, part, dialect)
+            if self.cache is not None:
+                self.cache.put(self.case, spec, part, found, dialect)
+        return found
 
     def detail(self, expected: Expected | None, observed: Observation) -> tuple[str, ...]:
         """What the HTML report shows when a divergence is expanded, as details.jsonl's fields encoded
@@ -83,7 +105,10 @@ class CaseJudge:
     def judgement(self, part: str, dialect: str, observed: Observation) -> Judgement:
         key = (part, dialect, *self._key(observed))
         if key not in self._judged:
-            self._judged[key] = self._judge(part, dialect, observed)
+            try:
+                self._judged[key] = self._judge(part, dialect, observed)
+            except ExpectationOutOfMemory as exc:
+                self._judged[key] = Judgement(Verdict.UNSUPPORTED, f"{exc.problem} ({exc.fix})")
         return self._judged[key]
 
     def documented(self, ledger: DeviationLedger, api: str, part: str, dialect: str,
@@ -96,9 +121,12 @@ class CaseJudge:
             return ()
         key = (declared, part, dialect, *without_warnings(self._key(observed)))
         if key not in self._documented:
-            self._documented[key] = self._remembered(
-                part, dialect, b"documented " + repr((ledger.fingerprint(api), key[1:])).encode(),
-                lambda: ledger.documented(api, observed, lambda s: self.expected(s, part, dialect)), list, tuple)
+            try:
+                self._documented[key] = self._remembered(
+                    part, dialect, b"documented " + repr((ledger.fingerprint(api), key[1:])).encode(),
+                    lambda: ledger.documented(api, observed, lambda s: self.expected(s, part, dialect)), list, tuple)
+            except ExpectationOutOfMemory:  # what cannot be checked documents nothing: the divergence stays
+                self._documented[key] = ()
         return self._documented[key]
 
     def _remembered(self, part: str, dialect: str, asked: bytes, compute: Callable[[], Any],
@@ -111,9 +139,16 @@ class CaseJudge:
         found = self.cache.get_explanation(key) if key is not None else None
         if found is not None:
             try:
-                return decode(json.loads(found))
+                stored = decode(json.loads(found))
             except (ValueError, TypeError):  # a damaged entry: derived again (and not stored again)
                 key = None
+            else:
+                if not self.cache.should_verify("explained"):
+                    return stored
+                # a sample is derived again, as expectations are: a planted answer drops the cache
+                answer = compute()
+                self.cache.verify(found, json.dumps(encode(answer)).encode())
+                return answer
         answer = compute()
         if key is not None:
             self.cache.put_explanation(key, json.dumps(encode(answer)).encode())
@@ -131,7 +166,10 @@ class CaseJudge:
             return Judgement(Verdict.UNSUPPORTED, observed.unsupported)
         judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
         if judgement.verdict.is_divergence:
-            behaves_as = self._behaves_as(part, dialect, observed)
+            try:
+                behaves_as = self._behaves_as(part, dialect, observed)
+            except ExpectationOutOfMemory:  # the divergence stands, unexplained
+                behaves_as = None
             if behaves_as:
                 return Judgement(judgement.verdict,
                                  f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",

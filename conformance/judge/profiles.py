@@ -21,6 +21,7 @@ from conformance.core.choices import choice_points, get_path, set_choice
 from conformance.core.errors import SpecError
 from conformance.core.model import Expected, Observation, Spec
 from conformance.core.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
+from conformance.core.yamlload import read_text
 from conformance.judge.compare import passes
 
 
@@ -48,11 +49,17 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
         naming the profile file and the field, for a malformed profile or one that sets a
         path that is not a choice point of the spec (a {choice, choices} node), or a choice it does not list.
     """
+    if profiles_dir is not None and not Path(profiles_dir).is_dir():
+        # a mistyped --profiles would otherwise mean "no deviation documented" for every framework
+        raise SpecError("no such directory", file=str(profiles_dir), where="--profiles",
+                        fix="pass --profiles with a directory of <framework>.yaml profiles, or leave it out "
+                            "for the shipped ones")
     path = (profiles_dir or default_profiles_dir()) / f"{framework}.yaml"
     if not path.is_file():
         return []
     shown = str(path)
-    data = parse_yaml(path.read_text(encoding="utf-8"), shown, SpecError)
+    data = parse_yaml(read_text(path, shown, SpecError, fix="pass --profiles with a directory of readable profiles"),
+                      shown, SpecError)
     errors = sorted(jsonschema.Draft202012Validator(load_schema("profile.schema.json")).iter_errors(data),
                     key=lambda e: len(e.absolute_path))
     if errors:

@@ -23,6 +23,14 @@ builds together pass MAX_TOTAL_BYTES; never while a process holds it open (each 
 holds a shared lock on its build's lock file, and removal needs the exclusive lock).
 Concurrent runs (tox -p) share a build.
 
+The cache is a trust boundary: whoever can write its directory can change what a run expects. Every
+entry is sealed with a SHA-256 of the build, its table, its key and its bytes, so a damaged or naively edited
+entry is caught on read; and a random sample of the expectations a run reads (the first one, and one in
+VERIFY_ONE_IN after it, drawn unpredictably) is computed again by the case judge and compared byte for
+byte, which catches an entry re-sealed by someone who knows the format. Any mismatch drops every entry of
+the build, says so in one line on stderr, and the run goes on without the cache. A lock file held by another
+process is waited for at most $KL_CACHE_LOCK_TIMEOUT_S seconds; then the run goes on without the cache.
+
 Stores and returns what the reference computed; never computes an expectation itself, and never
 unpickles.
 """
@@ -36,8 +44,10 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import sqlite3
 import struct
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -63,6 +73,12 @@ MAX_IDLE_S = 30 * 86400
 MAX_TOTAL_BYTES = 2 * MAX_CACHE_BYTES
 COMMIT_EVERY = 512
 ENV_DIR = "KL_CACHE_DIR"
+# Expectations read from the cache that the case judge computes again and compares (besides the first of a run).
+VERIFY_ONE_IN = 16
+# How long a lock file another process holds is waited for before the run goes on without the cache.
+ENV_LOCK_TIMEOUT = "KL_CACHE_LOCK_TIMEOUT_S"
+DEFAULT_LOCK_TIMEOUT_S = 60.0
+_SEAL_BYTES = 32
 # Where the code that decides a cached answer starts: the reference (and this module's entry format) for an
 # expectation; the case judge, which asks for explanations and documentation, for an explanation. The modules
 # whose source enters each key are these and every project module they import (code_modules).
@@ -200,16 +216,22 @@ class ReferenceCache:
         self._last_content = b""
         self._db: sqlite3.Connection | None = None
         self._lock = None
+        self.verify_reads: dict[str, int] = {}
+        self.verified = 0
+        self.dropped = False
         build = reference_build()
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            self._lock = _hold(directory / f"reference-{build}.lock")
+            self._lock = _hold(directory / f"reference-{build}.lock", lock_timeout_s())
             remove_unused_builds(directory, keep=build)
             self.path = directory / f"reference-{build}.sqlite"
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS expected (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
             self._db.execute("CREATE TABLE IF NOT EXISTS explained (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
+        except LockTimeout as exc:
+            self._disable(f"reference cache in {directory} not used: {exc}")
+            print(f"kl-conformance: warning: {self.problem}", file=sys.stderr, flush=True)
         except (OSError, sqlite3.Error) as exc:
             self._disable(f"reference cache in {directory} not used: {exc}")
 
@@ -223,9 +245,14 @@ class ReferenceCache:
     def get(self, case: Case, spec: Spec, part: str, dialect: str = "canonical") -> Expected | None:
         if self._db is None or _too_big(case):
             return None
-        stored = self._read("expected", case_key(self._content(case), spec, part, dialect))
+        key = case_key(self._content(case), spec, part, dialect)
+        stored = self._read("expected", key)
         if stored is None:
             self.misses += self._db is not None
+            return None
+        stored = self._unseal("expected", key, stored)
+        if stored is None:
+            self.misses += 1
             return None
         try:
             found = decode(unpack(stored))
@@ -239,7 +266,8 @@ class ReferenceCache:
     def put(self, case: Case, spec: Spec, part: str, expected: Expected, dialect: str = "canonical") -> None:
         if self._db is None or self.full or _too_big(case):
             return
-        self._pending.append((case_key(self._content(case), spec, part, dialect), pack(encode(expected))))
+        key = case_key(self._content(case), spec, part, dialect)
+        self._pending.append((key, seal("expected", key, pack(encode(expected)))))
         if len(self._pending) >= COMMIT_EVERY:
             self.flush()
 
@@ -256,11 +284,58 @@ class ReferenceCache:
         if self._db is None:
             return None
         stored = self._read("explained", key)
+        if stored is not None:
+            stored = self._unseal("explained", key, stored)
         if stored is None:
-            self.explained_misses += self._db is not None
+            self.explained_misses += 1
             return None
         self.explained_hits += 1
         return stored
+
+    def should_verify(self, table: str = "expected") -> bool:
+        """Whether the case judge should compute what it just read from `table` again and compare (verify): the
+        first entry of each table read by this cache, then one in VERIFY_ONE_IN, drawn so that nobody can
+        predict which."""
+        self.verify_reads[table] = self.verify_reads.get(table, 0) + 1
+        return self.verify_reads[table] == 1 or secrets.randbelow(VERIFY_ONE_IN) == 0
+
+    def verify(self, found: Expected | bytes, computed: Expected | bytes) -> bool:
+        """Whether an expectation (or an encoded explanation) read from the cache is the one computed again; on a
+        mismatch the whole cache is dropped (someone or something changed an entry and sealed it again)."""
+        self.verified += 1
+        same = found == computed if isinstance(found, bytes) else encode(found) == encode(computed)
+        if same:
+            return True
+        self.drop(f"{'an explanation' if isinstance(found, bytes) else 'an expectation'} read from it differs from "
+                  "the one computed again")
+        return False
+
+    def _unseal(self, table: str, key: bytes, stored: bytes) -> bytes | None:
+        """The entry's bytes where its seal matches, else None with the whole cache dropped."""
+        body = stored[_SEAL_BYTES:]
+        if len(stored) < _SEAL_BYTES or seal(table, key, body)[:_SEAL_BYTES] != stored[:_SEAL_BYTES]:
+            self.drop(f"an entry of its table {table!r} fails its integrity check")
+            return None
+        return body
+
+    def drop(self, reason: str) -> None:
+        """Remove every entry of this build and go on without the cache, saying why in one line on stderr."""
+        where = getattr(self, "path", "the reference cache")
+        try:
+            if self._db is not None:
+                with self._db:
+                    self._db.execute("BEGIN")
+                    self._db.execute("DELETE FROM expected")
+                    self._db.execute("DELETE FROM explained")
+            done = "every entry removed"
+        except sqlite3.Error as exc:
+            done = f"its entries could not be removed ({exc}); delete the file"
+        self._pending.clear()
+        self._pending_explained.clear()
+        self.dropped = True
+        self._disable(f"reference cache {where} dropped: {reason}; {done}, and this run computes every "
+                      "expectation (never share a writable cache with jobs you do not trust)")
+        print(f"kl-conformance: warning: {self.problem}", file=sys.stderr, flush=True)
 
     def _read(self, table: str, key: bytes) -> bytes | None:
         """The value stored under `key` in `table`, or None; a database error disables the cache."""
@@ -274,7 +349,7 @@ class ReferenceCache:
     def put_explanation(self, key: bytes, value: bytes) -> None:
         if self._db is None or self.full:
             return
-        self._pending_explained.append((key, value))
+        self._pending_explained.append((key, seal("explained", key, value)))
         if len(self._pending_explained) >= COMMIT_EVERY:
             self.flush()
 
@@ -311,13 +386,39 @@ class ReferenceCache:
         self._db = None
 
 
-def _hold(lock_path: Path):
-    """Open `lock_path` with a shared lock held (the build is in use) and mark it used now; None without flock."""
+class LockTimeout(OSError):
+    """Another process held the cache's lock file past the time a run waits for it."""
+
+
+def lock_timeout_s() -> float:
+    """$KL_CACHE_LOCK_TIMEOUT_S, else DEFAULT_LOCK_TIMEOUT_S (a value that is not a number counts as unset)."""
+    try:
+        value = float(os.environ.get(ENV_LOCK_TIMEOUT, DEFAULT_LOCK_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_LOCK_TIMEOUT_S
+    return value if value >= 0 else DEFAULT_LOCK_TIMEOUT_S
+
+
+def seal(table: str, key: bytes, body: bytes) -> bytes:
+    """`body` behind a SHA-256 of the reference build, the table, the key and the body: an entry moved to
+    another key, build or table, cut short or edited no longer matches its seal."""
+    digest = hashlib.sha256(reference_build().encode() + b"\0" + table.encode() + b"\0" + key + body).digest()
+    return digest + body
+
+
+def _hold(lock_path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S):
+    """Open `lock_path` with a shared lock held (the build is in use) and mark it used now; None without flock.
+    LockTimeout where another process holds it exclusively for more than `timeout_s`."""
     if fcntl is None:
         return None
+    deadline = time.monotonic() + timeout_s
     while True:
         handle = open(lock_path, "a")
-        fcntl.flock(handle, fcntl.LOCK_SH)  # waits only while a removal of this build is under way
+        try:
+            _lock_shared(handle, deadline, lock_path)  # waits only while another process holds it exclusively
+        except BaseException:
+            handle.close()
+            raise
         try:
             if os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino:
                 os.utime(lock_path)
@@ -325,6 +426,21 @@ def _hold(lock_path: Path):
         except FileNotFoundError:
             pass
         handle.close()  # the build was removed while we waited: lock the file that stands there now
+
+
+def _lock_shared(handle, deadline: float, lock_path: Path) -> None:
+    """A shared flock on `handle`, tried again until `deadline` (monotonic seconds), then LockTimeout."""
+    pause = 0.01
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"another process holds its lock file {lock_path}; the run goes on without "
+                                  f"the cache (wait longer with ${ENV_LOCK_TIMEOUT})") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
 
 def remove_unused_builds(directory: Path, keep: str, now: float | None = None) -> list[str]:

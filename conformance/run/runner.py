@@ -35,7 +35,7 @@ from conformance.core.model import FORMAT_VERSION, Case, Expected, Judgement, Ob
 from conformance.core.results import (DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE, ResultsWriter, iter_details,
                                       iter_results, read_manifest, write_lines_atomic, write_manifest)
 from conformance.core.rundirs import other_spec
-from conformance.judge.casejudge import CaseJudge
+from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.judge.profiles import DeviationLedger, default_profiles_dir
 from conformance.judge.refcache import ReferenceCache
 from conformance.reference.forward import takes_input_space
@@ -391,10 +391,13 @@ def _prefetch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJu
             prefetched.append((case, None))  # refused when its turn comes; nothing to compute
             continue
         judge = CaseJudge(case, spec, ctx.cache)
-        for part in _selected_parts(case, options):
-            for dialect in dialects:
-                if takes_input_space(case, dialect, spec):
-                    judge.expected(spec, part, dialect)
+        try:
+            for part in _selected_parts(case, options):
+                for dialect in dialects:
+                    if takes_input_space(case, dialect, spec):
+                        judge.expected(spec, part, dialect)
+        except ExpectationOutOfMemory:
+            judge = None  # refused with a row when it is judged
         prefetched.append((case, judge))
         elements += element_count(case)
     return prefetched
@@ -462,8 +465,15 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
             api_name, device, part = call
             dialect = dialects[api_name]
             # a case in another input space than the API's dialect has no expectation there (unsupported)
-            expected = judge.expected(spec, part, dialect) if takes_input_space(case, dialect, spec) else None
-            if outcome.failure is not None and reason is None:
+            try:
+                expected = judge.expected(spec, part, dialect) if takes_input_space(case, dialect, spec) else None
+                out_of_memory = None
+            except ExpectationOutOfMemory as exc:
+                expected, out_of_memory = None, f"{exc.problem} ({exc.fix})"
+            if out_of_memory is not None:  # the framework's answer cannot be judged: refused, with the reason
+                observed = Observation(unsupported=out_of_memory)
+                judgement = Judgement(Verdict.UNSUPPORTED, out_of_memory)
+            elif outcome.failure is not None and reason is None:
                 observed = Observation()
                 judgement = Judgement(outcome.failure, outcome.failure_message, cause="harness.isolation")
             elif reason:  # a call the API cannot express was not sent, and may have no expectation in its dialect

@@ -26,9 +26,14 @@ from conformance.core.errors import CaseFileError, UsageError
 from conformance.core.model import Case, Spec
 
 DEFAULT_MEMORY_BUDGET_MB = 8192.0
-# Peak bytes per element of a case: the float64 arrays, the framework's tensors, and the
-# reference's extended-precision temporaries (about six 16-byte arrays).
-BYTES_PER_ELEMENT = 128
+# Peak bytes per element of a case (its input, target and broadcast result), in the two processes that hold
+# it at once. The harness judging it: the reference's float64 and extended-precision temporaries, the
+# expectation of every part, the observations, and the alternative expectations an explanation or a profile
+# reads (tests/faults/test_inputs.py measures the peak and holds it under this).
+JUDGE_BYTES_PER_ELEMENT = 640
+# The worker: the case's float64 arrays and the framework's tensors, results and gradients.
+FRAMEWORK_BYTES_PER_ELEMENT = 128
+BYTES_PER_ELEMENT = JUDGE_BYTES_PER_ELEMENT + FRAMEWORK_BYTES_PER_ELEMENT
 
 
 @dataclass(frozen=True)
@@ -123,8 +128,7 @@ def _generated_key(case_id: str, budget_mb: float) -> CaseKey:
     if build_id(key) != case_id:
         raise UsageError(f"{case_id!r} is written another way than the generator writes it", where="--only",
                          fix=f"use {build_id(key)!r}")
-    elements = math.prod(key.input_shape) + math.prod(key.target_shape)
-    need_mb = elements * BYTES_PER_ELEMENT / 2**20
+    need_mb = shapes_need_mb(key.input_shape, key.target_shape)
     if need_mb > budget_mb:
         raise UsageError(f"case {case_id!r} needs about {need_mb:,.0f} MB, over the memory budget of "
                          f"{budget_mb:,.0f} MB", where="--only", fix="choose smaller shapes, or raise --memory-budget-mb")
@@ -136,13 +140,23 @@ def needs_mb(case: Case) -> float:
     return element_count(case) * BYTES_PER_ELEMENT / 2**20
 
 
+def shapes_need_mb(input_shape: tuple[int, ...], target_shape: tuple[int, ...]) -> float:
+    """needs_mb of a case of these shapes, known before its values are drawn (a generated id's)."""
+    return shape_element_count(tuple(input_shape), tuple(target_shape)) * BYTES_PER_ELEMENT / 2**20
+
+
 def element_count(case: Case) -> int:
     """The elements of a case's input, target and broadcast result (0 for shapes that do not broadcast)."""
+    return shape_element_count(case.input.shape, case.target.shape)
+
+
+def shape_element_count(input_shape: tuple[int, ...], target_shape: tuple[int, ...]) -> int:
+    """element_count from the shapes alone, in Python integers (no overflow however large the shapes)."""
     try:
-        out = int(np.prod(np.broadcast_shapes(case.input.shape, case.target.shape)))
+        out = math.prod(np.broadcast_shapes(input_shape, target_shape))
     except ValueError:
         out = 0
-    return case.input.size + case.target.size + out
+    return math.prod(input_shape) + math.prod(target_shape) + out
 
 
 def _chain(*iterables):

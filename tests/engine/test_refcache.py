@@ -154,7 +154,7 @@ def test_entries_are_data_not_pickles_and_damage_is_a_miss(spec, suite, tmp_path
     path = tmp_path / f"reference-{reference_build()}.sqlite"
     with sqlite3.connect(path) as db:
         (blob,) = db.execute("SELECT value FROM expected").fetchone()
-        assert not blob.startswith(b"\x80")  # no pickle protocol header
+        assert not blob[32:].startswith(b"\x80")  # no pickle protocol header (after the entry's seal)
         db.execute("UPDATE expected SET value = ?", (blob[:4] + b"{not json",))
     damaged = ReferenceCache(tmp_path)
     assert damaged.get(case, spec, "forward") is None and damaged.problem
@@ -253,9 +253,11 @@ def _explained_divergence(spec, suite):
     raise AssertionError("no explained divergence in the suite")
 
 
-def test_a_stored_explanation_never_serves_another_observation(spec, suite, tmp_path):
+def test_a_stored_explanation_never_serves_another_observation(spec, suite, tmp_path, monkeypatch):
     """What wrong answer could a stored explanation give? Another observation's: an observation one ulp away
-    from a stored one is explained afresh, exactly as without the cache."""
+    from a stored one is explained afresh, exactly as without the cache. (The sample a run derives again is
+    turned off here, so that the planted entry is served: tests/faults/test_inputs.py shows it caught.)"""
+    monkeypatch.setattr(ReferenceCache, "should_verify", lambda self, table="expected": False)
     from conformance.core.model import Observation
     from conformance.judge.casejudge import CaseJudge
 
@@ -268,8 +270,11 @@ def test_a_stored_explanation_never_serves_another_observation(spec, suite, tmp_
     assert stored.verdict.is_divergence and "behaves as" in stored.message and cache.explained_misses == 1
     cache.close()
     import sqlite3
-    with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:  # plant a wrong explanation
-        assert db.execute("UPDATE explained SET value = ?", (b'[["dtypes.mixed", "planted"]]',)).rowcount == 1
+    from conformance.judge.refcache import seal
+    with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:  # plant a wrong explanation,
+        (key,) = db.execute("SELECT key FROM explained").fetchone()  # sealed as the cache seals its entries
+        planted = seal("explained", key, b'[["dtypes.mixed", "planted"]]')
+        assert db.execute("UPDATE explained SET value = ?", (planted,)).rowcount == 1
     warm = ReferenceCache(tmp_path)
     assert "dtypes.mixed = planted" in CaseJudge(case, spec, warm).judgement("forward", "canonical", observed).message
     assert warm.explained_hits == 1  # the planted entry is what a rerun reads for that very observation ...
@@ -277,6 +282,31 @@ def test_a_stored_explanation_never_serves_another_observation(spec, suite, tmp_
     again = CaseJudge(case, spec, warm).judgement("forward", "canonical", nearby)
     assert (again.verdict, again.message, again.cause) == (fresh.verdict, fresh.message, fresh.cause)  # ... never
     assert "planted" not in fresh.message and warm.explained_misses == 1  # another's
+
+
+def test_a_planted_explanation_sealed_again_is_caught_by_the_sample(spec, suite, tmp_path, capsys):
+    """Someone who has read refcache.py can seal a planted explanation as the cache does; the first explanation a
+    run reads is derived again, so the plant is caught, the whole cache dropped, and the run explains afresh."""
+    import sqlite3
+
+    from conformance.judge.casejudge import CaseJudge
+    from conformance.judge.refcache import seal
+
+    case, observed = _explained_divergence(spec, suite)
+    cache = ReferenceCache(tmp_path)
+    honest = CaseJudge(case, spec, cache).judgement("forward", "canonical", observed)
+    cache.close()
+    with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:
+        (key,) = db.execute("SELECT key FROM explained").fetchone()
+        db.execute("UPDATE explained SET value = ?", (seal("explained", key, b'[["dtypes.mixed", "planted"]]'),))
+    warm = ReferenceCache(tmp_path)
+    again = CaseJudge(case, spec, warm).judgement("forward", "canonical", observed)
+    assert (again.verdict, again.message) == (honest.verdict, honest.message) and "planted" not in again.message
+    assert warm.dropped and "dropped" in capsys.readouterr().err
+    warm.close()
+    with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM explained").fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM expected").fetchone() == (0,)
 
 
 def test_stored_documentation_follows_the_profile(spec, suite, tmp_path):
