@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--cases", dest="case_file", metavar="FILE", help="take the case from a user case file")
     repro.add_argument("--seed", type=_natural, help=f"seed of a generated case (default: the run's, or {DEFAULT_SEED})")
     repro.add_argument("--no-minimize", action="store_true", help="keep the whole case")
+    repro.add_argument("--memory-budget-mb", type=_positive, default=DEFAULT_MEMORY_BUDGET_MB,
+                       help=f"refuse a case estimated to need more memory (default {DEFAULT_MEMORY_BUDGET_MB:g})")
     repro.add_argument("--cache-dir", metavar="DIR", help="with --all: read and store expectations in this reference cache")
     repro.add_argument("--progress", action="store_true", help="with --all: print 'progress DONE TOTAL' lines on stdout")
 
@@ -416,7 +418,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                          fix=f"use one of {sorted(known_adapters())}")
-    source = CaseSource(args.run_dir, args.case_file, args.seed)
+    source = CaseSource(args.run_dir, args.case_file, args.seed, memory_budget_mb=args.memory_budget_mb)
     sys.stdout.write(write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
                                   minimize=not args.no_minimize))
     return EXIT_OK
