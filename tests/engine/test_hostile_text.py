@@ -203,3 +203,22 @@ def test_reproducer_names_are_unique_bounded_and_plain():
         assert not name.startswith(".") and name.endswith(".py") and "\x00" not in name
     assert names[-1].startswith("fwd_sum_log_target=0_4x6_float32_softmax_s0__torch.nn.functional.kl_div__cpu__")
 
+
+
+@pytest.mark.parametrize("case_id", ["--all=/tmp/elsewhere", "-x", "a'; touch pwned; '", "$(touch pwned)", "a\nb",
+                                     "`touch pwned`"])
+def test_the_reports_repro_command_gives_the_case_id_as_one_argument(case_id):
+    """The report prints `kl-conformance repro ... > repro.py && python repro.py`: a shell reads it, then the
+    command's own parser. An id must reach both as itself: one word, and never an option (`--all=DIR` was one)."""
+    import shlex
+
+    from conformance.cli import build_parser
+    from conformance.report.markdown import repro_command
+    from tests.helpers import make_result
+
+    row = make_result(case_id=case_id, source="-cases.yaml")
+    words = shlex.split(repro_command(row, {"seed": 7}))
+    assert words[-5:] == [">", "repro.py", "&&", "python", "repro.py"]
+    args = build_parser().parse_args(words[1:-5])
+    assert (args.command, args.case_id, args.case_file, args.all_to, args.run_dir) == \
+        ("repro", case_id, "-cases.yaml", None, None)
