@@ -269,7 +269,36 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise ResultsError("a manifest must be a JSON object", file=str(path), fix="regenerate the run")
     check_format_version(manifest, str(path))
+    check_manifest(manifest, str(path))
     return manifest
+
+
+def _text_list(value: Any) -> bool:
+    return type(value) is list and all(type(v) is str for v in value)
+
+
+# The manifest fields reports and `repro` read, each with the test its value must pass; another field (one a
+# newer harness adds) is left to the reader that knows it.
+_MANIFEST_FIELDS: dict[str, tuple[str, Any]] = {
+    **{name: ("a string", lambda v: type(v) is str)
+       for name in ("framework", "framework_version", "status", "spec_hash", "harness_version", "python_version",
+                    "numpy_version")},
+    **{name: ("a string or null", lambda v: v is None or type(v) is str) for name in ("reason", "shard")},
+    "seed": ("a natural number or null", lambda v: v is None or (type(v) is int and v >= 0)),
+    "cases": ("a natural number or null", lambda v: v is None or (type(v) is int and v >= 0)),
+    "case_files_kept": ("a list of strings", _text_list),
+    "targets": ("a list of strings", _text_list),
+    "counts": ("an object of counts", lambda v: type(v) is dict and all(type(n) is int for n in v.values())),
+}
+
+
+def check_manifest(manifest: dict[str, Any], shown: str, where: str | None = None) -> None:
+    """Refuse a manifest (run.json, or one run of runs.json) whose fields that reports read have another type
+    than a run writes: one line naming the file and field, instead of a crash in a report."""
+    for name, (wanted, ok) in _MANIFEST_FIELDS.items():
+        if name in manifest and not ok(manifest[name]):
+            raise ResultsError(f"field {name!r} holds {_shown(manifest[name])}, not {wanted}", file=shown,
+                               where=", ".join(filter(None, (where, name))), fix="regenerate the run")
 
 
 def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:

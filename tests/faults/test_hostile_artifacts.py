@@ -174,3 +174,23 @@ def test_report_html_escapes_a_shape_it_is_given(run_dir):
     page = render_html(Tally(rows), [{"framework": rows[0].framework}], details)
     assert page.count("<script>") == 1 and "alert(1)</script>" not in page  # the page's own script only
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+MANIFEST_EDITS = [("status", 5), ("framework", ["torch"]), ("framework", None), ("seed", "x"), ("reason", 3),
+                  ("cases", "many"), ("shard", 2), ("spec_hash", None), ("counts", {"pass": "1"})]
+
+
+@pytest.mark.parametrize("field, value", MANIFEST_EDITS)
+def test_report_refuses_a_doctored_manifest_in_one_line(run_dir, tmp_path, capsys, field, value):
+    """run.json and a merge's runs.json are read back type-checked too (a status that is not text crashed)."""
+    merged = tmp_path / "merged"
+    assert main(["report", str(run_dir), "--out", str(merged)]) == 0
+    manifest = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**manifest, field: value}))
+    runs = json.loads((merged / "runs.json").read_text())
+    (merged / "runs.json").write_text(json.dumps([{**m, field: value} for m in runs]))
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "again")]) == 2
+    assert f"run.json: {field}: field {field!r} holds" in _one_line_error(capsys)
+    assert main(["report", str(merged), "--out", str(tmp_path / "again2")]) == 2
+    assert f"runs.json: run 1, {field}: field {field!r} holds" in _one_line_error(capsys)
