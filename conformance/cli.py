@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     repro = sub.add_parser("repro", help="print a standalone reproducer script for one case (stdout only)")
     repro.add_argument("case_id", metavar="CASE_ID", nargs="?", help="the case (omit with --all)")
-    repro.add_argument("--framework", help="adapter name (with --all: the run's)")
+    repro.add_argument("--framework", help="adapter name or module:Class (with --all: by default the run's, "
+                                           "if it is a registered adapter)")
     repro.add_argument("--all", metavar="OUT_DIR", dest="all_to",
                        help="write a script for every undocumented divergence of --from RUN_DIR into OUT_DIR")
     repro.add_argument("--api", help="API dotted name (default: the framework's first)")

@@ -97,8 +97,8 @@ def _inside(run_dir: str | Path, name: str) -> Path:
     """The file `name` names inside `run_dir`; one that leads outside it (an absolute path, `..`, a link out)
     is refused."""
     root = Path(run_dir).resolve()
-    path = (root / name).resolve()
-    if not name or "\0" in name or root not in path.parents:
+    path = (root / name).resolve() if name and "\0" not in name else root
+    if root not in path.parents:
         raise ResultsError(f"case_files_kept names {_shown(name)}, which is not a file inside the run directory",
                            file=str(Path(run_dir) / "run.json"), where="case_files_kept",
                            fix="regenerate the run; a run directory's files are read only from inside it")

@@ -77,7 +77,8 @@ def test_repro_all_imports_only_a_registered_adapter_or_the_one_named(run_dir, t
 
 @pytest.mark.parametrize("damage", [b"{not json", b"[1, 2]", b"\xff\xfe",
                                     {"seed": "abc"}, {"seed": -3}, {"case_files_kept": 5},
-                                    {"case_files_kept": [5]}, {"case_files_kept": [""]}])
+                                    {"case_files_kept": [5]}, {"case_files_kept": [""]},
+                                    {"case_files_kept": ["a\u0000b"]}, {"case_files_kept": ["."]}])
 def test_a_damaged_run_json_is_one_line(run_dir, capsys, damage):
     """`repro --from` with a damaged run.json crashed with a traceback."""
     if isinstance(damage, bytes):
