@@ -229,7 +229,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
     try:
         _, whole = write_all(str(out), spec, out / "repro", cache_dir=cache, progress=bar, pool=pool,
                              deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework,
-                             results=results)
+                             results=results, memory_budget_mb=args.memory_budget_mb)
     except (WorkerLost, ConformanceError) as exc:
         print(f"warning: reproducers not written ({exc})", file=sys.stderr)
         return
@@ -410,7 +410,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
                              fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
         count, _ = write_all(args.run_dir, spec, Path(args.all_to),
                              cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
-                             framework=args.framework)
+                             framework=args.framework, memory_budget_mb=args.memory_budget_mb)
         print(f"{count} reproducers in {args.all_to}")
         return EXIT_OK
     if not args.case_id or not args.framework:

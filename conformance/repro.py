@@ -258,14 +258,16 @@ def _single(case: Case, i: int) -> Case:
 def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = None,
               progress: Callable[[int, int], None] | None = None, pool: WorkerPool | None = None,
               deadline: float | None = None, framework: str | None = None,
-              results: Iterable[Result] | None = None) -> tuple[int, int]:
+              results: Iterable[Result] | None = None,
+              memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB) -> tuple[int, int]:
     """Write a reproducer, minimised, for every undocumented divergence of a run into `out_dir`.
 
     `framework` is the adapter as the run named it (a "module:Class" too); by default the one the run's
     manifest names. The framework is called by `pool` (the run's worker), else by a worker started here. Expectations
     come from the reference cache in `cache_dir` (the run's own are there already). `results` are the run's
     rows where the caller holds them already (the run that just wrote them), else they are read from
-    `run_dir`. `progress(done, total)` follows the minimisation. Returns (reproducers written, those left
+    `run_dir`. A generated case over `memory_budget_mb` is refused before its values are drawn.
+    `progress(done, total)` follows the minimisation. Returns (reproducers written, those left
     whole at `deadline`).
     """
     from conformance.core.results import iter_results
@@ -304,7 +306,7 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = ReferenceCache(cache_dir) if cache_dir is not None else None
     expect = expectations(spec, cache)
-    source, cases = CaseSource(run_dir, None, None), {}
+    source, cases = CaseSource(run_dir, None, None, memory_budget_mb), {}
     try:
         jobs = []
         for r in rows:
