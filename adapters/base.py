@@ -298,10 +298,16 @@ def check_script_names(case: Case, device: str, part: str, known_devices: tuple[
     variable) unless each is one the harness knows: a case file or a run directory cannot put code there."""
     names = {"dtype": (case.dtype.input, FLOAT_DTYPES + INTEGER_DTYPES), "target dtype": (case.dtype.target,
              FLOAT_DTYPES + INTEGER_DTYPES), "layout": (case.layout, LAYOUTS), "part": (part, PARTS),
-             "device": (device, known_devices)}
+             "device": (device, script_devices(known_devices))}
     for what, (name, known) in names.items():
         if type(name) is not str or name not in known:
             raise ValueError(f"unknown {what} {name!r} for a reproducer (one of {list(known)})")
+
+
+def script_devices(known_devices: tuple[str, ...]) -> tuple[str, ...]:
+    """The device names a reproducer may be asked for: the adapter's, and the bare kind of a qualified one
+    (Keras' "tensorflow:cpu" is also "cpu", the CLI's default, which the adapter resolves itself)."""
+    return tuple(dict.fromkeys([*known_devices, *(d.rpartition(":")[2] for d in known_devices if ":" in d)]))
 
 
 def python_comment(text: str) -> str:

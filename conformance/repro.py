@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 import conformance
-from conformance.adapters.base import Adapter
+from conformance.adapters.base import Adapter, script_devices
 from conformance.adapters.registry import get_adapter, known_adapters
 from conformance.cases.generate import DEFAULT_SEED, build_case, check_key
 from conformance.cases.ids import parse_id
@@ -357,9 +357,9 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
     if api_name is not None and api_name not in api_names:
         raise UsageError(f"unknown api {api_name!r} for {framework!r}", where="--api", fix=f"use one of {api_names}")
     api = adapter.api(api_name or api_names[0])
-    if device not in adapter.known_devices:
+    if device not in script_devices(adapter.known_devices):
         raise UsageError(f"unknown device {device!r} for {framework!r}", where="--device",
-                         fix=f"use one of {list(adapter.known_devices)}")
+                         fix=f"use one of {list(script_devices(adapter.known_devices))}")
     case = source.get(case_id)
     why = adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, part)
     if why:

@@ -72,6 +72,7 @@ def test_python_reproducers_compile_and_take_text_only_as_strings(name, data):
     for (script, suffix), code in zip(_render(name, data), plain):
         assert suffix == ".py"
         assert _python_code(script) == code  # compiles, and has the plain text's code
+        script.encode("utf-8")  # no lone surrogate left unescaped: the file can be written
 
 
 def _r_parts(script: str) -> list[str]:
@@ -222,3 +223,16 @@ def test_the_reports_repro_command_gives_the_case_id_as_one_argument(case_id):
     args = build_parser().parse_args(words[1:-5])
     assert (args.command, args.case_id, args.case_file, args.all_to, args.run_dir) == \
         ("repro", case_id, "-cases.yaml", None, None)
+
+
+
+def test_a_bare_cpu_is_still_a_keras_device():
+    """Keras' devices are qualified ("tensorflow:cpu"); `repro`'s default "cpu", which the loaded adapter takes
+    as its backend's CPU, is not refused as an unknown name."""
+    from conformance.adapters.base import check_script_names
+
+    adapter = get_adapter("keras")
+    case = make_case([[-1.0, -2.0]], [[0.5, 0.5]], reduction="sum")
+    check_script_names(case, "cpu", "forward", adapter.known_devices)
+    with pytest.raises(ValueError, match="unknown device"):
+        check_script_names(case, "tensorflow:cpu; import os", "forward", adapter.known_devices)
