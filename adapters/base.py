@@ -19,7 +19,8 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from conformance.core.model import UPSTREAM, Case, Expected, Observation
+from conformance.core.model import FLOAT_DTYPES, LAYOUTS, PARTS, UPSTREAM, Case, Expected, Observation
+from conformance.core.rounding import INTEGER_DTYPES
 
 
 class FrameworkUnavailable(Exception):
@@ -232,6 +233,7 @@ class Adapter:
 
         The default is a Python script around `repro_source`; an adapter of a framework in another
         language (R torch) writes the whole script in that language instead."""
+        check_script_names(case, device, part, self.known_devices)
         return python_repro_script(self.name, self.repro_source(case, api, device, part), case, about, expected), ".py"
 
     def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
@@ -291,6 +293,29 @@ def layout_buffer_source(name: str, layout: str) -> str:
     return f"np.array({name}, order='C')"
 
 
+def check_script_names(case: Case, device: str, part: str, known_devices: tuple[str, ...]) -> None:
+    """Refuse names a reproducer writes as code (a dtype as `torch.float32`, a device as `mx.cpu`, a part as a
+    variable) unless each is one the harness knows: a case file or a run directory cannot put code there."""
+    names = {"dtype": (case.dtype.input, FLOAT_DTYPES + INTEGER_DTYPES), "target dtype": (case.dtype.target,
+             FLOAT_DTYPES + INTEGER_DTYPES), "layout": (case.layout, LAYOUTS), "part": (part, PARTS),
+             "device": (device, script_devices(known_devices))}
+    for what, (name, known) in names.items():
+        if type(name) is not str or name not in known:
+            raise ValueError(f"unknown {what} {name!r} for a reproducer (one of {list(known)})")
+
+
+def script_devices(known_devices: tuple[str, ...]) -> tuple[str, ...]:
+    """The device names a reproducer may be asked for: the adapter's, and the bare kind of a qualified one
+    (Keras' "tensorflow:cpu" is also "cpu", the CLI's default, which the adapter resolves itself)."""
+    return tuple(dict.fromkeys([*known_devices, *(d.rpartition(":")[2] for d in known_devices if ":" in d)]))
+
+
+def python_comment(text: str) -> str:
+    """`text` as the body of one Python comment line: everything outside printable ASCII escaped, so no line
+    break in it ends the comment."""
+    return ascii(str(text))[1:-1]
+
+
 def python_repro_script(framework: str, source: str, case: Case, about: tuple[str, ...], expected: Expected) -> str:
     """A Python reproducer: the case's exact values (hex floats), the adapter's `source` lines, and the
     result printed beside the spec's expected value. Needs only the framework and NumPy."""
@@ -298,7 +323,7 @@ def python_repro_script(framework: str, source: str, case: Case, about: tuple[st
         expectation = f"expected = {f'raises {expected.error_type} ({expected.error_id})'!r}"
     else:
         expectation = (f"expected = values({hex_floats(expected.value)}, {tuple(expected.shape)})"
-                       f"  # float64, dtype {expected.result_dtype}")
+                       f"  # float64, dtype {python_comment(expected.result_dtype)}")
     title, *rest = about
     pattern = UPSTREAM["none"]
     return "\n".join([
@@ -326,7 +351,7 @@ def python_repro_script(framework: str, source: str, case: Case, about: tuple[st
         "except Exception as exc:  # the framework's exception is the result",
         "    result = f'raises {type(exc).__name__}: {exc}'.splitlines()[0]",
         expectation,
-        f'print("{framework}: ", result)',
+        f"print({framework + ': '!r}, result)",
         'print("expected:", expected)',
         "",
     ])

@@ -109,12 +109,13 @@ class OneFlowAdapter(Adapter):
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
         view = {"contiguous": "", "transposed": ".transpose(-1, -2)", "strided": "[..., ::2]"}[case.layout]
 
-        def tensor(name, dtype, grad):
+        def tensor(name, dtype, grad):  # requires_grad_ only on what a gradient part differentiates, as the run
+            grad = ".requires_grad_(True)" if grad and part != "forward" else ""
             base = f"flow.tensor({layout_buffer_source(name, case.layout)}.astype(np.float32), device={device!r})"
             if dtype == "bfloat16":
-                return f"{base}.to(flow.bfloat16).requires_grad_({grad}){view}"
+                return f"{base}.to(flow.bfloat16){grad}{view}"
             return (f"flow.tensor({layout_buffer_source(name, case.layout)}, dtype=flow.{dtype}, device={device!r})"
-                    f".requires_grad_({grad}){view}")
+                    f"{grad}{view}")
         lines = [
             "import ctypes, glob, os, site",
             "for lib in ('cublas', 'cudnn'):  # OneFlow 0.9 links CUDA 11 libraries even on CPU",

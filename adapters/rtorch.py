@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, hex_floats
+from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, check_script_names, hex_floats
 from conformance.adapters.rsession import (RSession, RSessionCrash, RSessionTimeout, decode_numbers, decode_text,
                                            encode_numbers)
 from conformance.core.model import UPSTREAM, Case, Expected, Observation
@@ -132,7 +132,8 @@ def r_string(text: str) -> str:
     """`text` as an R string literal: a quote, a backslash or any character that is not printable ASCII is
     escaped, so the literal cannot end early or span lines whatever the text (a reduction from a case file).
 
-    Is equivalent to ``'"' + text + '"'`` for plain text: ``r_string("mean") == '"mean"'``.
+    Is equivalent to ``'"' + text + '"'`` for plain text: ``r_string("mean") == '"mean"'``. NUL and lone
+    surrogates, which no R string holds, become U+FFFD, so the script still parses.
     """
     out = []
     for ch in text:
@@ -140,6 +141,8 @@ def r_string(text: str) -> str:
             out.append("\\" + ch)
         elif " " <= ch <= "~":
             out.append(ch)
+        elif ch == "\0" or "\ud800" <= ch <= "\udfff":  # R strings cannot hold NUL or a lone surrogate
+            out.append("\\U{fffd}")
         else:
             out.append(f"\\U{{{ord(ch):x}}}")
     return '"' + "".join(out) + '"'
@@ -282,6 +285,7 @@ class RTorchAdapter(Adapter):
     def repro_script(self, case: Case, api: Api, device: str, part: str, about: tuple[str, ...],
                      expected: Expected) -> tuple[str, str]:
         """An R script: needs only R and the torch package; prints R torch's result beside the spec's."""
+        check_script_names(case, device, part, self.known_devices)
         return r_repro_script(case, self.call(case, api), device, part, about, expected), ".R"
 
 
@@ -309,7 +313,7 @@ def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple
 
     def tensor(name: str, dtype: str, grad: bool) -> list[str]:
         lines = [f"  {name} <- torch_tensor(as.numeric({name}_values), dtype = torch_float64())$reshape({name}_shape)"
-                 f"{buffer}$to(device = \"{device}\", dtype = torch_{dtype}())"]
+                 f"{buffer}$to(device = {r_string(device)}, dtype = torch_{dtype}())"]
         if grad:
             lines.append(f"  {name}$requires_grad_(TRUE)")
         if view:
@@ -332,7 +336,7 @@ def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple
         expectation = f'expected <- {r_string(f"raises {expected.error_type} ({expected.error_id})")}'
     else:
         expectation = (f"expected <- shown_values(as.numeric({_r_strings(expected.value)}), "
-                       f"{_r_shape(tuple(expected.shape))}, \"{expected.result_dtype}\")")
+                       f"{_r_shape(tuple(expected.shape))}, {r_string(str(expected.result_dtype))})")
     title, *rest = about
     pattern = UPSTREAM["none"]
     return "\n".join([

@@ -84,12 +84,18 @@ class TorchAdapter(Adapter):
         return ApiCall.module(api.name, "x", "t", **kwargs)
 
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+        """The tensors as the run built them: `requires_grad_` only on what a gradient part differentiates, as
+        in `gradient` (an integer tensor refuses it, so a forward reproducer that called it would show that
+        refusal instead of the run's finding)."""
         view = {"contiguous": "", "transposed": ".transpose(-1, -2)", "strided": "[..., ::2]"}[case.layout]
+
+        def tensor(name: str, dtype: str, differentiated: bool) -> str:
+            grad = ".requires_grad_(True)" if differentiated and part != "forward" else ""
+            return (f"{name} = torch.from_numpy({layout_buffer_source(name + '_values', case.layout)})"
+                    f".to({device!r}, torch.{dtype}){grad}{view}")
         lines = ["import torch", "",
-                 f"x = torch.from_numpy({layout_buffer_source('x_values', case.layout)}).to({device!r}, torch.{case.dtype.input})"
-                 f".requires_grad_({part != 'grad_target'}){view}",
-                 f"t = torch.from_numpy({layout_buffer_source('t_values', case.layout)}).to({device!r}, torch.{case.dtype.target})"
-                 f".requires_grad_({part != 'grad_input'}){view}",
+                 tensor("x", case.dtype.input, part != "grad_target"),
+                 tensor("t", case.dtype.target, part != "grad_input"),
                  f"out = {self.call(case, api).source()}"]
         if part == "forward":
             lines.append("result = out.detach().double().cpu().numpy()")

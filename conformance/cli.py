@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     repro = sub.add_parser("repro", help="print a standalone reproducer script for one case (stdout only)")
     repro.add_argument("case_id", metavar="CASE_ID", nargs="?", help="the case (omit with --all)")
-    repro.add_argument("--framework", help="adapter name (with --all: the run's)")
+    repro.add_argument("--framework", help="adapter name or module:Class (with --all: by default the run's, "
+                                           "if it is a registered adapter)")
     repro.add_argument("--all", metavar="OUT_DIR", dest="all_to",
                        help="write a script for every undocumented divergence of --from RUN_DIR into OUT_DIR")
     repro.add_argument("--api", help="API dotted name (default: the framework's first)")
@@ -173,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--cases", dest="case_file", metavar="FILE", help="take the case from a user case file")
     repro.add_argument("--seed", type=_natural, help=f"seed of a generated case (default: the run's, or {DEFAULT_SEED})")
     repro.add_argument("--no-minimize", action="store_true", help="keep the whole case")
+    repro.add_argument("--memory-budget-mb", type=_positive, default=DEFAULT_MEMORY_BUDGET_MB,
+                       help=f"refuse a case estimated to need more memory (default {DEFAULT_MEMORY_BUDGET_MB:g})")
     repro.add_argument("--cache-dir", metavar="DIR", help="with --all: read and store expectations in this reference cache")
     repro.add_argument("--progress", action="store_true", help="with --all: print 'progress DONE TOTAL' lines on stdout")
 
@@ -244,7 +247,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
         try:
             _, whole = write_all(str(out), spec, staging, cache_dir=cache, progress=bar, pool=pool,
                                  deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework,
-                                 results=results)
+                                 results=results, memory_budget_mb=args.memory_budget_mb)
         except (WorkerLost, ConformanceError) as exc:
             print(f"warning: reproducers not written ({exc})", file=sys.stderr)
             return
@@ -510,7 +513,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
                              fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
         count, _ = write_all(args.run_dir, spec, Path(args.all_to),
                              cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
-                             framework=args.framework)
+                             framework=args.framework, memory_budget_mb=args.memory_budget_mb)
         print(f"{count} reproducers in {args.all_to}")
         return EXIT_OK
     if not args.case_id or not args.framework:
@@ -519,7 +522,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     if not is_known(args.framework):
         raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                          fix=f"use one of {sorted(known_adapters())}")
-    source = CaseSource(args.run_dir, args.case_file, args.seed)
+    source = CaseSource(args.run_dir, args.case_file, args.seed, memory_budget_mb=args.memory_budget_mb)
     sys.stdout.write(write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
                                   minimize=not args.no_minimize))
     return EXIT_OK

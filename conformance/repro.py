@@ -11,7 +11,8 @@ Writes scripts beside a run's results; never rewrites the results themselves.
 
 from __future__ import annotations
 
-import json
+import hashlib
+import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,15 +21,16 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 import conformance
-from conformance.adapters.base import Adapter
-from conformance.adapters.registry import get_adapter
-from conformance.cases.generate import DEFAULT_SEED, build_case
+from conformance.adapters.base import Adapter, script_devices
+from conformance.adapters.registry import get_adapter, known_adapters
+from conformance.cases.generate import DEFAULT_SEED, build_case, check_key
 from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
-from conformance.core.errors import HarnessBug, UsageError
+from conformance.core.errors import HarnessBug, ResultsError, UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Verdict
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
+from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB
 from conformance.run.worker import Task, WorkerPool, WorkerUnavailable
 
 MAX_CANDIDATES = 64  # single elements tried when minimising
@@ -43,18 +45,18 @@ class CaseSource:
     """Where reproducers find their cases: the user case files of a run (or one named file), each parsed
     once into an index by id, else the generated case of that id drawn with the run's seed."""
 
-    def __init__(self, run_dir: str | None, case_file: str | None, seed: int | None) -> None:
+    def __init__(self, run_dir: str | None, case_file: str | None, seed: int | None,
+                 memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB) -> None:
         self.files = [case_file] if case_file else []
         if run_dir:
-            manifest_path = Path(run_dir) / "run.json"
-            if not manifest_path.is_file():
-                raise UsageError("no run.json here", file=str(run_dir), where="--from",
-                                 fix="pass the --out directory of a `kl-conformance run`")
-            manifest = json.loads(manifest_path.read_text())
+            manifest = run_manifest(run_dir)
             seed = manifest.get("seed", seed) if seed is None else seed
-            self.files += [str(Path(run_dir) / kept) for kept in manifest.get("case_files_kept", [])]
-            self.files += manifest.get("case_files", [])
+            # the copies the run kept inside its directory: the paths the run was given are not read, as a run
+            # directory is data that may come from elsewhere, and its run.json must not point this command at
+            # any file of this machine
+            self.files += [str(_inside(run_dir, kept)) for kept in manifest.get("case_files_kept", [])]
         self.seed = DEFAULT_SEED if seed is None else seed
+        self.memory_budget_mb = memory_budget_mb
         self._index: dict[str, Case] = {}
         self._unread = list(self.files)  # read in order, each once, only as far as an id needs
 
@@ -65,10 +67,48 @@ class CaseSource:
         if case_id in self._index:
             return self._index[case_id]
         try:
-            return build_case(parse_id(case_id), self.seed)
+            key = parse_id(case_id)
+            check_key(key)
         except ValueError:
             raise UsageError(f"case {case_id!r} is not a generated id and not in {self.files or 'any case file'}",
                              where="CASE_ID", fix="pass --cases FILE or --from RUN_DIR for a user case") from None
+        # the budget is applied before any value is drawn: a huge shape in an id must not exhaust the memory
+        need_mb = (math.prod(key.input_shape) + math.prod(key.target_shape)) * BYTES_PER_ELEMENT / 2**20
+        if need_mb > self.memory_budget_mb:
+            raise UsageError(f"case {case_id!r} needs about {need_mb:,.0f} MB, over the memory budget of "
+                             f"{self.memory_budget_mb:,.0f} MB", where="CASE_ID",
+                             fix="choose a smaller case, or raise --memory-budget-mb")
+        return build_case(key, self.seed)
+
+
+def run_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """run.json of a run directory, with the fields a reproducer reads checked: a damaged or doctored one is
+    one line naming the file and field."""
+    from conformance.core.results import read_manifest
+
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        raise UsageError("no run.json here", file=str(run_dir), where="--from",
+                         fix="pass the --out directory of a `kl-conformance run`")
+    return read_manifest(run_dir)  # its fields type-checked (results.check_manifest)
+
+
+def _inside(run_dir: str | Path, name: str) -> Path:
+    """The file `name` names inside `run_dir`; one that leads outside it (an absolute path, `..`, a link out)
+    is refused."""
+    root = Path(run_dir).resolve()
+    path = (root / name).resolve() if name and "\0" not in name else root
+    if root not in path.parents:
+        raise ResultsError(f"case_files_kept names {_shown(name)}, which is not a file inside the run directory",
+                           file=str(Path(run_dir) / "run.json"), where="case_files_kept",
+                           fix="regenerate the run; a run directory's files are read only from inside it")
+    return path
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value for a one-line message: its repr, ASCII only, cut to `limit`."""
+    text = ascii(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def expectations(spec: Spec, cache=None) -> Callable[[Case, str, str], Expected]:
@@ -218,25 +258,39 @@ def _single(case: Case, i: int) -> Case:
 def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = None,
               progress: Callable[[int, int], None] | None = None, pool: WorkerPool | None = None,
               deadline: float | None = None, framework: str | None = None,
-              results: Iterable[Result] | None = None) -> tuple[int, int]:
+              results: Iterable[Result] | None = None,
+              memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB) -> tuple[int, int]:
     """Write a reproducer, minimised, for every undocumented divergence of a run into `out_dir`.
 
     `framework` is the adapter as the run named it (a "module:Class" too); by default the one the run's
     manifest names. The framework is called by `pool` (the run's worker), else by a worker started here. Expectations
     come from the reference cache in `cache_dir` (the run's own are there already). `results` are the run's
     rows where the caller holds them already (the run that just wrote them), else they are read from
-    `run_dir`. `progress(done, total)` follows the minimisation. Returns (reproducers written, those left
+    `run_dir`. A generated case over `memory_budget_mb` is refused before its values are drawn.
+    `progress(done, total)` follows the minimisation. Returns (reproducers written, those left
     whole at `deadline`).
     """
-    from conformance.core.results import iter_results, read_manifest
+    from conformance.core.results import iter_results
     from conformance.judge.refcache import ReferenceCache
 
     rows = [r for r in (iter_results(run_dir) if results is None else results) if needs_reproducer(r)]
     if not rows:
         return 0, 0
-    # the adapter as the run named it ("module:Class" too); rows carry only the adapter's own name
-    framework = framework or read_manifest(run_dir).get("framework") or rows[0].framework
+    if framework is None:
+        # only a registered adapter is imported on a run directory's word ("module:Class" runs any module)
+        framework = run_manifest(run_dir).get("framework") or rows[0].framework
+        if framework not in known_adapters():
+            raise ResultsError(f"the run names the adapter {_shown(framework)}, which is not registered",
+                               file=str(Path(run_dir) / "run.json"), where="framework",
+                               fix="name the adapter with --framework (only then is a module:Class imported)")
     adapter = get_adapter(framework)  # not loaded here: it names the APIs and writes the scripts' text
+    apis = {a.name: a for a in adapter.apis}
+    for r in rows:
+        if r.api not in apis or r.device not in adapter.known_devices:
+            raise ResultsError(f"a row of case {_shown(r.case_id)} names api {_shown(r.api)} on device "
+                               f"{_shown(r.device)}, which adapter {framework} does not have",
+                               file=str(Path(run_dir) / "results.jsonl"), where=f"case {_shown(r.case_id)}",
+                               fix="write the reproducers with the adapter that made the run (--framework)")
     if type(adapter).repro_source is Adapter.repro_source and type(adapter).repro_script is Adapter.repro_script:
         raise UsageError(f"adapter {framework} writes no reproducers", where=type(adapter).__name__,
                          fix="give the adapter a repro_source (adapters/base.py says what it returns)")
@@ -252,19 +306,18 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = ReferenceCache(cache_dir) if cache_dir is not None else None
     expect = expectations(spec, cache)
-    source, cases = CaseSource(run_dir, None, None), {}
+    source, cases = CaseSource(run_dir, None, None, memory_budget_mb), {}
     try:
         jobs = []
         for r in rows:
             if r.case_id not in cases:
                 cases[r.case_id] = source.get(r.case_id)
-            jobs.append(_Job(cases[r.case_id], adapter.api(r.api), r.device, r.part, verdict=r.verdict))
+            jobs.append(_Job(cases[r.case_id], apis[r.api], r.device, r.part, verdict=r.verdict))
         shown = None if progress is None else (lambda done: progress(done, len(jobs)))
         _minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
         for r, job in zip(rows, jobs):
             script, suffix = _render(adapter, job, spec)
-            name = "".join(c if c.isalnum() or c in "-_=." else "_" for c in f"{r.case_id}__{r.api}__{r.device}__{r.part}")
-            (out_dir / f"{name}{suffix}").write_text(script, encoding="utf-8")
+            (out_dir / script_name(r.case_id, r.api, r.device, r.part, suffix)).write_text(script, encoding="utf-8")
         if progress is not None:
             progress(len(jobs), len(jobs))
     finally:
@@ -273,6 +326,21 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
         if own_pool:
             pool.close()
     return len(jobs), sum(1 for j in jobs if j.final is j.case and j.order)  # cut short by the deadline
+
+
+NAME_STEM_CHARS = 120  # of a reproducer's file name, before its hash: well inside any file system's limit
+
+
+def script_name(case_id: str, api: str, device: str, part: str, suffix: str) -> str:
+    """A reproducer's file name: readable (the call's names, each character outside ASCII letters, digits and
+    -_=. replaced, cut short), and unique, as it ends in a digest of the whole call (`col/x` and `col_x` are
+    two files). Never a path: it has no separator, and never starts with a dot."""
+    readable = "".join(c if c.isascii() and (c.isalnum() or c in "-_=.") else "_"
+                       for c in f"{case_id}__{api}__{device}__{part}")[:NAME_STEM_CHARS]
+    if readable.startswith("."):
+        readable = "_" + readable[1:]
+    whole = "\0".join((case_id, api, device, part)).encode("utf-8", "surrogatepass")
+    return f"{readable}__{hashlib.sha256(whole).hexdigest()[:12]}{suffix}"
 
 
 def needs_reproducer(result: Result) -> bool:
@@ -289,6 +357,9 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
     if api_name is not None and api_name not in api_names:
         raise UsageError(f"unknown api {api_name!r} for {framework!r}", where="--api", fix=f"use one of {api_names}")
     api = adapter.api(api_name or api_names[0])
+    if device not in script_devices(adapter.known_devices):
+        raise UsageError(f"unknown device {device!r} for {framework!r}", where="--device",
+                         fix=f"use one of {list(script_devices(adapter.known_devices))}")
     case = source.get(case_id)
     why = adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, part)
     if why:

@@ -295,8 +295,8 @@ class Result:
     documented: bool
     documented_by: tuple[str, ...]
     known_by: tuple[str, ...]  # ids of the known-findings entries (--known) that accept this divergence
-    max_abs_err: float | None
-    bound: float | None
+    max_abs_err: float | None  # |error| of the element worst relative to its bound (largest |error| / bound)
+    bound: float | None  # that element's bound: a pass has max_abs_err <= bound, a value divergence more
     cause: str
     message: str
     warnings: tuple[str, ...]

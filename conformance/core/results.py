@@ -9,13 +9,15 @@ temporary file and renamed into place, so none is ever half-written.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
-from conformance.core.model import FORMAT_VERSION, STRICT_JSON, Result
+from conformance.core.model import FORMAT_VERSION, PARTS, RESULT_FIELDS, STRICT_JSON, Result, Verdict
 
 RESULTS_FILE = "results.jsonl"
 DETAILS_FILE = "details.jsonl"
@@ -91,13 +93,37 @@ def iter_details(run_dir: str | Path) -> Iterator[dict[str, Any]]:
                 detail = json.loads(line)
             except ValueError as exc:  # UnicodeDecodeError included
                 detail = exc
-            if not isinstance(detail, dict) or not all(isinstance(detail.get(k), str) for k in DETAIL_KEYS):
-                problem = f"unreadable detail ({detail})" if isinstance(detail, Exception) else \
-                    f"a detail must be a JSON object with the string fields {list(DETAIL_KEYS)}"
+            problem = f"unreadable detail ({detail})" if isinstance(detail, Exception) else detail_problem(detail)
+            if problem is not None:
                 raise ResultsError(problem, file=str(path), where=f"line {number}",
                                    fix="regenerate the run, or delete details.jsonl (the HTML report then shows "
                                        "no arrays)")
             yield detail
+
+
+def detail_problem(detail: Any) -> str | None:
+    """What makes a line of details.jsonl one a run cannot have written, or None: each field the HTML report
+    shows is checked for its type (an array's shape a list of sizes, its values numbers)."""
+    if not isinstance(detail, dict) or not all(type(detail.get(k)) is str for k in DETAIL_KEYS):
+        return f"a detail must be a JSON object with the string fields {list(DETAIL_KEYS)}"
+    if type(detail.get("params")) is not dict or type(detail.get("dtype")) is not str \
+            or type(detail.get("layout")) is not str:
+        return "a detail must hold its case's params (an object), dtype and layout (strings)"
+    for name in ("input", "target", "expected", "got"):
+        a = detail.get(name)
+        if a is None:
+            continue
+        if type(a) is not dict or type(a.get("shape")) is not list or type(a.get("values")) is not list \
+                or type(a.get("truncated")) is not bool:
+            return f"field {name!r} must be an array preview (shape, values, truncated)"
+        if not all(type(n) is int and n >= 0 for n in a["shape"]):
+            return f"field {name!r} has a shape {_shown(a['shape'])} that is not a list of sizes"
+        if not all(_number(v) is not None for v in a["values"]):
+            return f"field {name!r} holds values that are not numbers"
+    for name in ("expected_error", "raised"):
+        if detail.get(name) is not None and type(detail[name]) is not str:
+            return f"field {name!r} holds {_shown(detail[name])}, not a string"
+    return None
 
 
 def iter_results(run_dir: str | Path, complete_lines_only: bool = False) -> Iterator[Result]:
@@ -129,11 +155,81 @@ def _parse_row(line: bytes, path: Path, number: int) -> Result:
         raise ResultsError(f"a row must be a JSON object, got {type(row).__name__}", file=str(path),
                            where=f"line {number}", fix="regenerate the run, or remove the damaged line")
     check_format_version(row, str(path), f"line {number}")
-    try:
-        return Result.from_row(row)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ResultsError(f"unreadable row ({exc})", file=str(path), where=f"line {number}",
-                           fix="regenerate the run, or remove the damaged line") from None
+    problem = row_problem(row)
+    if problem is None:
+        try:
+            return Result.from_row(row)
+        except (ValueError, KeyError, TypeError) as exc:
+            problem = f"unreadable row ({exc})"
+    raise ResultsError(problem, file=str(path), where=f"line {number}",
+                       fix="regenerate the run, or remove the damaged line")
+
+
+_TEXT_FIELDS = ("case_id", "family", "reduction", "framework", "framework_version", "api", "device", "dtype", "cause",
+                "message", "source", "spec_hash", "harness_version", "python_version", "numpy_version", "device_name")
+_TEXT_LISTS = ("documented_by", "known_by", "warnings", "missing_warnings")
+_NONFINITE = ("nan", "inf", "-inf")
+_DIGEST = re.compile(r"[0-9a-f]{24}")
+
+
+def _number(value: Any) -> float | None:
+    """A row's number as a float (its non-finite ones written as text), or None where it is none."""
+    if type(value) in (int, float):
+        return float(value)
+    return float(value) if value in _NONFINITE else None
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """What makes a row of results.jsonl one a run cannot have written (a field of the wrong type, a verdict
+    its own numbers contradict), or None. Every field a report reads is checked, so a damaged or doctored row
+    is refused in one line instead of crashing a report or passing a gate."""
+    missing = [name for name in RESULT_FIELDS if name not in row]
+    if missing:
+        return f"missing fields {missing}"
+
+    def bad(name: str, wanted: str) -> str:
+        return f"field {name!r} holds {_shown(row[name])}, not {wanted}"
+    for name in _TEXT_FIELDS:
+        if type(row[name]) is not str:
+            return bad(name, "a string")
+    for name in _TEXT_LISTS:
+        if type(row[name]) is not list or not all(type(v) is str for v in row[name]):
+            return bad(name, "a list of strings")
+    for name in ("log_target", "documented"):
+        if type(row[name]) is not bool:
+            return bad(name, "true or false")
+    if type(row["case_digest"]) is not str or not _DIGEST.fullmatch(row["case_digest"]):
+        return bad("case_digest", "24 hex digits")
+    if row["seed"] is not None and (type(row["seed"]) is not int or row["seed"] < 0):
+        return bad("seed", "a natural number or null")
+    if row["part"] not in PARTS:
+        return bad("part", f"one of {list(PARTS)}")
+    if row["verdict"] not in {v.value for v in Verdict}:
+        return bad("verdict", f"one of {[v.value for v in Verdict]}")
+    elapsed = row["elapsed_s"]
+    if type(elapsed) not in (int, float) or not 0 <= elapsed < math.inf:
+        return bad("elapsed_s", "a finite number of seconds")
+    for name in ("max_abs_err", "bound"):
+        if row[name] is not None and (_number(row[name]) is None or _number(row[name]) < 0):
+            return bad(name, "a number >= 0, 'inf', 'nan' or null")
+    verdict, err, bound = Verdict(row["verdict"]), _number(row["max_abs_err"]), _number(row["bound"])
+    if (err is None) != (bound is None):
+        return "max_abs_err and bound must both be numbers or both null"
+    if verdict is Verdict.PASS and err is not None and not err <= bound:
+        return f"a pass whose error {row['max_abs_err']} exceeds its bound {row['bound']}"
+    if verdict is Verdict.VALUE and (err is None or err <= bound):
+        return f"a value divergence whose error {row['max_abs_err']} is within its bound {row['bound']}"
+    if row["documented"] != bool(row["documented_by"]):
+        return "documented must be true exactly when documented_by names a deviation"
+    if (row["documented"] or row["known_by"]) and not verdict.is_divergence:
+        return f"a {verdict.value} row is documented or known, but only a divergence can be"
+    return None
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value for a one-line message: its JSON text, ASCII only, cut to `limit`."""
+    text = json.dumps(value, ensure_ascii=True)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def check_format_version(document: dict[str, Any], shown: str, where: str | None = None) -> None:
@@ -173,7 +269,36 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise ResultsError("a manifest must be a JSON object", file=str(path), fix="regenerate the run")
     check_format_version(manifest, str(path))
+    check_manifest(manifest, str(path))
     return manifest
+
+
+def _text_list(value: Any) -> bool:
+    return type(value) is list and all(type(v) is str for v in value)
+
+
+# The manifest fields reports and `repro` read, each with the test its value must pass; another field (one a
+# newer harness adds) is left to the reader that knows it.
+_MANIFEST_FIELDS: dict[str, tuple[str, Any]] = {
+    **{name: ("a string", lambda v: type(v) is str)
+       for name in ("framework", "framework_version", "status", "spec_hash", "harness_version", "python_version",
+                    "numpy_version")},
+    **{name: ("a string or null", lambda v: v is None or type(v) is str) for name in ("reason", "shard")},
+    "seed": ("a natural number or null", lambda v: v is None or (type(v) is int and v >= 0)),
+    "cases": ("a natural number or null", lambda v: v is None or (type(v) is int and v >= 0)),
+    "case_files_kept": ("a list of strings", _text_list),
+    "targets": ("a list of strings", _text_list),
+    "counts": ("an object of counts", lambda v: type(v) is dict and all(type(n) is int for n in v.values())),
+}
+
+
+def check_manifest(manifest: dict[str, Any], shown: str, where: str | None = None) -> None:
+    """Refuse a manifest (run.json, or one run of runs.json) whose fields that reports read have another type
+    than a run writes: one line naming the file and field, instead of a crash in a report."""
+    for name, (wanted, ok) in _MANIFEST_FIELDS.items():
+        if name in manifest and not ok(manifest[name]):
+            raise ResultsError(f"field {name!r} holds {_shown(manifest[name])}, not {wanted}", file=shown,
+                               where=", ".join(filter(None, (where, name))), fix="regenerate the run")
 
 
 def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
 from conformance.core.model import FORMAT_VERSION, Result
-from conformance.core.results import RESULTS_FILE, check_format_version, iter_results, read_manifest
+from conformance.core.results import RESULTS_FILE, check_format_version, check_manifest, iter_results, read_manifest
 
 REPORT_FILE = "report.md"
 RUNS_FILE = "runs.json"
@@ -57,6 +57,7 @@ def read_runs(merged_dir: Path) -> list[dict[str, Any]]:
         raise ResultsError("not a list of run manifests", file=str(path), fix="merge the runs again")
     for i, manifest in enumerate(runs):
         check_format_version(manifest, str(path), f"run {i + 1}")
+        check_manifest(manifest, str(path), f"run {i + 1}")
     return runs
 
 

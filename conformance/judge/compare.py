@@ -127,7 +127,7 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
             err = np.abs(got - want)
             if (err <= bound).all():
                 worst = int(np.argmax(err / np.where(bound > 0, bound, np.finfo(np.float64).tiny)))
-                return Judgement(Verdict.PASS, "", float(err.max()), float(bound.flat[worst]))
+                return Judgement(Verdict.PASS, "", float(err.flat[worst]), float(bound.flat[worst]))
     pattern_differs = differs_in_nonfinite_pattern(got, want)
     if pattern_differs.any():
         where = np.argwhere(pattern_differs)
@@ -140,7 +140,9 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
         err = np.where(finite, np.abs(got - want), 0.0)  # both finite here; an overflowing difference is inf
         ratio = np.where(finite, err / np.where(bound > 0, bound, np.finfo(np.float64).tiny), 0.0)
     worst = np.unravel_index(int(np.argmax(ratio)), got.shape)
-    max_abs_err, worst_bound = float(err.max()), float(np.where(finite, bound, 0.0)[worst])
+    # the error and bound of one element, the worst relative to its bound: a reader can check a row's verdict
+    # against them (a pass has max_abs_err <= bound, a value divergence max_abs_err > bound)
+    max_abs_err, worst_bound = float(err[worst]), float(np.where(finite, bound, 0.0)[worst])
     outside = err > bound
     if outside.any():
         message = (f"value: {int(outside.sum())} of {got.size} elements outside bound; worst {_index(worst)}: "

@@ -97,7 +97,8 @@ def _provenance(manifests, tally: Tally) -> list[str]:
 def _summary(tally: Tally) -> list[str]:
     present = [v for v in VERDICT_ORDER if any(c[v] for c in tally.by_target.values())]
     out = ["<h2>Summary</h2><table id='summary'><tr><th>framework / api / device / part</th><th>results</th>"
-           "<th>undocumented</th><th>documented</th><th>known</th>" + "".join(f"<th>{v}</th>" for v in present) + "</tr>"]
+           "<th>undocumented</th><th>documented</th><th>known</th>" + "".join(f"<th>{_e(v)}</th>" for v in present)
+           + "</tr>"]
     for target in sorted(tally.by_target):
         c = tally.by_target[target]
         divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
@@ -162,7 +163,7 @@ def _matrix(tally: Tally) -> list[str]:
                 cls = "pass" if not divergent else ("div" if undocumented else "doc")
                 text = f"{c['pass']}/{judged}"
             cells.append(f"<td class='{cls}' {_data(_split(target))}>{text}</td>")
-        out.append(f"<tr><td>{_e(key[0])}</td><td>{_e(key[1])}</td><td>{key[2]}</td>" + "".join(cells) + "</tr>")
+        out.append(f"<tr><td>{_e(key[0])}</td><td>{_e(key[1])}</td><td>{_e(key[2])}</td>" + "".join(cells) + "</tr>")
     return out + ["</table>"]
 
 
@@ -195,11 +196,11 @@ def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list
                 if detail.get(name):
                     a = detail[name]
                     more = " ..." if a["truncated"] else ""
-                    body.append(f"<p>{name} {tuple(a['shape'])}:</p><pre>{_e(a['values'])}{more}</pre>")
+                    body.append(f"<p>{name} {_e(tuple(a['shape']))}:</p><pre>{_e(a['values'])}{more}</pre>")
             for name in ("expected_error", "raised"):
                 if detail.get(name):
                     body.append(f"<p>{name}: <code>{_e(detail[name])}</code></p>")
         out.append(f"<div class='divergence' {_data(attrs)}><details><summary><code>{_e(r.case_id)}</code> "
-                   f"{_e(target_label(r))} <span class='v-div'>{r.verdict.value}</span>{doc}</summary>"
+                   f"{_e(target_label(r))} <span class='v-div'>{_e(r.verdict.value)}</span>{doc}</summary>"
                    + "".join(body) + "</details></div>")
     return out + ["</div>"]

@@ -140,12 +140,15 @@ def _warnings(tally: Tally) -> list[str]:
 
 def repro_command(r: Result, run_info: dict[str, Any]) -> str:
     """The one-line command that prints a standalone script reproducing exactly this result."""
-    words = ["kl-conformance", "repro", r.case_id, "--framework", r.framework, "--api", r.api, "--device", r.device,
-             "--part", r.part]
+    # every value from a row is one shell word (shlex.quote) joined to its option, and the case id comes after
+    # `--`: an id or path that starts with a dash is then never read as another option
+    words = ["kl-conformance", "repro", f"--framework={r.framework}", f"--api={r.api}", f"--device={r.device}",
+             f"--part={r.part}"]
     if r.source != "generated":
-        words += ["--cases", r.source]
+        words += [f"--cases={r.source}"]
     elif run_info.get("seed") is not None:
-        words += ["--seed", str(run_info["seed"])]
+        words += [f"--seed={run_info['seed']}"]
+    words += ["--", r.case_id]
     return " ".join(shlex.quote(w) for w in words) + " > repro.py && python repro.py"
 
 

@@ -136,3 +136,31 @@ def test_call_text_is_the_call(adapter, spec):
         rendered = eval(compile(call.source(), "<call>", "eval"), namespace)  # the test's own text, not a case's
         value, _, _ = adapter.to_numpy(rendered)
         np.testing.assert_array_equal(value, observed.value)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_reproducer_of_an_integer_case_shows_the_runs_exception(adapter, spec, part, tmp_path):
+    """torch's forward reproducers called requires_grad_ on every tensor: an integer case then raised that
+    refusal ("only Tensors of floating point dtype can require gradients") instead of the one the run
+    recorded. A reproducer must show the run's finding, message and all, and nothing else."""
+    if not _writes_python(adapter):
+        pytest.skip(f"{adapter.name} writes R scripts: test_reproducer_makes_the_live_call runs them")
+    device = adapter.devices()[0]
+    checked = 0
+    for api in adapter.apis:
+        if adapter.unsupported_part(api, part):
+            continue
+        case = as_api_takes(make_case([[-1.0, -2.0]], [[0.0, 1.0]], reduction="sum", dtype="int64"), api, spec)
+        observed = adapter.run(case, api, device, part)
+        if adapter.unsupported_reason(case, api) or observed.unsupported or not observed.raised:
+            continue
+        script = tmp_path / f"repro_{api.name.replace('.', '_')}_{part}.py"
+        script.write_text(adapter.repro_source(case, api, device, part), encoding="utf-8")
+        namespace = {"np": np, "x_values": case.input, "t_values": case.target, "upstream": upstream_gradient}
+        with pytest.raises(Exception) as raised:
+            runpy.run_path(str(script), init_globals=namespace)
+        shown = f"{type(raised.value).__name__}: {str(raised.value).splitlines()[0] if str(raised.value) else ''}"
+        recorded = f"{observed.exception_type}: {observed.exception_message.splitlines()[0]}"
+        assert shown[:200] == recorded[:200], f"{api.name}/{part}"
+        checked += 1
+    assert checked or part == "grad2_input"

@@ -161,7 +161,7 @@ def test_every_divergence_is_minimised_with_its_progress_shown(default_run, tmp_
             for one in (replace(case, input=np.full(shape, x), target=np.full(shape, t), layout="contiguous")
                         for x, t in zip(case.input.reshape(-1)[:repro.MAX_CANDIDATES],
                                         case.target.reshape(-1)[:repro.MAX_CANDIDATES])))
-        name = "".join(c if c.isalnum() or c in "-_=." else "_" for c in f"{r.case_id}__{r.api}__{r.device}__{r.part}")
-        script = next((tmp_path / "repro").glob(name + ".*")).read_text()
+        suffix = ".R" if framework in R_FRAMEWORKS else ".py"
+        script = (tmp_path / "repro" / repro.script_name(r.case_id, r.api, r.device, r.part, suffix)).read_text()
         assert _holds_one_element(script, framework) == one_diverges, (r.case_id, r.api, r.part)
     assert checked

@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 
 import conformance.repro as repro
+from conformance.core.model import FORMAT_VERSION
 
 
 def test_each_case_file_is_read_once_for_every_id(tmp_path, monkeypatch):
     # repro.find_case used to parse every case file again for every case id: a 100-case file with
     # 600 divergences took about 10 minutes (issue 12)
-    cases = tmp_path / "cases.yaml"
+    (tmp_path / "cases").mkdir()
+    cases = (tmp_path / "cases" / "0-cases.yaml").resolve()
     cases.write_text("".join(f"- id: user-{i}\n  input: [-1.0, -2.0]\n  target: [0.5, 0.5]\n" for i in range(40)))
-    later = tmp_path / "later.yaml"
+    later = (tmp_path / "cases" / "1-later.yaml").resolve()
     later.write_text("- id: user-0\n  input: [-9.0]\n  target: [0.25]\n")
-    (tmp_path / "run.json").write_text(json.dumps({"seed": 7, "case_files": [str(cases), str(later)]}))
+    (tmp_path / "run.json").write_text(json.dumps({"seed": 7, "format_version": FORMAT_VERSION,
+                                                   "case_files_kept": ["cases/0-cases.yaml", "cases/1-later.yaml"]}))
     reads = []
     load = repro.load_case_file
     monkeypatch.setattr(repro, "load_case_file", lambda path: reads.append(path) or load(path))

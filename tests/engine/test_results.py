@@ -84,7 +84,8 @@ def test_manifest_format_version(tmp_path):
 
 @pytest.mark.parametrize("damage", ["{not json\n", "[1, 2]\n", '{"case_id": "x"}\n', b"\xff\xfe\n"])
 def test_damaged_details_name_file_and_line(tmp_path, damage):
-    good = json.dumps({"case_id": "a", "framework": "torch", "api": "f", "device": "cpu", "part": "forward"})
+    good = json.dumps({"case_id": "a", "framework": "torch", "api": "f", "device": "cpu", "part": "forward",
+                       "params": {}, "dtype": "float32", "layout": "contiguous"})
     path = tmp_path / "details.jsonl"
     path.write_bytes(good.encode() + b"\n" + (damage if isinstance(damage, bytes) else damage.encode()))
     with pytest.raises(ResultsError) as info:
@@ -120,8 +121,10 @@ def test_a_detail_line_is_the_json_of_its_key_and_fields(tmp_path):
     from conformance.core.results import DETAIL_KEYS, encoded_fields
 
     row = make_result(verdict="value")
-    fields = ({"params": {"reduction": "sum"}, "input": {"values": ["nan", 1.5]}},
-              {"expected": None, "expected_error": "ValueError"}, {"got": {"values": [2.0]}, "raised": None})
+    fields = ({"params": {"reduction": "sum"}, "dtype": "float32", "layout": "contiguous",
+               "input": {"shape": [2], "values": ["nan", 1.5], "truncated": False}},
+              {"expected": None, "expected_error": "ValueError"},
+              {"got": {"shape": [], "values": [2.0], "truncated": False}, "raised": None})
     with ResultsWriter(tmp_path) as writer:
         writer.write(row, tuple(encoded_fields(**group) for group in fields))
     (line,) = (tmp_path / "details.jsonl").read_text().splitlines()

@@ -147,8 +147,10 @@ def test_report_html_embeds_the_svg_the_rows_give(tmp_path):
     errors = [0.0, 1e-9, 3e-7, 2e-6, 5e-5]  # bound 1e-6 each
     with ResultsWriter(run) as writer:
         for i, err in enumerate(errors):
-            writer.write(make_result(case_id=f"fwd/sum/log_target=0/4x6/float32/softmax/s{i}", max_abs_err=err))
-        writer.write(make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s9", max_abs_err=None))
+            writer.write(make_result(case_id=f"fwd/sum/log_target=0/4x6/float32/softmax/s{i}", max_abs_err=err,
+                                     verdict="pass" if err <= 1e-6 else "value"))
+        writer.write(make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s9", max_abs_err=None,
+                                 bound=None))
     write_manifest(run, {"framework": "torch", "status": "complete", "seed": 1})
     (tmp_path / "out").mkdir()
     write_report(tmp_path / "out", [run])
