@@ -189,7 +189,8 @@ def test_report_refuses_a_doctored_manifest_in_one_line(run_dir, tmp_path, capsy
     manifest = json.loads((run_dir / "run.json").read_text())
     (run_dir / "run.json").write_text(json.dumps({**manifest, field: value}))
     runs = json.loads((merged / "runs.json").read_text())
-    (merged / "runs.json").write_text(json.dumps([{**m, field: value} for m in runs]))
+    runs["runs"] = [{**m, field: value} for m in runs["runs"]]
+    (merged / "runs.json").write_text(json.dumps(runs))
     capsys.readouterr()
     assert main(["report", str(run_dir), "--out", str(tmp_path / "again")]) == 2
     assert f"run.json: {field}: field {field!r} holds" in _one_line_error(capsys)
