@@ -264,7 +264,7 @@ class Judgement:
 # The major version of the files a run writes (results.jsonl rows, run.json, summary.json).
 # It changes when a field is removed or renamed or changes meaning; adding a field does not
 # change it. Readers refuse another version (spec/results.schema.json says the same).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 STRICT_JSON = json.JSONEncoder(allow_nan=False)  # JSON without NaN/inf, one encoder: json.dumps(allow_nan=False) builds one per call
 
 RESULT_FIELDS = (

@@ -238,7 +238,8 @@ def check_format_version(document: dict[str, Any], shown: str, where: str | None
     if version != FORMAT_VERSION:
         raise ResultsError(f"written in format version {version!r}; this harness reads version {FORMAT_VERSION}",
                            file=shown, where=where,
-                           fix="rerun it with this harness, or read it with the harness version that wrote it")
+                           fix="re-baseline: run the frameworks again with this harness (kl-conformance run ... "
+                               "--force, or tox -m conformance), or read it with the harness version that wrote it")
 
 
 def drop_partial_last_line(run_dir: Path) -> None:

@@ -6,6 +6,7 @@ is what makes merging runs from several machines sound.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any, Sequence
 
@@ -31,7 +32,7 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
            "|---|---|---|---|---|---|---|---|---|---|"]
     for i, m in enumerate(manifests, start=1):
         status = m.get("status", "?") + (f": {m['reason']}" if m.get("reason") else "")
-        out.append(f"| {i} | {m.get('framework', '?')} | {m.get('framework_version', '-')} | {_cell(status)} | "
+        out.append(f"| {i} | {_cell(m.get('framework', '?'))} | {_cell(m.get('framework_version', '-'))} | {_cell(status)} | "
                    f"{m.get('cases', '-')} | {m.get('shard') or '-'} | {m.get('python_version', '-')} | "
                    f"{m.get('numpy_version', '-')} | {m.get('spec_hash', '-')} | {m.get('harness_version', '-')} |")
     seeds = sorted({str(m.get("seed")) for m in manifests if m.get("seed") is not None})
@@ -55,7 +56,7 @@ def _summary(tally: Tally) -> list[str]:
         c = counts[target]
         divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
         new, known = tally.undocumented[target], tally.known[target]
-        out.append(f"| {target} | {sum(c.values())} | {new} | {divergent - new - known} | {known} | "
+        out.append(f"| {_cell(target)} | {sum(c.values())} | {new} | {divergent - new - known} | {known} | "
                    + " | ".join(str(c[v]) for v in present) + " |")
     return out + [""]
 
@@ -66,7 +67,7 @@ def _family_matrix(tally: Tally) -> list[str]:
     cells = tally.by_family
     out = ["## Case families", "",
            "Each cell: passes / results judged, then divergences; `n/a` where the API cannot express the family.", "",
-           "| family | reduction | log_target | " + " | ".join(targets) + " |",
+           "| family | reduction | log_target | " + " | ".join(_cell(t) for t in targets) + " |",
            "|---|---|---|" + "---|" * len(targets)]
     for key in sorted(cells):
         row = []
@@ -80,7 +81,7 @@ def _family_matrix(tally: Tally) -> list[str]:
                 row.append("n/a")
             else:
                 row.append(f"{c['pass']}/{judged}" + (f" **{divergent} div**" if divergent else ""))
-        out.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(row) + " |")
+        out.append(f"| {_cell(key[0])} | {_cell(key[1])} | {_cell(key[2])} | " + " | ".join(row) + " |")
     return out + [""]
 
 
@@ -96,17 +97,17 @@ def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]
     for (cause, verdict), members in sorted(groups.items(), key=lambda kv: (-tally.group_sizes[kv[0]], kv[0])):
         size = tally.group_sizes[(cause, verdict)]
         targets = sorted(tally.group_targets[(cause, verdict)])
-        out += [f"### `{cause}`: {verdict} ({size} results)", "",
-                "Affects " + ", ".join(f"`{t}`" for t in targets) + ".", "",
+        out += [f"### {_code(cause)}: {_cell(verdict)} ({size} results)", "",
+                "Affects " + ", ".join(_code(t) for t in targets) + ".", "",
                 "| case | api / device | finding | reproduce |", "|---|---|---|---|"]
         for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device)):
-            tags = (f" **documented** ({', '.join(r.documented_by)})" if r.documented else "") + \
-                (f" **known** ({', '.join(r.known_by)})" if r.known_by else "")
-            out.append(f"| `{r.case_id}` | {r.api} / {r.device}{'' if r.part == 'forward' else ' / ' + r.part} | "
-                       f"{_cell(r.message)}{tags} | "
-                       f"`{repro_command(r, run_info.get(r.framework, {}))}` |")
+            tags = (f" **documented** ({_cell(', '.join(r.documented_by))})" if r.documented else "") + \
+                (f" **known** ({_cell(', '.join(r.known_by))})" if r.known_by else "")
+            out.append(f"| {_code(r.case_id)} | {_cell(r.api)} / {_cell(r.device)}"
+                       f"{'' if r.part == 'forward' else ' / ' + _cell(r.part)} | {_cell(r.message)}{tags} | "
+                       f"{_code(repro_command(r, run_info.get(r.framework, {})))} |")
         if size > len(members):
-            out.append(f"\n{size - len(members)} more in results.jsonl (cause `{cause}`, verdict `{verdict}`).")
+            out.append(f"\n{size - len(members)} more in results.jsonl (cause {_code(cause)}, verdict {_code(verdict)}).")
         out.append("")
     return out
 
@@ -124,7 +125,7 @@ def _known(audit: Sequence[Any]) -> list[str]:
     for a in audit:
         e = a.entry
         status = f"**{a.status}**" if a.status == "stale" else a.status
-        out.append(f"| `{e.id}` | {a.accepted} | {a.concerned} | {status} | {_cell(e.reason)} | {_cell(e.link or '-')} |")
+        out.append(f"| {_code(e.id)} | {a.accepted} | {a.concerned} | {status} | {_cell(e.reason)} | {_cell(e.link or '-')} |")
     return out + [""]
 
 
@@ -134,7 +135,7 @@ def _warnings(tally: Tally) -> list[str]:
     if not missing:
         return out + ["Every warning the spec expects was given.", ""]
     out += ["", "| framework / api / device | expected warning not given | results |", "|---|---|---:|"]
-    out += [f"| {t} | {w} | {n} |" for (t, w), n in sorted(missing.items())]
+    out += [f"| {_cell(t)} | {_cell(w)} | {n} |" for (t, w), n in sorted(missing.items())]
     return out + [""]
 
 
@@ -149,9 +150,25 @@ def repro_command(r: Result, run_info: dict[str, Any]) -> str:
     elif run_info.get("seed") is not None:
         words += [f"--seed={run_info['seed']}"]
     words += ["--", r.case_id]
+    if r.framework == "rtorch":  # R torch's reproducer is an R script
+        return " ".join(shlex.quote(w) for w in words) + " > repro.R && Rscript repro.R"
     return " ".join(shlex.quote(w) for w in words) + " > repro.py && python repro.py"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+# Characters that can start Markdown or HTML markup inside a table cell; a backslash makes each one literal.
+_MARKUP = re.compile(r"([\\`*_\[\]<>|&~!])")
+_LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]")
+
+
+def _cell(text: object) -> str:
+    """Text from a row, spec or known file as plain text in one table cell: no markup, no link, no new row."""
+    return _MARKUP.sub(r"\\\1", _LINE_BREAKS.sub(" ", str(text)))
+
+
+def _code(text: object) -> str:
+    """Text as one code span in a table cell, whatever backticks, bars or line breaks it holds."""
+    body = _LINE_BREAKS.sub(" ", str(text)).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall("`+", body)), default=0) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") or body.startswith(" ") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
 

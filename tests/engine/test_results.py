@@ -44,6 +44,7 @@ def test_a_file_cut_short_by_an_error_is_never_seen(tmp_path):
 import json  # noqa: E402
 
 from conformance.core.errors import ResultsError  # noqa: E402
+from conformance.core.model import FORMAT_VERSION  # noqa: E402
 from conformance.core.results import (ResultsWriter, iter_details, iter_results, read_manifest,  # noqa: E402
                                       write_manifest)
 from tests.helpers import make_result  # noqa: E402
@@ -56,11 +57,11 @@ def test_rows_carry_format_version_seed_and_digest(tmp_path):
     (line,) = (tmp_path / "results.jsonl").read_text().splitlines()
     parsed = json.loads(line)
     assert (parsed["format_version"], parsed["seed"], parsed["case_digest"], parsed["known_by"]) == \
-        (2, 7, "ab" * 12, ["torch-onehot"])
+        (FORMAT_VERSION, 7, "ab" * 12, ["torch-onehot"])
     assert list(iter_results(tmp_path)) == [row]
 
 
-@pytest.mark.parametrize("version", [None, 1, 3])
+@pytest.mark.parametrize("version", [None, 1, 2, 4])
 def test_rows_of_another_format_version_are_refused(tmp_path, version):
     row = json.loads(make_result().to_json())
     if version is None:
@@ -71,12 +72,13 @@ def test_rows_of_another_format_version_are_refused(tmp_path, version):
     with pytest.raises(ResultsError) as info:
         list(iter_results(tmp_path))
     message = str(info.value)
-    assert f"results.jsonl: line 1: written in format version {version or 1}" in message and "Fix:" in message
+    assert f"results.jsonl: line 1: written in format version {version or 1}" in message
+    assert "Fix: re-baseline: run the frameworks again" in message
 
 
 def test_manifest_format_version(tmp_path):
     write_manifest(tmp_path, {"framework": "torch"})
-    assert read_manifest(tmp_path)["format_version"] == 2
+    assert read_manifest(tmp_path)["format_version"] == FORMAT_VERSION
     (tmp_path / "run.json").write_text(json.dumps({"framework": "torch"}))
     with pytest.raises(ResultsError, match="run.json: written in format version 1"):
         read_manifest(tmp_path)

@@ -10,6 +10,7 @@ import stat
 import pytest
 
 from conformance.cli import main
+from conformance.core.model import FORMAT_VERSION
 from conformance.core.results import iter_results
 
 CASES = """
@@ -146,14 +147,39 @@ def test_report_into_one_of_its_runs_is_refused(tmp_path, capsys):
 def test_rows_carry_seed_digest_and_format_version(tmp_path):
     assert _run(tmp_path, "--seed", "11") == 0
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    assert {r["format_version"] for r in rows} == {2} and {r["seed"] for r in rows} == {11}
+    assert {r["format_version"] for r in rows} == {FORMAT_VERSION} and {r["seed"] for r in rows} == {11}
     assert len({r["case_digest"] for r in rows}) == 2
     manifest = json.loads((tmp_path / "out" / "run.json").read_text())
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert manifest["format_version"] == summary["format_version"] == 2
+    assert manifest["format_version"] == summary["format_version"] == FORMAT_VERSION
 
 
 def test_an_api_named_twice_runs_once(tmp_path):
     """`--api A --api A` used to run every case twice and write each row twice."""
     assert _run(tmp_path, "--api", "numpy.kl_div", "--api", "numpy.kl_div", "--device", "cpu", "--device", "cpu") == 0
     assert len(list(iter_results(tmp_path / "out"))) == 2
+
+
+def _as_format_version(run_dir, version):
+    """Rewrite a run as an older harness would have written it."""
+    path = run_dir / "results.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**row, "format_version": version}) + "\n" for row in rows))
+    manifest = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**manifest, "format_version": version}))
+
+
+def test_a_run_of_an_older_format_is_refused_by_report_baseline_and_resume_in_one_line(tmp_path, capsys):
+    old = tmp_path / "old"
+    assert _run(tmp_path, out=old) == 0
+    _as_format_version(old, FORMAT_VERSION - 1)
+    capsys.readouterr()
+    for command in (["report", str(old), "--out", str(tmp_path / "merged")],
+                    ["run", "--framework", NUMPY, "--suite", "none", "--cases", str(_cases(tmp_path)),
+                     "--out", str(tmp_path / "new"), "--baseline", str(old)],
+                    ["run", "--framework", NUMPY, "--suite", "none", "--cases", str(_cases(tmp_path)),
+                     "--out", str(old), "--resume"]):
+        assert main(command) == 2, command
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"format version {FORMAT_VERSION - 1}" in err and "re-baseline" in err
+    assert not (tmp_path / "merged").exists() and not (tmp_path / "new").exists()

@@ -1,0 +1,72 @@
+"""report.md shows text from rows as text: a case id, message or name with bars, backticks, line breaks, HTML or
+link syntax neither adds a table row or column nor becomes markup in the rendered page."""
+
+from __future__ import annotations
+
+import re
+
+from conformance.report.markdown import render_markdown
+from conformance.report.tally import Tally
+from tests.helpers import make_result
+
+HOSTILE = "a|b`c``d\n| injected | row |\r<script>alert(1)</script> [x](javascript:alert(1)) *em* &amp; \u2028e"
+
+
+def _rows():
+    return [make_result(case_id=HOSTILE, verdict="value", max_abs_err=1.0, bound=1e-6, cause=HOSTILE,
+                        message=HOSTILE, api="torch.nn.functional.kl_div|x", device="cpu<b>",
+                        documented_by=(), known_by=()),
+            make_result()]
+
+
+def _outside_code_spans(line: str) -> str:
+    """The line with its code spans removed (CommonMark: a run of N backticks closes at the next run of N)."""
+    out, i = [], 0
+    while i < len(line):
+        if line[i] == "\\":  # a backslash escape outside a code span: the next character is literal
+            out.append(line[i:i + 2])
+            i += 2
+            continue
+        run = re.match("`+", line[i:])
+        if run is None:
+            out.append(line[i])
+            i += 1
+            continue
+        fence = run.group()
+        close = re.search(f"(?<!`){fence}(?!`)", line[i + len(fence):])
+        if close is None:
+            out.append(fence)
+            i += len(fence)
+        else:
+            i += len(fence) + close.end()
+    return "".join(out)
+
+
+def _unescaped(text: str, chars: str) -> list[str]:
+    return re.findall(rf"(?<!\\)[{re.escape(chars)}]", text)
+
+
+def test_hostile_row_text_stays_in_its_cell():
+    text = render_markdown(Tally(_rows()), [])
+    lines = text.splitlines()
+    assert not any(line.startswith("| injected") for line in lines)
+    header = None
+    for line in lines:
+        if not line.startswith("|"):
+            header = None
+            continue
+        columns = len(_unescaped(line, "|"))
+        header = header or columns
+        assert columns == header, line  # no bar from the text opens another column
+    hostile_lines = [line for line in lines if "injected" in line]
+    assert hostile_lines, "the hostile row is in the report"
+    for line in hostile_lines:
+        plain = _outside_code_spans(line)
+        assert not _unescaped(plain, "<>[]`*&"), plain  # no HTML, link, code or emphasis starts outside a code span
+
+
+def test_r_torch_rows_reproduce_with_rscript():
+    row = make_result(framework="rtorch", api="torch::nnf_kl_div", verdict="value", max_abs_err=1.0, bound=1e-6,
+                      message="m")
+    text = render_markdown(Tally([row]), [])
+    assert "> repro.R && Rscript repro.R" in text and "python repro.py" not in text
