@@ -16,7 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from conformance.core.errors import HarnessBug, ResultsError, UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Verdict
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
-from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB
+from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB, needs_mb
 from conformance.run.worker import Task, WorkerPool, WorkerUnavailable
 
 MAX_CANDIDATES = 64  # single elements tried when minimising
@@ -306,26 +306,48 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = ReferenceCache(cache_dir) if cache_dir is not None else None
     expect = expectations(spec, cache)
-    source, cases = CaseSource(run_dir, None, None, memory_budget_mb), {}
+    source = CaseSource(run_dir, None, None, memory_budget_mb)
+    written = whole = 0
     try:
-        jobs = []
-        for r in rows:
-            if r.case_id not in cases:
-                cases[r.case_id] = source.get(r.case_id)
-            jobs.append(_Job(cases[r.case_id], apis[r.api], r.device, r.part, verdict=r.verdict))
-        shown = None if progress is None else (lambda done: progress(done, len(jobs)))
-        _minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
-        for r, job in zip(rows, jobs):
-            script, suffix = _render(adapter, job, spec)
-            (out_dir / script_name(r.case_id, r.api, r.device, r.part, suffix)).write_text(script, encoding="utf-8")
+        for group in within_budget(rows, source.get, memory_budget_mb):
+            jobs = [_Job(case, apis[r.api], r.device, r.part, verdict=r.verdict) for r, case in group]
+            shown = None if progress is None else (lambda done, before=written: progress(before + done, len(rows)))
+            _minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
+            for (r, _), job in zip(group, jobs):
+                script, suffix = _render(adapter, job, spec)
+                (out_dir / script_name(r.case_id, r.api, r.device, r.part, suffix)).write_text(script,
+                                                                                               encoding="utf-8")
+            written += len(jobs)
+            whole += sum(1 for j in jobs if j.final is j.case and j.order)  # cut short by the deadline
         if progress is not None:
-            progress(len(jobs), len(jobs))
+            progress(written, len(rows))
     finally:
         if cache is not None:
             cache.close()
         if own_pool:
             pool.close()
-    return len(jobs), sum(1 for j in jobs if j.final is j.case and j.order)  # cut short by the deadline
+    return written, whole
+
+
+def within_budget(rows: Sequence[Result], case_of: Callable[[str], Case],
+                  memory_budget_mb: float) -> Iterator[list[tuple[Result, Case]]]:
+    """The rows with their cases, in groups whose jobs together fit the memory budget: minimising holds each
+    job's observation and expectation until its script is written, so many cases each within the budget
+    must not be held at once. A group holds at least one row."""
+    group: list[tuple[Result, Case]] = []
+    cases: dict[str, Case] = {}
+    used_mb = 0.0
+    for r in rows:
+        case = cases.get(r.case_id) or case_of(r.case_id)
+        need_mb = needs_mb(case)
+        if group and used_mb + need_mb > memory_budget_mb:
+            yield group
+            group, cases, used_mb = [], {}, 0.0
+        cases[r.case_id] = case
+        group.append((r, case))
+        used_mb += need_mb
+    if group:
+        yield group
 
 
 NAME_STEM_CHARS = 120  # of a reproducer's file name, before its hash: well inside any file system's limit

@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.cases.userfile import load_case_file
+from conformance.cli import main
 from conformance.core.model import Verdict
+from conformance.core.results import iter_results
 from conformance.core.specload import load_spec
-from conformance.repro import _Job, _minimise_all, expectations, in_process
+from conformance.repro import CaseSource, _Job, _minimise_all, expectations, in_process, within_budget
+from conformance.run.selection import needs_mb
 from tests.faults.adapters import OffOnLateSinglesAdapter
 
 
@@ -33,3 +36,26 @@ def test_the_first_candidate_in_order_wins_in_a_few_rounds(tmp_path):
     assert job.final.input.item() == inputs[20]
     assert [n for n in rounds if n] == [1, 1, 2, 4, 8, 16]  # the screen (one call of every element), then the widening rounds
     assert abs(job.observed.value.item() - (targets[20] * 0.5 + 1.0)) < 1e-12  # element 20's own observation
+
+
+def test_reproducers_are_minimised_in_groups_within_the_memory_budget(tmp_path):
+    """Minimising holds every job's observation and expectation until its script is written: many divergent
+    cases, each within the budget, are taken in groups that fit it together, and every reproducer is still
+    written."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("".join(f"- {{id: fault-{i}, input: [[-1.0, -2.0, -0.5]], target: [[0.25, 0.5, 0.25]], "
+                             f"reduction: none, dtype: float64}}\n" for i in range(5)))
+    out = tmp_path / "out"
+    assert main(["run", "--framework", "tests.faults.adapters:OffByOneAdapter", "--suite", "none", "--cases",
+                 str(cases), "--out", str(out), "--no-progress", "--no-repro"]) == 0
+    rows = [r for r in iter_results(out) if r.verdict.is_divergence]
+    assert len(rows) == 5
+    source = CaseSource(str(out), None, None)
+    one_mb = needs_mb(source.get("fault-0"))
+    budget_mb = 2.5 * one_mb  # two cases fit together, three do not
+    groups = list(within_budget(rows, source.get, budget_mb))
+    assert [len(g) for g in groups] == [2, 2, 1]
+    assert all(sum(needs_mb(case) for _, case in g) <= budget_mb for g in groups)
+    assert main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
+                 "tests.faults.adapters:OffByOneAdapter", "--memory-budget-mb", str(budget_mb)]) == 0
+    assert len(list((tmp_path / "repro").iterdir())) == 5
