@@ -86,3 +86,14 @@ def default_suite_digest() -> str:
 # environment checks it (tests/e2e/test_case_values.py), so `report` can merge their rows. It changes only when
 # the generator, the spec's suite or the case format changes; then update it here, in the same commit.
 DEFAULT_SUITE_DIGEST = "4699d4bfc68891cf8380e37c543eaaa206b11b80f3a049afd1a1217e217fb74b"
+
+
+def code_without_strings(source: str) -> str:
+    """Python source's code with every string constant emptied: what could run, whatever text it quotes."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            node.value = ""
+    return ast.unparse(tree)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from conformance.adapters.keras import REDUCTIONS as KERAS_REDUCTIONS
 from conformance.adapters.registry import get_adapter
 from conformance.core.model import Expected
-from tests.helpers import make_case
+from tests.helpers import code_without_strings, make_case
 
 PYTHON_ADAPTERS = ["torch", "oneflow", "paddle", "mindspore", "mlx", "optax", "keras"]
 DEVICES = {"keras": "tensorflow:cpu"}
@@ -146,21 +146,13 @@ def test_r_reproducers_parse_in_r_with_the_plain_texts_code(tmp_path):
 
 # One test per attack found on main.
 
-def _code_without_strings(script: str) -> str:
-    tree = ast.parse(script)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            node.value = ""
-    return ast.unparse(tree)
-
-
 @pytest.mark.parametrize("text", ['a"""; __import__("os").system("touch pwned"); """', "x\\N{x}", "a\x00b",
                                   "a\ud800b", 'mean"""\n__import__("os").system("touch pwned")\n"""'])
 def test_a_case_id_or_reduction_stays_in_its_string(text):
     """The issue's attacks: an id closing the docstring, `\\N{x}` (a SyntaxError once in a docstring), NUL, a
     lone surrogate; the reduction too, whose repr did not escape a triple quote inside the docstring."""
     for script, _ in _render("torch", {**PLAIN, "id": text, "reduction": text}):
-        assert "__import__" not in _code_without_strings(script)
+        assert "__import__" not in code_without_strings(script)
         assert script.encode("utf-8")  # a lone surrogate is escaped, so the file can be written
 
 
@@ -168,7 +160,7 @@ def test_spec_text_in_a_python_comment_stays_a_comment():
     """The expected value's dtype was written in a comment as it stood: a line break in it ended the
     comment and the rest ran."""
     for script, _ in _render("torch", {**PLAIN, "spec": "float32\n__import__('os').system('touch pwned')"}):
-        assert "__import__" not in _code_without_strings(script)
+        assert "__import__" not in code_without_strings(script)
 
 
 def test_spec_text_in_an_r_script_stays_a_string():

@@ -13,7 +13,7 @@ import pytest
 from conformance.adapters.base import ApiCall
 from conformance.adapters.registry import get_adapter
 from conformance.core.model import Expected
-from tests.helpers import make_case
+from tests.helpers import code_without_strings, make_case
 
 HOSTILE = [
     '"""; __import__("os").system("echo owned") #',
@@ -24,15 +24,6 @@ HOSTILE = [
 DEVICES = {"keras": "tensorflow:cpu"}
 
 
-def _code_without_strings(source: str) -> str:
-    """The source's code with every string constant emptied: what could run."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            node.value = ""
-    return ast.unparse(tree)
-
-
 def _strings(source: str) -> list[str]:
     return [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
@@ -41,7 +32,7 @@ def _strings(source: str) -> list[str]:
 def test_api_call_states_values_as_literals(hostile):
     call = ApiCall.module("torch.nn.KLDivLoss", "x", "t", reduction=hostile, log_target=False)
     source = call.source()
-    assert "__import__" not in _code_without_strings(source)
+    assert "__import__" not in code_without_strings(source)
     assert hostile in _strings(source)
 
 
@@ -66,8 +57,8 @@ def test_reproducer_takes_case_text_only_as_literals(name, hostile):
         for part in ("forward", "grad_input", "grad2_input"):
             script, suffix = adapter.repro_script(case, api, DEVICES.get(name, "cpu"), part, about, expected)
             assert suffix == ".py"
-            assert "__import__" not in _code_without_strings(script), f"{api.name}/{part}"
-            assert "owned" not in _code_without_strings(script)
+            assert "__import__" not in code_without_strings(script), f"{api.name}/{part}"
+            assert "owned" not in code_without_strings(script)
             if name != "optax" and api.name != "keras.losses.kl_divergence":  # these take no reduction
                 assert hostile in _strings(script), f"{api.name}/{part}: the reduction is not a literal"
 
