@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # reference/, cases/ and adapters/ folders, installed inside the package as conformance.<folder>.
 FOLDERS = {"conformance": "conformance", "reference": "conformance.reference", "cases": "conformance.cases",
            "adapters": "conformance.adapters", "spec": "conformance.spec"}
-COMMANDS = {"conformance.cli", "conformance.entry", "conformance.repro", "conformance.selftest", "conformance.__main__"}
+COMMANDS = {"conformance.cli", "conformance.arguments", "conformance.runcommand", "conformance.entry",
+            "conformance.repro", "conformance.selftest", "conformance.__main__"}
 # wing -> the wings its modules may import (its own included)
 MAY_IMPORT = {
     "core": {"core"},

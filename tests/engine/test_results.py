@@ -135,3 +135,12 @@ def test_a_detail_line_is_the_json_of_its_key_and_fields(tmp_path):
         merged.update(group)
     assert line == json.dumps(merged, allow_nan=False)
     assert list(iter_details(tmp_path)) == [merged]
+
+
+def test_published_schemas_name_the_format_version_written():
+    """The schemas that users validate rows and summaries with move with FORMAT_VERSION (checked here, where no
+    framework is needed, and not only by the end-to-end runs)."""
+    from conformance.core.specload import load_schema
+
+    for name in ("results.schema.json", "summary.schema.json"):
+        assert load_schema(name)["properties"]["format_version"]["const"] == FORMAT_VERSION, name

@@ -1,0 +1,288 @@
+"""`kl-conformance run`: the order of a run's work once its arguments are checked. Cases are drawn while the
+worker imports the framework, the rows stream to disk and into the report, then the reports and the
+reproducers are written, all under the output directory's lock; a failure, Ctrl-C or SIGTERM is recorded in
+run.json and leaves the rows for --resume."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from conformance.adapters.registry import get_adapter, is_known, known_adapters
+from conformance.arguments import cache_dir_of, case_selection, check_gate_options, gates_of, inputs_of
+from conformance.cases.generate import DEFAULT_SEED
+from conformance.core.errors import ConformanceError, UsageError
+from conformance.core.model import Case, Result, Spec
+from conformance.report.gate import EXIT_INCOMPLETE
+from conformance.report.writer import ReportFeed, write_report
+from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
+from conformance.run.runner import (RunFailed, RunOptions, Terminated, add_written, failure_reason, interruption,
+                                    record_end, run_conformance)
+from conformance.run.selection import file_digest, select_cases, select_lazily, selected_shard
+from conformance.run.worker import WorkerPool
+
+DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
+
+
+# a selection up to this many cases is kept once drawn; a larger one is drawn as the run takes it (flat memory)
+KEEP_CASES = 20_000
+
+
+REPRO_TIMEOUT_S = 900  # minimising a run's reproducers stops after this long
+
+
+def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | None = None) -> int:
+    if not is_known(args.framework):
+        raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
+                         fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
+    if args.resume and args.force:
+        raise UsageError("--resume and --force contradict each other", where="command line",
+                         fix="--resume continues the run in --out; --force starts it again")
+    shard = selected_shard(case_selection(args))
+    known = check_gate_options(spec, args, seed=args.seed)
+    check_out_dir(args.out, resume=args.resume, force=args.force, inputs=inputs_of(args))
+    # conformance/entry.py may have started a worker already, from its own quick reading of the command line.
+    # Use it only if that reading agrees with the arguments checked here; otherwise close it.
+    early = early_worker
+    if early is not None and (early.framework, early.compile_cache_dir) != (args.framework, cache_dir_of(args)):
+        early.close()
+        early = None
+    # One worker serves the run and then the reproducers, so the framework is imported once. The output
+    # directory's lock is held until the reports and reproducers are written.
+    with _sigterm_as_exception(), OutDirLock() as lock, \
+            early or WorkerPool(args.framework, compile_cache_dir=cache_dir_of(args)) as pool:
+        pool.timeout_s = args.timeout_s
+        if not pool.launched:
+            pool.launch()  # the framework's import is slow: it runs while the cases are drawn and checked
+        return _run_with(spec, args, known, shard, pool, lock)
+
+
+def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: OutDirLock) -> int:
+    """The run, once its worker is importing the framework: cases, results, reports, reproducers."""
+    # One pass over the ids validates case files and ids and counts, before any output is written or any value
+    # drawn. A selection of up to KEEP_CASES is then made and kept; a larger one is made lazily, as the run
+    # takes it, so memory stays flat however many.
+    makers: list[Callable[[], Case]] | None = []
+    total = 0
+    selected = case_selection(args)
+    for _, make in select_lazily(spec, selected):
+        total += 1
+        if makers is not None:
+            makers.append(make)
+            makers = makers if len(makers) <= KEEP_CASES else None
+    kept = [make() for make in makers] if makers is not None else None
+    if not total:
+        raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
+                         fix="check the ids with `kl-conformance cases`")
+    show_details = bool(args.only) and total <= DETAIL_LIMIT
+    progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
+    selection = {"seed": args.seed, "suite": args.suite, "samples": args.samples,
+                 "case_files": [file_digest(path) for path in args.cases], "only": args.only,
+                 "shard": str(shard) if shard else None, "known": known.digest if known else None,
+                 **narrowing(args, get_adapter(args.framework).name)}
+    run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
+                "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
+                "command": " ".join(sys.argv),
+                "written": [*REPORT_FILES, *(["baseline.json"] if args.baseline else [])]}
+    options = RunOptions(apis=args.api, devices=args.device, parts=args.part, timeout_s=args.timeout_s,
+                         memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
+                         profiles_dir=Path(args.profiles) if args.profiles else None,
+                         cache_dir=cache_dir_of(args), inputs=inputs_of(args))
+    shown = _progress_and_details(progress, show_details)
+    # While the rows are written, the report's pass reads them and the rows that will need a reproducer are
+    # kept. A resumed run's earlier rows are only on disk, so then both the report and the reproducers read
+    # the rows back from the file instead.
+    needing: list[Result] | None = None if args.no_repro or args.resume else []
+    feed = None if args.resume else ReportFeed(Path(args.out), known, args.baseline, gates_of(args))
+    from conformance.repro import needs_reproducer
+
+    def on_result(case: Case, result: Result) -> None:
+        shown(case, result)
+        if feed is not None:
+            feed.add(result)
+        if needing is not None and needs_reproducer(result):
+            needing.append(result)
+    try:
+        summary = run_conformance(
+            spec, args.framework, kept if kept is not None else select_cases(spec, selected), args.out, options,
+            run_info=run_info, progress=progress, on_result=on_result, pool=pool, lock=lock,
+        )
+    except BaseException as exc:
+        if feed is not None:
+            try:
+                feed.discard()
+            except OSError:  # a full disk fails its last flush too; --resume and --force remove its parts
+                pass
+        if isinstance(exc, RunFailed):
+            return _failed(args.out, str(exc), progress)
+        if isinstance(exc, (MemoryError, OSError)) and not isinstance(exc, BrokenPipeError):  # its last record
+            reason = failure_reason(exc)
+            return _failed(args.out, reason + ("" if record_end(Path(args.out), "failed", reason) else
+                                               "; run.json could not record it either"), progress)
+        raise
+    if progress is not None:
+        sys.stderr.write("\n")
+    try:
+        written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed,
+                               gates=gates_of(args))
+        if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
+            _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None, results=needing)
+    except (KeyboardInterrupt, Terminated) as exc:  # the rows are complete; --resume writes the reports again
+        record_end(summary.out_dir, "interrupted", interruption(exc) + " while writing the reports")
+        raise
+    except (MemoryError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        reason = "writing the reports: " + failure_reason(exc)
+        record_end(summary.out_dir, "failed", reason)
+        return _failed(args.out, reason, None)
+    if summary.not_run:
+        print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")
+    else:
+        counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
+        extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
+            (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
+        print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
+              f"{summary.divergences} divergences{extra}. Report: {written.report}")
+        if summary.stopped:
+            print(f"kl-conformance: the run stopped before its end: {summary.stopped}. The results so far are in "
+                  f"{summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
+    return written.decision.print()
+
+
+def _failed(out: str, reason: str, progress) -> int:
+    """The one line of a run that could not go on; its rows so far are kept for --resume."""
+    if progress is not None:
+        sys.stderr.write("\n")
+    print(f"kl-conformance: {out}: the run failed: {reason}", file=sys.stderr)
+    return EXIT_INCOMPLETE
+
+
+def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, show_progress: bool,
+                       results: list[Result] | None) -> None:
+    """Reproducers for the run's undocumented divergences, minimised by the run's own worker (the framework
+    is loaded once; a crash or hang there costs one call, never the results and reports written). They
+    read the run's expectations from the reference cache, and their progress goes on the bar. Past
+    REPRO_TIMEOUT_S the rest keep their whole case. `results`: the rows that need one, kept as the run
+    wrote them (None: read them back from `out`). They are written into a temporary directory, then moved
+    into OUT/repro and recorded in run.json: a run killed meanwhile leaves only a temporary directory, which
+    --resume and --force remove."""
+    from conformance.repro import write_all
+    from conformance.run.worker import WorkerLost
+
+    cache = cache_dir_of(args)
+    bar = (lambda done, total: _draw_bar(done, total, "reproducers")) if show_progress else None
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=STAGING_PREFIX))
+    try:
+        try:
+            _, whole = write_all(str(out), spec, staging, cache_dir=cache, progress=bar, pool=pool,
+                                 deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework,
+                                 results=results, memory_budget_mb=args.memory_budget_mb)
+        except (WorkerLost, ConformanceError) as exc:
+            print(f"warning: reproducers not written ({exc})", file=sys.stderr)
+            return
+        finally:
+            if show_progress:
+                sys.stderr.write("\n")
+        _publish(out, staging, "repro")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if whole:
+        print(f"warning: minimising reproducers took over {REPRO_TIMEOUT_S} s; {whole} keep their whole case "
+              f"(kl-conformance repro minimises one)", file=sys.stderr)
+
+
+def _publish(out: Path, staging: Path, folder: str) -> None:
+    """Move the files written into `staging` into OUT/`folder` and record them in run.json; a file of the same
+    name there that the harness did not write is kept, and the new one is not published (one warning)."""
+    from conformance.run.outdir import recorded
+
+    ours = set(recorded(out)[0])
+    target = out / folder
+    made = not target.is_dir()
+    target.mkdir(exist_ok=True)
+    moved, kept = [], []
+    for path in sorted(staging.iterdir()):
+        name = f"{folder}/{path.name}"
+        if (out / name).exists() and name not in ours:
+            kept.append(name)
+            continue
+        os.replace(path, out / name)
+        moved.append(name)
+    add_written(out, moved + ([f"{folder}/"] if made else []))
+    if kept:
+        print(f"warning: {len(kept)} reproducers not written: {kept[0]} is a file kl-conformance did not write "
+              f"there", file=sys.stderr)
+
+
+def narrowing(args: argparse.Namespace, adapter_name: str) -> dict:
+    """What run.json's selection adds for the gates (core/scope.py): the parts, APIs and devices asked for, the
+    name the rows carry, and the options by which the run selected less than the whole suite."""
+    cut = {"--only": bool(args.only), "--shard": bool(args.shard), "--seed": args.seed != DEFAULT_SEED,
+           "--part": bool(args.part), "--api": bool(args.api), "--device": bool(args.device)}
+    return {"parts": list(args.part), "apis": list(args.api), "devices": list(args.device), "adapter": adapter_name,
+            "narrowed_by": [option for option, on in cut.items() if on]}
+
+
+@contextlib.contextmanager
+def _sigterm_as_exception():
+    """SIGTERM ends the command as Ctrl-C does (worker stopped, temporary files removed, run.json recorded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated()
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _print_details(case: Case, result: Result) -> None:
+    """For a rerun of a few cases: everything needed to see the divergence."""
+    with np.printoptions(precision=17, threshold=64):
+        print(f"case {case.id}\n  params: {case.params}\n  dtype: {case.dtype}  layout: {case.layout}")
+        print(f"  input:  {case.input!r}\n  target: {case.target!r}")
+        print(f"  {result.framework} / {result.api} / {result.device}: {result.verdict.value}"
+              + (f" ({result.cause})" if result.cause else ""))
+        if result.message:
+            print(f"  {result.message}")
+        if result.warnings:
+            print(f"  warnings: {list(result.warnings)}")
+
+
+def _progress_and_details(progress, show_details: bool):
+    """The per-result callback: advance the bar once per case, print details for small reruns."""
+    seen: set[str] = set()
+
+    def on_result(case: Case, result: Result) -> None:
+        if show_details:
+            _print_details(case, result)
+        if progress is not None and case.id not in seen:
+            seen.add(case.id)
+            progress(len(seen))
+    return on_result
+
+
+def _progress_bar(total: int):
+    return lambda done: _draw_bar(done, total, "cases")
+
+
+def _draw_bar(done: int, total: int, what: str) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}")
+    sys.stderr.flush()
