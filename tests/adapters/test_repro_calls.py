@@ -114,7 +114,10 @@ def test_reproducer_makes_the_live_call(adapter, spec, part, tmp_path):
                 continue
             _check(adapter, case, api, device, part, tmp_path, spec)
             checked += 1
-    assert checked or part == "grad2_input"
+    if not checked:
+        # torch refuses integer inputs in every part it runs (where the issue found the fault): it must be checked
+        assert adapter.name != "torch" or part == "grad2_input", f"torch raised on no integer {part} call"
+        pytest.skip(f"{adapter.name} raises on no integer {part} call: no exception to compare")
 
 
 def test_call_text_is_the_call(adapter, spec):
@@ -163,4 +166,7 @@ def test_reproducer_of_an_integer_case_shows_the_runs_exception(adapter, spec, p
         recorded = f"{observed.exception_type}: {observed.exception_message.splitlines()[0]}"
         assert shown[:200] == recorded[:200], f"{api.name}/{part}"
         checked += 1
-    assert checked or part == "grad2_input"
+    if not checked:
+        # torch refuses integer inputs in every part it runs (where the issue found the fault): it must be checked
+        assert adapter.name != "torch" or part == "grad2_input", f"torch raised on no integer {part} call"
+        pytest.skip(f"{adapter.name} raises on no integer {part} call: no exception to compare")
