@@ -233,8 +233,10 @@ class KerasAdapter(Adapter):
                  {"tensorflow": "import tensorflow as tf", "jax": "import jax", "torch": "import torch"}[backend]]
         if backend == "jax":
             lines += ["jax.config.update('jax_enable_x64', True)  # else float64 is silently float32"]
-        lines += ["import keras", "",
-                  f"with keras.device({scope!r}):"]
+        lines += ["import keras", ""]
+        if backend == "tensorflow" and part != "forward":
+            lines += ["", "class MissingGradient(Exception):", "    \"\"\"The tape gave no gradient (None).\"\"\"", ""]
+        lines += [f"with keras.device({scope!r}):"]
         body = []
 
         def tensor(name: str, dtype: str, grad: bool) -> str:
@@ -245,15 +247,19 @@ class KerasAdapter(Adapter):
         body += [f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}  # y_pred",
                  f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}  # y_true"]
         body.append(f"loss = lambda x, t: {self.call(case, api).source()}")
-        body += self._repro_part(part, backend)
+        missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
+        body += self._repro_part(part, backend, missing)
+        if backend == "tensorflow" and part != "forward":  # a tape answers None where it has no gradient
+            body += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing]
         body.append("result = " + {"tensorflow": "grad.numpy().astype(np.float64)",
                                    "jax": "np.asarray(grad).astype(np.float64)",
                                    "torch": "grad.detach().to('cpu', torch.float64).numpy()"}[backend])
         return "\n".join(lines + ["    " + line if line else "" for line in body])
 
     @staticmethod
-    def _repro_part(part: str, backend: str) -> list[str]:
-        """The lines, in the device's scope, that leave the part's value in `grad`."""
+    def _repro_part(part: str, backend: str, missing: str) -> list[str]:
+        """The lines, in the device's scope, that leave the part's value in `grad`; `missing` is the line that
+        raises where a tape gives no gradient."""
         if part == "forward":
             return ["grad = loss(x, t)"]
         wrt = "t" if part == "grad_target" else "x"
@@ -266,7 +272,8 @@ class KerasAdapter(Adapter):
                      f"    grad = inner.gradient(out, {wrt}, output_gradients=tf.constant(upstream(tuple(out.shape)), "
                      "dtype=out.dtype))"]
             if part == "grad2_input":
-                lines += ["    w = tf.constant(upstream(tuple(grad.shape)), dtype=grad.dtype)",
+                lines += ["    if grad is None:", "        " + missing,
+                          "    w = tf.constant(upstream(tuple(grad.shape)), dtype=grad.dtype)",
                           "    weighted = tf.reduce_sum(grad * w)",
                           "grad = outer.gradient(weighted, t)"]
             return lines

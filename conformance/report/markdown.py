@@ -155,8 +155,9 @@ def repro_command(r: Result, run_info: dict[str, Any]) -> str:
     return " ".join(shlex.quote(w) for w in words) + " > repro.py && python repro.py"
 
 
-# Characters that can start Markdown or HTML markup inside a table cell; a backslash makes each one literal.
-_MARKUP = re.compile(r"([\\`*_\[\]<>|&~!])")
+# Characters that can start HTML, an entity, a link or image, code or emphasis, or end a table cell; a backslash
+# makes each one literal. Underscores stay as they are, so names such as not_run read as written.
+_MARKUP = re.compile(r"([\\`*\[\]<>|&!])")
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]")
 
 
