@@ -251,6 +251,9 @@ class KerasAdapter(Adapter):
         body += self._repro_part(part, backend, missing)
         if backend == "tensorflow" and part != "forward":  # a tape answers None where it has no gradient
             body += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing]
+        # JAX answers a float0 array, not a tensor, for an integer argument's gradient: the harness records a TypeError
+        body += ["if not keras.ops.is_tensor(grad):",
+                 f"    raise TypeError('the loss returned ' + type(grad).__name__ + {f', not a {backend} tensor'!r})"]
         body.append("result = " + {"tensorflow": "grad.numpy().astype(np.float64)",
                                    "jax": "np.asarray(grad).astype(np.float64)",
                                    "torch": "grad.detach().to('cpu', torch.float64).numpy()"}[backend])
