@@ -242,20 +242,14 @@ def check_format_version(document: dict[str, Any], shown: str, where: str | None
                                "--force, or tox -m conformance), or read it with the harness version that wrote it")
 
 
-def drop_partial_last_line(run_dir: Path) -> None:
-    """Remove a last line cut short by a killed run, so appending starts on a fresh line."""
-    path = run_dir / RESULTS_FILE
-    if not path.is_file():
-        return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with path.open("r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
+def manifest_text(manifest: dict[str, Any]) -> str:
+    """run.json's text: the one place its serialisation is stated (write_manifest, and runner.record_end's
+    in-place rewrite on a full disk)."""
+    return json.dumps({**manifest, "format_version": FORMAT_VERSION}, indent=2, sort_keys=True) + "\n"
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
-    manifest = {**manifest, "format_version": FORMAT_VERSION}
-    write_atomic(out_dir / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_atomic(out_dir / MANIFEST_FILE, manifest_text(manifest))
 
 
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:

@@ -31,9 +31,9 @@ from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
 from conformance.core.errors import ConformanceError, ResultsError, UsageError
-from conformance.core.model import FORMAT_VERSION, Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.core.results import (DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE, ResultsWriter, iter_details,
-                                      iter_results, read_manifest, write_lines_atomic, write_manifest)
+                                      iter_results, manifest_text, read_manifest, write_lines_atomic, write_manifest)
 from conformance.core.rundirs import other_spec
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.judge.profiles import DeviationLedger, default_profiles_dir
@@ -308,7 +308,7 @@ def record_end(out: Path, status: str, reason: str) -> bool:
     except OSError:
         pass
     try:  # the atomic write needs room for a second copy; in place it needs about none
-        data = (json.dumps({**manifest, "format_version": FORMAT_VERSION}, indent=2, sort_keys=True) + "\n").encode()
+        data = manifest_text(manifest).encode()
         fd = os.open(out / MANIFEST_FILE, os.O_WRONLY)
         try:
             os.write(fd, data)
