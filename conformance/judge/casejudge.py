@@ -196,8 +196,17 @@ class CaseJudge:
                 return (fault.breaks, str(fault)) if fault is not None else None
             self._explained[key] = self._remembered(
                 part, dialect, b"explain " + repr(key[2:]).encode(), explained,
-                lambda found: list(found or ()), lambda found: tuple(found) if found else None)
+                lambda found: list(found or ()), _explanation_from_json)
         return self._explained[key]
+
+
+def _explanation_from_json(found: list) -> tuple[str, str] | None:
+    """A stored explanation, [] or [cause, what it behaves as]; anything else is a damaged entry (ValueError)."""
+    if found == []:
+        return None
+    if type(found) is list and len(found) == 2 and all(type(x) is str and x for x in found):
+        return found[0], found[1]
+    raise ValueError(f"not an explanation: {found!r}")
 
 
 def observation_key(observed: Observation) -> tuple:
