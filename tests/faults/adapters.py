@@ -60,6 +60,18 @@ class SegfaultAdapter(NumpyAdapter):
         ctypes.string_at(0)  # SIGSEGV
 
 
+class OneApiCrashesAdapter(NumpyAdapter):
+    """Two APIs; the second kills its process with SIGFPE on the fault case, as Paddle 3.0.0's backward of an
+    empty log_target case does, while the first answers it correctly."""
+
+    apis = (Api("numpy.kl_div"), Api("numpy.kl_div_crashing"))
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        if "fault" in case.id and api.name == "numpy.kl_div_crashing":
+            os.kill(os.getpid(), signal.SIGFPE)
+        return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
+
+
 class AbortAdapter(NumpyAdapter):
     def misbehave(self, case):
         sys.stderr.write("fatal: giving up\n")

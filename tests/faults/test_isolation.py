@@ -127,6 +127,16 @@ def test_garbage_is_judged_not_fatal(tmp_path, adapter, verdict, words):
     assert rows["ok-last"].verdict.value == "pass"
 
 
+def test_a_crash_blames_only_the_calls_that_crash(tmp_path):
+    """A case's calls go to the worker together; when one kills it, each call is made again on its own, so the
+    call that works is judged (a pass) and only the one that crashes is a crash. Before, both were crashes."""
+    code, rows = _run(tmp_path, "OneApiCrashesAdapter")
+    fault = {r.api: r for r in iter_results(tmp_path / "out") if r.case_id == "the-fault"}
+    assert code == 0 and fault["numpy.kl_div"].verdict.value == "pass"
+    assert fault["numpy.kl_div_crashing"].verdict.value == "crash" and "SIGFPE" in fault["numpy.kl_div_crashing"].message
+    assert {r.verdict.value for r in iter_results(tmp_path / "out") if r.case_id != "the-fault"} == {"pass"}
+
+
 def test_memory_budget_refuses_before_running(tmp_path):
     code, rows = _run(tmp_path, "NumpyAdapter", "--memory-budget-mb", "0.0001")
     assert code == 0
