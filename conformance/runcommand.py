@@ -24,6 +24,7 @@ from conformance.arguments import cache_dir_of, case_selection, check_gate_optio
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Case, Result, Spec
+from conformance.core.text import terminal_line
 from conformance.report.gate import EXIT_INCOMPLETE
 from conformance.report.writer import ReportFeed, write_report
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
@@ -148,13 +149,16 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         record_end(summary.out_dir, "failed", reason)
         return _failed(args.out, reason, None)
     if summary.not_run:
-        print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")
+        print(f"{args.framework}: not run: {terminal_line(summary.not_run)}. Report: {written.report}")
     else:
+        # pytest's way: the undocumented causes, largest first, then the counts as the last line
+        for line in written.summary:
+            print(line)
         counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
         extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
             (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
         print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
-              f"{summary.divergences} divergences{extra}. Report: {written.report}")
+              f"{written.counts}{extra}. Report: {written.report}")
         if summary.stopped:
             print(f"kl-conformance: the run stopped before its end: {summary.stopped}. The results so far are in "
                   f"{summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
