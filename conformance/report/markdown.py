@@ -437,3 +437,5 @@ def _code(text: object) -> str:
     pad = " " if body.startswith("`") or body.endswith("`") or body.startswith(" ") else ""
     return f"{fence}{pad}{body}{pad}{fence}"
 
+
+cell, code = _cell, _code  # for the other parts of report.md (report.baseline)
