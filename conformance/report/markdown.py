@@ -145,7 +145,8 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
     for i, m in enumerate(manifests, start=1):
         status = str(m.get("status", "?")) + (f": {m['reason']}" if m.get("reason") else "")
         out.append(f"| {i} | {_cell(m.get('framework', '?'))} | {_cell(m.get('framework_version', '-'))} | "
-                   f"{_cell(status)} | {_cell(m.get('cases', '-'))} | {_cell(m.get('shard') or '-')} | "
+                   f"{_cell(status, _LISTED_CELL)} | {_cell(m.get('cases', '-'))} | "
+                   f"{_cell(m.get('shard') or '-')} | "
                    f"{_cell(m.get('python_version', '-'))} | {_cell(m.get('numpy_version', '-'))} | "
                    f"{_cell(m.get('spec_hash', '-'))} | {_cell(m.get('harness_version', '-'))} |")
     seeds = sorted({str(m.get("seed")) for m in manifests if m.get("seed") is not None})
