@@ -43,10 +43,12 @@ def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]], known_aud
     parts = {"provenance": _provenance(tally, manifests),
              "summary": _fitted(lambda level: _summary(tally, level), "summary"),
              "families": _fitted(lambda level: _family_matrix(tally, level), "families"),
-             "known": _fit(_known(known_audit), _PART_BUDGETS["known"], "entries") if known_audit is not None else [],
-             "warnings": _fit(_warnings(tally), _PART_BUDGETS["warnings"], "rows"),
-             "baseline": _fit(list(baseline), _PART_BUDGETS["baseline"], "lines")}
-    parts["provenance"] = _fit(parts["provenance"], _PART_BUDGETS["provenance"], "runs")
+             "known": _fit(_known(known_audit), _PART_BUDGETS["known"], "entries", "a stale one is named by the "
+                           "command's output and junit.xml") if known_audit is not None else [],
+             "warnings": _fit(_warnings(tally), _PART_BUDGETS["warnings"], "rows", "see missing_warnings in "
+                              "results.jsonl"),
+             "baseline": _fit(list(baseline), _PART_BUDGETS["baseline"], "lines", f"see {_LINK} and baseline.json")}
+    parts["provenance"] = _fit(parts["provenance"], _PART_BUDGETS["provenance"], "runs", "see each run's run.json")
     used = sum(_size(lines) for lines in parts.values()) + 100
     out: list[str] = ["# kl_div conformance report", ""]
     out += parts["provenance"] + parts["summary"] + parts["families"]
@@ -102,15 +104,16 @@ def _size(lines: Sequence[str]) -> int:
     return sum(len(line) + 1 for line in lines)
 
 
-def _fit(lines: list[str], budget: int, what: str) -> list[str]:
-    """`lines` up to `budget` characters; when cut, a last line says how many `what` were left out."""
+def _fit(lines: list[str], budget: int, what: str, where: str = f"see {_LINK}") -> list[str]:
+    """`lines` up to `budget` characters; when cut, a last line says how many `what` were left out, and `where`
+    they are."""
     total = 0
     for i, line in enumerate(lines):
         total += len(line) + 1
         if total > budget - 200:
             left = [line for line in lines[i:] if line.startswith("|")]
             return lines[:i] + ["", f"And {len(left) or len(lines) - i} more {what if left else 'lines'}, "
-                                    f"left out to keep this report short (see {_LINK} and the other reports).", ""]
+                                    f"left out to keep this report short: {where}.", ""]
     return lines
 
 

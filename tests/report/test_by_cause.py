@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
+from types import SimpleNamespace
 
 from conformance.core.model import Result
 from conformance.report.baseline import BaselineDiff, render_baseline_markdown
@@ -71,8 +72,11 @@ def test_a_whole_merged_matrix_fits_an_issue_body_and_counts_every_cause():
     key = ("fwd/0/", "framework0", "framework0.api0.kl_div|", "cpu", "forward")
     diff = BaselineDiff("old", new=[((f"case-{i}-{HOSTILE}", *key[1:]), None, ("value", HOSTILE), False)
                                     for i in range(3000)])
-    text = render_markdown(tally, manifests, examples={}, baseline=render_baseline_markdown(diff, listed=10))
+    audit = [SimpleNamespace(entry=SimpleNamespace(id=f"entry-{i}-{HOSTILE}", reason=HOSTILE * 5, link=HOSTILE),
+                             accepted=i, concerned=i, status="stale" if i % 2 else "matched") for i in range(500)]
+    text = render_markdown(tally, manifests, audit, examples={}, baseline=render_baseline_markdown(diff, listed=10))
     assert len(text) < ISSUE_BODY
+    assert re.search(r"^And \d+ more entries, left out to keep this report short", text, re.M)
     shown = _sections(text)
     more = re.search(r"^And (\d+) more causes \((\d+) results, (\d+) undocumented\)", text, re.M)
     assert more is not None, "not every cause fits: the rest are counted"
@@ -106,7 +110,7 @@ def _no_markup_from_rows(text: str) -> None:
         assert columns == header, line
     for line in lines:
         if "injected" in line:
-            plain = re.sub(r"\*\*(documented|known)\*\*", "", _outside_code_spans(line))  # the report's own tags
+            plain = re.sub(r"\*\*(documented|known|stale)\*\*", "", _outside_code_spans(line))  # the report's own tags
             assert not _unescaped(plain, "<>[]`*&"), line
 
 
