@@ -160,8 +160,8 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
               f"{written.counts}{extra}. Report: {written.report}")
         if summary.stopped:
-            print(f"kl-conformance: the run stopped before its end: {summary.stopped}. The results so far are in "
-                  f"{summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
+            print(f"kl-conformance: the run stopped before its end: {terminal_line(summary.stopped)}. The results so "
+                  f"far are in {summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
     return written.decision.print()
 
 
@@ -256,16 +256,17 @@ def _sigterm_as_exception():
 
 
 def _print_details(case: Case, result: Result) -> None:
-    """For a rerun of a few cases: everything needed to see the divergence."""
+    """For a rerun of a few cases: everything needed to see the divergence (text from the case file and the
+    framework as plain lines)."""
     with np.printoptions(precision=17, threshold=64):
-        print(f"case {case.id}\n  params: {case.params}\n  dtype: {case.dtype}  layout: {case.layout}")
+        print(f"case {terminal_line(case.id)}\n  params: {case.params}\n  dtype: {case.dtype}  layout: {case.layout}")
         print(f"  input:  {case.input!r}\n  target: {case.target!r}")
         print(f"  {result.framework} / {result.api} / {result.device}: {result.verdict.value}"
-              + (f" ({result.cause})" if result.cause else ""))
+              + (f" ({terminal_line(result.cause)})" if result.cause else ""))
         if result.message:
-            print(f"  {result.message}")
+            print(f"  {terminal_line(result.message)}")
         if result.warnings:
-            print(f"  warnings: {list(result.warnings)}")
+            print(f"  warnings: {terminal_line(list(result.warnings))}")
 
 
 def _progress_and_details(progress, show_details: bool):

@@ -116,3 +116,15 @@ def test_a_failed_gate_names_its_targets_and_causes(tmp_path, capsys):
     assert f"kl-conformance: --fail-on-new: {undocumented} divergences new or changed since the baseline" in err
     assert f"kl-conformance:   torch / {API} / cpu / forward: {undocumented - 12} failing\n" in err
     assert "kl-conformance:   value rule.1: 12 failing\n" in err
+
+
+def test_a_rerun_of_a_case_with_escapes_in_its_id_prints_plain_lines(tmp_path, capsys):
+    """`run --only` prints the case's details: its id comes from a case file, its message from the framework."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text('- {id: "fault-\\e[2J\\e]0;owned\\a", input: [[-1.0, -2.0]], target: [[0.25, 0.75]], '
+                     'reduction: sum, dtype: float64}\n')
+    assert main(["run", "--framework", ADAPTERS + "OffByOneAdapter", "--cases", str(cases), "--suite", "none",
+                 "--only", "fault-*", "--out", str(tmp_path / "out"), "--no-progress", "--no-repro"]) == 0
+    printed = capsys.readouterr()
+    _no_control(printed.out + printed.err)
+    assert "case fault-\n" in printed.out and "UNDOCUMENTED value " in printed.out
