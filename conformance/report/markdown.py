@@ -268,7 +268,7 @@ def _section(tally: Tally, key: tuple[str, str], run_info: dict[str, Any], detai
     out += ["", f"Example ({status}): {_code(_cut(r.case_id, _CELL))} on {_cell(r.framework)} / {_cell(r.api)} / "
                 f"{_cell(r.device)}, part {_cell(r.part)}, {_cell(r.dtype)}, reduction {_cell(r.reduction)}, "
                 f"log_target {int(r.log_target)}.", ""]
-    out += _example(detail)
+    out += _example(detail, r.message)
     out += [f"- message: {_cell(r.message, _MESSAGE) or '-'}",
             f"- reproduce: {_reproduce(repro_command(r, run_info))}", ""]
     return out
@@ -279,8 +279,10 @@ def _reproduce(command: str) -> str:
     return _code(command) if len(command) <= _LISTED_CELL else f"too long to show here: see {_LINK}"
 
 
-def _example(detail: dict[str, Any] | None) -> list[str]:
-    """The worked example's inputs and its result against the expected one, from its line of details.jsonl."""
+def _example(detail: dict[str, Any] | None, message: str) -> list[str]:
+    """The worked example's inputs and its result against the expected one, from its line of details.jsonl: at
+    the element the judge's `message` names as the worst (or first) where it is among the values kept, else at
+    the furthest of those."""
     if detail is None:
         return ["- inputs: not in details.jsonl"]
     out = [f"- {name}: {_preview(detail[name], detail.get('dtype') if name == 'input' else None)}"
@@ -291,17 +293,18 @@ def _example(detail: dict[str, Any] | None) -> list[str]:
             out.append(f"- got shape {_shape(got)} against expected shape {_shape(expected)}: got "
                        f"{_values_of(got)}, expected {_values_of(expected)}")
         else:
-            worst = _worst(got["values"], expected["values"])
+            named = _named_element(message, got["shape"], got["values"], expected["values"])
+            worst = named if named is not None else _worst(got["values"], expected["values"])
             if worst is None:
                 out.append(f"- got {_values_of(got)}, expected {_values_of(expected)}")
             elif not got["shape"]:
                 out.append(f"- got {_exact(got['values'][0])} against expected {_exact(expected['values'][0])}")
             else:
                 where = _index(worst, got["shape"])
-                shown = len(got["values"])
+                which = ("the one the message names" if named is not None else "the furthest "
+                         + (f"of the first {len(got['values'])} elements" if got.get("truncated") else "element"))
                 out.append(f"- got {_exact(got['values'][worst])} against expected "
-                           f"{_exact(expected['values'][worst])} at element {where}, the worst "
-                           + (f"of the first {shown} elements" if got.get("truncated") else "element"))
+                           f"{_exact(expected['values'][worst])} at element {where}, {which}")
     elif isinstance(expected, dict):
         out.append(f"- expected {_shape(expected)}: {_values_of(expected)}")
     elif isinstance(got, dict):
@@ -339,6 +342,26 @@ def _exact(v: Any) -> str:
 
 def _as_float(v: Any) -> float:
     return float(v) if isinstance(v, str) else v
+
+
+_NAMED = re.compile(r"\b(?:worst|first) \[([0-9, ]*)\]:")
+
+
+def _named_element(message: str, shape: list[int], got: list, expected: list) -> int | None:
+    """The flat index of the element the judge's message names (`worst [i, j]:`, `first [i]:`), where it is among
+    the values kept and they differ there; else None."""
+    found = _NAMED.search(message)
+    if found is None:
+        return None
+    index = [int(i) for i in found[1].replace(" ", "").split(",") if i]
+    if len(index) != len(shape) or not all(0 <= i < n for i, n in zip(index, shape)):
+        return None
+    flat = 0
+    for i, n in zip(index, shape):
+        flat = flat * n + i
+    if flat >= min(len(got), len(expected)) or _worst([got[flat]], [expected[flat]]) is None:
+        return None
+    return flat
 
 
 def _worst(got: list, expected: list) -> int | None:

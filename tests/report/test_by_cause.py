@@ -160,8 +160,8 @@ def test_a_section_says_what_it_spans_and_works_one_example_through():
     assert "Example (undocumented): `c0` on torch / torch.nn.functional.kl_div / cpu, part forward" in section
     assert "- input: shape (2, 3), float32: [-1.5, -2, -0.25, -3, -1, -0.5]" in section
     assert "- target: shape (2, 3): [0.1, 0.2, 0.7, 0.3, 0.3, 0.4]" in section
-    # NaN where 0.75 was expected is the worst element, at row 1, column 1 of the (2, 3) result
-    assert "- got nan against expected 0.75 at element (1, 1), the worst element" in section
+    # NaN where 0.75 was expected is the furthest element, at row 1, column 1 of the (2, 3) result
+    assert "- got nan against expected 0.75 at element (1, 1), the furthest element" in section
     assert "- message: value: 2 of 6 elements outside bound" in section
     assert ("- reproduce: `kl-conformance repro --framework=torch --api=torch.nn.functional.kl_div --device=cpu "
             "--part=forward --seed=7 -- c0 > repro.py && python repro.py`") in section
@@ -174,3 +174,19 @@ def test_an_unexplained_cause_lists_the_rules_its_rows_touch():
     text = render_markdown(Tally(rows), [])
     assert "- touches: pointwise.formula (2), reductions.mean.divisor (1)" in text
     assert "- inputs: not in details.jsonl" in text  # an example without its detail says so
+
+
+def test_the_worked_example_shows_the_element_the_judge_names():
+    """The judge names the worst element relative to its bound; the example shows that one, not the furthest."""
+    row = make_result(case_id="c0", verdict="value", cause="pointwise.formula",
+                      message="value: 2 of 6 elements outside bound; worst [1, 0]: got 2, expected 1.5")
+    detail = {"case_id": "c0", "framework": "torch", "api": row.api, "device": "cpu", "part": "forward",
+              "params": {}, "dtype": "float32", "layout": "contiguous",
+              "got": {"shape": [2, 3], "values": [0.5, 0.25, 9.0, 2.0, 1.0, 1.0], "truncated": False},
+              "expected": {"shape": [2, 3], "values": [0.5, 0.25, 1.0, 1.5, 1.0, 1.0], "truncated": False}}
+    text = render_markdown(Tally([row]), [], examples={("c0", "torch", row.api, "cpu", "forward"): detail})
+    assert "- got 2.0 against expected 1.5 at element (1, 0), the one the message names" in text
+    # a message naming an element outside the values kept (or none) leaves the furthest of those
+    far = dataclasses.replace(row, message="value: worst [1, 7]: got 2, expected 1.5")
+    text = render_markdown(Tally([far]), [], examples={("c0", "torch", row.api, "cpu", "forward"): detail})
+    assert "- got 9.0 against expected 1.0 at element (0, 2), the furthest element" in text
