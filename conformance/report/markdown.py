@@ -405,11 +405,13 @@ def _known(audit: Sequence[Any]) -> list[str]:
             "their divergences: the run or report fails until it is removed or corrected. After a run of part of "
             "the suite it speaks about (--only, --shard, --part, --api, --device, another --seed) such an entry is "
             "`not exercised here` instead, and fails nothing.", "",
-            "| entry | divergences accepted | results concerned | status | reason | link |", "|---|---:|---:|---|---|---|"]
+            "| entry | divergences accepted | results concerned | status | reason | link |",
+            "|---|---:|---:|---|---|---|"]
     for a in audit:
         e = a.entry
         status = f"**{a.status}**" if a.status == "stale" else a.status
-        out.append(f"| {_code(e.id)} | {a.accepted} | {a.concerned} | {status} | {_cell(e.reason)} | {_cell(e.link or '-')} |")
+        out.append(f"| {_code(_cut(e.id, _CELL))} | {a.accepted} | {a.concerned} | {status} | {_cell(e.reason)} | "
+                   f"{_cell(e.link or '-')} |")
     return out + [""]
 
 
