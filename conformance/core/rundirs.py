@@ -15,6 +15,7 @@ from conformance.core.model import FORMAT_VERSION, Result
 from conformance.core.results import RESULTS_FILE, check_format_version, check_manifest, iter_results, read_manifest
 
 REPORT_FILE = "report.md"
+DIVERGENCES_FILE = "divergences.md"  # every divergent row, linked from report.md
 RUNS_FILE = "runs.json"
 
 
