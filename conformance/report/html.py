@@ -33,7 +33,8 @@ table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccd;paddin
 th{background:#f2f4f8;position:sticky;top:0}.num{text-align:right}
 td.pass{background:#d9f2dc}td.div{background:#f8c9c4}td.doc{background:#fbe7b5}td.na{background:#eceef1;color:#777}
 .matrix th.rot{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;height:210px;vertical-align:bottom;text-align:left}
-.filters label{display:inline-block;margin:0 10px 6px 0}.legend span{padding:2px 8px;margin-right:6px;border:1px solid #ccd}
+.filters label{display:inline-block;margin:0 10px 6px 0}
+.legend span{padding:2px 8px;margin-right:6px;border:1px solid #ccd}
 details{border:1px solid #dde;margin:4px 0;padding:4px 8px;border-radius:4px}
 .cause-group>details{border-color:#b9c0cc;background:#fafbfc}.cause-group>details>summary{font-size:15px}
 .verdict-group>details{background:#fff}
@@ -398,7 +399,8 @@ def _worst(r: Result, detail: dict | None, bad: Differing | None) -> str:
         i = bad.worst
         where = f" at {_index_text(i, bad.shape)}" if bad.shape else ""
         shown = f" (of the first {len(bad.got)} elements)" if bad.truncated else ""
-        return _e(f"got {_fmt(bad.got[i])}, expected {_fmt(bad.want[i])}{where}{shown}") + (f"; {error}" if error else "")
+        values = _e(f"got {_fmt(bad.got[i])}, expected {_fmt(bad.want[i])}{where}{shown}")
+        return values + (f"; {error}" if error else "")
     if got and want and _readable(got) and _readable(want) and got["shape"] != want["shape"]:
         return _e(f"got shape {_shape_text(got['shape'])}, expected {_shape_text(want['shape'])}")
     if detail.get("raised"):

@@ -128,6 +128,22 @@ class OffByOneAdapter(NumpyAdapter):
         return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
 
 
+class NanOrOffByOneAdapter(OffByOneAdapter):
+    """On a fault case whose id says "nan": honest but for a NaN at the first element (one element differs, in
+    its NaN pattern); on other fault cases off by one."""
+
+    def misbehave(self, case):
+        if "nan" not in case.id:
+            return super().misbehave(case)
+
+        def first_nan():
+            value = np.array(self.compute(case), dtype=np.float64)
+            value.reshape(-1)[0] = np.nan
+            return value
+
+        return call_observed(first_nan, lambda v: (v, "float64", v.shape))
+
+
 class OffOnLateSinglesAdapter(NumpyAdapter):
     """Honest, except on one element alone whose target is over 0.2: off by one there. A call on every
     element at once shows nothing, so minimising must try the elements one by one."""
