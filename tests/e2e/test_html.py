@@ -76,7 +76,8 @@ document.getElementById('f').addEventListener('load', () => {
   try {
     const w = document.getElementById('f').contentWindow, d = w.document;
     const visible = el => !el.closest('[hidden]');
-    const row = id => [...d.querySelectorAll('.divergence')].find(r => r.querySelector('summary code').textContent === id);
+    const row = id => [...d.querySelectorAll('.divergence')]
+      .find(r => r.querySelector('summary code').textContent === id);
     const cells = (r, name) => {
       const p = [...r.querySelectorAll('p')].find(p => p.textContent.startsWith(name + ' ('));
       return [...p.parentElement.querySelectorAll('td')].map(c =>
