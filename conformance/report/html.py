@@ -42,8 +42,8 @@ summary{cursor:pointer}code,pre{font:12px ui-monospace,monospace}pre{background:
 .v-pass{color:#1a7f37}.v-div{color:#b42318;font-weight:600}.doc-tag{color:#8a6100;font-weight:600}
 .undoc{color:#b42318;font-weight:600}.worst{color:#444}.note{color:#666;font-size:12px}
 table.arr{margin:2px 0 8px}table.arr th{position:static;color:#666;font-weight:normal}
-table.arr td{font:12px ui-monospace,monospace;text-align:right}td.bad{background:#f8c9c4;font-weight:700}
-td.bad-at{background:#fdecea}.slab{margin-left:12px}.arrays{display:flex;flex-wrap:wrap;gap:0 24px}
+table.arr td{font:12px ui-monospace,monospace;text-align:right}td.d{background:#f8c9c4;font-weight:700}
+td.at{background:#fdecea}.slab{margin-left:12px}.arrays{display:flex;flex-wrap:wrap;gap:0 24px}
 svg.plot{max-width:100%;height:auto;border:1px solid #ddd}[hidden]{display:none!important}
 """
 
@@ -291,11 +291,11 @@ def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
         if bad is not None and bad.positions:
             body.append(f"<p class='note'>highlighted: the elements {_e(bad.how)}</p>")
         arrays = []
-        for name in ("input", "target", "expected", "got", "bound"):
+        for name in ("input", "target", "expected", "got"):
             a = detail.get(name)
             if a:
                 marks = bad.positions if bad is not None and a.get("shape") == bad.shape else set()
-                cls = "bad" if name in ("expected", "got") else "bad-at"
+                cls = "d" if name in ("expected", "got") else "at"  # short: a page holds many cells
                 shape = _shape_text(a["shape"]) if _readable(a) else repr(a.get("shape"))
                 arrays.append(f"<div><p>{name} {_e(shape)}:</p>{_array(a, marks, cls)}</div>")
         if arrays:
@@ -422,7 +422,7 @@ def _array(a: dict, marks: set[int], cls: str) -> str:
         return f"<p class='note'>no elements (shape {_e(_shape_text(shape))})</p>"
     note = (f"<p class='note'>the first {len(values)} of {size} elements (the run keeps no more; the reproducer "
             "computes them all)</p>") if a["truncated"] or len(values) < size else ""
-    cell = lambda i: (f"<td class='{cls}'>" if i in marks else "<td>") + _e(values[i]) + "</td>"  # noqa: E731
+    cell = lambda i: (f"<td class={cls}>" if i in marks else "<td>") + _e(values[i]) + "</td>"  # noqa: E731
     if len(shape) == 0:
         return f"<table class='arr'><tr>{cell(0)}</tr></table>"
     rows, cols = (1, shape[0]) if len(shape) == 1 else (shape[-2], shape[-1])

@@ -81,7 +81,7 @@ document.getElementById('f').addEventListener('load', () => {
     const cells = (r, name) => {
       const p = [...r.querySelectorAll('p')].find(p => p.textContent.startsWith(name + ' ('));
       return [...p.parentElement.querySelectorAll('td')].map(c =>
-        [c.textContent, c.classList.contains('bad'), w.getComputedStyle(c).backgroundColor]);
+        [c.textContent, c.classList.contains('d'), w.getComputedStyle(c).backgroundColor]);
     };
     out.pwned = w.pwned === undefined ? null : w.pwned;
     out.images = d.querySelectorAll('img').length;

@@ -87,7 +87,7 @@ def _row_node(tree: Tree, case_id: str) -> Node:
 def _cells(row: Node, name: str) -> list[tuple[str, bool]]:
     """(text, highlighted) of each value cell of the array called `name` in a divergence."""
     label = next(p for p in row.all("p") if p.content().startswith(f"{name} ("))
-    return [(td.content(), "bad" in td.attrs.get("class", "").split() or "bad-at" in td.attrs.get("class", ""))
+    return [(td.content(), bool({"d", "at"} & set(td.attrs.get("class", "").split())))
             for td in label.parent.all("td")]
 
 
