@@ -245,11 +245,13 @@ def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list
         rows = [r for key in keys for r in by_group[key]]
         size = sum(tally.group_sizes[k] for k in keys)
         targets = sorted(set().union(*(tally.group_targets[k] for k in keys)))
+        rules = sorted({rule for r in rows for rule in getattr(r, "rules", ())})  # what an `unexplained` touches
         out.append(f"<section class='group cause-group' {_data({'cause': cause})}><details><summary>"
                    f"cause <code>{_e(cause)}</code>: {size} divergence{'s' if size != 1 else ''}, "
                    f"{_acceptance(rows, size)}, <span class='shown-n'>{len(rows)}</span> shown"
                    f" &middot; {len(targets)} target{'s' if len(targets) != 1 else ''}: "
-                   f"{_e('; '.join(targets))}</summary>")
+                   f"{_e('; '.join(targets))}"
+                   + (f" &middot; rules touched: {_e(', '.join(rules))}" if rules else "") + "</summary>")
         for key in keys:
             group = by_group[key]
             n = tally.group_sizes[key]
@@ -303,9 +305,8 @@ def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
         for name in ("expected_error", "raised"):
             if detail.get(name):
                 body.append(f"<p>{name}: <code>{_e(detail[name])}</code></p>")
-    part = f" {_e(r.part)}" if r.part != "forward" else " forward"
     return (f"<div class='divergence' {_data(attrs)}><details><summary><code>{_e(r.case_id)}</code> "
-            f"{_e(f'{r.framework} / {r.api} / {r.device}')}{part} <span class='v-div'>{_e(r.verdict.value)}</span>"
+            f"{_e(f'{r.framework} / {r.api} / {r.device} {r.part}')} <span class='v-div'>{_e(r.verdict.value)}</span>"
             f"{doc} <span class='worst'>{_worst(r, detail, bad)}</span></summary>" + "".join(body) + "</details></div>")
 
 
