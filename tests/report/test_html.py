@@ -261,3 +261,17 @@ def test_a_run_keeps_each_expectations_bound_per_element_for_the_page(tmp_path, 
     capsys.readouterr()
     assert main(["report", str(out), "--out", str(tmp_path / "again")]) == 2
     assert "details.jsonl: line 1: field 'bound'" in capsys.readouterr().err
+
+
+def test_a_shape_or_error_divergence_header_says_what_came_back():
+    shape = make_result(case_id="shape-case", verdict="shape", cause="shapes.output", message="shape: got (1,)",
+                        max_abs_err=None, bound=None)
+    error = make_result(case_id="error-case", verdict="error", cause="errors.x", message="error: raised",
+                        max_abs_err=None, bound=None)
+    details = [_detail(shape, expected=((), [1.0]), got=((1,), [1.0])),
+               {**_detail(error, expected=((), [1.0])), "raised": "RuntimeError: " + "x" * 300}]
+    tree = Tree(render_html(Tally([shape, error]), [], details))
+    assert "got shape (1,), expected ()" in _row_node(tree, "shape-case").all("summary")[0].content()
+    header = _row_node(tree, "error-case").all("summary")[0].content()
+    assert "raised RuntimeError: xxx" in header and len(header) < 250  # the whole message is in the body
+    assert "x" * 300 in _row_node(tree, "error-case").content()
