@@ -245,7 +245,7 @@ def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list
         rows = [r for key in keys for r in by_group[key]]
         size = sum(tally.group_sizes[k] for k in keys)
         targets = sorted(set().union(*(tally.group_targets[k] for k in keys)))
-        rules = sorted({rule for r in rows for rule in getattr(r, "rules", ())})  # what an `unexplained` touches
+        rules = sorted({rule for r in rows for rule in r.rules})  # what an `unexplained` touches
         out.append(f"<section class='group cause-group' {_data({'cause': cause})}><details><summary>"
                    f"cause <code>{_e(cause)}</code>: {size} divergence{'s' if size != 1 else ''}, "
                    f"{_acceptance(rows, size)}, <span class='shown-n'>{len(rows)}</span> shown"
@@ -283,7 +283,7 @@ def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
            + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
     bad = _differing(detail, r.bound) if detail else None
     body = [f"<p>{_e(r.message)}</p><p>cause: <code>{_e(r.cause)}</code></p>"]
-    rules = getattr(r, "rules", ())
+    rules = r.rules
     if rules:
         body.append(f"<p>rules the case touches: {', '.join(f'<code>{_e(x)}</code>' for x in rules)}</p>")
     body.append(f"<p>reproduce:</p><pre>{_e(repro_command(r, run_info.get(r.framework, {})))}</pre>")

@@ -208,7 +208,7 @@ HOSTILE = "</script><script>window.pwned=1</script><img src=x onerror=\"alert(1)
 
 def test_hostile_row_text_is_escaped_everywhere_it_appears():
     r = _value_row(HOSTILE, cause=HOSTILE, message=HOSTILE, api="kl" + HOSTILE, dtype=HOSTILE, family=HOSTILE,
-                   documented=True, documented_by=(HOSTILE,), reduction="none")
+                   documented=True, documented_by=(HOSTILE,), reduction="none", rules=(HOSTILE,))
     detail = _detail(r, expected=((1,), [1.0]), got=((1,), [2.0]))
     detail["raised"] = HOSTILE
     page = render_html(Tally([r]), [{"framework": HOSTILE, "framework_version": HOSTILE, "reason": HOSTILE}],
@@ -275,3 +275,12 @@ def test_a_shape_or_error_divergence_header_says_what_came_back():
     header = _row_node(tree, "error-case").all("summary")[0].content()
     assert "raised RuntimeError: xxx" in header and len(header) < 250  # the whole message is in the body
     assert "x" * 300 in _row_node(tree, "error-case").content()
+
+
+def test_an_unexplained_group_names_the_rules_its_rows_touch():
+    rows = [_value_row("u1", cause="unexplained", rules=("reductions.mean.divisor",)),
+            _value_row("u2", cause="unexplained", rules=("pointwise.formula", "reductions.mean.divisor"))]
+    tree = Tree(render_html(Tally(rows), []))
+    header = tree.root.all("section", "cause-group")[0].all("summary")[0].content()
+    assert "unexplained" in header and "rules touched: pointwise.formula, reductions.mean.divisor" in header
+    assert "rules the case touches: pointwise.formula, reductions.mean.divisor" in _row_node(tree, "u2").content()
