@@ -15,7 +15,7 @@ import hashlib
 import html
 import json
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from itertools import product
 from typing import Any, Iterable, Sequence
 
@@ -283,9 +283,8 @@ def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
            + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
     bad = _differing(detail, r.bound) if detail else None
     body = [f"<p>{_e(r.message)}</p><p>cause: <code>{_e(r.cause)}</code></p>"]
-    rules = r.rules
-    if rules:
-        body.append(f"<p>rules the case touches: {', '.join(f'<code>{_e(x)}</code>' for x in rules)}</p>")
+    if r.rules:
+        body.append(f"<p>rules the case touches: {', '.join(f'<code>{_e(x)}</code>' for x in r.rules)}</p>")
     body.append(f"<p>reproduce:</p><pre>{_e(repro_command(r, run_info.get(r.framework, {})))}</pre>")
     if detail:
         body.append(f"<p>params: <code>{_e(json.dumps(detail['params']))}</code>, dtype {_e(detail['dtype'])}, "
