@@ -55,12 +55,14 @@ def test_chromium_renders_the_matrix_and_runs_the_filters(default_run, chromium,
     assert result.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-# A run with several causes and verdicts, a NaN where a number is expected, and a hostile case id: the page's
-# filters, highlighting and escaping are checked on what a real run writes, whatever causes the judge assigns.
+# A run with several causes and verdicts (a shape divergence's cause is never a value's), a NaN where a number is
+# expected, and a hostile case id: the page's filters, highlighting and escaping are checked on what a real run
+# writes, whatever causes the judge assigns.
 HOSTILE_ID = "fault-</script><img src=x onerror=\"window.pwned=1\"><!--'q"
 FAULT_CASES = f"""
 - {{id: ok-case, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, dtype: float64}}
 - {{id: fault-sum, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}}
+- {{id: fault-shape, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}}
 - {{id: fault-zero-target, input: [[-1.0, -2.0, -0.5]], target: [[0.25, 0.75, 0.0]], reduction: none, dtype: float64}}
 - {{id: fault-nan, input: [[-1.0, -2.0], [-0.5, -3.0]], target: [[0.25, 0.75], [0.5, 0.5]], reduction: none,
    dtype: float64}}
@@ -120,7 +122,7 @@ def fault_report(tmp_path_factory):
     cases = tmp / "cases.yaml"
     cases.write_text(FAULT_CASES)
     out = tmp / "run"
-    assert main(["run", "--framework", "tests.faults.adapters:NanOrOffByOneAdapter", "--cases", str(cases),
+    assert main(["run", "--framework", "tests.faults.adapters:MixedFaultAdapter", "--cases", str(cases),
                  "--suite", "none", "--out", str(out), "--no-progress", "--no-repro"]) == 0
     return out
 

@@ -128,11 +128,13 @@ class OffByOneAdapter(NumpyAdapter):
         return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
 
 
-class NanOrOffByOneAdapter(OffByOneAdapter):
-    """On a fault case whose id says "nan": honest but for a NaN at the first element (one element differs, in
-    its NaN pattern); on other fault cases off by one."""
+class MixedFaultAdapter(OffByOneAdapter):
+    """Fault cases misbehave by their id: "nan", honest but for a NaN at the first element (one element differs,
+    in its NaN pattern); "shape", a result of shape (7, 7); any other, off by one."""
 
     def misbehave(self, case):
+        if "shape" in case.id:
+            return Observation(value=np.zeros((7, 7)), dtype="float64", shape=(7, 7))
         if "nan" not in case.id:
             return super().misbehave(case)
 
