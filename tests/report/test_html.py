@@ -284,3 +284,14 @@ def test_an_unexplained_group_names_the_rules_its_rows_touch():
     header = tree.root.all("section", "cause-group")[0].all("summary")[0].content()
     assert "unexplained" in header and "rules touched: pointwise.formula, reductions.mean.divisor" in header
     assert "rules the case touches: pointwise.formula, reductions.mean.divisor" in _row_node(tree, "u2").content()
+
+
+def test_a_group_larger_than_the_page_counts_all_its_rows_and_says_which_it_splits():
+    from conformance.report.tally import LISTED_IN_PAGE
+
+    rows = [_value_row(f"r{i}", documented=i % 2 == 0, documented_by=("torch.note",) if i % 2 == 0 else ())
+            for i in range(LISTED_IN_PAGE + 3)]
+    header = Tree(render_html(Tally(rows), [])).root.all("section", "cause-group")[0].all("summary")[0].content()
+    assert f"{LISTED_IN_PAGE + 3} divergences" in header
+    assert f"{LISTED_IN_PAGE // 2} undocumented, {LISTED_IN_PAGE // 2} documented (of the {LISTED_IN_PAGE} in " \
+           "this page)" in header
