@@ -1,4 +1,5 @@
-"""report.html in a real browser: headless Chromium loads the page, runs its script, shows the matrix."""
+"""report.html in a real browser: headless Chromium loads the page, runs its script, shows the matrix; a probe page
+works its filters and reads its highlighting, and no markup from a run (case ids, framework messages) runs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.faults.adapters import HOSTILE_MESSAGE
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -63,6 +66,7 @@ FAULT_CASES = f"""
 - {{id: ok-case, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, dtype: float64}}
 - {{id: fault-sum, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}}
 - {{id: fault-shape, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}}
+- {{id: fault-raise, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}}
 - {{id: fault-zero-target, input: [[-1.0, -2.0, -0.5]], target: [[0.25, 0.75, 0.0]], reduction: none, dtype: float64}}
 - {{id: fault-nan, input: [[-1.0, -2.0], [-0.5, -3.0]], target: [[0.25, 0.75], [0.5, 0.5]], reduction: none,
    dtype: float64}}
@@ -89,6 +93,7 @@ document.getElementById('f').addEventListener('load', () => {
     out.images = d.querySelectorAll('img').length;
     out.scripts = d.querySelectorAll('script').length;
     out.ids = [...d.querySelectorAll('.divergence summary code')].map(c => c.textContent);
+    out.raisedText = row('fault-raise').textContent;
     out.causes = [...d.querySelector("select[data-key='cause']").options].map(o => o.value).filter(Boolean);
     out.rowCauses = out.ids.map(id => row(id).dataset.cause);
     const chosen = row('fault-sum').dataset.cause;
@@ -164,3 +169,4 @@ def test_chromium_runs_no_markup_from_a_hostile_case_id(probed):
     assert probed["pwned"] is None and probed["images"] == 0
     assert probed["scripts"] == 1  # the page's own
     assert HOSTILE_ID in probed["ids"]  # shown as the text it is
+    assert HOSTILE_MESSAGE in probed["raisedText"]  # a framework's message too

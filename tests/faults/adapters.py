@@ -128,11 +128,17 @@ class OffByOneAdapter(NumpyAdapter):
         return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
 
 
+HOSTILE_MESSAGE = "</script><script>window.pwned=2</script><img src=x onerror=\"window.pwned=3\"><!-- '\" &amp;"
+
+
 class MixedFaultAdapter(OffByOneAdapter):
     """Fault cases misbehave by their id: "nan", honest but for a NaN at the first element (one element differs,
-    in its NaN pattern); "shape", a result of shape (7, 7); any other, off by one."""
+    in its NaN pattern); "shape", a result of shape (7, 7); "raise", a RuntimeError whose message is markup
+    (HOSTILE_MESSAGE); any other, off by one."""
 
     def misbehave(self, case):
+        if "raise" in case.id:
+            raise RuntimeError(HOSTILE_MESSAGE)
         if "shape" in case.id:
             return Observation(value=np.zeros((7, 7)), dtype="float64", shape=(7, 7))
         if "nan" not in case.id:
