@@ -94,6 +94,7 @@ class CaseJudge:
         if id(expected) not in self._expected_detail:  # by id(): self._expected keeps each alive, so no id is reused
             self._expected_detail[id(expected)] = encoded_fields(
                 expected=array_detail(expected.value) if expected is not None else None,
+                bound=array_detail(expected.bound) if expected is not None else None,
                 expected_error=expected.error_type if expected is not None else None)
         key = self._key(observed)
         got = (key[0], observed.exception_type, observed.exception_message)

@@ -140,6 +140,30 @@ class OffByOneAdapter(NumpyAdapter):
         return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
 
 
+HOSTILE_MESSAGE = "</script><script>window.pwned=2</script><img src=x onerror=\"window.pwned=3\"><!-- '\" &amp;"
+
+
+class MixedFaultAdapter(OffByOneAdapter):
+    """Fault cases misbehave by their id: "nan", honest but for a NaN at the first element (one element differs,
+    in its NaN pattern); "shape", a result of shape (7, 7); "raise", a RuntimeError whose message is markup
+    (HOSTILE_MESSAGE); any other, off by one."""
+
+    def misbehave(self, case):
+        if "raise" in case.id:
+            raise RuntimeError(HOSTILE_MESSAGE)
+        if "shape" in case.id:
+            return Observation(value=np.zeros((7, 7)), dtype="float64", shape=(7, 7))
+        if "nan" not in case.id:
+            return super().misbehave(case)
+
+        def first_nan():
+            value = np.array(self.compute(case), dtype=np.float64)
+            value.reshape(-1)[0] = np.nan
+            return value
+
+        return call_observed(first_nan, lambda v: (v, "float64", v.shape))
+
+
 class OffOnLateSinglesAdapter(NumpyAdapter):
     """Honest, except on one element alone whose target is over 0.2: off by one there. A call on every
     element at once shows nothing, so minimising must try the elements one by one."""
