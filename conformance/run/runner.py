@@ -64,7 +64,8 @@ class RunSummary:
     out_dir: Path
     counts: dict[str, int] = field(default_factory=dict)
     cases: int = 0
-    skipped: int = 0
+    skipped: int = 0  # cases a resumed run had judged already
+    unspoken: int = 0  # cases in an input space no selected API's dialect takes: no rows
     restarts: int = 0
     not_run: str | None = None  # why the framework could not be loaded
     stopped: str | None = None  # why the run ended before its last case (the worker could not be restarted)
@@ -434,7 +435,10 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
         for index, (case, judge) in enumerate(cases):
             todo = plan(case)
             if not todo:
-                summary.skipped += 1
+                if any(takes_input_space(case, dialects[t.api], spec) for t in ctx.targets):
+                    summary.skipped += 1
+                else:
+                    summary.unspoken += 1
                 continue
             plans[index] = todo
             if judge is not None:
