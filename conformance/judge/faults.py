@@ -72,6 +72,7 @@ def _wrong_divisors(case: Case, spec: Spec, part: str, dialect: str) -> Iterator
     for name, dims in (("the result", out_shape), ("input", case.input.shape), ("target", case.target.shape)):
         for axis, size in enumerate(dims):
             sizes.setdefault(f"the size of dimension {axis} of {name}", int(size))
+    sizes["the number of distributions (the elements over the last axis)"] = int(np.prod(out_shape[:-1]))
     summed, tried = None, {0, right}
     for what, divisor in sizes.items():
         if divisor in tried:
