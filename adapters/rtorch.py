@@ -283,7 +283,7 @@ class RTorchAdapter(Adapter):
         raise RProtocolError(f"unexpected reply {reply[:3]!r}")
 
     def repro_script(self, case: Case, api: Api, device: str, part: str, about: tuple[str, ...],
-                     expected: Expected) -> tuple[str, str]:
+                     expected: Expected, recorded: str = "a value") -> tuple[str, str]:
         """An R script: needs only R and the torch package; prints R torch's result beside the spec's."""
         check_script_names(case, device, part, self.known_devices)
         return r_repro_script(case, self.call(case, api), device, part, about, expected), ".R"

@@ -402,4 +402,7 @@ def _render(adapter, job: _Job, spec: Spec) -> tuple[str, str]:
     about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({job.device}, {job.part}).",
              f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
              f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
-    return adapter.repro_script(case, job.api, job.device, job.part, about, expected)
+    observed = job.observed
+    recorded = (f"raises {observed.exception_type}" if observed.raised else
+                "a value of another dtype" if judgement.verdict is Verdict.DTYPE else "a value")
+    return adapter.repro_script(case, job.api, job.device, job.part, about, expected, recorded)

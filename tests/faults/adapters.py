@@ -128,6 +128,14 @@ class OffByOneAdapter(NumpyAdapter):
         return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
 
 
+class UnimportableScriptAdapter(OffByOneAdapter):
+    """Off by one like OffByOneAdapter, but its reproducers import a framework that is not installed: a
+    bisect step where the framework does not build."""
+
+    def repro_source(self, case, api, device, part):
+        return "import kl_conformance_no_such_framework\n" + super().repro_source(case, api, device, part)
+
+
 class OffOnLateSinglesAdapter(NumpyAdapter):
     """Honest, except on one element alone whose target is over 0.2: off by one there. A call on every
     element at once shows nothing, so minimising must try the elements one by one."""
