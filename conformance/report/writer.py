@@ -19,6 +19,7 @@ from conformance.core.results import (DETAILS_FILE, RESULTS_FILE, AtomicLines, i
 from conformance.core.rundirs import REPORT_FILE, RUNS_FILE, iter_rows, load_manifests
 from conformance.core.scope import Scope
 from conformance.report.baseline import BaselineComparison, BaselineDiff, render_baseline_markdown
+from conformance.report.drafts import write_drafts
 from conformance.report.gate import Decision, Gates, decide, junit_view
 from conformance.report.html import render_html
 from conformance.report.junit import JunitWriter
@@ -135,6 +136,7 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
         markdown = markdown.rstrip() + "\n\n" + "\n".join(render_baseline_markdown(diff)).rstrip() + "\n"
     path = out_dir / REPORT_FILE
     write_atomic(path, markdown)
+    write_drafts(out_dir, present, manifests, known)
     return Written(path, diff, tally.total, decision)
 
 
