@@ -51,7 +51,7 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
     if error_id is not None:
         return Expected(result_dtype=None, error_id=error_id, error_type=spec.error_exception(error_id),
                         error_match=spec.error_match(error_id),
-                        warnings=expected_warnings(case.params, spec), rules=(f"errors.{error_id}",))
+                        warnings=expected_warnings(case.params, spec, dialect_name), rules=(f"errors.{error_id}",))
     argument = GRAD_PARTS[part]
     arg_dtype = getattr(case.dtype, argument)
     result_dtype = spec.result_dtype(case.dtype.input, case.dtype.target)

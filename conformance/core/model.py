@@ -259,18 +259,19 @@ class Judgement:
     bound: float | None = None
     cause: str = ""
     missing_warnings: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()  # the spec rules the case touches where it diverges
 
 
 # The major version of the files a run writes (results.jsonl rows, run.json, summary.json).
 # It changes when a field is removed or renamed or changes meaning; adding a field does not
 # change it. Readers refuse another version (spec/results.schema.json says the same).
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 STRICT_JSON = json.JSONEncoder(allow_nan=False)  # JSON without NaN/inf, one encoder: json.dumps(allow_nan=False) builds one per call
 
 RESULT_FIELDS = (
     "case_id", "case_digest", "seed", "family", "reduction", "log_target", "framework", "framework_version", "api",
     "device", "dtype", "part", "verdict", "documented", "documented_by", "known_by", "max_abs_err", "bound", "cause",
-    "message", "warnings", "missing_warnings", "elapsed_s", "source", "spec_hash", "harness_version",
+    "rules", "message", "warnings", "missing_warnings", "elapsed_s", "source", "spec_hash", "harness_version",
     "python_version", "numpy_version", "device_name",
 )
 
@@ -297,7 +298,8 @@ class Result:
     known_by: tuple[str, ...]  # ids of the known-findings entries (--known) that accept this divergence
     max_abs_err: float | None  # |error| of the element worst relative to its bound (largest |error| / bound)
     bound: float | None  # that element's bound: a pass has max_abs_err <= bound, a value divergence more
-    cause: str
+    cause: str  # what explains a divergence: the spec path(s) it behaves as, or "unexplained"
+    rules: tuple[str, ...]  # the spec rules the case touches where it diverges, in the spec's order
     message: str
     warnings: tuple[str, ...]
     missing_warnings: tuple[str, ...]
@@ -328,6 +330,7 @@ class Result:
         row["verdict"] = self.verdict.value
         row["warnings"], row["missing_warnings"] = list(self.warnings), list(self.missing_warnings)
         row["documented_by"], row["known_by"] = list(self.documented_by), list(self.known_by)
+        row["rules"] = list(self.rules)
         row["max_abs_err"], row["bound"] = _finite_or_text(self.max_abs_err), _finite_or_text(self.bound)
         return STRICT_JSON.encode(row)
 
@@ -343,7 +346,7 @@ class Result:
             raise KeyError(f"missing fields {missing}")
         row = {name: row[name] for name in RESULT_FIELDS}
         row["verdict"] = Verdict(row["verdict"])
-        for key in ("warnings", "missing_warnings", "documented_by", "known_by"):
+        for key in ("warnings", "missing_warnings", "documented_by", "known_by", "rules"):
             row[key] = tuple(row[key])
         for key in ("max_abs_err", "bound"):
             row[key] = _float_from_text(row[key])

@@ -167,7 +167,7 @@ def _parse_row(line: bytes, path: Path, number: int) -> Result:
 
 _TEXT_FIELDS = ("case_id", "family", "reduction", "framework", "framework_version", "api", "device", "dtype", "cause",
                 "message", "source", "spec_hash", "harness_version", "python_version", "numpy_version", "device_name")
-_TEXT_LISTS = ("documented_by", "known_by", "warnings", "missing_warnings")
+_TEXT_LISTS = ("documented_by", "known_by", "warnings", "missing_warnings", "rules")
 _NONFINITE = ("nan", "inf", "-inf")
 _DIGEST = re.compile(r"[0-9a-f]{24}")
 

@@ -138,7 +138,7 @@ class RunContext:
             dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
             part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by,
             known_by=(), max_abs_err=judgement.max_abs_err, bound=judgement.bound, cause=judgement.cause,
-            message=judgement.message, warnings=observed.warnings, missing_warnings=judgement.missing_warnings,
+            rules=judgement.rules, message=judgement.message, warnings=observed.warnings, missing_warnings=judgement.missing_warnings,
             elapsed_s=round(observed.elapsed_s, 9), source=case.source, spec_hash=self.spec.hash,
             harness_version=conformance.__version__, python_version=manifest["python_version"],
             numpy_version=manifest["numpy_version"], device_name=info.device_names.get(device, device),
