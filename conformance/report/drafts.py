@@ -85,7 +85,7 @@ def _causes(rows: Iterable[Result], run_dirs: Sequence[Path], known: Any) -> dic
         row = known.mark(row) if known is not None else row
         if not row.verdict.is_divergence or row.is_accepted:
             continue
-        rules = tuple(getattr(row, "rules", ()) or ())
+        rules = row.rules
         key = (row.framework, row.cause) + ((row.verdict.value, *rules) if row.cause == "unexplained" else ())
         cause = causes.get(key)
         if cause is None:
@@ -152,8 +152,9 @@ def render_draft(cause: _Cause, manifest: dict[str, Any], spec: Spec | None) -> 
              f"dtype {plain(row.dtype)}, reduction {plain(row.reduction)}.", ""]
     if cause.script is not None:
         text, language = cause.script
-        runner = "Rscript repro.R" if language == "r" else "python repro.py (exits 1 while it reproduces, 0 once fixed)"
-        lines += [f"The run's reproducer ({runner}):", "", *fenced(text, language), ""]
+        lines += ["The run's reproducer, minimised" + ("." if language == "r" else
+                  "; `python repro.py` exits 1 while the divergence reproduces, 0 once the result conforms:"),
+                  "", *fenced(text, language), ""]
     lines += ["Written by:", "", *fenced(repro_command(row, manifest), "sh"), "",
               "## Expected against actual", "", *fenced(_cut(row.message), "text"), ""]
     lines += _rules(cause, spec)
@@ -232,8 +233,10 @@ def _spec_node(data: Any, path: str) -> tuple[Any, tuple[str, str] | None, list[
     return node, rationale, list(dict.fromkeys(references))
 
 
-# Every ASCII punctuation character can be escaped in CommonMark; escaping them all leaves no markup.
-_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+# The characters that can start markup inside a line in GitHub's Markdown: emphasis, code, links and images,
+# HTML and entities, tables, strikethrough, math ($), and the ":" of "https://" and the "." of "www." that
+# would make an autolink. A backslash makes each literal (CommonMark escapes any ASCII punctuation).
+_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()<>#.!|~&:$])")
 _BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 ZWJ = "\u200d"
@@ -241,9 +244,9 @@ ZWJ = "\u200d"
 
 def plain(text: object) -> str:
     """Outside text as plain Markdown text on one line: every markup character escaped (no link, image, HTML,
-    emphasis or heading), and a zero-width joiner after each @, so no mention is live."""
+    emphasis or autolink), and a zero-width joiner after each @ and #, so no mention or issue reference is live."""
     text = _CONTROL.sub("", _BREAKS.sub(" ", str(text)))
-    return _PUNCTUATION.sub(r"\\\1", text).replace("@", "@" + ZWJ)
+    return _PUNCTUATION.sub(r"\\\1", text).replace("@", "@" + ZWJ).replace("#", "#" + ZWJ)
 
 
 def fenced(text: str, language: str = "") -> list[str]:

@@ -81,7 +81,8 @@ def test_a_merged_report_says_how_the_other_frameworks_behave_and_quotes_the_rep
     assert main(["report", str(buggy), str(honest), "--out", str(tmp_path / "merged")]) == 0
     (draft,) = _drafts(tmp_path / "merged").values()
     others = draft.split("## Other frameworks on this case", 1)[1]
-    assert "numpy\\-other" in others and ": pass" in others and "numpy\\-test" not in others
+    others = re.sub(r"\\(.)", r"\1", others)  # markup escapes removed
+    assert "numpy-other" in others and ": pass" in others and "numpy-test" not in others
     # the run's own draft quotes its reproducer, written after its report
     (draft,) = _drafts(buggy).values()
     (script,) = (buggy / "repro").iterdir()
@@ -89,7 +90,7 @@ def test_a_merged_report_says_how_the_other_frameworks_behave_and_quotes_the_rep
 
 
 HOSTILE = ["raise-````-fence", "raise-@octocat-ping", "raise-[x](javascript:alert(1))", "raise-<img src=x onerror=alert(1)>",
-           "raise-../../escaped", "raise-![i](https://evil.example/i.png) www.evil.example https://evil.example"]
+           "raise-../../escaped", "raise-#123-ref $x^2$", "raise-![i](https://evil.example/i.png) www.evil.example https://evil.example"]
 
 
 def _outside_fences(text: str) -> list[str]:
@@ -120,5 +121,6 @@ def test_hostile_case_text_makes_no_markup_mention_link_or_path(tmp_path):
     assert "planted: cannot compute raise-````-fence" in text  # the message, whole, inside a longer fence
     for line in _outside_fences(text):
         assert not re.search(r"(?<!\\)[<\[\]`!]", line.replace("\\\\", "")), line  # no tag, link, image or code
-        assert not re.search(r"@(?!\u200d)", line), line  # no live mention
+        assert not re.search(r"@(?!\u200d)", line) and not re.search(r"#\d", line), line  # no mention, no reference
+        assert not re.search(r"(?<!\\)\$", line), line  # no math
         assert "://" not in line and "www." not in line, line  # no autolink
