@@ -79,13 +79,18 @@ def _check_script(adapter, case, api, device, part, scratch, spec, observed):
     from conformance.adapters.rtorch import find_rscript, r_environment
     from conformance.judge.casejudge import expected_for
 
+    from conformance.judge.compare import passes
+
     expected = expected_for(case, spec, part, api.dialect)
-    script, suffix = adapter.repro_script(case, api, device, part, ("a case", "a message", "its params."), expected)
+    recorded = f"raises {observed.exception_type}" if observed.raised else "a value"
+    script, suffix = adapter.repro_script(case, api, device, part, ("a case", "a message", "its params."), expected,
+                                          recorded)
     path = scratch / f"repro_{part}{suffix}"
     path.write_text(script, encoding="utf-8")
     run = subprocess.run([find_rscript(), "--no-init-file", str(path)], env=r_environment(), capture_output=True,
                          text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
+    # as `git bisect run` reads it: 0 where the call conforms, 1 where the run's observation reproduces
+    assert run.returncode == (0 if passes(expected, observed) else 1), run.stdout[-1000:] + run.stderr[-2000:]
     (shown,) = [line for line in run.stdout.splitlines() if line.startswith(f"{adapter.name}:")]
     shown = shown.split(":", 1)[1].strip()
     if shown.startswith("raises "):
