@@ -43,6 +43,7 @@ class _Cause:
     script: tuple[str, str] | None  # (text, language) of the example's reproducer, where the run wrote one
     rows: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)
+    versions: set[str] = field(default_factory=set)
     apis: set[str] = field(default_factory=set)
     parts: set[str] = field(default_factory=set)
     dtypes: set[str] = field(default_factory=set)
@@ -81,6 +82,7 @@ def _causes(rows: Iterable[Result], run_dirs: Sequence[Path], known: Any) -> dic
     """The undocumented causes, keyed by (framework, cause), and for `unexplained` also by verdict and the rules
     touched (unexplained is no one finding); the example is the first row with a reproducer on disk."""
     causes: dict[tuple[str, ...], _Cause] = {}
+    run_dirs = [d for d in run_dirs if (d / REPRO_DIR).is_dir()]  # those with reproducers (a merge has none)
     for row in rows:
         row = known.mark(row) if known is not None else row
         if not row.verdict.is_divergence or row.is_accepted:
@@ -94,6 +96,7 @@ def _causes(rows: Iterable[Result], run_dirs: Sequence[Path], known: Any) -> dic
             cause.example, cause.script = row, script
         cause.rows += 1
         cause.verdicts[row.verdict.value] = cause.verdicts.get(row.verdict.value, 0) + 1
+        cause.versions.add(row.framework_version)
         cause.apis.add(row.api)
         cause.parts.add(row.part)
         cause.dtypes.add(row.dtype)
@@ -120,7 +123,7 @@ def _spec_of(spec_hash: str) -> Spec | None:
 
     try:
         spec = load_spec()
-    except Exception:  # the drafts then name the rule without its text
+    except Exception:  # a spec that does not load here: the drafts then name the rule without its text
         return None
     return spec if spec.hash == spec_hash else None
 
@@ -139,7 +142,8 @@ def render_draft(cause: _Cause, manifest: dict[str, Any], spec: Spec | None) -> 
     lines = [f"# {plain(row.framework)} {plain(row.framework_version)}: {plain(row.verdict.value)} under "
              f"{plain(cause.cause)} on {plain(row.api)}", "",
              f"kl-conformance finds {cause.rows} results of {plain(row.framework)} that diverge from the kl\\_div "
-             f"spec this way ({plain(verdicts)}), none documented by its profile. They span the APIs "
+             f"spec this way ({plain(verdicts)}), none documented by its profile. They span the versions "
+             f"{_listed(cause.versions)}; the APIs "
              f"{_listed(cause.apis)}; the parts {_listed(cause.parts)}; the dtypes {_listed(cause.dtypes)}.", "",
              "## Environment", "",
              f"- framework: {plain(row.framework)} {plain(row.framework_version)}",
