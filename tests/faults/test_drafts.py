@@ -61,6 +61,7 @@ def test_a_run_writes_one_draft_per_undocumented_cause(tmp_path):
     drafts = _drafts(out)
     assert set(drafts) == undocumented
     for cause, text in drafts.items():
+        assert len(text) < 65_536  # what an issue body holds
         example = next(r for r in rows if r.cause == cause and not r.documented)
         assert "## Environment" in text and example.framework_version.replace(".", "\\.") in text
         assert "kl-conformance repro" in text and "## Expected against actual" in text
