@@ -334,7 +334,8 @@ def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple
             body.append("  grad <- autograd_grad((grad * upstream(grad))$sum(), list(t))[[1]]")
         body.append("  grad")
     if expected.error_id:
-        expectation = [f"EXPECTED_ERROR <- {r_string(str(expected.error_type))}  # spec: errors.{r_comment(expected.error_id)}",
+        expectation = [f"EXPECTED_ERROR <- {r_string(str(expected.error_type))}"
+                       f"  # spec: errors.{r_comment(expected.error_id)}",
                        f"ERROR_MATCH <- {r_string(expected.error_match or '')}",
                        f'expected <- {r_string(f"raises {expected.error_type} ({expected.error_id})")}']
     else:
@@ -414,7 +415,8 @@ def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple
         "}",
         'cat("expected:", expected, "\\n")',
         "if (is.null(EXPECTED_ERROR)) cat(\"hex:     \", sprintf(\"%a\", expected_values), \"\\n\")",
-        "cat(c(\"conforms to the spec\", paste(\"reproduces:\", RECORDED), \"cannot tell\")[match(code, c(0, 1, 125))],",
+        "cat(c(\"conforms to the spec\", paste(\"reproduces:\", RECORDED), \"cannot tell\")"
+        "[match(code, c(0, 1, 125))],",
         "    \"(exit\", paste0(code, \")\\n\"))",
         "quit(status = code)",
         "",

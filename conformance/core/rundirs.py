@@ -18,7 +18,7 @@ from conformance.core.results import RESULTS_FILE, check_format_version, check_m
 REPORT_FILE = "report.md"
 RUNS_FILE = "runs.json"
 REPRO_DIR = "repro"  # a run's reproducers, one file per row, named by safe_file_name
-NAME_STEM_CHARS = 120  # of a file name made from a row's text, before its hash: well inside any file system's limit
+NAME_STEM_CHARS = 120  # of a file name made from a row's texts, before its hash: inside any file system's limit
 
 
 def safe_file_name(names: Sequence[str], suffix: str) -> str:

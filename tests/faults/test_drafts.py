@@ -90,8 +90,9 @@ def test_a_merged_report_says_how_the_other_frameworks_behave_and_quotes_the_rep
     assert "```python\n" + script.read_text().rstrip("\n") + "\n```" in draft
 
 
-HOSTILE = ["raise-````-fence", "raise-@octocat-ping", "raise-[x](javascript:alert(1))", "raise-<img src=x onerror=alert(1)>",
-           "raise-../../escaped", "raise-#123-ref $x^2$", "raise-![i](https://evil.example/i.png) www.evil.example https://evil.example"]
+HOSTILE = ["raise-````-fence", "raise-@octocat-ping", "raise-[x](javascript:alert(1))",
+           "raise-<img src=x onerror=alert(1)>", "raise-../../escaped", "raise-#123-ref $x^2$",
+           "raise-![i](https://evil.example/i.png) www.evil.example https://evil.example"]
 
 
 def _outside_fences(text: str) -> list[str]:
