@@ -157,7 +157,7 @@ def render_draft(cause: _Cause, manifest: dict[str, Any], spec: Spec | None) -> 
     if cause.script is not None:
         text, language = cause.script
         lines += ["The run's reproducer, minimised" + ("." if language == "r" else
-                  "; `python repro.py` exits 1 while the divergence reproduces, 0 once the result conforms:"),
+                  "; run as python repro.py, it exits 1 while the divergence reproduces, 0 once the result conforms:"),
                   "", *fenced(text, language), ""]
     lines += ["Written by:", "", *fenced(repro_command(row, manifest), "sh"), "",
               "## Expected against actual", "", *fenced(_cut(row.message), "text"), ""]

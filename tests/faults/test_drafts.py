@@ -112,16 +112,33 @@ def _outside_fences(text: str) -> list[str]:
     return outside
 
 
+def _hostile_cases(prefix: str = "") -> str:
+    return "".join(f"- {{id: '{prefix}{i}', input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
+                   f"dtype: float64}}\n" for i in HOSTILE)
+
+
 def test_hostile_case_text_makes_no_markup_mention_link_or_path(tmp_path):
-    cases = "".join(f"- {{id: '{i}', input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
-                    f"dtype: float64}}\n" for i in HOSTILE)
-    out = _run(tmp_path, "PlantedBugsAdapter", cases, "out", "--no-repro")
+    out = _run(tmp_path, "PlantedBugsAdapter", _hostile_cases(), "out", "--no-repro")
+    _check_safe(tmp_path, out)
+    assert "planted: cannot compute raise-````-fence" in _text(out)  # the message, whole, inside a longer fence
+
+
+def test_a_quoted_reproducer_with_hostile_case_text_stays_in_its_fence(tmp_path):
+    """The off-by-one stand-in writes reproducers, whose docstring holds the case id: quoted whole."""
+    out = _run(tmp_path, "OffByOneAdapter", _hostile_cases("fault-"), "out")
+    _check_safe(tmp_path, out)
+    assert "```python" in _text(out) and "fault-raise-````-fence" in _text(out)
+
+
+def _text(out) -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted((out / "issues").iterdir()))
+
+
+def _check_safe(tmp_path, out):
     drafts = list((out / "issues").iterdir())
     assert drafts and all(p.parent == out / "issues" and re.fullmatch(r"[\w.=-]+\.md", p.name) for p in drafts)
-    assert [p.parent for p in tmp_path.rglob("*escaped*")] == []
-    text = "\n".join(p.read_text(encoding="utf-8") for p in drafts)
-    assert "planted: cannot compute raise-````-fence" in text  # the message, whole, inside a longer fence
-    for line in _outside_fences(text):
+    assert [p for p in tmp_path.rglob("*escaped*") if p.parent != out / "repro"] == []  # reproducers' own names
+    for line in _outside_fences(_text(out)):
         assert not re.search(r"(?<!\\)[<\[\]`!]", line.replace("\\\\", "")), line  # no tag, link, image or code
         assert not re.search(r"@(?!\u200d)", line) and not re.search(r"#\d", line), line  # no mention, no reference
         assert not re.search(r"(?<!\\)\$", line), line  # no math
