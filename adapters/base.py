@@ -21,6 +21,7 @@ import numpy as np
 
 from conformance.core.model import FLOAT_DTYPES, LAYOUTS, PARTS, UPSTREAM, Case, Expected, Observation
 from conformance.core.rounding import INTEGER_DTYPES
+from conformance.core.text import without_escapes
 
 
 class FrameworkUnavailable(Exception):
@@ -482,11 +483,7 @@ def _texts(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
     return tuple(f"{w.category.__name__}: {w.message}" for w in caught if not HARNESS_WARNINGS.match(str(w.message)))
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
 def _first_lines(text: str, limit: int = 600) -> str:
     """The message as plain text (no terminal colours or control characters), cut to `limit`."""
-    text = _CONTROL.sub("", _ANSI.sub("", text))
+    text = without_escapes(text)
     return text if len(text) <= limit else text[:limit] + " ..."

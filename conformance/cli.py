@@ -28,6 +28,7 @@ from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import PARTS, Spec
 from conformance.core.rundirs import load_manifests
 from conformance.core.specload import load_spec
+from conformance.core.text import terminal_line
 from conformance.judge.refcache import default_cache_dir
 from conformance.reference.statements import verify_formulas
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -220,8 +221,11 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
                              gates=gates_of(args))
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
-    print(f"merged {len(args.runs)} runs, {written.results} results"
-          + (f"; not run: {', '.join(not_run)}" if not_run else "") + f". Report: {written.report}")
+    for line in written.summary:  # the undocumented causes, largest first, then the counts as the last line
+        print(line)
+    print(f"merged {len(args.runs)} runs, {written.results} results; {written.counts}"
+          + (f"; not run: {terminal_line(', '.join(map(str, not_run)))}" if not_run else "")
+          + f". Report: {written.report}")
     return written.decision.print()
 
 

@@ -24,6 +24,7 @@ from conformance.arguments import cache_dir_of, case_selection, check_gate_optio
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Case, Result, Spec
+from conformance.core.text import terminal_line
 from conformance.report.gate import EXIT_INCOMPLETE
 from conformance.report.writer import ReportFeed, write_report
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
@@ -150,16 +151,19 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         record_end(summary.out_dir, "failed", reason)
         return _failed(args.out, reason, None)
     if summary.not_run:
-        print(f"{args.framework}: not run: {summary.not_run}. Report: {written.report}")
+        print(f"{args.framework}: not run: {terminal_line(summary.not_run)}. Report: {written.report}")
     else:
+        # pytest's way: the undocumented causes, largest first, then the counts as the last line
+        for line in written.summary:
+            print(line)
         counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
         extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
             (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
         print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
-              f"{summary.divergences} divergences{extra}. Report: {written.report}")
+              f"{written.counts}{extra}. Report: {written.report}")
         if summary.stopped:
-            print(f"kl-conformance: the run stopped before its end: {summary.stopped}. The results so far are in "
-                  f"{summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
+            print(f"kl-conformance: the run stopped before its end: {terminal_line(summary.stopped)}. The results so "
+                  f"far are in {summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
     return written.decision.print()
 
 
@@ -266,16 +270,17 @@ def _sigterm_as_exception():
 
 
 def _print_details(case: Case, result: Result) -> None:
-    """For a rerun of a few cases: everything needed to see the divergence."""
+    """For a rerun of a few cases: everything needed to see the divergence (text from the case file and the
+    framework as plain lines)."""
     with np.printoptions(precision=17, threshold=64):
-        print(f"case {case.id}\n  params: {case.params}\n  dtype: {case.dtype}  layout: {case.layout}")
+        print(f"case {terminal_line(case.id)}\n  params: {case.params}\n  dtype: {case.dtype}  layout: {case.layout}")
         print(f"  input:  {case.input!r}\n  target: {case.target!r}")
         print(f"  {result.framework} / {result.api} / {result.device}: {result.verdict.value}"
-              + (f" ({result.cause})" if result.cause else ""))
+              + (f" ({terminal_line(result.cause)})" if result.cause else ""))
         if result.message:
-            print(f"  {result.message}")
+            print(f"  {terminal_line(result.message)}")
         if result.warnings:
-            print(f"  warnings: {list(result.warnings)}")
+            print(f"  warnings: {terminal_line(list(result.warnings))}")
 
 
 def _progress_and_details(progress, show_details: bool):

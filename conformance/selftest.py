@@ -35,14 +35,16 @@ import numpy as np
 
 from conformance.adapters.registry import get_adapter
 from conformance.core.choices import alternatives, with_alternatives
-from conformance.core.model import FLOAT_FORMATS, Case, Expected, Observation, Spec, upstream_gradient
-from conformance.core.results import iter_results
+from conformance.core.model import FLOAT_FORMATS, Case, Expected, Observation, Spec
+from conformance.core.results import iter_details, iter_results
 from conformance.core.rounding import round_to_dtype
 from conformance.core.specload import load_spec
 from conformance.judge.casejudge import expected_for
+from conformance.judge.compare import UNEXPLAINED
 from conformance.judge.known import KnownFindings
 from conformance.judge.profiles import DeviationLedger, apply_deviations
-from conformance.reference.forward import in_result_dtype
+from conformance.reference.forward import in_result_dtype, reduction_divisor
+from conformance.reference.grad import expected_grad
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, Gates
 from conformance.report.selftest import VariantReport
 from conformance.report.writer import write_report
@@ -74,9 +76,15 @@ class Variant:
 
     name: ClassVar[str]
     fault: ClassVar[str]
+    breaks: ClassVar[str | None] = None  # the spec rule the fault breaks, or None where it breaks none of its own
 
     def plant(self, call: Call) -> Observation | None:
         raise NotImplementedError
+
+    def rule(self, call: Call) -> str | None:
+        """The cause a planted row of `call` must be given: the spec rule this fault breaks there, or None
+        where it corresponds to no rule (it must then come out unexplained, or as the formula)."""
+        return self.breaks
 
     def not_applicable(self, adapter, ledger: DeviationLedger) -> str | None:
         """Why no call of `adapter` can carry this fault (what it needs, no API of the framework takes),
@@ -90,6 +98,23 @@ def _answer(call: Call) -> np.ndarray | None:
     if obs.value is None or e.value is None or np.shape(obs.value) != tuple(e.shape):
         return None
     return np.array(obs.value, dtype=np.float64)
+
+
+def _conforming_answer(call: Call) -> np.ndarray | None:
+    """_answer where the framework's answer meets the spec: a fault that breaks one rule is planted where the
+    framework breaks none, so that the rule it breaks is the only cause there is. Such a fault is planted as
+    the reference computes it (the framework's answer, rescaled, would carry one rounding more)."""
+    return _answer(call) if accepted(call.observed, call.expected) else None
+
+
+def _distinct(call: Call, fault: Expected) -> Observation | None:
+    """The fault's answer as the reference computes it, where it can be told apart from the spec's: neither
+    answer passes as the other (a divisor that changes a sum of near-zero terms by less than its bound is
+    no fault that any answer can show)."""
+    if fault.value is None or accepted(Observation(value=call.expected.value, dtype=call.expected.result_dtype,
+                                                   shape=call.expected.shape), fault):
+        return None
+    return _with(call, fault.value)
 
 
 def _with(call: Call, values: np.ndarray) -> Observation:
@@ -112,16 +137,30 @@ class ValueOutsideRounding(Variant):
 
 
 class WrongDivisor(Variant):
-    name, fault = "wrong_divisor", "mean divides by the batch and batchmean by the number of elements"
+    name, fault = "wrong_divisor", "mean divides by the batch and batchmean by the number of results"
 
     def plant(self, call):
-        got, p = _answer(call), call.case.params
-        if got is None or call.part != "forward" or p.has_legacy or p.reduction not in ("mean", "batchmean"):
+        p = call.case.params
+        if call.part != "forward" or p.has_legacy or p.reduction not in ("mean", "batchmean") \
+                or _conforming_answer(call) is None:
             return None
         shape = np.broadcast_shapes(call.case.input.shape, call.case.target.shape)
-        numel, batch = int(np.prod(shape)), (shape[0] if shape else 1)
-        right, wrong = (numel, batch) if p.reduction == "mean" else (batch, numel)
-        return _with(call, got * right / wrong) if right != wrong and wrong else None
+        out_shape = shape[:-1] if call.spec.dialect(call.dialect)["axis_sum"] else shape
+        n = int(np.prod(out_shape))
+        right = reduction_divisor(p.reduction, n, call.case.input.shape, out_shape, call.spec)
+        wrong = (out_shape[0] if out_shape else 1) if p.reduction == "mean" else n
+        if right == wrong or not wrong:
+            return None
+        summed = expected_for(replace(call.case, params=replace(p, reduction="sum")), call.spec, "forward",
+                              call.dialect)
+        u = call.spec.unit_roundoff(summed.result_dtype)
+        with np.errstate(all="ignore"):
+            value = summed.value / wrong
+            bound = np.where(np.isfinite(value), summed.bound / wrong + u * np.abs(value), 0.0)
+        return _distinct(call, replace(summed, value=value, bound=bound, rule_map=None))
+
+    def rule(self, call):
+        return f"reductions.{call.case.params.reduction}.divisor"
 
     def not_applicable(self, adapter, ledger):
         if all(api.reductions is not None and not {"mean", "batchmean"} & set(api.reductions) for api in adapter.apis):
@@ -131,15 +170,12 @@ class WrongDivisor(Variant):
 
 class UpstreamDropped(Variant):
     name, fault = "upstream_dropped", "a gradient ignores the gradient flowing into the loss (as if it were 1)"
+    breaks = "gradients.upstream"
 
     def plant(self, call):
-        got = _answer(call)
-        if got is None or call.part == "forward":
+        if call.part == "forward" or _conforming_answer(call) is None:
             return None
-        if got.shape == () or call.case.input.shape != call.case.target.shape:
-            return _with(call, got / float(upstream_gradient(())))
-        reduced = call.case.params.reduction != "none" or call.case.params.has_legacy
-        return _with(call, got / (float(upstream_gradient(())) if reduced else upstream_gradient(got.shape)))
+        return _distinct(call, expected_grad(call.case, call.spec, call.part, call.dialect, upstream_of=np.ones))
 
 
 class SignError(Variant):
@@ -204,17 +240,21 @@ class WrongDtype(Variant):
 
     def plant(self, call):
         obs = call.observed
-        if obs.value is None or obs.dtype not in self.OTHER:
+        if obs.value is None or obs.dtype not in self.OTHER or call.expected.error_id is not None:
             return None
         return replace(obs, dtype=self.OTHER[obs.dtype])
+
+    def rule(self, call):  # a gradient comes in its argument's dtype: only a forward result is promoted
+        return "dtypes.promotion" if call.case.dtype.is_mixed and call.part == "forward" else "dtypes.precision"
 
 
 class WrongShape(Variant):
     name, fault = "wrong_shape", "the result comes back in another shape (a 0-d result as (1,), others flattened)"
+    breaks = "shapes.output"
 
     def plant(self, call):
         obs = call.observed
-        if obs.value is None:
+        if obs.value is None or call.expected.error_id is not None:
             return None
         value = np.asarray(obs.value)
         shape = (1,) if value.ndim == 0 else (value.size, 1) if value.ndim == 1 else (value.size,)
@@ -233,6 +273,9 @@ class RaisesOnValid(Variant):
 class ValueWhereError(Variant):
     name, fault = "value_where_error", "a call the spec refuses returns a value"
 
+    def rule(self, call):
+        return f"errors.{call.expected.error_id}"
+
     def plant(self, call):
         if call.expected.error_id is None:
             return None
@@ -241,6 +284,9 @@ class ValueWhereError(Variant):
 
 class WrongExceptionType(Variant):
     name, fault = "wrong_exception_type", "a refused call raises another exception type"
+
+    def rule(self, call):
+        return f"errors.{call.expected.error_id}"
 
     def plant(self, call):
         if call.expected.error_id is None:
@@ -267,6 +313,7 @@ class ZeroGradient(Variant):
 
 class OtherConvention(Variant):
     name, fault = "other_convention", "another convention the spec lists, taken silently (one the profile does not declare)"
+    taken: str | None = None  # the choice point of the convention planted last
 
     def plant(self, call):
         if call.expected.error_id is not None or call.observed.value is None:
@@ -279,8 +326,12 @@ class OtherConvention(Variant):
                 continue
             planted = replace(call.observed, value=np.array(other.value), shape=tuple(other.shape))
             if is_fault(planted, call):
+                self.taken = alt.path
                 return planted
         return None
+
+    def rule(self, call):
+        return self.taken
 
 
 class GarbageWhereDocumented(Variant):
@@ -311,7 +362,7 @@ class Crash(Variant):
     def plant(self, call):
         if not _chosen(call.case.id):
             return None
-        record(call, self.name, whole_case=True)
+        record(call, self.name, "harness.isolation", whole_case=True)
         os.abort()
 
 
@@ -321,7 +372,7 @@ class Hang(Variant):
     def plant(self, call):
         if not _chosen(call.case.id):
             return None
-        record(call, self.name, whole_case=True)
+        record(call, self.name, "harness.isolation", whole_case=True)
         time.sleep(3600)
 
 
@@ -476,7 +527,7 @@ def _plant(adapter, variant: Variant, case: Case, api, part: str, observed: Obse
     planted = variant.plant(call)
     if planted is None or not is_fault(planted, call):
         return observed
-    record(call, variant.name)
+    record(call, variant.name, variant.rule(call))
     return planted
 
 
@@ -505,13 +556,14 @@ def _alternative(spec: Spec, alt) -> Spec:
     return _STATE[key]
 
 
-def record(call: Call, variant_name: str, whole_case: bool = False) -> None:
-    """Append the planted row's key to the log the parent reads (flushed at once: a crash may follow)."""
+def record(call: Call, variant_name: str, rule: str | None, whole_case: bool = False) -> None:
+    """Append the planted row's key, and the cause it must be given, to the log the parent reads (flushed at
+    once: a crash may follow)."""
     path = os.environ.get(ENV_LOG)
     if not path:
         return
     row = {"case_id": call.case.id, "api": call.api, "part": call.part, "variant": variant_name,
-           "whole_case": whole_case}
+           "whole_case": whole_case, "rule": rule}
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
 
@@ -558,7 +610,7 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
                             replace(options, timeout_s=timeout))
         finally:
             os.environ.pop(ENV_LOG, None)
-        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, cases))
+        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, cases, spec))
     return dict(control.counts), reports
 
 
@@ -600,28 +652,79 @@ def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases:
     return report
 
 
-def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Sequence[Case]) -> VariantReport:
+def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Sequence[Case],
+           spec: Spec) -> VariantReport:
     report = VariantReport(variant.name, variant.fault)
-    planted: set[tuple[str, str, str]] = set()
+    planted: dict[tuple[str, str, str], str | None] = {}  # each planted call, and the cause it must be given
     whole: set[str] = set()
     if log.is_file():
         for line in log.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
-            (whole.add(row["case_id"]) if row["whole_case"] else planted.add((row["case_id"], row["api"],
-                                                                                row["part"])))
-    by_id = {c.id: c for c in cases if c.id in whole}
+            if row["whole_case"]:
+                whole.add(row["case_id"])
+            else:
+                planted[(row["case_id"], row["api"], row["part"])] = row["rule"]
+    by_id = {c.id: c for c in cases}
     for case_id in whole:  # a crash or hang costs every call of the case that was sent to the framework
         case = by_id[case_id]
-        planted |= {(case_id, api.name, part) for api in adapter.apis for part in case.parts
-                    if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None}
+        planted.update({(case_id, api.name, part): "harness.isolation" for api in adapter.apis for part in case.parts
+                        if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None})
+    got = {(d["case_id"], d["api"], d["device"], d["part"]): d for d in iter_details(run_dir)}
     for row in iter_results(run_dir):
-        if (row.case_id, row.api, row.part) not in planted:
+        key = (row.case_id, row.api, row.part)
+        if key not in planted:
             continue
         report.planted += 1
         report.verdicts[row.verdict.value] = report.verdicts.get(row.verdict.value, 0) + 1
-        if row.verdict.is_divergence and not row.documented:
-            report.flagged += 1
-        elif len(report.missed) < 10:
-            report.missed.append(f"{row.case_id} {row.api} {row.device} {row.part}: {row.verdict.value}"
-                                 f"{' (documented)' if row.documented else ''} {row.message}")
+        if not (row.verdict.is_divergence and not row.documented):
+            if len(report.missed) < 10:
+                report.missed.append(f"{row.case_id} {row.api} {row.device} {row.part}: {row.verdict.value}"
+                                     f"{' (documented)' if row.documented else ''} {row.message}")
+            continue
+        report.flagged += 1
+        rule = planted[key]
+        detail = got.get((row.case_id, row.api, row.device, row.part))
+        if row.cause == (rule or UNEXPLAINED) or (rule is None and row.cause in FORMULAS) \
+                or _reproduced_by_claim(row, detail, by_id[row.case_id], adapter, spec):
+            report.attributed += 1
+        elif len(report.misattributed) < 10:
+            report.misattributed.append(f"{row.case_id} {row.api} {row.device} {row.part}: cause {row.cause!r}, "
+                                        f"not {rule or UNEXPLAINED!r}; {row.message}")
     return report
+
+
+FORMULAS = ("pointwise.formula", "gradients.formula")  # what a fault that breaks no rule of its own may be called
+CLAIM = "; behaves as "  # how the judge's message states the choices that reproduce an observation
+
+
+def _reproduced_by_claim(row, detail: dict | None, case: Case, adapter, spec: Spec) -> bool:
+    """Whether the spec choices the row's message says it behaves as do reproduce the planted answer, checked
+    here under the comparison rule restated above: a planted fault that happens to be exactly another listed
+    convention is rightly called that convention. A claim that cannot be checked (the answer's values are not
+    all recorded) does not count."""
+    if CLAIM not in row.message or detail is None:
+        return False
+    offered = {str(alt): alt for alt in alternatives(spec)}
+    claimed = row.message.rsplit(CLAIM, 1)[1].split(", ")
+    if not claimed or any(c not in offered for c in claimed):
+        return False
+    if " + ".join(offered[c].path for c in claimed) != row.cause:
+        return False
+    observed = _recorded_observation(row, detail)
+    if observed is None:
+        return False
+    expected = expected_for(case, with_alternatives(spec, tuple(offered[c] for c in claimed)), row.part,
+                            adapter.api(row.api).dialect)
+    return bool(accepted(observed, expected))
+
+
+def _recorded_observation(row, detail: dict) -> Observation | None:
+    """The answer a details.jsonl line records in full, or None where its values were cut short."""
+    raised = detail.get("raised")
+    if raised:
+        return Observation(exception_type=raised.split(":", 1)[0], exception_message=raised.split(": ", 1)[-1])
+    values = detail.get("got")
+    if not values or values.get("truncated"):
+        return None
+    array = np.array([float(v) for v in values["values"]], dtype=np.float64).reshape(values["shape"])
+    return Observation(value=array, dtype=row.dtype, shape=tuple(values["shape"]))

@@ -7,6 +7,8 @@ broadcast dimensions to each argument's shape. Never imports a framework.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from conformance.core.formula import VARIABLES, sum_of_abs
@@ -29,7 +31,8 @@ KERAS_RULES = {dialect.FORMULA: FORMULA, dialect.CLIPPED: len(RULES), dialect.NA
 RULE_NAMES = RULES + ("dialects.keras.clip",)
 
 
-def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canonical") -> Expected:
+def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canonical",
+                  upstream_of: Callable[[tuple[int, ...]], np.ndarray] = upstream_gradient) -> Expected:
     """What the spec predicts for `part` ("grad_input", "grad_target" or "grad2_input") of `case`, called
     through an API of `dialect_name`.
 
@@ -39,6 +42,8 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
     spec : the loaded spec (gradients, tolerance.gradient, dialects).
     part : which argument's gradient.
     dialect_name : how the API states the loss (spec: dialects).
+    upstream_of : the gradient flowing into the loss for a result shape; the spec's (gradients.upstream)
+        unless the judge asks what a gradient that ignores it would be (judge/faults.py).
 
     Returns
     -------
@@ -72,11 +77,11 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
                                                               case.input.shape, out_shape, spec)
     if legacy_then_batchmean(case, spec):
         divisor *= case.input.shape[0] if case.input.ndim else 1
-    upstream = upstream_gradient(out_shape if reduction == "none" else ())
+    upstream = upstream_of(out_shape if reduction == "none" else ())
     if rules_of["axis_sum"] and reduction == "none":  # each distribution's upstream, over its terms
         upstream = np.broadcast_to(upstream[..., None], shape)
     if part == "grad2_input":  # the second upstream, w, over grad_input's shape, broadcast back
-        upstream = upstream * np.broadcast_to(upstream_gradient(case.input.shape), shape)
+        upstream = upstream * np.broadcast_to(upstream_of(case.input.shape), shape)
     with np.errstate(all="ignore"):
         scale = np.broadcast_to(upstream.astype(WIDE) / WIDE(divisor) if divisor else WIDE(np.nan), shape)
         contribution = derivative * scale

@@ -109,7 +109,7 @@ def detail_problem(detail: Any) -> str | None:
     if type(detail.get("params")) is not dict or type(detail.get("dtype")) is not str \
             or type(detail.get("layout")) is not str:
         return "a detail must hold its case's params (an object), dtype and layout (strings)"
-    for name in ("input", "target", "expected", "got"):
+    for name in ("input", "target", "expected", "bound", "got"):
         a = detail.get(name)
         if a is None:
             continue

@@ -16,6 +16,7 @@ from conformance.core.model import FORMAT_VERSION, Result
 from conformance.core.results import RESULTS_FILE, check_format_version, check_manifest, iter_results, read_manifest
 
 REPORT_FILE = "report.md"
+DIVERGENCES_FILE = "divergences.md"  # every divergent row, linked from report.md
 RUNS_FILE = "runs.json"
 REPRO_DIR = "repro"  # a run's reproducers, one file per row, named by safe_file_name
 NAME_STEM_CHARS = 120  # of a file name made from a row's texts, before its hash: inside any file system's limit

@@ -15,12 +15,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from conformance.core.choices import Alternative, touched_paths
+from conformance.core.choices import touched_paths
 from conformance.core.errors import UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Spec, Verdict
 from conformance.core.results import array_detail, encoded_fields
 from conformance.judge.compare import classify
 from conformance.judge.explain import explain
+from conformance.judge.faults import find_fault
 from conformance.judge.profiles import DeviationLedger
 from conformance.judge.refcache import ReferenceCache
 from conformance.reference.forward import expected_forward
@@ -93,6 +94,7 @@ class CaseJudge:
         if id(expected) not in self._expected_detail:  # by id(): self._expected keeps each alive, so no id is reused
             self._expected_detail[id(expected)] = encoded_fields(
                 expected=array_detail(expected.value) if expected is not None else None,
+                bound=array_detail(expected.bound) if expected is not None else None,
                 expected_error=expected.error_type if expected is not None else None)
         key = self._key(observed)
         got = (key[0], observed.exception_type, observed.exception_message)
@@ -167,32 +169,45 @@ class CaseJudge:
         judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
         if judgement.verdict.is_divergence:
             try:
-                behaves_as = self._behaves_as(part, dialect, observed)
+                explained = self._explanation(part, dialect, observed)
             except ExpectationOutOfMemory:  # the divergence stands, unexplained
-                behaves_as = None
-            if behaves_as:
-                return Judgement(judgement.verdict,
-                                 f"{judgement.message}; behaves as {', '.join(map(str, behaves_as))}",
-                                 judgement.max_abs_err, judgement.bound,
-                                 " + ".join(a.path for a in behaves_as),
-                                 judgement.missing_warnings)
+                explained = None
+            if explained:
+                cause, said = explained
+                return Judgement(judgement.verdict, f"{judgement.message}; behaves as {said}", judgement.max_abs_err,
+                                 judgement.bound, cause, judgement.missing_warnings, judgement.rules)
         return judgement
 
-    def _behaves_as(self, part: str, dialect: str, observed: Observation):
-        """explain's answer, once per distinct observation of a part: it reads no warning, so APIs that differ
-        only in their warnings (a deprecated signature's) share it."""
+    def _explanation(self, part: str, dialect: str, observed: Observation) -> tuple[str, str] | None:
+        """(cause, what it behaves as) for a divergence: the smallest set of spec alternatives that reproduces
+        the observation (explain), else a fault pattern that does (faults), else None. Decided once per
+        distinct observation of a part: it reads no warning, so APIs that differ only in their warnings (a
+        deprecated signature's) share it."""
         key = (part, dialect, *without_warnings(self._key(observed)))
         if key not in self._explained:
             def explained():
                 if self._touched is None:
                     self._touched = touched_paths(self.case)
-                return explain(self.case, observed, self.spec, part, expect=lambda s: self.expected(s, part, dialect),
+                alts = explain(self.case, observed, self.spec, part, expect=lambda s: self.expected(s, part, dialect),
                                touched=self._touched)
+                if alts:
+                    return " + ".join(a.path for a in alts), ", ".join(map(str, alts))
+                fault = find_fault(self.case, observed, self.spec, part, dialect,
+                                   self.expected(self.spec, part, dialect))
+                return (fault.breaks, str(fault)) if fault is not None else None
             self._explained[key] = self._remembered(
                 part, dialect, b"explain " + repr(key[2:]).encode(), explained,
-                lambda alts: [[a.path, a.choice] for a in alts or ()],
-                lambda pairs: tuple(Alternative(path, choice) for path, choice in pairs) or None)
+                lambda found: list(found or ()), _explanation_from_json)
         return self._explained[key]
+
+
+def _explanation_from_json(found: list) -> tuple[str, str] | None:
+    """A stored explanation, [] or [cause, what it behaves as]; anything else is a damaged entry (ValueError)."""
+    if found == []:
+        return None
+    if type(found) is list and len(found) == 2 and all(type(x) is str and x for x in found):
+        return found[0], found[1]
+    raise ValueError(f"not an explanation: {found!r}")
 
 
 def observation_key(observed: Observation) -> tuple:

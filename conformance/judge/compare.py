@@ -14,25 +14,9 @@ import numpy as np
 from conformance.core.errors import HarnessBug
 from conformance.core.model import Expected, Judgement, Observation, Spec, Verdict
 
-# Spec paths most likely to explain a divergence, most specific first.
-_CAUSE_PRIORITY = (
-    "dtypes.promotion",
-    "signature.legacy",
-    "reductions.batchmean.divisor",
-    "reductions.batchmean.empty",
-    "reductions.mean.empty",
-    "reductions.sum.empty",
-    "pointwise.conventions.log_target_neg_inf",
-    "pointwise.conventions.target_zero",
-    "pointwise.conventions.target_negative",
-    "pointwise.conventions.nan_propagation",
-    "pointwise.conventions.infinities",
-    "gradients.conventions.log_target_neg_inf",
-    "gradients.conventions.target_zero",
-    "gradients.conventions.target_negative",
-    "gradients.conventions.nan_propagation",
-    "shapes.broadcasting",
-)
+# The cause of a divergence no spec choice explains (casejudge tries the choices and the fault patterns):
+# the rules the case touches are listed beside it, and none of them is picked.
+UNEXPLAINED = "unexplained"
 
 
 def classify(expected: Expected, observed: Observation, spec: Spec) -> Judgement:
@@ -49,7 +33,7 @@ def classify(expected: Expected, observed: Observation, spec: Spec) -> Judgement
     missing = missing_warnings(expected, observed, spec)
     judgement = _judge(expected, observed)
     return Judgement(judgement.verdict, judgement.message, judgement.max_abs_err, judgement.bound,
-                     judgement.cause, missing)
+                     judgement.cause, missing, judgement.rules)
 
 
 def passes(expected: Expected, observed: Observation) -> bool:
@@ -80,33 +64,35 @@ def passes(expected: Expected, observed: Observation) -> bool:
 
 
 def _judge(expected: Expected, observed: Observation) -> Judgement:
+    """The verdict, with the cause its own kind states where it states one: the error the spec expects
+    (errors.<id>), the output shape (shapes.output), the result dtype (dtypes.promotion or dtypes.precision);
+    any other divergence is UNEXPLAINED here, with the rules the case touches."""
     raised = f"{observed.exception_type}: {observed.exception_message}"
     if expected.error_id is not None:
         cause = f"errors.{expected.error_id}"
         if not observed.raised:
             return Judgement(Verdict.ERROR, f"error: returned a value; spec expects {expected.error_type} "
-                                            f"({cause})", cause=cause)
+                                            f"({cause})", cause=cause, rules=(cause,))
         if observed.exception_type != expected.error_type:
             return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects {expected.error_type} "
-                                            f"({cause})", cause=cause)
+                                            f"({cause})", cause=cause, rules=(cause,))
         if expected.error_match and not re.search(expected.error_match, observed.exception_message or ""):
             return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects {expected.error_type} with a "
-                                            f"message matching {expected.error_match!r} ({cause})", cause=cause)
+                                            f"message matching {expected.error_match!r} ({cause})", cause=cause,
+                             rules=(cause,))
         return Judgement(Verdict.PASS, f"raised {observed.exception_type} as expected ({cause})", cause=cause)
     if observed.raised:
-        # a refusal that names the dtype is about the dtypes the spec requires (spec: dtypes.floating)
-        names_dtype = expected.result_dtype and expected.result_dtype.replace("float", "") in \
-            observed.exception_message.lower().replace("float", "") and "type" in observed.exception_message.lower()
-        return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects a value",
-                         cause="dtypes.floating" if names_dtype else _cause(expected, None))
+        return Judgement(Verdict.ERROR, f"error: raised {raised}; spec expects a value", cause=UNEXPLAINED,
+                         rules=touched_rules(expected, None))
 
     if tuple(observed.shape) != tuple(expected.shape) or np.shape(observed.value) != tuple(expected.shape):
         shown = tuple(observed.shape) if tuple(observed.shape) != tuple(expected.shape) else np.shape(observed.value)
         return Judgement(Verdict.SHAPE, f"shape: got {shown}, expected {tuple(expected.shape)}",
-                         cause=_cause(expected, None, default="shapes.output"))
+                         cause="shapes.output", rules=touched_rules(expected, None))
     if observed.dtype != expected.result_dtype:
         return Judgement(Verdict.DTYPE, f"dtype: got {observed.dtype}, expected {expected.result_dtype}",
-                         cause="dtypes.promotion" if "dtypes.promotion" in expected.rules else "dtypes.precision")
+                         cause="dtypes.promotion" if "dtypes.promotion" in expected.rules else "dtypes.precision",
+                         rules=touched_rules(expected, None))
     return _judge_values(expected, np.asarray(observed.value, dtype=np.float64))
 
 
@@ -134,7 +120,7 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
         first = tuple(where[0])
         message = (f"nonfinite: {len(where)} of {got.size} elements differ in NaN/inf pattern; "
                    f"first {_index(first)}: got {_num(got[first])}, expected {_num(want[first])}")
-        return Judgement(Verdict.NONFINITE, message, cause=_cause(expected, pattern_differs))
+        return Judgement(Verdict.NONFINITE, message, cause=UNEXPLAINED, rules=touched_rules(expected, pattern_differs))
 
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.where(finite, np.abs(got - want), 0.0)  # both finite here; an overflowing difference is inf
@@ -148,7 +134,8 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
         message = (f"value: {int(outside.sum())} of {got.size} elements outside bound; worst {_index(worst)}: "
                    f"got {_num(got[worst])}, expected {_num(want[worst])}, "
                    f"|err| {err[worst]:.3g} > bound {worst_bound:.3g}")
-        return Judgement(Verdict.VALUE, message, max_abs_err, worst_bound, cause=_cause(expected, outside))
+        return Judgement(Verdict.VALUE, message, max_abs_err, worst_bound, cause=UNEXPLAINED,
+                         rules=touched_rules(expected, outside))
     return Judgement(Verdict.PASS, "", max_abs_err, worst_bound)
 
 
@@ -198,16 +185,20 @@ def missing_warnings(expected: Expected, observed: Observation, spec: Spec) -> t
     return tuple(missing)
 
 
-def _cause(expected: Expected, bad: np.ndarray | None, default: str | None = None) -> str:
-    """The spec path that most likely explains a divergence at the `bad` elements."""
-    rules = set(expected.rules)
+def touched_rules(expected: Expected, bad: np.ndarray | None) -> tuple[str, ...]:
+    """The spec rules the case touches where it diverges: the rule of each `bad` element (the formula's
+    included) where the expectation maps its elements, with the rules that shaped the whole result.
+
+    Is equivalent to ``sorted({rule_names[code] for code in rule_map[bad]} | case-wide rules)`` in the order
+    of rule_names, then of expected.rules.
+    """
+    names = expected.rule_names
     if bad is not None and expected.rule_map is not None and bad.shape == expected.rule_map.shape:
-        codes = np.unique(expected.rule_map[bad])
-        rules = {expected.rule_names[c] for c in codes.tolist()} | (rules - set(expected.rule_names))
-    for path in _CAUSE_PRIORITY:
-        if path in rules:
-            return path
-    return default or expected.rule_names[0]
+        codes = set(np.unique(expected.rule_map[bad]).tolist())
+        at_elements = [name for code, name in enumerate(names) if code in codes]
+    else:
+        at_elements = [names[0], *(r for r in expected.rules if r in names)]
+    return tuple(dict.fromkeys([*at_elements, *(r for r in expected.rules if r not in names)]))
 
 
 def _index(index: tuple) -> str:

@@ -27,7 +27,9 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
     """The smallest set of alternative choices under which `observed` passes, or None.
 
     An observation that raised is explained by a choice under which the spec
-    expects an error at all, whatever its exception type. Only alternatives whose
+    expects that very exception type (its message aside): a choice that expects a
+    TypeError does not explain an AttributeError. A choice that would pass the
+    spec's own answer as well explains nothing. Only alternatives whose
     choice points touch the case are tried. `expect(spec)` gives the case's
     expectation for `part` under a spec (the runner passes one that remembers), and
     `touched` the case's touched_paths, where the caller keeps them.
@@ -40,14 +42,25 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
     if observed.raised and expect(spec).error_id is not None:
         return None  # an error was due anyway: only its type differs, which no choice explains
     touched = touched_paths(case) if touched is None else touched
+    canonical = expect(spec)
     for alts in _touched_candidates(spec, max_combined, touched):
         expected = expect(_alternative_spec(spec, alts))
         if observed.raised:
-            if expected.error_id is not None:
+            if expected.error_id is not None and expected.error_type == observed.exception_type:
                 return alts
-        elif passes(expected, observed):
+        elif passes(expected, observed) and not accepts_the_spec(expected, canonical):
             return alts
     return None
+
+
+def accepts_the_spec(other: Expected, canonical: Expected) -> bool:
+    """Whether `other` and the spec cannot be told apart on this case: either passes the other's answer as its
+    own (the answers differ only by what rounding may do, or one bound is so wide that it holds both). An
+    observation that `other` passes is then no evidence of it, only of a bound wider than the spec's."""
+    if canonical.error_id is not None or other.error_id is not None or other.value is None or canonical.value is None:
+        return False
+    return (passes(canonical, Observation(value=other.value, dtype=other.result_dtype, shape=other.shape))
+            or passes(other, Observation(value=canonical.value, dtype=canonical.result_dtype, shape=canonical.shape)))
 
 
 def _candidate_sets(spec: Spec, max_combined: int) -> list[tuple[Alternative, ...]]:

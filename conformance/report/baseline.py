@@ -174,8 +174,10 @@ def compare(rows: Iterable[Result], baseline_dir: str | Path, scope: Scope | Non
 
 
 def render_baseline_markdown(diff: BaselineDiff, listed: int = 200) -> list[str]:
+    from conformance.report.markdown import cell, code  # the same escaping as the rest of report.md
+
     out = ["## Against the baseline", "",
-           f"Baseline `{diff.baseline}`: {len(diff.new)} new divergences, {len(diff.fixed)} fixed, "
+           f"Baseline {code(diff.baseline)}: {len(diff.new)} new divergences, {len(diff.fixed)} fixed, "
            f"{len(diff.changed)} changed, {len(diff.lost)} lost, {diff.unchanged} unchanged; {diff.added} results "
            f"added, {diff.removed} gone although selected, {diff.not_checked} not checked (outside this run's "
            f"selection). Lost: judged by the baseline, now unsupported, crashed where it answered, or not written. "
@@ -187,9 +189,9 @@ def render_baseline_markdown(diff: BaselineDiff, listed: int = 200) -> list[str]
         out += [f"### {title} ({len(items)})", "", "| case | framework / api / device / part | before | after |",
                 "|---|---|---|---|"]
         for key, old, now, accepted in items[:listed]:
-            fmt = lambda s: f"{s[0]}" + (f" (`{s[1]}`)" if s and s[1] else "") if s else "-"
+            fmt = lambda s: cell(s[0]) + (f" ({code(s[1])})" if s and s[1] else "") if s else "-"
             tag = " (documented or known)" if accepted and now and Verdict(now[0]).is_divergence else ""
-            out.append(f"| `{key[0]}` | {key[1]} / {key[2]} / {key[3]} / {key[4]} | {fmt(old)} | {fmt(now)}{tag} |")
+            out.append(f"| {code(key[0])} | {cell(' / '.join(key[1:]))} | {fmt(old)} | {fmt(now)}{tag} |")
         if len(items) > listed:
             out.append(f"\n{len(items) - listed} more in baseline.json.")
         out.append("")

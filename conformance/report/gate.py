@@ -29,10 +29,13 @@ from typing import Any, Sequence
 
 from conformance.core.model import Result, Verdict
 from conformance.core.scope import row_framework
+from conformance.core.text import terminal_line
+from conformance.report.summary import short_summary
 from conformance.report.tally import Tally, split_label
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+NAMED = 10  # targets and causes a failed gate names; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -55,16 +58,26 @@ class Gates:
 
 @dataclass
 class Decision:
-    """The exit code, the lines that say why (each a failed gate), and lines that inform without failing."""
+    """The exit code, the lines that say why (each a failed gate), lines that inform without failing, and for a
+    failed gate's line the lines that say what failed it (its targets and causes, with their counts)."""
 
     code: int = EXIT_OK
     lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    details: dict[str, list[str]] = field(default_factory=dict)
 
     def print(self) -> int:
+        """Print the notes and the failed gates, each followed by what failed it, as plain lines (text from
+        rows and known-findings files may hold escape sequences)."""
         for line in self.notes + self.lines:
-            print(f"kl-conformance: {line}", file=sys.stderr)
+            print(f"kl-conformance: {terminal_line(line)}", file=sys.stderr)
+            for detail in self.details.get(line, ()):
+                print(f"kl-conformance:   {terminal_line(detail)}", file=sys.stderr)
         return self.code
+
+    def text(self, line: str) -> str:
+        """A failed gate's line with what failed it, one item a line (junit.xml's failure)."""
+        return "\n".join([line, *(f"  {detail}" for detail in self.details.get(line, ()))])
 
 
 def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | None:
@@ -124,16 +137,22 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
     if gates.strict:
         unaccepted = sum(tally.undocumented.values())
         if unaccepted:
-            decision.lines.append(f"--strict: {unaccepted} divergences neither documented nor known")
+            targets = Counter({t: n for t, n in tally.undocumented.items() if n})
+            causes = sum(1 for n in tally.group_undocumented.values() if n)
+            line = (f"--strict: {unaccepted} divergences neither documented nor known "
+                    f"({_many(len(targets), 'target')}, {_many(causes, 'cause')})")
+            decision.lines.append(line)
+            decision.details[line] = _named(targets, "targets") + short_summary(tally, NAMED)
     if gates.fail_on_new and baseline_diff is not None and baseline_diff.failing:
         failing = baseline_diff.failing
         lost_keys = {item[0] for item in baseline_diff.lost}
         lost = sum(1 for item in failing if item[0] in lost_keys)
-        decision.lines.append(
-            f"--fail-on-new: {len(failing) - lost} divergences new or changed since the baseline "
-            f"{baseline_diff.baseline}" + (f" and {lost} results lost (judged by the baseline; now unsupported, "
-                                           "crashed or not written)" if lost else "")
-            + " (listed in baseline.json under 'failing')")
+        line = (f"--fail-on-new: {len(failing) - lost} divergences new or changed since the baseline "
+                f"{baseline_diff.baseline}" + (f" and {lost} results lost (judged by the baseline; now unsupported, "
+                                               "crashed or not written)" if lost else "")
+                + " (listed in baseline.json under 'failing')")
+        decision.lines.append(line)
+        decision.details[line] = _failing_details(failing, lost_keys)
     if decision.lines:
         decision.code = EXIT_GATE
     if gates.asked:
@@ -147,3 +166,30 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
 def _names_rows(manifest: dict[str, Any]) -> bool:
     """The manifest records the framework name its rows carry (a run.json older than that may not)."""
     return isinstance(manifest.get("selection"), dict) and "adapter" in manifest["selection"]
+
+
+def _named(counts: Counter, what: str, unit: str = "undocumented") -> list[str]:
+    """One line per item, most first, up to NAMED; then one line counting the rest."""
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines = [f"{item}: {n} {unit}" for item, n in top[:NAMED]]
+    if len(top) > NAMED:
+        lines.append(f"and {len(top) - NAMED} more {what} ({sum(n for _, n in top[NAMED:])} {unit})")
+    return lines
+
+
+def _failing_details(failing: list, lost_keys: set) -> list[str]:
+    """What --fail-on-new fails on, by target (framework / api / device / part) and by what the result is now
+    (its verdict and cause, or `lost` for a result no longer judged)."""
+    targets: Counter = Counter()
+    now: Counter = Counter()
+    for key, _, state, _ in failing:
+        targets[" / ".join(key[1:])] += 1
+        if key in lost_keys:
+            now["lost: " + (state[0] if state else "not written")] += 1
+        else:
+            now[f"{state[0]} {state[1]}".strip()] += 1
+    return _named(targets, "targets", "failing") + _named(now, "kinds", "failing")
+
+
+def _many(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")

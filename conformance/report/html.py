@@ -1,16 +1,22 @@
 """Writes report.html: one self-contained file (styles, script and plots inline, no network).
 
-The cross-framework matrix is coloured by verdict; filters narrow the matrix and the
-divergence list by framework, api, device, part, verdict and documentation; each
-divergence expands to its inputs, expected and actual values and its reproduction.
+The cross-framework matrix is coloured by verdict; filters narrow the matrix and the divergences by cause,
+framework, api, device, part, dtype, reduction, family, verdict and documentation. Divergences are grouped by
+cause, then verdict; each expands to its inputs, expected and actual values in their shape, the elements that
+differ highlighted, and its reproduction. Text from rows enters the page escaped only, and a
+Content-Security-Policy lets no script run but the page's own (by its hash): markup that got in would stay inert.
 Reads rows, manifests and details only; never a framework or the reference.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
+import math
 from collections import defaultdict
+from itertools import product
 from typing import Any, Iterable, Sequence
 
 from conformance.core.model import Result, Verdict
@@ -27,25 +33,54 @@ table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccd;paddin
 th{background:#f2f4f8;position:sticky;top:0}.num{text-align:right}
 td.pass{background:#d9f2dc}td.div{background:#f8c9c4}td.doc{background:#fbe7b5}td.na{background:#eceef1;color:#777}
 .matrix th.rot{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;height:210px;vertical-align:bottom;text-align:left}
-.filters select{margin-right:10px}.legend span{padding:2px 8px;margin-right:6px;border:1px solid #ccd}
+.filters label{display:inline-block;margin:0 10px 6px 0}
+.legend span{padding:2px 8px;margin-right:6px;border:1px solid #ccd}
 details{border:1px solid #dde;margin:4px 0;padding:4px 8px;border-radius:4px}
+.cause-group>details{border-color:#b9c0cc;background:#fafbfc}.cause-group>details>summary{font-size:15px}
+.verdict-group>details{background:#fff}
 summary{cursor:pointer}code,pre{font:12px ui-monospace,monospace}pre{background:#f6f8fa;padding:6px;overflow:auto}
 .v-pass{color:#1a7f37}.v-div{color:#b42318;font-weight:600}.doc-tag{color:#8a6100;font-weight:600}
-svg.plot{max-width:100%;height:auto;border:1px solid #ddd}
+.undoc{color:#b42318;font-weight:600}.worst{color:#444}.note{color:#666;font-size:12px}
+table.arr{margin:2px 0 8px}table.arr th{position:static;color:#666;font-weight:normal}
+table.arr td{font:12px ui-monospace,monospace;text-align:right}td.d{background:#f8c9c4;font-weight:700}
+td.at{background:#fdecea}.slab{margin-left:12px}.arrays{display:flex;flex-wrap:wrap;gap:0 24px}
+svg.plot{max-width:100%;height:auto;border:1px solid #ddd}[hidden]{display:none!important}
 """
 
+# Filters hide what does not match (an element without the filter's data attribute matches any value); a group
+# is hidden when none of its divergences is shown. Values are read from data attributes and written as text
+# only: nothing from a row is ever parsed as markup here.
 SCRIPT = """
+(function(){
+const selects=[...document.querySelectorAll('.filters select')];
+function ok(el,sel){return sel.every(([k,v])=>!v||el.dataset[k]===undefined||el.dataset[k]===v);}
 function applyFilters(){
-  const sel={};document.querySelectorAll('.filters select').forEach(s=>sel[s.dataset.key]=s.value);
-  const ok=el=>Object.entries(sel).every(([k,v])=>!v||el.dataset[k]===undefined||el.dataset[k]===v);
-  document.querySelectorAll('.divergence').forEach(d=>d.style.display=ok(d)?'':'none');
-  document.querySelectorAll('.matrix [data-framework]').forEach(c=>c.style.display=ok(c)?'':'none');
-  const shown=[...document.querySelectorAll('.divergence')].filter(d=>d.style.display!=='none').length;
-  document.getElementById('shown').textContent=shown;
+  const sel=selects.map(s=>[s.dataset.key,s.value]);
+  let shown=0;
+  document.querySelectorAll('.divergence').forEach(d=>{d.hidden=!ok(d,sel);if(!d.hidden)shown++;});
+  document.querySelectorAll('.group').forEach(g=>{
+    const n=[...g.querySelectorAll('.divergence')].filter(d=>!d.hidden).length;
+    g.hidden=n===0;
+    const c=g.querySelector('.shown-n');if(c)c.textContent=String(n);
+  });
+  document.querySelectorAll('.matrix [data-framework], .matrix tr[data-family]').forEach(c=>c.hidden=!ok(c,sel));
+  document.getElementById('shown').textContent=String(shown);
 }
-document.querySelectorAll('.filters select').forEach(s=>s.addEventListener('change',applyFilters));
+selects.forEach(s=>s.addEventListener('change',applyFilters));
 applyFilters();
+})();
 """
+
+# Styles inline, the one script by its hash, no fetch of anything (no network, no other file).
+CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{}'; base-uri 'none'; "
+       "form-action 'none'")
+
+FILTER_KEYS = ("cause", "framework", "api", "device", "part", "dtype", "reduction", "family", "verdict", "documented")
+
+
+def script_hash(script: str = SCRIPT) -> str:
+    """The base64 SHA-256 of the page's script, as the Content-Security-Policy names it."""
+    return base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
 
 
 def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iterable[dict[str, Any]] = ()) -> str:
@@ -60,6 +95,7 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
             if len(detail_by_key) == len(wanted):  # the page lists the first divergences: the rest is not read
                 break
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+             f"<meta http-equiv='Content-Security-Policy' content=\"{CSP.format(script_hash())}\">",
              "<title>kl_div conformance report</title>", f"<style>{STYLE}</style></head><body>",
              "<h1>kl_div conformance report</h1>"]
     parts += _provenance(manifests, tally)
@@ -122,15 +158,25 @@ def _short(target: str) -> str:
     return f"{t['framework']} {t['api'].rsplit('.', 1)[-1]} {t['device']} {t['part']}"
 
 
+def _group_key(r: Result) -> tuple[str, str]:
+    return (r.cause or "unknown", r.verdict.value)  # as the tally groups them
+
+
 def _filters(tally: Tally) -> list[str]:
     values: dict[str, set] = defaultdict(set)
     for target in tally.by_target:
         for k, v in _split(target).items():
             values[k].add(v)
+    for family, reduction, _ in tally.by_family:
+        values["family"].add(family)
+        values["reduction"].add(reduction)
+    for r in tally.listed_in_page:
+        values["cause"].add(_group_key(r)[0])
+        values["dtype"].add(r.dtype)
     values["verdict"] = {v for c in tally.by_target.values() for v, n in c.items() if n and Verdict(v).is_divergence}
     values["documented"] = {"documented", "known", "no"}
     out = ["<h2>Filters</h2><div class='filters'>"]
-    for key in ("framework", "api", "device", "part", "verdict", "documented"):
+    for key in FILTER_KEYS:
         options = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in sorted(values[key]))
         out.append(f"<label>{key} <select data-key='{key}'><option value=''>all</option>{options}</select></label>")
     out.append("</div><p class='legend'><span class='pass' style='background:#d9f2dc'>all pass</span>"
@@ -163,7 +209,8 @@ def _matrix(tally: Tally) -> list[str]:
                 cls = "pass" if not divergent else ("div" if undocumented else "doc")
                 text = f"{c['pass']}/{judged}"
             cells.append(f"<td class='{cls}' {_data(_split(target))}>{text}</td>")
-        out.append(f"<tr><td>{_e(key[0])}</td><td>{_e(key[1])}</td><td>{_e(key[2])}</td>" + "".join(cells) + "</tr>")
+        out.append(f"<tr {_data({'family': key[0], 'reduction': key[1]})}><td>{_e(key[0])}</td><td>{_e(key[1])}</td>"
+                   f"<td>{_e(key[2])}</td>" + "".join(cells) + "</tr>")
     return out + ["</table>"]
 
 
@@ -176,31 +223,223 @@ def _plots(tally: Tally) -> list[str]:
 
 
 def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list[str]:
+    """The listed divergences in groups by cause (the largest undocumented first), each cause by verdict."""
     run_info = {m.get("framework"): m for m in manifests}
     total = sum(tally.group_sizes.values())
-    out = [f"<h2>Divergences</h2><p><span id='shown'>{len(listed)}</span> shown of {total}"
+    by_group: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    for r in listed:
+        by_group[_group_key(r)].append(r)
+    causes: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for key in by_group:
+        causes[key[0]].append(key)
+    out = [f"<h2>Divergences by cause</h2><p><span id='shown'>{len(listed)}</span> shown of {total}"
            + (f" (the first {LISTED_IN_PAGE} are in this page; all are in results.jsonl)" if total > len(listed) else "")
            + ".</p><div id='divergences'>"]
-    for r in listed:
-        accepted = "documented" if r.documented else ("known" if r.known_by else "no")
-        attrs = {**_split(target_label(r)), "verdict": r.verdict.value, "documented": accepted}
-        doc = ((f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
-               + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
-        body = [f"<p>{_e(r.message)}</p><p>cause: <code>{_e(r.cause)}</code></p>",
-                f"<p>reproduce:</p><pre>{_e(repro_command(r, run_info.get(r.framework, {})))}</pre>"]
-        detail = details.get(_key(r))
-        if detail:
-            body.append(f"<p>params: <code>{_e(json.dumps(detail['params']))}</code>, dtype {_e(detail['dtype'])}, "
-                        f"layout {_e(detail['layout'])}</p>")
-            for name in ("input", "target", "expected", "got"):
-                if detail.get(name):
-                    a = detail[name]
-                    more = " ..." if a["truncated"] else ""
-                    body.append(f"<p>{name} {_e(tuple(a['shape']))}:</p><pre>{_e(a['values'])}{more}</pre>")
-            for name in ("expected_error", "raised"):
-                if detail.get(name):
-                    body.append(f"<p>{name}: <code>{_e(detail[name])}</code></p>")
-        out.append(f"<div class='divergence' {_data(attrs)}><details><summary><code>{_e(r.case_id)}</code> "
-                   f"{_e(target_label(r))} <span class='v-div'>{_e(r.verdict.value)}</span>{doc}</summary>"
-                   + "".join(body) + "</details></div>")
+
+    def order(cause: str) -> tuple:
+        rows = [r for key in causes[cause] for r in by_group[key]]
+        return (-sum(not r.is_accepted for r in rows), -sum(tally.group_sizes[k] for k in causes[cause]), cause)
+
+    for cause in sorted(causes, key=order):
+        keys = sorted(causes[cause], key=lambda k: VERDICT_ORDER.index(k[1]))
+        rows = [r for key in keys for r in by_group[key]]
+        size = sum(tally.group_sizes[k] for k in keys)
+        targets = sorted(set().union(*(tally.group_targets[k] for k in keys)))
+        rules = sorted({rule for r in rows for rule in r.rules})  # what an `unexplained` touches
+        out.append(f"<section class='group cause-group' {_data({'cause': cause})}><details><summary>"
+                   f"cause <code>{_e(cause)}</code>: {size} divergence{'s' if size != 1 else ''}, "
+                   f"{_acceptance(rows, size)}, <span class='shown-n'>{len(rows)}</span> shown"
+                   f" &middot; {len(targets)} target{'s' if len(targets) != 1 else ''}: "
+                   f"{_e('; '.join(targets))}"
+                   + (f" &middot; rules touched: {_e(', '.join(rules))}" if rules else "") + "</summary>")
+        for key in keys:
+            group = by_group[key]
+            n = tally.group_sizes[key]
+            out.append(f"<div class='group verdict-group' {_data({'verdict': key[1]})}><details><summary>"
+                       f"<span class='v-div'>{_e(key[1])}</span>: {n}, {_acceptance(group, n)}, "
+                       f"<span class='shown-n'>{len(group)}</span> shown</summary>")
+            out += [_divergence(r, run_info, details.get(_key(r))) for r in group]
+            out.append("</details></div>")
+        out.append("</details></section>")
     return out + ["</div>"]
+
+
+def _acceptance(rows: list[Result], size: int) -> str:
+    """How many of a group's rows are undocumented, documented and known (of those in the page, when the
+    page lists only some of the group)."""
+    undocumented = sum(not r.is_accepted for r in rows)
+    documented = sum(r.documented for r in rows)
+    known = sum(bool(r.known_by) and not r.documented for r in rows)
+    text = (f"<span class='undoc'>{undocumented} undocumented</span>" if undocumented else "0 undocumented")
+    text += f", {documented} documented" + (f", {known} known" if known else "")
+    return text + (f" (of the {len(rows)} in this page)" if len(rows) < size else "")
+
+
+def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
+    accepted = "documented" if r.documented else ("known" if r.known_by else "no")
+    attrs = {**_split(target_label(r)), "cause": _group_key(r)[0], "verdict": r.verdict.value, "dtype": r.dtype,
+             "reduction": r.reduction, "family": r.family, "documented": accepted}
+    doc = ((f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
+           + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
+    bad = _differing(detail, r.bound) if detail else None
+    body = [f"<p>{_e(r.message)}</p><p>cause: <code>{_e(r.cause)}</code></p>"]
+    if r.rules:
+        body.append(f"<p>rules the case touches: {', '.join(f'<code>{_e(x)}</code>' for x in r.rules)}</p>")
+    body.append(f"<p>reproduce:</p><pre>{_e(repro_command(r, run_info.get(r.framework, {})))}</pre>")
+    if detail:
+        body.append(f"<p>params: <code>{_e(json.dumps(detail['params']))}</code>, dtype {_e(detail['dtype'])}, "
+                    f"layout {_e(detail['layout'])}</p>")
+        if bad is not None and bad.positions:
+            body.append(f"<p class='note'>highlighted: the elements {_e(bad.how)}</p>")
+        arrays = []
+        for name in ("input", "target", "expected", "got"):
+            a = detail.get(name)
+            if a:
+                marks = bad.positions if bad is not None and a.get("shape") == bad.shape else set()
+                cls = "d" if name in ("expected", "got") else "at"  # short: a page holds many cells
+                shape = _shape_text(a["shape"]) if _readable(a) else repr(a.get("shape"))
+                arrays.append(f"<div><p>{name} {_e(shape)}:</p>{_array(a, marks, cls)}</div>")
+        if arrays:
+            body.append("<div class='arrays'>" + "".join(arrays) + "</div>")
+        for name in ("expected_error", "raised"):
+            if detail.get(name):
+                body.append(f"<p>{name}: <code>{_e(detail[name])}</code></p>")
+    return (f"<div class='divergence' {_data(attrs)}><details><summary><code>{_e(r.case_id)}</code> "
+            f"{_e(f'{r.framework} / {r.api} / {r.device} {r.part}')} <span class='v-div'>{_e(r.verdict.value)}</span>"
+            f"{doc} <span class='worst'>{_worst(r, detail, bad)}</span></summary>" + "".join(body) + "</details></div>")
+
+
+def _value(v: Any) -> float:
+    """A value of details.jsonl as a float: non-finite values are stored as the text nan, inf or -inf."""
+    return float(v)
+
+
+def _readable(a: Any) -> bool:
+    """An array preview as a run writes it (results.detail_problem): a shape of sizes, values that are numbers.
+    Anything else (a detail handed over unchecked) is shown as escaped text and compared with nothing."""
+    if not (isinstance(a, dict) and isinstance(a.get("shape"), list) and isinstance(a.get("values"), list)):
+        return False
+    if not all(type(n) is int and n >= 0 for n in a["shape"]):
+        return False
+    try:
+        [_value(v) for v in a["values"]]
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _fmt(x: float) -> str:
+    """A value as a reader writes it: NaN, inf and -inf as such, others in their shortest exact form."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return repr(x)
+
+
+def _shape_text(shape: list[int]) -> str:
+    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _index_text(flat: int, shape: list[int]) -> str:
+    index = []
+    for n in reversed(shape):
+        index.append(flat % n if n else 0)
+        flat //= n if n else 1
+    return "[" + ", ".join(str(i) for i in reversed(index)) + "]"
+
+
+class Differing:
+    """The flat positions (among the elements shown) where got differs from expected by the spec's element rule
+    (tolerance.comparison): the NaN/inf pattern differs, or both are finite and further apart than the element's
+    bound; the worst of them (a pattern difference first, else the largest error relative to its bound); and
+    which bound was used (the run's per element, else the row's, which is its worst element's)."""
+
+    def __init__(self, got: dict, want: dict, bound: dict | None, row_bound: float | None) -> None:
+        per_element = bool(bound) and bound["shape"] == want["shape"]
+        bounds = [_value(b) for b in bound["values"]] if per_element else []
+        self.got, self.want = [_value(v) for v in got["values"]], [_value(v) for v in want["values"]]
+        self.shape, self.truncated = want["shape"], got["truncated"]
+        self.positions: set[int] = set()
+        pattern, ratio = [], {}
+        for i, (g, w) in enumerate(zip(self.got, self.want)):
+            if math.isnan(g) != math.isnan(w) or ((math.isinf(g) or math.isinf(w)) and g != w):
+                self.positions.add(i)
+                pattern.append(i)
+            elif math.isfinite(g) and math.isfinite(w):
+                b = bounds[i] if per_element and i < len(bounds) else (None if per_element else row_bound)
+                if b is not None and abs(g - w) > b:
+                    self.positions.add(i)
+                    ratio[i] = abs(g - w) / b if b > 0 else math.inf
+        self.worst = pattern[0] if pattern else (max(ratio, key=ratio.__getitem__) if ratio else None)
+        self.how = ("whose NaN/inf pattern differs or whose error exceeds its bound" if per_element else
+                    "whose NaN/inf pattern differs" + (f", or whose error exceeds the row's bound {_fmt(row_bound)} "
+                                                       "(its worst element's: the run kept no bound per element)"
+                                                       if row_bound is not None else ""))
+
+
+def _differing(detail: dict, row_bound: float | None) -> Differing | None:
+    """How got differs from expected, element by element; None where they cannot be compared so (an error,
+    another shape)."""
+    got, want, bound = detail.get("got"), detail.get("expected"), detail.get("bound")
+    if not got or not want or not _readable(got) or not _readable(want) or got["shape"] != want["shape"]:
+        return None
+    return Differing(got, want, bound if bound and _readable(bound) else None, row_bound)
+
+
+def _worst(r: Result, detail: dict | None, bad: Differing | None) -> str:
+    """What the row's header shows of the values: the worst element's got against expected where the arrays
+    were kept, the error against the bound, or what was raised or what shape came back."""
+    error = (f"|err| {r.max_abs_err:.3g} &gt; bound {r.bound:.3g}"
+             if r.max_abs_err is not None and r.bound is not None and r.verdict is Verdict.VALUE else "")
+    if detail is None:
+        return error
+    got, want = detail.get("got"), detail.get("expected")
+    if bad is not None and bad.worst is not None:
+        i = bad.worst
+        where = f" at {_index_text(i, bad.shape)}" if bad.shape else ""
+        shown = f" (of the first {len(bad.got)} elements)" if bad.truncated else ""
+        values = _e(f"got {_fmt(bad.got[i])}, expected {_fmt(bad.want[i])}{where}{shown}")
+        return values + (f"; {error}" if error else "")
+    if got and want and _readable(got) and _readable(want) and got["shape"] != want["shape"]:
+        return _e(f"got shape {_shape_text(got['shape'])}, expected {_shape_text(want['shape'])}")
+    if detail.get("raised"):
+        text = detail["raised"]
+        return "raised " + _e(text if len(text) <= 120 else text[:117] + "...")
+    if detail.get("expected_error") and got and _readable(got):
+        return _e(f"got a value of shape {_shape_text(got['shape'])}, expected {detail['expected_error']}")
+    return error
+
+
+def _array(a: dict, marks: set[int], cls: str) -> str:
+    """An array preview in its shape: a value for 0-d, a row for 1-d, a table for 2-d, and for more dimensions
+    one table per index of the leading ones; the first elements only, with a note, when the run kept only those."""
+    if not _readable(a):
+        return f"<pre>{_e(a)}</pre>"
+    shape, values = a["shape"], [_fmt(_value(v)) for v in a["values"]]
+    size = math.prod(shape)
+    if size == 0:
+        return f"<p class='note'>no elements (shape {_e(_shape_text(shape))})</p>"
+    note = (f"<p class='note'>the first {len(values)} of {size} elements (the run keeps no more; the reproducer "
+            "computes them all)</p>") if a["truncated"] or len(values) < size else ""
+    cell = lambda i: (f"<td class={cls}>" if i in marks else "<td>") + _e(values[i]) + "</td>"  # noqa: E731
+    if len(shape) == 0:
+        return f"<table class='arr'><tr>{cell(0)}</tr></table>"
+    rows, cols = (1, shape[0]) if len(shape) == 1 else (shape[-2], shape[-1])
+    tables, start = [], 0
+    for lead in product(*(range(n) for n in shape[:-2])):
+        if start >= len(values):
+            break
+        table = ["<table class='arr'><tr><th></th>"
+                 + "".join(f"<th>{j}</th>" for j in range(min(cols, len(values) - start))) + "</tr>"]
+        for i in range(rows):
+            first = start + i * cols
+            if first >= len(values):
+                break
+            table.append(f"<tr><th>{i if len(shape) > 1 else ''}</th>"
+                         + "".join(cell(k) for k in range(first, min(first + cols, len(values)))) + "</tr>")
+        table.append("</table>")
+        label = f"<p class='note'>[{', '.join(map(str, lead))}, :, :]</p>" if lead else ""
+        tables.append(f"<div class='slab'>{label}{''.join(table)}</div>" if lead else "".join(table))
+        start += rows * cols
+    return "".join(tables) + note

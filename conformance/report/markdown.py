@@ -1,42 +1,159 @@
-"""Writes report.md from result rows: provenance, summary matrix, case-family matrix, divergences by cause.
+"""Writes report.md and divergences.md from result rows.
 
-Reads rows and run manifests only; never calls a framework or the reference, which
+report.md: provenance, summary matrix, case-family matrix, then one section per cause and verdict of the
+divergences (what it spans and one worked example), known findings, warnings and the baseline. It is meant to be
+pasted into an issue, whose body holds 65,536 characters: each part has a budget, a table too wide for it is shown
+by coarser targets, and what does not fit is counted and left to divergences.md, which lists every divergent row.
+
+Reads rows, run manifests and details only; never calls a framework or the reference, which
 is what makes merging runs from several machines sound.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
-from typing import Any, Sequence
+from collections import Counter
+from typing import Any, Callable, Sequence
 
 from conformance.core.model import Result, Verdict
-from conformance.report.tally import VERDICT_ORDER, Tally
+from conformance.core.rundirs import DIVERGENCES_FILE
+from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, split_label
+
+REPORT_LIMIT = 65_536  # characters an issue body holds: report.md stays below
+_BUDGET = REPORT_LIMIT - 1_536  # what the parts may fill together; the rest is slack for the lines that say "more"
+# the most characters each part but the divergences may take; the divergences' sections get what is left
+_PART_BUDGETS = {"provenance": 8_000, "summary": 12_000, "families": 12_000, "known": 4_000, "warnings": 4_000,
+                 "baseline": 6_000}
+_CELL = 160  # characters of a row's text shown in one cell of report.md
+_MESSAGE = 400  # characters of the worked example's message
+_LISTED_CELL = 600  # characters of a row's text in one cell of divergences.md
+_VALUES = 6  # values shown per span and per array preview
+_LINK = f"[{DIVERGENCES_FILE}]({DIVERGENCES_FILE})"
+_SPAN_NAMES = {"part": "parts", "dtype": "dtypes", "reduction": "reductions", "log_target": "log_target",
+               "family": "families"}
 
 
-def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]], known_audit: Sequence[Any] | None = None) -> str:
-    """The whole report as Markdown text; `known_audit` (known.EntryAudit items) adds the known-findings section."""
+def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]], known_audit: Sequence[Any] | None = None,
+                    examples: dict[tuple, dict[str, Any]] | None = None, baseline: Sequence[str] = ()) -> str:
+    """report.md's text, under REPORT_LIMIT characters. `known_audit` (known.EntryAudit items) adds the
+    known-findings section; `examples` are the details (details.jsonl lines) of the worked examples, by
+    `detail_key`; `baseline` is the comparison with a baseline (report.baseline.render_baseline_markdown)."""
+    parts = {"provenance": _provenance(tally, manifests),
+             "summary": _fitted(lambda level: _summary(tally, level), "summary"),
+             "families": _fitted(lambda level: _family_matrix(tally, level), "families"),
+             "known": _fit(_known(known_audit), _PART_BUDGETS["known"], "entries", "a stale one is named by the "
+                           "command's output and junit.xml") if known_audit is not None else [],
+             "warnings": _fit(_warnings(tally), _PART_BUDGETS["warnings"], "rows", "see missing_warnings in "
+                              "results.jsonl"),
+             "baseline": _fit(list(baseline), _PART_BUDGETS["baseline"], "lines", f"see {_LINK} and baseline.json")}
+    parts["provenance"] = _fit(parts["provenance"], _PART_BUDGETS["provenance"], "runs", "see each run's run.json")
+    used = sum(_size(lines) for lines in parts.values()) + 100
     out: list[str] = ["# kl_div conformance report", ""]
-    out += _provenance(tally, manifests)
-    out += _summary(tally)
-    out += _family_matrix(tally)
-    out += _divergences(tally, manifests)
-    if known_audit is not None:
-        out += _known(known_audit)
-    out += _warnings(tally)
+    out += parts["provenance"] + parts["summary"] + parts["families"]
+    out += _divergences(tally, manifests, examples or {}, _BUDGET - used)
+    out += parts["known"] + parts["warnings"] + parts["baseline"]
     return "\n".join(out).rstrip() + "\n"
+
+
+def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseline: Sequence[str] = ()) -> str:
+    """divergences.md's text: every divergent row (up to tally.LISTED_PER_GROUP per cause), in report.md's order
+    of causes, the case families by every target, and the whole comparison with a baseline."""
+    out = ["# kl_div conformance report: every divergence", "",
+           "The rows behind report.md's sections, by cause and verdict in the same order. Each row's `reproduce` "
+           "command writes a standalone script (the framework and NumPy only) that prints the framework's result and "
+           "the spec's expected value; run it in that framework's environment.", ""]
+    run_info = {m.get("framework"): m for m in manifests}
+    if not tally.group_sizes:
+        out += ["No divergences: every judged result is within the spec.", ""]
+    for key in tally.ordered_groups():
+        cause, verdict = key
+        size, members = tally.group_sizes[key], tally.groups[key]
+        out += [f"## {_code(cause)}: {_cell(verdict)} ({_counts(tally, key)})", "",
+                "| case | api / device | finding | reproduce |", "|---|---|---|---|"]
+        for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device)):
+            tags = (f" **documented** ({_cell(', '.join(r.documented_by))})" if r.documented else "") + \
+                (f" **known** ({_cell(', '.join(r.known_by))})" if r.known_by else "")
+            out.append(f"| {_code(r.case_id)} | {_cell(r.api)} / {_cell(r.device)}"
+                       f"{'' if r.part == 'forward' else ' / ' + _cell(r.part)} | {_cell(r.message, _LISTED_CELL)}"
+                       f"{tags} | {_code(repro_command(r, run_info.get(r.framework, {})))} |")
+        if size > len(members):
+            out.append(f"\n{size - len(members)} more in results.jsonl (cause {_code(cause)}, verdict "
+                       f"{_code(verdict)}).")
+        out.append("")
+    for render in (_summary, _family_matrix):  # the tables report.md shows by coarser targets, by every one here
+        lines = render(tally, "target")
+        if _size(lines) > _PART_BUDGETS["summary" if render is _summary else "families"]:
+            out += lines
+    out += list(baseline)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def detail_key(r: Result) -> tuple[str, str, str, str, str]:
+    """A row's key in details.jsonl (results.DETAIL_KEYS' values)."""
+    return (r.case_id, r.framework, r.api, r.device, r.part)
+
+
+def wanted_details(tally: Tally) -> set[tuple[str, str, str, str, str]]:
+    """The details report.md's worked examples show: one row per cause group."""
+    return {detail_key(r) for r in tally.group_example.values()}
+
+
+def _size(lines: Sequence[str]) -> int:
+    return sum(len(line) + 1 for line in lines)
+
+
+def _fit(lines: list[str], budget: int, what: str, where: str = f"see {_LINK}") -> list[str]:
+    """`lines` up to `budget` characters; when cut, a last line says how many `what` were left out, and `where`
+    they are."""
+    total = 0
+    for i, line in enumerate(lines):
+        total += len(line) + 1
+        if total > budget - 200:
+            left = [line for line in lines[i:] if line.startswith("|")]
+            return lines[:i] + ["", f"And {len(left) or len(lines) - i} more {what if left else 'lines'}, "
+                                    f"left out to keep this report short: {where}.", ""]
+    return lines
+
+
+def _fitted(render: Callable[[str], list[str]], part: str) -> list[str]:
+    """A table by every target if it fits its part's budget, else by framework / API / device, else by framework."""
+    budget = _PART_BUDGETS[part]
+    for level in ("target", "where", "framework"):
+        lines = render(level)
+        if _size(lines) <= budget:
+            return lines
+    return _fit(lines, budget, "rows")
+
+
+def _level(label: str, level: str) -> str:
+    """A target label at a coarser level: "where" drops the part, "framework" keeps the framework only."""
+    if level == "target":
+        return label
+    pieces = split_label(label)
+    return pieces["framework"] if level == "framework" else " / ".join((pieces["framework"], pieces["api"],
+                                                                        pieces["device"]))
+
+
+_LEVEL_NOTE = {"target": "", "where": " Shown by framework / API / device here, all parts together (too many "
+                                      f"targets to fit); by every target in {_LINK}.",
+               "framework": " Shown by framework here, all APIs, devices and parts together (too many targets "
+                            f"to fit); by every target in {_LINK}."}
 
 
 def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
     out = ["| run | framework | version | status | cases | shard | python | numpy | spec | harness |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for i, m in enumerate(manifests, start=1):
-        status = m.get("status", "?") + (f": {m['reason']}" if m.get("reason") else "")
-        out.append(f"| {i} | {_cell(m.get('framework', '?'))} | {_cell(m.get('framework_version', '-'))} | {_cell(status)} | "
-                   f"{m.get('cases', '-')} | {m.get('shard') or '-'} | {m.get('python_version', '-')} | "
-                   f"{m.get('numpy_version', '-')} | {m.get('spec_hash', '-')} | {m.get('harness_version', '-')} |")
+        status = str(m.get("status", "?")) + (f": {m['reason']}" if m.get("reason") else "")
+        out.append(f"| {i} | {_cell(m.get('framework', '?'))} | {_cell(m.get('framework_version', '-'))} | "
+                   f"{_cell(status, _LISTED_CELL)} | {_cell(m.get('cases', '-'))} | "
+                   f"{_cell(m.get('shard') or '-')} | "
+                   f"{_cell(m.get('python_version', '-'))} | {_cell(m.get('numpy_version', '-'))} | "
+                   f"{_cell(m.get('spec_hash', '-'))} | {_cell(m.get('harness_version', '-'))} |")
     seeds = sorted({str(m.get("seed")) for m in manifests if m.get("seed") is not None})
-    out += ["", f"{tally.total} results; seed {', '.join(seeds) or '-'}. "
+    out += ["", f"{tally.total} results; seed {_cell(', '.join(seeds) or '-')}. "
                 "Verdicts: `pass`; divergences `value` (outside the bound), `nonfinite` (NaN/inf pattern), "
                 "`shape`, `dtype`, `error` (raised where a value was expected, returned a value where an error "
                 "was expected, or a different exception type), `crash`, `timeout`; and `unsupported` (the API "
@@ -44,35 +161,51 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _summary(tally: Tally) -> list[str]:
-    counts = tally.by_target
-    present = [v for v in VERDICT_ORDER if any(c[v] for c in counts.values())]
+def _by_level(tally: Tally, level: str) -> dict[str, tuple[Counter, int, int]]:
+    """Verdict counts, undocumented and known divergences per target label at `level` (see `_level`)."""
+    merged: dict[str, tuple[Counter, list[int]]] = {}
+    for label, counts in tally.by_target.items():
+        c, accepted = merged.setdefault(_level(label, level), (Counter(), [0, 0]))
+        c.update(counts)
+        accepted[0] += tally.undocumented[label]
+        accepted[1] += tally.known[label]
+    return {label: (c, new, known) for label, (c, (new, known)) in merged.items()}
+
+
+def _summary(tally: Tally, level: str = "target") -> list[str]:
+    counts = _by_level(tally, level)
+    present = [v for v in VERDICT_ORDER if any(c[v] for c, _, _ in counts.values())]
+    heading = {"target": "framework / api / device", "where": "framework / api / device",
+               "framework": "framework"}[level]
     out = ["## Summary", "",
            "Divergences the framework's profile documents (spec/profiles) are counted apart from new ones, and so "
-           "are those a known-findings file (--known) accepts; `--strict` fails on the undocumented ones only.", "",
-           "| framework / api / device | results | undocumented | documented | known | " + " | ".join(present) + " |",
+           "are those a known-findings file (--known) accepts; `--strict` fails on the undocumented ones only."
+           + _LEVEL_NOTE[level], "",
+           f"| {heading} | results | undocumented | documented | known | " + " | ".join(present) + " |",
            "|---|---:|---:|---:|---:|" + "---:|" * len(present)]
     for target in sorted(counts):
-        c = counts[target]
+        c, new, known = counts[target]
         divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
-        new, known = tally.undocumented[target], tally.known[target]
         out.append(f"| {_cell(target)} | {sum(c.values())} | {new} | {divergent - new - known} | {known} | "
                    + " | ".join(str(c[v]) for v in present) + " |")
     return out + [""]
 
 
-def _family_matrix(tally: Tally) -> list[str]:
+def _family_matrix(tally: Tally, level: str = "target") -> list[str]:
     """Rows: reduction x log_target x value family; columns: targets; cells: passes / judged (divergences)."""
-    targets = sorted(tally.by_target)
-    cells = tally.by_family
+    targets = sorted({_level(t, level) for t in tally.by_target})
     out = ["## Case families", "",
-           "Each cell: passes / results judged, then divergences; `n/a` where the API cannot express the family.", "",
+           "Each cell: passes / results judged, then divergences; `n/a` where the API cannot express the family."
+           + _LEVEL_NOTE[level], "",
            "| family | reduction | log_target | " + " | ".join(_cell(t) for t in targets) + " |",
            "|---|---|---|" + "---|" * len(targets)]
-    for key in sorted(cells):
+    for key in sorted(tally.by_family):
+        cells: dict[str, Counter] = {}
+        for target, counts in tally.by_family[key].items():
+            cells.setdefault(_level(target, level), Counter()).update(counts)
         row = []
         for target in targets:
-            c = cells[key][target]
+            c = cells.get(target, Counter())
             judged = sum(c.values()) - c["unsupported"]
             divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
             if not sum(c.values()):
@@ -85,31 +218,182 @@ def _family_matrix(tally: Tally) -> list[str]:
     return out + [""]
 
 
-def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
-    groups = tally.groups
+def _counts(tally: Tally, key: tuple[str, str]) -> str:
+    return (f"{tally.group_sizes[key]} results: {tally.group_undocumented[key]} undocumented, "
+            f"{tally.group_documented[key]} documented, {tally.group_known[key]} known")
+
+
+def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]], examples: dict[tuple, dict[str, Any]],
+                 budget: int) -> list[str]:
+    """One section per cause and verdict, undocumented first and largest first, as many as `budget` holds."""
     out = ["## Divergences by cause", ""]
-    if not groups:
+    if not tally.group_sizes:
         return out + ["No divergences: every judged result is within the spec.", ""]
-    out += ["Grouped by the spec path that governs the diverging elements. Each row's `reproduce` command writes "
-            "a standalone script (the framework and NumPy only) that prints the framework's result and the "
-            "spec's expected value; run it in that framework's environment.", ""]
+    out += ["One section per cause and verdict: causes with undocumented divergences first, the largest first. The "
+            "cause is the spec choice whose alternative reproduces what the framework did (\"behaves as\"), the rule "
+            "a verdict states by itself, or `unexplained` (then the rules the rows touch are listed). Each section "
+            "says what its rows span and shows one of them worked through; every divergent row, with its "
+            f"reproduce command, is listed in {_LINK}.", ""]
     run_info = {m.get("framework"): m for m in manifests}
-    for (cause, verdict), members in sorted(groups.items(), key=lambda kv: (-tally.group_sizes[kv[0]], kv[0])):
-        size = tally.group_sizes[(cause, verdict)]
-        targets = sorted(tally.group_targets[(cause, verdict)])
-        out += [f"### {_code(cause)}: {_cell(verdict)} ({size} results)", "",
-                "Affects " + ", ".join(_code(t) for t in targets) + ".", "",
-                "| case | api / device | finding | reproduce |", "|---|---|---|---|"]
-        for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device)):
-            tags = (f" **documented** ({_cell(', '.join(r.documented_by))})" if r.documented else "") + \
-                (f" **known** ({_cell(', '.join(r.known_by))})" if r.known_by else "")
-            out.append(f"| {_code(r.case_id)} | {_cell(r.api)} / {_cell(r.device)}"
-                       f"{'' if r.part == 'forward' else ' / ' + _cell(r.part)} | {_cell(r.message)}{tags} | "
-                       f"{_code(repro_command(r, run_info.get(r.framework, {})))} |")
-        if size > len(members):
-            out.append(f"\n{size - len(members)} more in results.jsonl (cause {_code(cause)}, verdict {_code(verdict)}).")
-        out.append("")
+    order = tally.ordered_groups()
+    used, shown = _size(out) + 400, 0  # room for the line that counts what is left out
+    for key in order:
+        section = _section(tally, key, run_info.get(tally.group_example[key].framework, {}),
+                           examples.get(detail_key(tally.group_example[key])))
+        if used + _size(section) > budget:
+            break
+        out += section
+        used += _size(section)
+        shown += 1
+    left = order[shown:]
+    if left:
+        results = sum(tally.group_sizes[k] for k in left)
+        undocumented = sum(tally.group_undocumented[k] for k in left)
+        out += [f"And {len(left)} more causes ({results} results, {undocumented} undocumented), left out to keep "
+                f"this report short: see {_LINK}.", ""]
     return out
+
+
+def _section(tally: Tally, key: tuple[str, str], run_info: dict[str, Any], detail: dict[str, Any] | None) -> list[str]:
+    """One cause and verdict: its counts, what its rows span, and its worked example."""
+    cause, verdict = key
+    spans = tally.group_spans[key]
+    out = [f"### {_code(_cut(cause, _CELL))}: {_cell(verdict)} ({_counts(tally, key)})", "",
+           "- targets: " + _values(spans["target"])]
+    out += [f"- {_SPAN_NAMES[name]}: " + _values(spans[name]) for name in SPANS]
+    if cause == "unexplained":
+        out.append("- touches: " + (_values(spans["rules"]) if spans["rules"] else "no rule recorded"))
+    r = tally.group_example[key]
+    status = "documented" if r.documented else "known" if r.known_by else "undocumented"
+    out += ["", f"Example ({status}): {_code(_cut(r.case_id, _CELL))} on {_cell(r.framework)} / {_cell(r.api)} / "
+                f"{_cell(r.device)}, part {_cell(r.part)}, {_cell(r.dtype)}, reduction {_cell(r.reduction)}, "
+                f"log_target {int(r.log_target)}.", ""]
+    out += _example(detail, r.message)
+    out += [f"- message: {_cell(r.message, _MESSAGE) or '-'}",
+            f"- reproduce: {_reproduce(repro_command(r, run_info))}", ""]
+    return out
+
+
+def _reproduce(command: str) -> str:
+    """The worked example's reproduce command, unless its case id makes it too long for report.md."""
+    return _code(command) if len(command) <= _LISTED_CELL else f"too long to show here: see {_LINK}"
+
+
+def _example(detail: dict[str, Any] | None, message: str) -> list[str]:
+    """The worked example's inputs and its result against the expected one, from its line of details.jsonl: at
+    the element the judge's `message` names as the worst (or first) where it is among the values kept, else at
+    the furthest of those."""
+    if detail is None:
+        return ["- inputs: not in details.jsonl"]
+    out = [f"- {name}: {_preview(detail[name], detail.get('dtype') if name == 'input' else None)}"
+           for name in ("input", "target") if isinstance(detail.get(name), dict)]
+    got, expected = detail.get("got"), detail.get("expected")
+    if isinstance(got, dict) and isinstance(expected, dict):
+        if got["shape"] != expected["shape"]:
+            out.append(f"- got shape {_shape(got)} against expected shape {_shape(expected)}: got "
+                       f"{_values_of(got)}, expected {_values_of(expected)}")
+        else:
+            named = _named_element(message, got["shape"], got["values"], expected["values"])
+            worst = named if named is not None else _worst(got["values"], expected["values"])
+            if worst is None:
+                out.append(f"- got {_values_of(got)}, expected {_values_of(expected)}")
+            elif not got["shape"]:
+                out.append(f"- got {_exact(got['values'][0])} against expected {_exact(expected['values'][0])}")
+            else:
+                where = _index(worst, got["shape"])
+                which = ("the one the message names" if named is not None else "the furthest "
+                         + (f"of the first {len(got['values'])} elements" if got.get("truncated") else "element"))
+                out.append(f"- got {_exact(got['values'][worst])} against expected "
+                           f"{_exact(expected['values'][worst])} at element {where}, {which}")
+    elif isinstance(expected, dict):
+        out.append(f"- expected {_shape(expected)}: {_values_of(expected)}")
+    elif isinstance(got, dict):
+        out.append(f"- got {_shape(got)}: {_values_of(got)}")
+    for name, label in (("expected_error", "expected error"), ("raised", "raised")):
+        if detail.get(name):
+            out.append(f"- {label}: {_cell(detail[name], _MESSAGE)}")
+    return out
+
+
+def _preview(a: dict[str, Any], dtype: Any) -> str:
+    return f"shape {_shape(a)}" + (f", {_cell(dtype, 40)}" if dtype else "") + f": {_values_of(a)}"
+
+
+def _shape(a: dict[str, Any]) -> str:
+    return "(" + ", ".join(str(n) for n in a["shape"]) + ("," if len(a["shape"]) == 1 else "") + ")"
+
+
+def _values_of(a: dict[str, Any]) -> str:
+    values = a["values"]
+    size = math.prod(a["shape"])
+    text = ", ".join(_number(v) for v in values[:_VALUES])
+    return f"[{text}" + (f", ... ({size} values)]" if size > _VALUES else "]")
+
+
+def _number(v: Any) -> str:
+    """A value of details.jsonl as text: a number in short form, or nan / inf / -inf as written there."""
+    return _cell(v, 12) if isinstance(v, str) else f"{v:.6g}"
+
+
+def _exact(v: Any) -> str:
+    """A value of details.jsonl as text, every digit of it (the float64 that was recorded)."""
+    return _cell(v, 12) if isinstance(v, str) else repr(float(v))
+
+
+def _as_float(v: Any) -> float:
+    return float(v) if isinstance(v, str) else v
+
+
+_NAMED = re.compile(r"\b(?:worst|first) \[([0-9, ]*)\]:")
+
+
+def _named_element(message: str, shape: list[int], got: list, expected: list) -> int | None:
+    """The flat index of the element the judge's message names (`worst [i, j]:`, `first [i]:`), where it is among
+    the values kept and they differ there; else None."""
+    found = _NAMED.search(message)
+    if found is None:
+        return None
+    index = [int(i) for i in found[1].replace(" ", "").split(",") if i]
+    if len(index) != len(shape) or not all(0 <= i < n for i, n in zip(index, shape)):
+        return None
+    flat = 0
+    for i, n in zip(index, shape):
+        flat = flat * n + i
+    if flat >= min(len(got), len(expected)) or _worst([got[flat]], [expected[flat]]) is None:
+        return None
+    return flat
+
+
+def _worst(got: list, expected: list) -> int | None:
+    """The flat index of the element where `got` is furthest from `expected` (NaN or inf against anything else
+    counts as furthest), or None when they agree on every element shown."""
+    worst, distance = None, 0.0
+    for i, (g, e) in enumerate(zip(got, expected)):
+        g, e = _as_float(g), _as_float(e)
+        if math.isnan(g) and math.isnan(e) or g == e:
+            continue
+        d = abs(g - e) if math.isfinite(g) and math.isfinite(e) else math.inf
+        if worst is None or d > distance:
+            worst, distance = i, d
+    return worst
+
+
+def _index(flat: int, shape: list[int]) -> str:
+    """A flat index as an index into an array of `shape` (C order), as NumPy prints one."""
+    if not shape:
+        return "()"
+    index = []
+    for n in reversed(shape):
+        index.append(flat % n if n else 0)
+        flat //= n if n else 1
+    return "(" + ", ".join(str(i) for i in reversed(index)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _values(counts: Counter, shown: int = _VALUES) -> str:
+    """A span as its values, most frequent first, with their counts; past `shown`, the rest counted."""
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{_cell(_cut(v, 80))} ({n})" for v, n in top[:shown])
+    return text + (f", and {len(top) - shown} more" if len(top) > shown else "")
 
 
 def _known(audit: Sequence[Any]) -> list[str]:
@@ -121,11 +405,13 @@ def _known(audit: Sequence[Any]) -> list[str]:
             "their divergences: the run or report fails until it is removed or corrected. After a run of part of "
             "the suite it speaks about (--only, --shard, --part, --api, --device, another --seed) such an entry is "
             "`not exercised here` instead, and fails nothing.", "",
-            "| entry | divergences accepted | results concerned | status | reason | link |", "|---|---:|---:|---|---|---|"]
+            "| entry | divergences accepted | results concerned | status | reason | link |",
+            "|---|---:|---:|---|---|---|"]
     for a in audit:
         e = a.entry
         status = f"**{a.status}**" if a.status == "stale" else a.status
-        out.append(f"| {_code(e.id)} | {a.accepted} | {a.concerned} | {status} | {_cell(e.reason)} | {_cell(e.link or '-')} |")
+        out.append(f"| {_code(_cut(e.id, _CELL))} | {a.accepted} | {a.concerned} | {status} | {_cell(e.reason)} | "
+                   f"{_cell(e.link or '-')} |")
     return out + [""]
 
 
@@ -161,9 +447,16 @@ _MARKUP = re.compile(r"([\\`*\[\]<>|&!])")
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]")
 
 
-def _cell(text: object) -> str:
-    """Text from a row, spec or known file as plain text in one table cell: no markup, no link, no new row."""
-    return _MARKUP.sub(r"\\\1", _LINE_BREAKS.sub(" ", str(text)))
+def _cut(text: object, limit: int) -> str:
+    """`text` up to `limit` characters, marked where it was cut."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _cell(text: object, limit: int = _CELL) -> str:
+    """Text from a row, spec or known file as plain text in one table cell: no markup, no link, no new row;
+    cut to `limit` characters."""
+    return _MARKUP.sub(r"\\\1", _LINE_BREAKS.sub(" ", _cut(text, limit)))
 
 
 def _code(text: object) -> str:
@@ -173,3 +466,5 @@ def _code(text: object) -> str:
     pad = " " if body.startswith("`") or body.endswith("`") or body.startswith(" ") else ""
     return f"{fence}{pad}{body}{pad}{fence}"
 
+
+cell, code = _cell, _code  # for the other parts of report.md (report.baseline)

@@ -18,10 +18,18 @@ class VariantReport:
     verdicts: dict[str, int] = field(default_factory=dict)
     missed: list[str] = field(default_factory=list)  # rows planted but not flagged (first few)
     not_applicable: str | None = None  # why the framework can carry no such fault (the variant did not run)
+    attributed: int = 0  # flagged rows whose cause is the rule the fault breaks (or unexplained, for none)
+    misattributed: list[str] = field(default_factory=list)  # flagged rows with another cause (first few)
+
+    @property
+    def attribution_checked(self) -> bool:
+        """Causes are checked for planted values, not for the gate variants (they plant no value)."""
+        return not self.name.startswith("gate_")
 
     @property
     def ok(self) -> bool:
-        return (self.planted > 0 or self.not_applicable is not None) and self.flagged == self.planted
+        return ((self.planted > 0 or self.not_applicable is not None) and self.flagged == self.planted
+                and (not self.attribution_checked or self.attributed == self.flagged))
 
 
 def render_selftest(framework: str, control: dict, reports: list[VariantReport]) -> str:
@@ -29,30 +37,39 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
     lines = [f"# kl-conformance self-test on {framework}", "",
              f"Control (the real adapter): {sum(control.values())} results, "
              + ", ".join(f"{n} {v}" for v, n in sorted(control.items())) + ".", "",
-             "| variant | planted fault | rows planted | flagged | verdicts |", "|---|---|---|---|---|"]
+             "Flagged: the planted rows that are neither `pass` nor documented. Attributed: of those, the rows "
+             "whose cause is the spec rule the fault breaks, or `unexplained` where the fault breaks no rule "
+             "of its own (a choice the judge names there must reproduce the planted values).", "",
+             "| variant | planted fault | rows planted | flagged | attributed | verdicts |",
+             "|---|---|---|---|---|---|"]
     for r in reports:
         if r.name.startswith("gate_"):  # a broken build: each gate asked, and the exit code it gave
             mark = "" if r.ok else " **FAIL**"
             lines.append(f"| `{r.name}` | {r.fault} | {r.planted} gates | {r.flagged}/{r.planted} failed as they "
-                         f"must{mark} | " + ", ".join(sorted(r.verdicts)) + " |" if r.planted else
-                         f"| `{r.name}` | {r.fault} | 0 | not applicable: {r.not_applicable} | |")
+                         f"must{mark} | - | " + ", ".join(sorted(r.verdicts)) + " |" if r.planted else
+                         f"| `{r.name}` | {r.fault} | 0 | not applicable: {r.not_applicable} | | |")
             continue
         share = (f"{r.flagged}/{r.planted} ({100 * r.flagged / r.planted:.0f}%)" if r.planted
                  else f"not applicable: {r.not_applicable}" if r.not_applicable else "0/0")
+        attributed = f"{r.attributed}/{r.flagged} ({100 * r.attributed / r.flagged:.0f}%)" if r.flagged else "-"
         mark = "" if r.ok else " **FAIL**"
-        lines.append(f"| `{r.name}` | {r.fault} | {r.planted} | {share}{mark} | "
+        lines.append(f"| `{r.name}` | {r.fault} | {r.planted} | {share} | {attributed}{mark} | "
                      + ", ".join(f"{n} {v}" for v, n in sorted(r.verdicts.items())) + " |")
     failed = [r for r in reports if not r.ok]
     lines += ["", "All planted rows were flagged." if not failed else
               f"{len(failed)} variants failed: a variant must plant at least one fault (unless the framework "
-              "can carry no such fault), every planted row must be flagged, and every gate asked of a broken "
-              "build must fail."]
+              "can carry no such fault), every planted row must be flagged and attributed to the rule its fault "
+              "breaks, and every gate asked of a broken build must fail."]
     for r in failed:
-        lines += ["", f"## `{r.name}`: " + ("planted nothing" if not r.planted else
-                                           f"{r.planted - r.flagged} gates passed a broken build"
-                                           if r.name.startswith("gate_") else
-                                           f"{r.planted - r.flagged} planted rows not flagged")]
-        lines += [f"- {m}" for m in r.missed]
+        if r.flagged < r.planted or not r.planted:
+            lines += ["", f"## `{r.name}`: " + ("planted nothing" if not r.planted else
+                                               f"{r.planted - r.flagged} gates passed a broken build"
+                                               if r.name.startswith("gate_") else
+                                               f"{r.planted - r.flagged} planted rows not flagged")]
+            lines += [f"- {m}" for m in r.missed]
+        if r.attribution_checked and r.attributed < r.flagged:
+            lines += ["", f"## `{r.name}`: {r.flagged - r.attributed} flagged rows attributed to another cause"]
+            lines += [f"- {m}" for m in r.misattributed]
     return "\n".join(lines) + "\n"
 
 
@@ -60,4 +77,6 @@ def selftest_json(framework: str, control: dict, reports: list[VariantReport]) -
     """selftest.json: the control's verdict counts and each variant's counts."""
     return json.dumps({"framework": framework, "control": control, "variants": [
         {"name": r.name, "fault": r.fault, "planted": r.planted, "flagged": r.flagged, "verdicts": r.verdicts,
-         "ok": r.ok, "missed": r.missed, "not_applicable": r.not_applicable} for r in reports]}, indent=2) + "\n"
+         "ok": r.ok, "missed": r.missed, "not_applicable": r.not_applicable,
+         **({"attributed": r.attributed, "misattributed": r.misattributed} if r.attribution_checked else {})}
+        for r in reports]}, indent=2) + "\n"

@@ -22,6 +22,15 @@ def target_label(r: Result) -> str:
     return f"{r.framework} / {r.api} / {r.device}" + ("" if r.part == "forward" else f" / {r.part}")
 
 
+def where_label(r: Result) -> str:
+    """The framework, API and device of a row, without its part (what a cause section lists as targets)."""
+    return f"{r.framework} / {r.api} / {r.device}"
+
+
+# what a cause group counts of its rows, beside their targets: each a Result field shown in report.md's section
+SPANS = ("part", "dtype", "reduction", "log_target", "family")
+
+
 def split_label(label: str) -> dict[str, str]:
     """Inverse of `target_label`: the framework, api, device and part of a label."""
     pieces = label.split(" / ")
@@ -40,6 +49,14 @@ class Tally:
         self.groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
         self.group_sizes: Counter = Counter()
         self.group_targets: dict[tuple[str, str], set] = defaultdict(set)
+        # per cause group: how many rows are undocumented, documented and known; what its rows span (targets
+        # without the part, then SPANS, then the rules touched); the APIs of its undocumented rows; its example
+        self.group_undocumented: Counter = Counter()
+        self.group_documented: Counter = Counter()
+        self.group_known: Counter = Counter()
+        self.group_spans: dict[tuple[str, str], dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+        self.group_undocumented_apis: dict[tuple[str, str], Counter] = defaultdict(Counter)
+        self.group_example: dict[tuple[str, str], Result] = {}
         self.missing_warnings: Counter = Counter()
         self.undocumented: Counter = Counter()  # divergences neither documented nor known: what --strict fails on
         self.known: Counter = Counter()  # divergences a known-findings file accepts and no profile documents
@@ -78,5 +95,31 @@ class Tally:
             self.group_targets[key].add(target)
             if len(self.groups[key]) < LISTED_PER_GROUP:
                 self.groups[key].append(r)
+            self._span(key, r)
+
+    def _span(self, key: tuple[str, str], r: Result) -> None:
+        """Count what one divergent row adds to its cause group's section and the terminal's short summary."""
+        undocumented = not r.is_accepted
+        self.group_undocumented[key] += undocumented
+        self.group_documented[key] += r.documented
+        self.group_known[key] += bool(r.known_by) and not r.documented
+        spans = self.group_spans[key]
+        spans["target"][where_label(r)] += 1
+        for name in SPANS:
+            value = getattr(r, name)
+            spans[name][str(int(value)) if isinstance(value, bool) else str(value)] += 1
+        for rule in getattr(r, "rules", ()):
+            spans["rules"][rule] += 1
+        if undocumented:
+            self.group_undocumented_apis[key][r.api] += 1
+        # the worked example: the group's first undocumented row, else its first row
+        if key not in self.group_example or (undocumented and self.group_example[key].is_accepted):
+            self.group_example[key] = r
+
+    def ordered_groups(self) -> list[tuple[str, str]]:
+        """The cause groups as the reports show them: those with undocumented rows first, most of those first,
+        then the largest."""
+        return sorted(self.group_sizes, key=lambda k: (not self.group_undocumented[k], -self.group_undocumented[k],
+                                                       -self.group_sizes[k], k))
 
 

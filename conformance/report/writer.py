@@ -14,32 +14,35 @@ from typing import Any, Callable, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
 from conformance.core.model import Result
-from conformance.core.results import (DETAILS_FILE, RESULTS_FILE, AtomicLines, iter_details, write_atomic,
-                                      write_lines_atomic)
-from conformance.core.rundirs import REPORT_FILE, RUNS_FILE, iter_rows, load_manifests
+from conformance.core.results import (DETAIL_KEYS, DETAILS_FILE, RESULTS_FILE, AtomicLines, iter_details,
+                                      write_atomic, write_lines_atomic)
+from conformance.core.rundirs import DIVERGENCES_FILE, REPORT_FILE, RUNS_FILE, iter_rows, load_manifests
 from conformance.core.scope import Scope
 from conformance.report.baseline import BaselineComparison, BaselineDiff, render_baseline_markdown
 from conformance.report.drafts import write_drafts
 from conformance.report.gate import Decision, Gates, decide, junit_view
 from conformance.report.html import render_html
 from conformance.report.junit import JunitWriter
-from conformance.report.markdown import render_markdown
-from conformance.report.summary import render_summary
+from conformance.report.markdown import render_divergences, render_markdown, wanted_details
+from conformance.report.summary import divergence_counts, render_summary, short_summary
 from conformance.report.tally import Tally
 
 
-MERGED_REPORTS = (REPORT_FILE, "report.html", "junit.xml", "summary.json")
+MERGED_REPORTS = (REPORT_FILE, DIVERGENCES_FILE, "report.html", "junit.xml", "summary.json")
 
 
 @dataclass
 class Written:
     """What a report wrote: the path of report.md, the comparison with the baseline (if one was given), how
-    many results it reports, and the gates' decision (exit code and lines; junit.xml agrees with it)."""
+    many results it reports, the gates' decision (exit code and lines; junit.xml agrees with it), and the lines
+    that end the command's output (report.summary.short_summary: the undocumented causes and the counts)."""
 
     report: Path
     baseline: BaselineDiff | None = None
     results: int = 0
     decision: Decision = dataclass_field(default_factory=Decision)
+    summary: list[str] = dataclass_field(default_factory=list)
+    counts: str = ""
 
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
@@ -95,7 +98,7 @@ class ReportFeed:
             self.known.judge_scope(scope)
         decision = decide(self.gates, self._tally, manifests, diff, self.known)
         writer = self._writer()
-        writer.add_gate(decision.lines)
+        writer.add_gate([decision.text(line) for line in decision.lines])
         writer.close()
         self._junit = None
         return self._tally, diff, decision
@@ -126,18 +129,34 @@ def _fed(feed: "ReportFeed", rows: Iterator[Result]) -> "ReportFeed":
 def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifests: list[dict[str, Any]],
                    diff: BaselineDiff | None, known: Any, decision: Decision) -> Written:
     """Everything written from the tally: summary.json, report.html (with the details of `present`),
-    report.md and, with a baseline, baseline.json."""
+    divergences.md, report.md (with the details of its worked examples) and, with a baseline, baseline.json."""
     write_atomic(out_dir / "summary.json", render_summary(tally, manifests))
     details = (d for run_dir in present for d in iter_details(run_dir))
     write_atomic(out_dir / "report.html", render_html(tally, manifests, details))
-    markdown = render_markdown(tally, manifests, known.audit() if known is not None else None)
     if diff is not None:
         write_atomic(out_dir / "baseline.json", diff.to_json())
-        markdown = markdown.rstrip() + "\n\n" + "\n".join(render_baseline_markdown(diff)).rstrip() + "\n"
+    write_atomic(out_dir / DIVERGENCES_FILE,
+                 render_divergences(tally, manifests, render_baseline_markdown(diff) if diff is not None else ()))
+    markdown = render_markdown(tally, manifests, known.audit() if known is not None else None,
+                               examples=_examples(tally, present),
+                               baseline=render_baseline_markdown(diff, listed=10) if diff is not None else ())
     path = out_dir / REPORT_FILE
     write_atomic(path, markdown)
     write_drafts(out_dir, present, manifests, known)
-    return Written(path, diff, tally.total, decision)
+    return Written(path, diff, tally.total, decision, short_summary(tally), divergence_counts(tally))
+
+
+def _examples(tally: Tally, present: Sequence[Path]) -> dict[tuple, dict[str, Any]]:
+    """The details of report.md's worked examples, read from details.jsonl until each is found."""
+    wanted = wanted_details(tally)
+    found: dict[tuple, dict[str, Any]] = {}
+    for d in (d for run_dir in present for d in iter_details(run_dir)) if wanted else ():
+        key = tuple(d[k] for k in DETAIL_KEYS)
+        if key in wanted and key not in found:
+            found[key] = d
+            if len(found) == len(wanted):
+                break
+    return found
 
 
 def _feeding(consume: Callable[[Result], Any], rows: Iterator[Result]) -> Iterator[Result]:

@@ -421,6 +421,8 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
         out = []
         for t in ctx.targets:
             api = adapter.api(t.api)
+            if not takes_input_space(case, api.dialect, spec):
+                continue  # a case in an input space the API's dialect does not speak is no row: the report's n/a
             why_not = adapter.unsupported_reason(case, api)
             for part in parts:
                 if (case.id, t.api, t.device, part) not in done:
@@ -473,9 +475,9 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
             if out_of_memory is not None:  # the framework's answer cannot be judged: refused, with the reason
                 observed = Observation(unsupported=out_of_memory)
                 judgement = Judgement(Verdict.UNSUPPORTED, out_of_memory)
-            elif outcome.failure is not None and reason is None:
+            elif outcome.failed(call) is not None and reason is None:
                 observed = Observation()
-                judgement = Judgement(outcome.failure, outcome.failure_message, cause="harness.isolation")
+                judgement = Judgement(*outcome.failed(call), cause="harness.isolation")
             elif reason:  # a call the API cannot express was not sent, and may have no expectation in its dialect
                 observed = Observation(unsupported=reason)
                 judgement = Judgement(Verdict.UNSUPPORTED, reason)
@@ -483,7 +485,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
                 observed = outcome.observations[call]
                 judgement = judge.judgement(part, dialect, observed)
             documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed)
-                             if judgement.verdict.is_divergence and outcome.failure is None else ())
+                             if judgement.verdict.is_divergence and outcome.failed(call) is None else ())
             result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
             rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1

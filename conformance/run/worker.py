@@ -51,12 +51,21 @@ class Task:
 
 @dataclass
 class Outcome:
-    """What came back for one task: an observation per call, or the task's crash/timeout."""
+    """What came back for one task: an observation per call, or the task's crash/timeout, or (after a crash,
+    when the calls were made again one at a time) the crash of each call that crashed on its own."""
 
     task: Task
     observations: dict[tuple[str, str, str], Observation] = field(default_factory=dict)
     failure: Verdict | None = None
     failure_message: str = ""
+    failed_calls: dict[tuple[str, str, str], tuple[Verdict, str]] = field(default_factory=dict)
+    lost: Exception | None = None  # the worker could not be restarted after this task: nothing more runs
+
+    def failed(self, call: tuple[str, str, str]) -> tuple[Verdict, str] | None:
+        """(verdict, message) where `call` got no answer, or None."""
+        if call in self.failed_calls:
+            return self.failed_calls[call]
+        return (self.failure, self.failure_message) if self.failure is not None else None
 
 
 @dataclass(frozen=True)
@@ -312,8 +321,14 @@ class WorkerPool:
             message = self._wait(head)
             if isinstance(message, Outcome):  # the worker crashed or timed out on `head`
                 pending.popleft()
-                yield message
-                self._restart()
+                if message.failure is Verdict.CRASH and len(head.calls) > 1:
+                    message = self._one_call_at_a_time(message)
+                    yield message
+                    if message.lost is not None:
+                        raise message.lost
+                else:
+                    yield message
+                    self._restart()
                 unsent.extend(pending)
                 pending.clear()
                 continue
@@ -321,6 +336,37 @@ class WorkerPool:
             assert index == head.index, f"worker answered case {index}, expected {head.index}"
             pending.popleft()
             yield Outcome(head, observations)
+
+    def _one_call_at_a_time(self, crashed: Outcome) -> Outcome:
+        """The calls of a task that crashed the worker, made again one by one on a fresh worker, so that a call
+        that works (a forward, when only a backward crashes) is judged on its own and only the calls that
+        crash are reported as crashes. Where the worker cannot be restarted, the calls not made keep the
+        task's crash, and `lost` says why no more can run."""
+        task = crashed.task
+        outcome = Outcome(task)
+        dead = True  # the worker died on the whole task
+        for i, call in enumerate(task.calls):
+            if dead:
+                try:
+                    self._restart()
+                except WorkerLost as exc:
+                    outcome.lost = exc
+                    outcome.failed_calls.update({c: (crashed.failure, crashed.failure_message)
+                                                 for c in task.calls[i:]})
+                    return outcome
+            self._outbox.put([Task(task.index, task.case, (call,))])
+            message = self._wait(task)
+            dead = isinstance(message, Outcome)
+            if dead:
+                outcome.failed_calls[call] = (message.failure, message.failure_message)
+            else:
+                outcome.observations.update(message[2])
+        if dead:
+            try:
+                self._restart()
+            except WorkerLost as exc:
+                outcome.lost = exc
+        return outcome
 
     def _wait(self, head: Task):
         start = time.monotonic()

@@ -27,16 +27,19 @@ def test_run_writes_rows_manifest_and_report(default_run):
     assert {(r.case_id, r.api) for r in rows if r.part == "grad_input"} == \
         {(r.case_id, r.api) for r in rows if r.part == "grad_target"}
     report = (out / "report.md").read_text()
-    assert report.startswith("# kl_div conformance report")
+    assert report.startswith("# kl_div conformance report") and len(report) < 65_536  # it fits an issue body
     assert report.index("## Summary") < report.index("## Divergences by cause")
     from collections import Counter
 
     from conformance.report.tally import LISTED_PER_GROUP
     group_sizes = Counter((r.cause, r.verdict) for r in rows if r.verdict.is_divergence)
+    listed = (out / "divergences.md").read_text()
     for r in rows:
         if r.verdict.is_divergence and group_sizes[(r.cause, r.verdict)] <= LISTED_PER_GROUP:
-            assert f"`{r.case_id}`" in report  # every divergence listed, up to the cap per cause
-    assert "kl-conformance repro " in report  # with a reproduction
+            assert f"`{r.case_id}`" in listed  # every divergence listed, up to the cap per cause
+    assert "kl-conformance repro " in listed  # with a reproduction
+    if group_sizes:  # and report.md works one example of a cause through, with its reproduction
+        assert "\nExample (" in report and "- reproduce: `kl-conformance repro " in report
 
 
 def test_results_match_the_published_schema(default_run):
@@ -242,7 +245,9 @@ def test_changing_a_profile_flips_documented(default_run, tmp_path):
     assert main(args + ["--out", str(tmp_path / "without"), "--profiles", str(empty), "--strict"]) == 1
     (row,) = iter_results(tmp_path / "without")
     assert not row.documented and row.verdict == documented.verdict
-    assert "documented" not in (tmp_path / "without" / "report.md").read_text().split("## Divergences by cause")[1]
+    report = (tmp_path / "without" / "report.md").read_text().split("## Divergences by cause")[1]
+    assert "1 undocumented, 0 documented, 0 known" in report and "Example (undocumented)" in report
+    assert "**documented**" not in (tmp_path / "without" / "divergences.md").read_text()
 
 
 def test_baseline_reports_new_fixed_and_changed(default_run, tmp_path):

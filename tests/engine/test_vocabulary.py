@@ -8,7 +8,6 @@ import pytest
 from conformance.core.choices import TOUCHES, choice_points, get_path
 from conformance.core.formula import VARIABLES, _expand
 from conformance.core.model import RULE_NAMES
-from conformance.judge.compare import _CAUSE_PRIORITY
 from conformance.judge.refcache import _RULE_NAMES as CACHE_DICTIONARY_NAMES
 from conformance.reference import forward, grad
 
@@ -40,8 +39,11 @@ def test_every_formula_field_the_harness_names_is_in_the_spec(spec, pattern):
     assert list(_expand(spec.data, pattern.split("."), "")), f"formula.VARIABLES names {pattern}, not in the spec"
 
 
-def test_cause_priority_names_spec_paths(spec):
-    assert [p for p in _CAUSE_PRIORITY if not _exists(spec, p)] == []
+def test_every_rule_a_cause_names_is_a_spec_path(spec):
+    """The rules a verdict states by itself and those the fault patterns break are spec paths."""
+    stated = {"shapes.output", "dtypes.promotion", "dtypes.precision", "gradients.upstream",
+              *(f"reductions.{r}.divisor" for r in ("mean", "batchmean"))}
+    assert [p for p in stated if not _exists(spec, p)] == []
 
 
 def test_refcache_dictionary_names_are_spec_paths(spec):

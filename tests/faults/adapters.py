@@ -60,6 +60,18 @@ class SegfaultAdapter(NumpyAdapter):
         ctypes.string_at(0)  # SIGSEGV
 
 
+class OneApiCrashesAdapter(NumpyAdapter):
+    """Two APIs; the second kills its process with SIGFPE on the fault case, as Paddle 3.0.0's backward of an
+    empty log_target case does, while the first answers it correctly."""
+
+    apis = (Api("numpy.kl_div"), Api("numpy.kl_div_crashing"))
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        if "fault" in case.id and api.name == "numpy.kl_div_crashing":
+            os.kill(os.getpid(), signal.SIGFPE)
+        return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
+
+
 class AbortAdapter(NumpyAdapter):
     def misbehave(self, case):
         sys.stderr.write("fatal: giving up\n")
@@ -163,6 +175,30 @@ class OtherHonestAdapter(NumpyAdapter):
 
     def misbehave(self, case):
         return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
+
+
+HOSTILE_MESSAGE = "</script><script>window.pwned=2</script><img src=x onerror=\"window.pwned=3\"><!-- '\" &amp;"
+
+
+class MixedFaultAdapter(OffByOneAdapter):
+    """Fault cases misbehave by their id: "nan", honest but for a NaN at the first element (one element differs,
+    in its NaN pattern); "shape", a result of shape (7, 7); "raise", a RuntimeError whose message is markup
+    (HOSTILE_MESSAGE); any other, off by one."""
+
+    def misbehave(self, case):
+        if "raise" in case.id:
+            raise RuntimeError(HOSTILE_MESSAGE)
+        if "shape" in case.id:
+            return Observation(value=np.zeros((7, 7)), dtype="float64", shape=(7, 7))
+        if "nan" not in case.id:
+            return super().misbehave(case)
+
+        def first_nan():
+            value = np.array(self.compute(case), dtype=np.float64)
+            value.reshape(-1)[0] = np.nan
+            return value
+
+        return call_observed(first_nan, lambda v: (v, "float64", v.shape))
 
 
 class OffOnLateSinglesAdapter(NumpyAdapter):

@@ -91,7 +91,9 @@ def test_known_findings_are_accepted_and_shown_apart(tmp_path):
     assert rows["the-fault"].known_by == ("nan-on-the-fault",) and not rows["the-fault"].documented
     assert rows["ok-before"].known_by == ()
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "**known** (nan-on-the-fault)" in report and "## Known findings" in report
+    assert "**known** (nan-on-the-fault)" in (tmp_path / "out" / "divergences.md").read_text()  # the row, tagged
+    assert "1 results: 0 undocumented, 0 documented, 1 known" in report and "Example (known)" in report
+    assert "## Known findings" in report
     assert "| `another-framework` | 0 | 0 | not in these results |" in report
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["known"] == 1 and summary["undocumented"] == 0

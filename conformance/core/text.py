@@ -1,0 +1,27 @@
+"""Text from outside (framework messages, rows, case ids) made safe to print on a terminal.
+
+A framework's message may carry colours, cursor moves or a title-setting escape, and a doctored row anything;
+printed as is, such text could rewrite what the terminal shows. The adapters strip these from the messages
+they record (ANSI, CONTROL); the commands strip them again from every row's text they print (terminal_line).
+"""
+
+from __future__ import annotations
+
+import re
+
+# an escape sequence: CSI (colours, cursor moves), OSC (titles, links) up to its terminator, or a two-character one
+ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls and DEL, but tab and line breaks
+_BREAKS = re.compile(r"[\t\n\r\x85\u2028\u2029]+")
+# C1 controls (\x9b starts a CSI on some terminals) and the bidirectional overrides that reorder what is shown
+_INVISIBLE = re.compile(r"[\x80-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def without_escapes(text: str) -> str:
+    """`text` without escape sequences and control characters; tabs and line breaks stay."""
+    return CONTROL.sub("", ANSI.sub("", text))
+
+
+def terminal_line(text: object) -> str:
+    """`text` as one plain line for a terminal: no escape sequence, control character or line break."""
+    return _INVISIBLE.sub("", CONTROL.sub("", _BREAKS.sub(" ", ANSI.sub("", str(text)))))
