@@ -139,8 +139,10 @@ def render_draft(cause: _Cause, manifest: dict[str, Any], spec: Spec | None) -> 
     """The draft's Markdown text."""
     row = cause.example
     verdicts = ", ".join(f"{n} {v}" for v, n in sorted(cause.verdicts.items()))
-    lines = [f"# {plain(row.framework)} {plain(row.framework_version)}: {plain(row.verdict.value)} under "
-             f"{plain(cause.cause)} on {plain(row.api)}", "",
+    what = (f"{plain(row.verdict.value)}, unexplained, on {plain(row.api)} (touches {_listed(cause.rules)})"
+            if cause.cause == "unexplained" else
+            f"{plain(row.verdict.value)} under {plain(cause.cause)} on {plain(row.api)}")
+    lines = [f"# {plain(row.framework)} {plain(row.framework_version)}: {what}", "",
              f"kl-conformance finds {cause.rows} results of {plain(row.framework)} that diverge from the kl\\_div "
              f"spec this way ({plain(verdicts)}), none documented by its profile. They span the versions "
              f"{_listed(cause.versions)}; the APIs "

@@ -47,7 +47,9 @@ def _drafts(out) -> dict[str, str]:
     for path in sorted((out / "issues").iterdir()):
         text = path.read_text(encoding="utf-8")
         title = text.split("\n", 1)[0].replace("\\", "")
-        cause = re.fullmatch(r"# \S+ \S+: \S+ under (\S+) on \S+", title).group(1)
+        explained = re.fullmatch(r"# \S+ \S+: \S+ under (\S+) on \S+", title)
+        unexplained = re.fullmatch(r"# \S+ \S+: \S+, (unexplained), on .*", title)
+        cause = (explained or unexplained).group(1)
         drafts[cause] = text
     return drafts
 
