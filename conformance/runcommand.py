@@ -158,6 +158,8 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
             print(line)
         counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
         extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
+            (f"; {summary.unspoken} cases in an input space its APIs do not take (no rows)" if summary.unspoken
+             else "") + \
             (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
         print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
               f"{written.counts}{extra}. Report: {written.report}")

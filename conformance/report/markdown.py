@@ -195,7 +195,8 @@ def _family_matrix(tally: Tally, level: str = "target") -> list[str]:
     """Rows: reduction x log_target x value family; columns: targets; cells: passes / judged (divergences)."""
     targets = sorted({_level(t, level) for t in tally.by_target})
     out = ["## Case families", "",
-           "Each cell: passes / results judged, then divergences; `n/a` where the API cannot express the family."
+           "Each cell: passes / results judged, then divergences; `n/a` where the API cannot express the family "
+           "(its dialect takes the other input space, so there is no row, or every case was unsupported)."
            + _LEVEL_NOTE[level], "",
            "| family | reduction | log_target | " + " | ".join(_cell(t) for t in targets) + " |",
            "|---|---|---|" + "---|" * len(targets)]
@@ -208,9 +209,7 @@ def _family_matrix(tally: Tally, level: str = "target") -> list[str]:
             c = cells.get(target, Counter())
             judged = sum(c.values()) - c["unsupported"]
             divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
-            if not sum(c.values()):
-                row.append(" ")
-            elif not judged:
+            if not judged:  # no row (the API's dialect cannot state the family's cases) or all unsupported
                 row.append("n/a")
             else:
                 row.append(f"{c['pass']}/{judged}" + (f" **{divergent} div**" if divergent else ""))

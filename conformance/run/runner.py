@@ -64,7 +64,8 @@ class RunSummary:
     out_dir: Path
     counts: dict[str, int] = field(default_factory=dict)
     cases: int = 0
-    skipped: int = 0
+    skipped: int = 0  # cases a resumed run had judged already
+    unspoken: int = 0  # cases in an input space no selected API's dialect takes: no rows
     restarts: int = 0
     not_run: str | None = None  # why the framework could not be loaded
     stopped: str | None = None  # why the run ended before its last case (the worker could not be restarted)
@@ -354,6 +355,7 @@ def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, b
         clear_temporary_files(out)  # report parts a killed run left: the report is written during the run
         repair_appended_files(out)
         if before is not None:
+            _drop_rows_without_details(out, before.done)
             _drop_orphan_details(out, before.done)
     case_files = manifest.get("case_files", [])
     ours = set(before.written) if before is not None else set()
@@ -433,7 +435,10 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
         for index, (case, judge) in enumerate(cases):
             todo = plan(case)
             if not todo:
-                summary.skipped += 1
+                if any(takes_input_space(case, dialects[t.api], spec) for t in ctx.targets):
+                    summary.skipped += 1
+                else:
+                    summary.unspoken += 1
                 continue
             plans[index] = todo
             if judge is not None:
@@ -517,6 +522,27 @@ def _kept_names(out: Path, case_files: Sequence[str], ours: set[str]) -> list[st
             name = f"cases/{i}-{n}-{Path(path).name}"
         kept.append(name)
     return kept
+
+
+def _drop_rows_without_details(out: Path, done: set[tuple[str, str, str, str]]) -> None:
+    """A divergence is written with its detail line; a row whose detail line was cut off (a full disk, a kill
+    between the two files' writes) is removed from the rows and from `done`, so the resumed run judges that
+    call again and writes both."""
+    have = {(d["case_id"], d["api"], d["device"], d["part"]) for d in iter_details(out)}
+    lacking = {key for r in iter_results(out) if r.verdict.is_divergence
+               and (key := (r.case_id, r.api, r.device, r.part)) not in have}
+    if not lacking:
+        return
+    path = out / RESULTS_FILE
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+            if _row_key(line) not in lacking]
+    write_lines_atomic(path, kept)
+    done -= lacking
+
+
+def _row_key(line: str) -> tuple[str, str, str, str] | None:
+    row = json.loads(line)
+    return (row["case_id"], row["api"], row["device"], row["part"])
 
 
 def _drop_orphan_details(out: Path, done: set[tuple[str, str, str, str]]) -> None:

@@ -143,7 +143,7 @@ def test_memory_budget_refuses_before_running(tmp_path):
     assert all(r.verdict.value == "unsupported" and r.message.startswith("refused: needs about") for r in rows.values())
 
 
-def test_a_case_in_another_input_space_is_no_row_and_not_fatal(tmp_path):
+def test_a_case_in_another_input_space_is_no_row_and_not_fatal(tmp_path, capsys):
     """A probability-input case (Keras' dialect) on a log-input API: no expectation exists there, and none is
     computed. It used to be an `unsupported` row on every log-space API (824 per API in the default suite);
     the API cannot speak the case's dialect, so there is no row at all (the report shows n/a), and the run
@@ -157,6 +157,8 @@ def test_a_case_in_another_input_space_is_no_row_and_not_fatal(tmp_path):
     rows = {r.case_id: r for r in iter_results(out)}
     assert code == 0 and "prob-input" not in rows
     assert rows["ok-last"].verdict.value == "pass"
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "1 cases in an input space its APIs do not take (no rows)" in last and "already done" not in last
 
 
 def test_unknown_api_and_device_list_the_valid_ones(tmp_path, capsys):
