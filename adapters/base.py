@@ -223,19 +223,23 @@ class Adapter:
         """Python lines, for a standalone script, that turn the float64 arrays `x_values` and
         `t_values` into the framework's tensors, call `api` (and its autograd for a gradient
         part, with `upstream(shape)` as the upstream gradient) and leave a float64 NumPy
-        array in `result`. They may import only the framework and NumPy. The API call itself is
+        array in `result` (and the framework's dtype name, as the run records it, in `result_dtype` where
+        they can). They may import only the framework and NumPy. The API call itself is
         `self.call(case, api).source()`, so the reproducer makes the call the run made."""
         raise NotImplementedError
 
     def repro_script(self, case: Case, api: Api, device: str, part: str, about: tuple[str, ...],
-                     expected: Expected) -> tuple[str, str]:
+                     expected: Expected, recorded: str = "a value") -> tuple[str, str]:
         """A standalone reproducer script and its file suffix. `about` is what it opens with (the case,
-        the API, the verdict), `expected` the spec's value or error, which it prints beside the result.
+        the API, the verdict), `expected` the spec's value or error, which it prints beside the result;
+        `recorded` what the run's call gave ("a value", "a value of another dtype" or "raises <type>"),
+        which decides its exit status.
 
         The default is a Python script around `repro_source`; an adapter of a framework in another
         language (R torch) writes the whole script in that language instead."""
         check_script_names(case, device, part, self.known_devices)
-        return python_repro_script(self.name, self.repro_source(case, api, device, part), case, about, expected), ".py"
+        return python_repro_script(self.name, self.repro_source(case, api, device, part), case, about, expected,
+                                   recorded), ".py"
 
     def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
         """Forward: build (once per case and device), invoke, convert. Gradients: the framework's autograd.
@@ -317,25 +321,49 @@ def python_comment(text: str) -> str:
     return ascii(str(text))[1:-1]
 
 
-def python_repro_script(framework: str, source: str, case: Case, about: tuple[str, ...], expected: Expected) -> str:
+def python_repro_script(framework: str, source: str, case: Case, about: tuple[str, ...], expected: Expected,
+                        recorded: str = "a value") -> str:
     """A Python reproducer: the case's exact values (hex floats), the adapter's `source` lines, and the
-    result printed beside the spec's expected value. Needs only the framework and NumPy."""
+    result printed beside the spec's expected value, each in decimal and exact hex. It judges the result
+    itself with NumPy, by the spec's element rule (compare.py `_judge_values`), and exits as `git bisect run`
+    reads it: 1 while the run's finding (`recorded`: "a value", "a value of another dtype" or
+    "raises <type>") reproduces, 0 once the call conforms, 125 (skip) when it cannot tell. Needs only
+    the framework and NumPy; every text from outside is a literal."""
     if expected.error_id:
-        expectation = f"expected = {f'raises {expected.error_type} ({expected.error_id})'!r}"
+        expectation = [f"EXPECTED_ERROR, ERROR_MATCH = {expected.error_type!r}, {expected.error_match or ''!r}"
+                       f"  # spec: errors.{python_comment(expected.error_id)}",
+                       "expected = f'raises {EXPECTED_ERROR}'"]
     else:
-        expectation = (f"expected = values({hex_floats(expected.value)}, {tuple(expected.shape)})"
-                       f"  # float64, dtype {python_comment(expected.result_dtype)}")
+        bound = expected.bound if expected.bound is not None else np.zeros(np.shape(expected.value))
+        expectation = ["EXPECTED_ERROR, ERROR_MATCH = None, ''",
+                       f"DTYPE = {expected.result_dtype!r}",
+                       f"expected = values({hex_floats(expected.value)}, {tuple(expected.shape)})",
+                       f"bound = values({hex_floats(bound)}, {tuple(expected.shape)})"]
     title, *rest = about
     pattern = UPSTREAM["none"]
     return "\n".join([
-        _docstring("\n".join([title, "", *rest[:-1], f"{rest[-1]} Needs only {framework} and numpy."])),
-        "import numpy as np",
+        _docstring("\n".join([title, "", *rest[:-1], f"{rest[-1]} Needs only {framework} and numpy.", "",
+                              "Exits 1 while the run's finding reproduces, 0 once the result conforms to the spec,",
+                              "125 (git bisect's skip) when it cannot tell: the framework or NumPy fails to",
+                              "import, or the call fails otherwise than the run recorded."])),
+        "import re",
+        "import sys",
+        "",
+        "try:",
+        "    import numpy as np",
+        "except ImportError as exc:",
+        "    print('cannot tell:', exc)",
+        "    sys.exit(125)",
         "",
         "np.set_printoptions(precision=17)  # every digit: some divergences are in the last ones",
         "",
         "",
         "def values(hexes, shape):",
         "    return np.array([float.fromhex(h) for h in hexes], dtype=np.float64).reshape(shape)",
+        "",
+        "",
+        "def shown(a):  # decimal, then the exact hex floats",
+        "    return f'{a!r} hex {[float(v).hex() for v in np.ravel(a)]}'",
         "",
         "",
         "def upstream(shape):  # the gradient flowing into the loss (spec: gradients.upstream)",
@@ -345,15 +373,47 @@ def python_repro_script(framework: str, source: str, case: Case, about: tuple[st
         f"{pattern['period']!r})).reshape(shape)",
         "",
         "",
+        "def conforms(got, dtype):  # spec: tolerance.comparison: NaN/inf pattern exact, then within the bound",
+        "    if dtype not in (None, DTYPE) or got.shape != expected.shape:",
+        "        return False",
+        "    with np.errstate(invalid='ignore'):",
+        "        nonfinite = (np.isnan(got) != np.isnan(expected)) | ((np.isinf(got) | np.isinf(expected))"
+        " & (got != expected))",
+        "        finite = np.isfinite(expected)",
+        "        return not nonfinite.any() and bool((np.abs(got - expected)[finite] <= bound[finite]).all())",
+        "",
+        "",
+        "def exit_code():  # 0: conforms; 1: the run's finding reproduces; 125: cannot tell",
+        "    if raised is not None:",
+        "        if raised == EXPECTED_ERROR and re.search(ERROR_MATCH, message):",
+        "            return 0",
+        "        return 1 if RECORDED == 'raises ' + raised else 125",
+        "    if result_dtype is None and RECORDED == 'a value of another dtype':",
+        "        return 125  # the script does not see this framework's dtype",
+        "    if EXPECTED_ERROR is None and conforms(np.asarray(result, dtype=np.float64), result_dtype):",
+        "        return 0",
+        "    return 125 if RECORDED.startswith('raises ') else 1",
+        "",
+        "",
+        f"RECORDED = {recorded!r}  # what the run's call gave",
+        *expectation,
         f"x_values = values({hex_floats(case.input)}, {tuple(case.input.shape)})",
         f"t_values = values({hex_floats(case.target)}, {tuple(case.target.shape)})",
+        "result_dtype = raised = None",
         "try:",
         "\n".join("    " + line if line else "" for line in source.splitlines()),
-        "except Exception as exc:  # the framework's exception is the result",
-        "    result = f'raises {type(exc).__name__}: {exc}'.splitlines()[0]",
-        expectation,
-        f"print({framework + ': '!r}, result)",
-        'print("expected:", expected)',
+        "except Exception as exc:  # the framework's exception (its failing import too) is the result",
+        "    raised, message = type(exc).__name__, str(exc)",
+        "    result = f'raises {raised}: {exc}'.splitlines()[0]",
+        "try:",
+        f"    print({framework + ': '!r}, result if raised else shown(result), result_dtype or '')",
+        "    print('expected:', expected if EXPECTED_ERROR else shown(expected), '' if EXPECTED_ERROR else DTYPE)",
+        "    code = exit_code()",
+        "except Exception as exc:  # a result this script cannot read",
+        "    print('cannot tell:', type(exc).__name__, exc)",
+        "    code = 125",
+        "print({0: 'conforms to the spec', 1: 'reproduces: ' + RECORDED, 125: 'cannot tell'}[code], f'(exit {code})')",
+        "sys.exit(code)",
         "",
     ])
 

@@ -283,10 +283,10 @@ class RTorchAdapter(Adapter):
         raise RProtocolError(f"unexpected reply {reply[:3]!r}")
 
     def repro_script(self, case: Case, api: Api, device: str, part: str, about: tuple[str, ...],
-                     expected: Expected) -> tuple[str, str]:
+                     expected: Expected, recorded: str = "a value") -> tuple[str, str]:
         """An R script: needs only R and the torch package; prints R torch's result beside the spec's."""
         check_script_names(case, device, part, self.known_devices)
-        return r_repro_script(case, self.call(case, api), device, part, about, expected), ".R"
+        return r_repro_script(case, self.call(case, api), device, part, about, expected, recorded), ".R"
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -304,9 +304,10 @@ def _r_shape(shape: tuple[int, ...]) -> str:
 
 
 def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple[str, ...],
-                   expected: Expected) -> str:
+                   expected: Expected, recorded: str = "a value") -> str:
     """The R reproducer: the exact values (hex floats), the run's call as an R user writes it, and for a
-    gradient part R torch's autograd_grad with the spec's upstream gradient."""
+    gradient part R torch's autograd_grad with the spec's upstream gradient. It judges the result as the
+    Python reproducers do (adapters/base.py: python_repro_script) and exits as `git bisect run` reads it."""
     buffer = {"contiguous": "", "transposed": "$transpose(-1, -2)$contiguous()",
               "strided": "$repeat_interleave(2L, dim = -1L)"}[case.layout]
     view = {"contiguous": "", "transposed": "$transpose(-1, -2)", "strided": "[.., 1:N:2]"}[case.layout]
@@ -323,7 +324,7 @@ def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple
             *tensor("t", case.dtype.target, part in ("grad_target", "grad2_input")),
             f"  out <- {call.source()}"]
     if part == "forward":
-        body.append("  shown(out)")
+        body.append("  out")
     else:
         wrt = "t" if part == "grad_target" else "x"
         second = part == "grad2_input"
@@ -331,31 +332,57 @@ def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple
                     f"{', create_graph = TRUE' if second else ''})[[1]]")
         if second:
             body.append("  grad <- autograd_grad((grad * upstream(grad))$sum(), list(t))[[1]]")
-        body.append("  shown(grad)")
+        body.append("  grad")
     if expected.error_id:
-        expectation = f'expected <- {r_string(f"raises {expected.error_type} ({expected.error_id})")}'
+        expectation = [f"EXPECTED_ERROR <- {r_string(str(expected.error_type))}"
+                       f"  # spec: errors.{r_comment(expected.error_id)}",
+                       f"ERROR_MATCH <- {r_string(expected.error_match or '')}",
+                       f'expected <- {r_string(f"raises {expected.error_type} ({expected.error_id})")}']
     else:
-        expectation = (f"expected <- shown_values(as.numeric({_r_strings(expected.value)}), "
-                       f"{_r_shape(tuple(expected.shape))}, {r_string(str(expected.result_dtype))})")
+        bound = expected.bound if expected.bound is not None else np.zeros(np.shape(expected.value))
+        expectation = ["EXPECTED_ERROR <- NULL",
+                       f"DTYPE <- {r_string(str(expected.result_dtype))}",
+                       f"expected_values <- as.numeric({_r_strings(expected.value)})",
+                       f"expected_shape <- {_r_shape(tuple(expected.shape))}",
+                       f"bound <- as.numeric({_r_strings(bound)})",
+                       "expected <- shown_values(expected_values, expected_shape, DTYPE)"]
     title, *rest = about
     pattern = UPSTREAM["none"]
     return "\n".join([
         f"# {r_comment(title)}",
         "#",
         *(f"# {r_comment(line)}" for line in rest[:-1]), f"# {r_comment(rest[-1])} Needs only R and the torch package.",
-        "# Run: Rscript this_file.R",
+        "# Run: Rscript this_file.R. Exits 1 while the run's finding reproduces, 0 once the result conforms to the",
+        "# spec, 125 (git bisect's skip) when it cannot tell: torch does not load, or the call fails otherwise.",
+        "if (!suppressWarnings(requireNamespace(\"torch\", quietly = TRUE))) {",
+        "  cat(\"cannot tell: the torch package does not load\\n\")",
+        "  quit(status = 125)",
+        "}",
         "library(torch)",
+        "options(error = function() quit(status = 125, save = \"no\"))  # this script's own failure: cannot tell",
         "",
         "# every digit, flat in C (row-major) order: some divergences are in the last digits",
         "shown_values <- function(v, shape, dtype) {",
         '  paste0("[", paste(sprintf("%.17g", v), collapse = ", "), "] shape (", paste(shape, collapse = ", "),',
         '         ") ", dtype)',
         "}",
-        "shown <- function(tensor) {",
+        "values_of <- function(tensor) {",
+        "  as.numeric(as_array(tensor$detach()$to(device = \"cpu\", dtype = torch_float64())$reshape(-1)))",
+        "}",
+        "dtype_of <- function(tensor) {",
         "  dtypes <- c(Half = \"float16\", BFloat16 = \"bfloat16\", Float = \"float32\", Double = \"float64\")",
-        "  v <- as.numeric(as_array(tensor$detach()$to(device = \"cpu\", dtype = torch_float64())$reshape(-1)))",
         "  dtype <- as.character(tensor$dtype)",
-        "  shown_values(v, tensor$shape, if (dtype %in% names(dtypes)) dtypes[[dtype]] else dtype)",
+        "  if (dtype %in% names(dtypes)) dtypes[[dtype]] else dtype",
+        "}",
+        "shown <- function(tensor) shown_values(values_of(tensor), tensor$shape, dtype_of(tensor))",
+        "# spec: tolerance.comparison: the NaN/inf pattern exact, then |got - expected| <= bound",
+        "conforms <- function(got, shape, dtype) {",
+        "  if (!identical(dtype, DTYPE) || !identical(as.integer(shape), as.integer(expected_shape))) return(FALSE)",
+        "  want <- expected_values",
+        "  unequal <- is.na(got != want) | got != want",
+        "  pattern <- (is.nan(got) != is.nan(want)) | ((is.infinite(got) | is.infinite(want)) & unequal)",
+        "  finite <- is.finite(want)",
+        "  !any(pattern) && all(abs(got[finite] - want[finite]) <= bound[finite])",
         "}",
         "# the gradient flowing into the loss (spec: gradients.upstream), in C order",
         "upstream <- function(like) {",
@@ -369,11 +396,28 @@ def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple
         f"x_shape <- {_r_shape(tuple(case.input.shape))}",
         f"t_values <- {_r_strings(case.target)}",
         f"t_shape <- {_r_shape(tuple(case.target.shape))}",
+        f"RECORDED <- {r_string(recorded)}  # what the run's call gave",
+        *expectation,
         "result <- tryCatch({",
         *body,
-        "}, error = function(e) paste0(\"raises \", class(e)[1], \": \", strsplit(conditionMessage(e), \"\\n\")[[1]][1]))",
-        expectation,
-        'cat("rtorch:  ", result, "\\n")',
+        "}, error = function(e) e)",
+        "if (inherits(result, \"error\")) {",
+        "  raised <- class(result)[1]",
+        "  message <- conditionMessage(result)",
+        "  cat(\"rtorch:  \", paste0(\"raises \", raised, \": \", strsplit(message, \"\\n\")[[1]][1]), \"\\n\")",
+        "  code <- if (identical(raised, EXPECTED_ERROR) && grepl(ERROR_MATCH, message, perl = TRUE)) 0 else",
+        "    if (identical(RECORDED, paste0(\"raises \", raised))) 1 else 125",
+        "} else {",
+        "  cat(\"rtorch:  \", shown(result), \"\\n\")",
+        "  cat(\"hex:     \", sprintf(\"%a\", values_of(result)), \"\\n\")",
+        "  code <- if (is.null(EXPECTED_ERROR) && conforms(values_of(result), result$shape, dtype_of(result))) 0 else",
+        "    if (startsWith(RECORDED, \"raises \")) 125 else 1",
+        "}",
         'cat("expected:", expected, "\\n")',
+        "if (is.null(EXPECTED_ERROR)) cat(\"hex:     \", sprintf(\"%a\", expected_values), \"\\n\")",
+        "cat(c(\"conforms to the spec\", paste(\"reproduces:\", RECORDED), \"cannot tell\")"
+        "[match(code, c(0, 1, 125))],",
+        "    \"(exit\", paste0(code, \")\\n\"))",
+        "quit(status = code)",
         "",
     ])

@@ -104,6 +104,7 @@ class TorchAdapter(Adapter):
                  f"out = {self.call(case, api).source()}"]
         if part == "forward":
             lines.append("result = out.detach().double().cpu().numpy()")
+            lines.append("result_dtype = str(out.dtype).removeprefix('torch.')")
         else:
             wrt = "t" if part == "grad_target" else "x"
             lines.append("g = torch.from_numpy(upstream(tuple(out.shape))).to(out.device, out.dtype)")
@@ -112,6 +113,7 @@ class TorchAdapter(Adapter):
                 lines.append("w = torch.from_numpy(upstream(tuple(grad.shape))).to(grad.device, grad.dtype)")
                 lines.append("(grad,) = torch.autograd.grad((grad * w).sum(), [t])")
             lines.append("result = grad.detach().double().cpu().numpy()")
+            lines.append("result_dtype = str(grad.dtype).removeprefix('torch.')")
         return "\n".join(lines)
 
     def is_no_kernel(self, exc: Exception) -> bool:

@@ -11,7 +11,6 @@ Writes scripts beside a run's results; never rewrites the results themselves.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.core.errors import HarnessBug, ResultsError, UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Verdict
+from conformance.core.rundirs import safe_file_name
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
 from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB, needs_mb
@@ -350,19 +350,10 @@ def within_budget(rows: Sequence[Result], case_of: Callable[[str], Case],
         yield group
 
 
-NAME_STEM_CHARS = 120  # of a reproducer's file name, before its hash: well inside any file system's limit
-
-
 def script_name(case_id: str, api: str, device: str, part: str, suffix: str) -> str:
-    """A reproducer's file name: readable (the call's names, each character outside ASCII letters, digits and
-    -_=. replaced, cut short), and unique, as it ends in a digest of the whole call (`col/x` and `col_x` are
-    two files). Never a path: it has no separator, and never starts with a dot."""
-    readable = "".join(c if c.isascii() and (c.isalnum() or c in "-_=.") else "_"
-                       for c in f"{case_id}__{api}__{device}__{part}")[:NAME_STEM_CHARS]
-    if readable.startswith("."):
-        readable = "_" + readable[1:]
-    whole = "\0".join((case_id, api, device, part)).encode("utf-8", "surrogatepass")
-    return f"{readable}__{hashlib.sha256(whole).hexdigest()[:12]}{suffix}"
+    """A reproducer's file name: the call's names made safe and cut short, ending in a digest of the whole call
+    (core/rundirs.py: safe_file_name), so that the reports find a row's script by its name."""
+    return safe_file_name((case_id, api, device, part), suffix)
 
 
 def needs_reproducer(result: Result) -> bool:
@@ -402,4 +393,7 @@ def _render(adapter, job: _Job, spec: Spec) -> tuple[str, str]:
     about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({job.device}, {job.part}).",
              f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
              f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
-    return adapter.repro_script(case, job.api, job.device, job.part, about, expected)
+    observed = job.observed
+    recorded = (f"raises {observed.exception_type}" if observed.raised else
+                "a value of another dtype" if judgement.verdict is Verdict.DTYPE else "a value")
+    return adapter.repro_script(case, job.api, job.device, job.part, about, expected, recorded)

@@ -6,6 +6,7 @@ them) and the reports (which read them) agree without importing each other. Read
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -17,6 +18,20 @@ from conformance.core.results import RESULTS_FILE, check_format_version, check_m
 REPORT_FILE = "report.md"
 DIVERGENCES_FILE = "divergences.md"  # every divergent row, linked from report.md
 RUNS_FILE = "runs.json"
+REPRO_DIR = "repro"  # a run's reproducers, one file per row, named by safe_file_name
+NAME_STEM_CHARS = 120  # of a file name made from a row's texts, before its hash: inside any file system's limit
+
+
+def safe_file_name(names: Sequence[str], suffix: str) -> str:
+    """A file name made from a row's texts: readable (the names joined by "__", each character outside ASCII
+    letters, digits and -_=. replaced, cut short), and unique, as it ends in a digest of the whole tuple
+    (`col/x` and `col_x` are two files). Never a path: it has no separator, and never starts with a dot."""
+    readable = "".join(c if c.isascii() and (c.isalnum() or c in "-_=.") else "_"
+                       for c in "__".join(names))[:NAME_STEM_CHARS]
+    if readable.startswith("."):
+        readable = "_" + readable[1:]
+    whole = "\0".join(names).encode("utf-8", "surrogatepass")
+    return f"{readable}__{hashlib.sha256(whole).hexdigest()[:12]}{suffix}"
 
 
 def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) -> tuple[list[Path], list[dict[str, Any]]]:

@@ -19,6 +19,7 @@ from conformance.core.results import (DETAIL_KEYS, DETAILS_FILE, RESULTS_FILE, A
 from conformance.core.rundirs import DIVERGENCES_FILE, REPORT_FILE, RUNS_FILE, iter_rows, load_manifests
 from conformance.core.scope import Scope
 from conformance.report.baseline import BaselineComparison, BaselineDiff, render_baseline_markdown
+from conformance.report.drafts import write_drafts
 from conformance.report.gate import Decision, Gates, decide, junit_view
 from conformance.report.html import render_html
 from conformance.report.junit import JunitWriter
@@ -141,6 +142,7 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
                                baseline=render_baseline_markdown(diff, listed=10) if diff is not None else ())
     path = out_dir / REPORT_FILE
     write_atomic(path, markdown)
+    write_drafts(out_dir, present, manifests, known)
     return Written(path, diff, tally.total, decision, short_summary(tally), divergence_counts(tally))
 
 

@@ -79,13 +79,18 @@ def _check_script(adapter, case, api, device, part, scratch, spec, observed):
     from conformance.adapters.rtorch import find_rscript, r_environment
     from conformance.judge.casejudge import expected_for
 
+    from conformance.judge.compare import passes
+
     expected = expected_for(case, spec, part, api.dialect)
-    script, suffix = adapter.repro_script(case, api, device, part, ("a case", "a message", "its params."), expected)
+    recorded = f"raises {observed.exception_type}" if observed.raised else "a value"
+    script, suffix = adapter.repro_script(case, api, device, part, ("a case", "a message", "its params."), expected,
+                                          recorded)
     path = scratch / f"repro_{part}{suffix}"
     path.write_text(script, encoding="utf-8")
     run = subprocess.run([find_rscript(), "--no-init-file", str(path)], env=r_environment(), capture_output=True,
                          text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
+    # as `git bisect run` reads it: 0 where the call conforms, 1 where the run's observation reproduces
+    assert run.returncode == (0 if passes(expected, observed) else 1), run.stdout[-1000:] + run.stderr[-2000:]
     (shown,) = [line for line in run.stdout.splitlines() if line.startswith(f"{adapter.name}:")]
     shown = shown.split(":", 1)[1].strip()
     if shown.startswith("raises "):
@@ -170,3 +175,66 @@ def test_reproducer_of_an_integer_case_shows_the_runs_exception(adapter, spec, p
         # torch refuses integer inputs in every part it runs (where the issue found the fault): it must be checked
         assert adapter.name != "torch" or part == "grad2_input", f"torch raised on no integer {part} call"
         pytest.skip(f"{adapter.name} raises on no integer {part} call: no exception to compare")
+
+
+class _Holding:
+    """A case source that holds one case (write_script asks its source for the case by id)."""
+
+    def __init__(self, case):
+        self.case = case
+
+    def get(self, case_id):
+        return self.case
+
+
+def _script_exit(adapter, spec, case, tmp_path, env=None) -> tuple[int, str, bool]:
+    """Write the reproducer of `case` on the adapter's first API, run it, and say whether the live call diverges."""
+    from conformance.judge.casejudge import expected_for
+    from conformance.judge.compare import classify
+    from conformance.repro import write_script
+
+    api = adapter.apis[0]
+    case = as_api_takes(case, api, spec)
+    if adapter.unsupported_reason(case, api):
+        pytest.skip(f"{api.name} cannot express the case: {adapter.unsupported_reason(case, api)}")
+    device = adapter.devices()[0]
+    diverges = classify(expected_for(case, spec, "forward", api.dialect), adapter.run(case, api, device, "forward"),
+                        spec).verdict.is_divergence
+    path = tmp_path / "repro.py"
+    path.write_text(write_script(spec, adapter.name, case.id, _Holding(case), api.name, device, minimize=False))
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=env)
+    return done.returncode, done.stdout + done.stderr[-2000:], diverges
+
+
+def test_reproducer_exits_1_on_a_divergence_and_0_on_a_conforming_call(adapter, spec, tmp_path):
+    """`git bisect run` reads the exit status: 1 while the finding reproduces, 0 once the call conforms."""
+    if not _writes_python(adapter):
+        pytest.skip(f"{adapter.name} writes R scripts")
+    zero_target = make_case([-np.inf, -1.0], [0.0, 0.5], reduction="none", dtype="float32", case_id="zero-target")
+    code, out, diverges = _script_exit(adapter, spec, zero_target, tmp_path)
+    assert diverges or adapter.name != "torch", "torch gives NaN where the target is 0 and the input -inf"
+    assert code == (1 if diverges else 0), out
+    rng = np.random.default_rng(3)
+    t = rng.dirichlet(np.ones(4), size=3)
+    plain = make_case(np.log(rng.dirichlet(np.ones(4), size=3)), t, reduction="sum", dtype="float64", case_id="plain")
+    code, out, diverges = _script_exit(adapter, spec, plain, tmp_path)
+    assert not diverges or adapter.name != "torch"
+    assert code == (1 if diverges else 0), out
+
+
+def test_reproducer_of_an_unimportable_framework_exits_125(adapter, spec, tmp_path):
+    """A bisect step where the framework does not build (here: its package raises on import) is a skip, never
+    a verdict on the commit."""
+    import os
+
+    if not _writes_python(adapter):
+        pytest.skip(f"{adapter.name} writes R scripts")
+    case = make_case([-np.inf, -1.0], [0.0, 0.5], reduction="none", dtype="float32", case_id="zero-target")
+    broken = tmp_path / "broken"
+    for name in {adapter.call(as_api_takes(case, api, spec), api).root for api in adapter.apis}:
+        (broken / name).mkdir(parents=True)
+        (broken / name / "__init__.py").write_text("raise ImportError('this build of the framework is broken')\n")
+    env = {**os.environ, "PYTHONPATH": str(broken)}
+    code, out, _ = _script_exit(adapter, spec, case, tmp_path, env=env)
+    assert code == 125 and "this build of the framework is broken" in out, out

@@ -140,6 +140,43 @@ class OffByOneAdapter(NumpyAdapter):
         return "x, t = x_values, t_values\nresult = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + 1.0"
 
 
+class UnimportableScriptAdapter(OffByOneAdapter):
+    """Off by one like OffByOneAdapter, but its reproducers import a framework that is not installed: a
+    bisect step where the framework does not build."""
+
+    def repro_source(self, case, api, device, part):
+        return "import kl_conformance_no_such_framework\n" + super().repro_source(case, api, device, part)
+
+
+class PlantedBugsAdapter(NumpyAdapter):
+    """A port with planted bugs, each on the cases whose id names it: "ieee" computes xlogy(t, t) - t * x (NaN
+    where the target is 0, a spec choice a profile can document), "shape" returns a reduced loss with shape
+    (1,), "off" adds 1 to every value, "raise" raises an exception whose message holds the case id."""
+
+    def run(self, case, api, device, part):
+        def compute():
+            if "raise" in case.id:
+                raise RuntimeError(f"planted: cannot compute {case.id}")
+            value = self.compute(case)
+            if "ieee" in case.id:
+                x, t = np.broadcast_arrays(case.input, case.target)
+                with np.errstate(all="ignore"):
+                    value = np.where(t > 0, t * np.log(np.where(t > 0, t, 1.0)), 0.0) - t * x
+            if "shape" in case.id:
+                value = np.reshape(value, (1,) if value.ndim == 0 else value.shape)
+            return value + 1.0 if "off" in case.id else value
+        return call_observed(compute, lambda v: (v, "float64", v.shape))
+
+
+class OtherHonestAdapter(NumpyAdapter):
+    """The honest NumPy kl_div under another framework name: the other framework of a merged report."""
+
+    name = "numpy-other"
+
+    def misbehave(self, case):
+        return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
+
+
 HOSTILE_MESSAGE = "</script><script>window.pwned=2</script><img src=x onerror=\"window.pwned=3\"><!-- '\" &amp;"
 
 

@@ -1,0 +1,78 @@
+"""Reproducers drive `git bisect run`: exit 1 while the run's finding reproduces, 0 once the call conforms to
+the spec, 125 (skip) when the script cannot tell. Judged by the script itself with plain NumPy."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+from conformance.cli import main
+
+ADAPTERS = "tests.faults.adapters:"
+
+
+def _reproducer(tmp_path, capsys, adapter: str, case: str) -> str:
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(case + "\n")
+    assert main(["repro", "the-fault", "--framework", ADAPTERS + adapter, "--cases", str(cases)]) == 0
+    return capsys.readouterr().out
+
+
+def _exit_code(tmp_path, script: str) -> tuple[int, str]:
+    path = tmp_path / "repro.py"
+    path.write_text(script, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return done.returncode, done.stdout + done.stderr
+
+
+CASE = "- {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, dtype: float64}"
+
+
+def test_a_divergence_exits_1_and_the_same_script_conforming_exits_0(tmp_path, capsys):
+    script = _reproducer(tmp_path, capsys, "OffByOneAdapter", CASE)
+    code, out = _exit_code(tmp_path, script)
+    assert code == 1, out
+    # decimal beside the exact hex: minimised to the first element, off by one: 1 + 0.25 * (log(0.25) + 1)
+    got = 1.0 + 0.25 * (math.log(0.25) + 1.0)
+    assert float(got).hex() in out and repr(got) in out
+    assert "+ 1.0" in script
+    fixed, out = _exit_code(tmp_path, script.replace(" + 1.0", ""))  # the framework's fix, as a bisect finds it
+    assert fixed == 0, out
+
+
+def test_a_failing_import_or_another_failure_is_a_skip(tmp_path, capsys):
+    code, out = _exit_code(tmp_path, _reproducer(tmp_path, capsys, "UnimportableScriptAdapter", CASE))
+    assert code == 125 and "kl_conformance_no_such_framework" in out, out
+    script = _reproducer(tmp_path, capsys, "OffByOneAdapter", CASE)
+    other, out = _exit_code(tmp_path, script.replace(" + 1.0", " + int('not a number')"))  # a ValueError now
+    assert other == 125, out
+
+
+def test_an_r_reproducer_without_the_torch_package_is_a_skip(tmp_path):
+    """R torch's reproducers are R scripts: where the torch package does not load, they exit 125 too. Runs where
+    R is installed without that package (rendering needs neither)."""
+    import shutil
+
+    import numpy as np
+    import pytest
+
+    from conformance.adapters.registry import get_adapter
+    from conformance.core.model import Expected
+    from tests.helpers import make_case
+
+    rscript = shutil.which("Rscript")
+    if rscript is None:
+        pytest.skip("no Rscript here")
+    loads = subprocess.run([rscript, "-e", 'quit(status = if (requireNamespace("torch", quietly = TRUE)) 0 else 3)'],
+                           capture_output=True, timeout=120)
+    if loads.returncode != 3:
+        pytest.skip("the torch package loads in this R")
+    adapter = get_adapter("rtorch")
+    case = make_case([[-1.0, -2.0]], [[0.25, 0.75]], reduction="none", dtype="float32", case_id="c")
+    expected = Expected(result_dtype="float32", shape=(1, 2), value=np.zeros((1, 2)), bound=np.zeros((1, 2)))
+    script, suffix = adapter.repro_script(case, adapter.apis[0], "cpu", "forward", ("a", "b", "c."), expected)
+    path = tmp_path / f"repro{suffix}"
+    path.write_text(script, encoding="utf-8")
+    done = subprocess.run([rscript, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 125 and "cannot tell" in done.stdout, done.stdout + done.stderr
