@@ -108,11 +108,17 @@ def _conforming_answer(call: Call) -> np.ndarray | None:
 
 
 def _distinct(call: Call, fault: Expected) -> Observation | None:
-    """The fault's answer as the reference computes it, where it can be told apart from the spec's: neither
-    answer passes as the other (a divisor that changes a sum of near-zero terms by less than its bound is
-    no fault that any answer can show)."""
-    if fault.value is None or accepted(Observation(value=call.expected.value, dtype=call.expected.result_dtype,
-                                                   shape=call.expected.shape), fault):
+    """The fault's answer as the reference computes it, where an answer can tell it from the spec's: their
+    NaN/inf patterns differ, or somewhere their values are further apart than twice their bounds together
+    (a divisor that changes a sum of near-zero terms by less than its bound is no fault any answer shows)."""
+    want = call.expected
+    if fault.value is None or want.value is None or np.shape(fault.value) != np.shape(want.value):
+        return None
+    pattern = [test(fault.value) != test(want.value) for test in (np.isnan, np.isposinf, np.isneginf)]
+    finite = np.isfinite(want.value) & np.isfinite(fault.value)
+    with np.errstate(invalid="ignore", over="ignore"):
+        apart = np.abs(fault.value - want.value)[finite] > 2 * (fault.bound + want.bound)[finite]
+    if not (np.any(pattern) or apart.any()):
         return None
     return _with(call, fault.value)
 
@@ -137,7 +143,8 @@ class ValueOutsideRounding(Variant):
 
 
 class WrongDivisor(Variant):
-    name, fault = "wrong_divisor", "mean divides by the batch and batchmean by the number of results"
+    name, fault = "wrong_divisor", ("mean divides by the batch (or by every element, where the batch is its divisor) "
+                                    "and batchmean by the number of results")
 
     def plant(self, call):
         p = call.case.params
@@ -149,6 +156,8 @@ class WrongDivisor(Variant):
         n = int(np.prod(out_shape))
         right = reduction_divisor(p.reduction, n, call.case.input.shape, out_shape, call.spec)
         wrong = (out_shape[0] if out_shape else 1) if p.reduction == "mean" else n
+        if wrong == right:  # a mean over distributions already divides by the batch: over every element then
+            wrong = int(np.prod(shape))
         if right == wrong or not wrong:
             return None
         summed = expected_for(replace(call.case, params=replace(p, reduction="sum")), call.spec, "forward",
@@ -364,7 +373,7 @@ class Crash(Variant):
             return None
         # each call that aborts is recorded: after the first, the harness makes the case's calls one at a time,
         # and a call the framework has no kernel for is then unsupported, not a crash
-        record(call, self.name, "harness.isolation")
+        record(call, self.name, "harness.isolation")  # a crash is the worker's, whatever the answer would have been
         os.abort()
 
 
@@ -529,7 +538,7 @@ def _plant(adapter, variant: Variant, case: Case, api, part: str, observed: Obse
     planted = variant.plant(call)
     if planted is None or not is_fault(planted, call):
         return observed
-    record(call, variant.name, variant.rule(call))
+    record(call, variant.name, variant.rule(call), clean=bool(accepted(call.observed, call.expected)))
     return planted
 
 
@@ -558,14 +567,14 @@ def _alternative(spec: Spec, alt) -> Spec:
     return _STATE[key]
 
 
-def record(call: Call, variant_name: str, rule: str | None, whole_case: bool = False) -> None:
-    """Append the planted row's key, and the cause it must be given, to the log the parent reads (flushed at
-    once: a crash may follow)."""
+def record(call: Call, variant_name: str, rule: str | None, whole_case: bool = False, clean: bool = True) -> None:
+    """Append the planted row's key, the cause it must be given, and whether it was planted into an answer
+    that met the spec (`clean`), to the log the parent reads (flushed at once: a crash may follow)."""
     path = os.environ.get(ENV_LOG)
     if not path:
         return
     row = {"case_id": call.case.id, "api": call.api, "part": call.part, "variant": variant_name,
-           "whole_case": whole_case, "rule": rule}
+           "whole_case": whole_case, "rule": rule, "clean": clean}
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
 
@@ -658,6 +667,7 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
            spec: Spec) -> VariantReport:
     report = VariantReport(variant.name, variant.fault)
     planted: dict[tuple[str, str, str], str | None] = {}  # each planted call, and the cause it must be given
+    clean: set[tuple[str, str, str]] = set()  # the calls planted into an answer that met the spec
     whole: set[str] = set()
     if log.is_file():
         for line in log.read_text(encoding="utf-8").splitlines():
@@ -666,11 +676,15 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
                 whole.add(row["case_id"])
             else:
                 planted[(row["case_id"], row["api"], row["part"])] = row["rule"]
+                if row["clean"]:
+                    clean.add((row["case_id"], row["api"], row["part"]))
     by_id = {c.id: c for c in cases}
     for case_id in whole:  # a hang costs every call of the case that was sent to the framework
         case = by_id[case_id]
-        planted.update({(case_id, api.name, part): "harness.isolation" for api in adapter.apis for part in case.parts
-                        if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None})
+        calls = {(case_id, api.name, part) for api in adapter.apis for part in case.parts
+                 if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None}
+        planted.update(dict.fromkeys(calls, "harness.isolation"))
+        clean |= calls
     got = {(d["case_id"], d["api"], d["device"], d["part"]): d for d in iter_details(run_dir)}
     for row in iter_results(run_dir):
         key = (row.case_id, row.api, row.part)
@@ -684,6 +698,9 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
                                      f"{' (documented)' if row.documented else ''} {row.message}")
             continue
         report.flagged += 1
+        if key not in clean:  # planted over the framework's own divergence: two faults, either may be the cause
+            report.over_divergence += 1
+            continue
         rule = planted[key]
         detail = got.get((row.case_id, row.api, row.device, row.part))
         if row.cause == (rule or UNEXPLAINED) or (rule is None and row.cause in FORMULAS) \

@@ -14,9 +14,11 @@ from __future__ import annotations
 import itertools
 from typing import Callable
 
+import numpy as np
+
 from conformance.core.choices import Alternative, alternatives, touched_paths, with_alternatives
 from conformance.core.model import Case, Expected, Observation, Spec
-from conformance.judge.compare import passes
+from conformance.judge.compare import differs_in_nonfinite_pattern, passes
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 
@@ -28,8 +30,8 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
 
     An observation that raised is explained by a choice under which the spec
     expects that very exception type (its message aside): a choice that expects a
-    TypeError does not explain an AttributeError. A choice that would pass the
-    spec's own answer as well explains nothing. Only alternatives whose
+    TypeError does not explain an AttributeError. A choice whose answer no
+    observation can tell from the spec's (`indistinguishable`) explains nothing. Only alternatives whose
     choice points touch the case are tried. `expect(spec)` gives the case's
     expectation for `part` under a spec (the runner passes one that remembers), and
     `touched` the case's touched_paths, where the caller keeps them.
@@ -48,19 +50,30 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
         if observed.raised:
             if expected.error_id is not None and expected.error_type == observed.exception_type:
                 return alts
-        elif passes(expected, observed) and not accepts_the_spec(expected, canonical):
+        elif passes(expected, observed) and not indistinguishable(expected, canonical):
             return alts
     return None
 
 
-def accepts_the_spec(other: Expected, canonical: Expected) -> bool:
-    """Whether `other` and the spec cannot be told apart on this case: either passes the other's answer as its
-    own (the answers differ only by what rounding may do, or one bound is so wide that it holds both). An
-    observation that `other` passes is then no evidence of it, only of a bound wider than the spec's."""
+def indistinguishable(other: Expected, canonical: Expected) -> bool:
+    """Whether no observation can tell `other` from the spec's answer on this case: the same dtype, shape and
+    NaN/inf pattern, and nowhere are the two values further apart than twice their bounds together. An
+    observation that `other` passes is then no evidence of it: it may as well be the spec's answer with an
+    error just outside its bound (a wide bfloat16 bound holds a divisor of 6 and one of 4 alike).
+
+    Is equivalent to ``not any(pattern differs) and all(|other - spec| <= 2 * (other.bound + spec.bound))``
+    over the finite elements.
+    """
     if canonical.error_id is not None or other.error_id is not None or other.value is None or canonical.value is None:
         return False
-    return (passes(canonical, Observation(value=other.value, dtype=other.result_dtype, shape=other.shape))
-            or passes(other, Observation(value=canonical.value, dtype=canonical.result_dtype, shape=canonical.shape)))
+    if other.result_dtype != canonical.result_dtype or np.shape(other.value) != np.shape(canonical.value):
+        return False
+    o, c = np.asarray(other.value, dtype=np.float64), np.asarray(canonical.value, dtype=np.float64)
+    if differs_in_nonfinite_pattern(o, c).any():
+        return False
+    finite = np.isfinite(c)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return not (np.abs(o - c)[finite] > 2 * (np.asarray(other.bound) + np.asarray(canonical.bound))[finite]).any()
 
 
 def _candidate_sets(spec: Spec, max_combined: int) -> list[tuple[Alternative, ...]]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from conformance.core.model import Case, Expected, Observation, Spec
 from conformance.judge.compare import passes
-from conformance.judge.explain import accepts_the_spec
+from conformance.judge.explain import indistinguishable
 from conformance.reference.forward import broadcast_inputs, effective_reduction, expected_forward, reduction_divisor
 from conformance.reference.grad import expected_grad
 
@@ -36,13 +36,13 @@ class Fault:
 
 def find_fault(case: Case, observed: Observation, spec: Spec, part: str, dialect: str,
                canonical: Expected) -> Fault | None:
-    """The first fault pattern whose answer `observed` passes as, and that tells itself apart from the spec's
-    answer `canonical`, or None. Only values are tried: a raise, a shape or a dtype has a verdict that names
+    """The first fault pattern whose answer `observed` passes as, and that an observation can tell from the
+    spec's answer `canonical` (explain.indistinguishable), or None. Only values are tried: a raise, a shape or a dtype has a verdict that names
     its rule already."""
-    if observed.raised or observed.unsupported is not None or observed.value is None:
-        return None
+    if observed.raised or observed.unsupported is not None or observed.value is None or canonical.error_id is not None:
+        return None  # a value where the spec expects an error is that error's rule (errors.<id>)
     for fault, expected in _candidates(case, spec, part, dialect):
-        if passes(expected, observed) and not accepts_the_spec(expected, canonical):
+        if passes(expected, observed) and not indistinguishable(expected, canonical):
             return fault
     return None
 
@@ -68,7 +68,7 @@ def _wrong_divisors(case: Case, spec: Spec, part: str, dialect: str) -> Iterator
     if n == 0:
         return
     right = reduction_divisor(reduction, n, case.input.shape, out_shape, spec)
-    sizes = {"the number of elements": n, "nothing (the sum)": 1}
+    sizes = {"the number of elements": int(np.prod(shape)), "the number of results": n, "nothing (the sum)": 1}
     for name, dims in (("the result", out_shape), ("input", case.input.shape), ("target", case.target.shape)):
         for axis, size in enumerate(dims):
             sizes.setdefault(f"the size of dimension {axis} of {name}", int(size))

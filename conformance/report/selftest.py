@@ -19,6 +19,7 @@ class VariantReport:
     missed: list[str] = field(default_factory=list)  # rows planted but not flagged (first few)
     not_applicable: str | None = None  # why the framework can carry no such fault (the variant did not run)
     attributed: int = 0  # flagged rows whose cause is the rule the fault breaks (or unexplained, for none)
+    over_divergence: int = 0  # flagged rows planted over the framework's own divergence: their cause is not checked
     misattributed: list[str] = field(default_factory=list)  # flagged rows with another cause (first few)
 
     @property
@@ -29,7 +30,12 @@ class VariantReport:
     @property
     def ok(self) -> bool:
         return ((self.planted > 0 or self.not_applicable is not None) and self.flagged == self.planted
-                and (not self.attribution_checked or self.attributed == self.flagged))
+                and (not self.attribution_checked or self.attributed == self.attribution_due))
+
+    @property
+    def attribution_due(self) -> int:
+        """The flagged rows whose cause is checked: those planted into an answer that met the spec."""
+        return self.flagged - self.over_divergence
 
 
 def render_selftest(framework: str, control: dict, reports: list[VariantReport]) -> str:
@@ -39,7 +45,8 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
              + ", ".join(f"{n} {v}" for v, n in sorted(control.items())) + ".", "",
              "Flagged: the planted rows that are neither `pass` nor documented. Attributed: of those, the rows "
              "whose cause is the spec rule the fault breaks, or `unexplained` where the fault breaks no rule "
-             "of its own (a choice the judge names there must reproduce the planted values).", "",
+             "of its own (a choice the judge names there must reproduce the planted values); a row planted over "
+             "the framework's own divergence has two faults, so its cause is not checked (counted apart).", "",
              "| variant | planted fault | rows planted | flagged | attributed | verdicts |",
              "|---|---|---|---|---|---|"]
     for r in reports:
@@ -51,12 +58,14 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
             continue
         share = (f"{r.flagged}/{r.planted} ({100 * r.flagged / r.planted:.0f}%)" if r.planted
                  else f"not applicable: {r.not_applicable}" if r.not_applicable else "0/0")
-        attributed = f"{r.attributed}/{r.flagged} ({100 * r.attributed / r.flagged:.0f}%)" if r.flagged else "-"
+        due = r.attribution_due
+        attributed = (f"{r.attributed}/{due} ({100 * r.attributed / due:.0f}%)" if due else "-") + \
+            (f"; {r.over_divergence} over a divergence" if r.over_divergence else "")
         mark = "" if r.ok else " **FAIL**"
         lines.append(f"| `{r.name}` | {r.fault} | {r.planted} | {share} | {attributed}{mark} | "
                      + ", ".join(f"{n} {v}" for v, n in sorted(r.verdicts.items())) + " |")
     failed = [r for r in reports if not r.ok]
-    lines += ["", "All planted rows were flagged." if not failed else
+    lines += ["", "All planted rows were flagged, and attributed to the rule their fault breaks." if not failed else
               f"{len(failed)} variants failed: a variant must plant at least one fault (unless the framework "
               "can carry no such fault), every planted row must be flagged and attributed to the rule its fault "
               "breaks, and every gate asked of a broken build must fail."]
@@ -67,8 +76,8 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
                                                if r.name.startswith("gate_") else
                                                f"{r.planted - r.flagged} planted rows not flagged")]
             lines += [f"- {m}" for m in r.missed]
-        if r.attribution_checked and r.attributed < r.flagged:
-            lines += ["", f"## `{r.name}`: {r.flagged - r.attributed} flagged rows attributed to another cause"]
+        if r.attribution_checked and r.attributed < r.attribution_due:
+            lines += ["", f"## `{r.name}`: {r.attribution_due - r.attributed} flagged rows attributed to another cause"]
             lines += [f"- {m}" for m in r.misattributed]
     return "\n".join(lines) + "\n"
 
@@ -78,5 +87,6 @@ def selftest_json(framework: str, control: dict, reports: list[VariantReport]) -
     return json.dumps({"framework": framework, "control": control, "variants": [
         {"name": r.name, "fault": r.fault, "planted": r.planted, "flagged": r.flagged, "verdicts": r.verdicts,
          "ok": r.ok, "missed": r.missed, "not_applicable": r.not_applicable,
-         **({"attributed": r.attributed, "misattributed": r.misattributed} if r.attribution_checked else {})}
+         **({"attributed": r.attributed, "attribution_due": r.attribution_due, "over_divergence": r.over_divergence,
+             "misattributed": r.misattributed} if r.attribution_checked else {})}
         for r in reports]}, indent=2) + "\n"

@@ -25,7 +25,8 @@ def test_every_planted_fault_is_flagged(framework, tmp_path):
     only = [] if framework == "torch" else [arg for pattern in SUBSET for arg in ("--only", pattern)]
     code = main(["selftest", "--framework", framework, "--out", str(out), *only])
     report = json.loads((out / "selftest.json").read_text())
-    failed = {v["name"]: v["missed"] or "planted nothing" for v in report["variants"] if not v["ok"]}
+    failed = {v["name"]: v["missed"] or v.get("misattributed") or "planted nothing"
+              for v in report["variants"] if not v["ok"]}
     assert not failed and code == 0, failed
     from conformance.selftest import GATE_VARIANTS, VARIANTS
     assert {v["name"] for v in report["variants"]} == set(VARIANTS) | set(GATE_VARIANTS)
@@ -34,6 +35,8 @@ def test_every_planted_fault_is_flagged(framework, tmp_path):
     assert gates == {"gate_not_importable": ["--fail-on-new exit 3", "--known exit 3", "--strict exit 3"],
                      "gate_lost_dtype": ["--fail-on-new exit 1"]}, gates
     assert all((v["planted"] > 0 or v["not_applicable"]) and v["flagged"] == v["planted"] for v in report["variants"])
+    # every flagged row attributed to the rule its fault breaks (or unexplained): 100% per variant
+    assert all(v["attributed"] == v["attribution_due"] for v in report["variants"] if v["name"] not in GATE_VARIANTS)
     # a variant is left out only where the framework cannot carry its fault, as its APIs and profile say
     assert {v["name"]: v["not_applicable"] for v in report["variants"] if v["not_applicable"]} == \
         NOT_APPLICABLE.get(framework, {})

@@ -10,7 +10,7 @@ import pytest
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
 from conformance.core.choices import alternatives, touched_paths, with_alternatives
 from conformance.core.model import Observation
-from conformance.judge.explain import accepts_the_spec, explain
+from conformance.judge.explain import indistinguishable, explain
 from conformance.reference.forward import expected_forward, takes_input_space
 from conformance.reference.grad import expected_grad
 
@@ -75,7 +75,7 @@ def test_explain_finds_each_alternative_it_can_tell_apart(spec, suite):
         for case, dialect in ((c, d) for c in suite for d in _dialects(c, spec)):
             canonical, under_alt = expected_forward(case, spec, dialect), expected_forward(case, alt_spec, dialect)
             if under_alt.error_id is not None or canonical.error_id is not None or _same(canonical, under_alt) \
-                    or accepts_the_spec(under_alt, canonical):  # a difference within rounding tells nothing
+                    or indistinguishable(under_alt, canonical):  # a difference within rounding tells nothing
                 continue
             observed = Observation(value=under_alt.value, dtype=under_alt.result_dtype, shape=under_alt.shape)
             behaves_as = explain(case, observed, spec, dialect=dialect)
