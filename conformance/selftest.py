@@ -3,8 +3,11 @@
 A variant wraps a real framework adapter and plants one kind of fault into what the framework
 returned (a value just outside rounding, a wrong divisor, a lost infinity, a wrong dtype, a raise, a
 crash, another convention taken silently ...). Each variant runs over the suite through the whole
-harness, exactly as `kl-conformance run` does; the variant records which rows it changed, and the
-self-test counts how many of those rows were flagged, i.e. neither `pass` nor `documented`.
+harness, exactly as `kl-conformance run` does; the variant records which rows it changed and the cause
+each must be given, and the self-test counts how many of those rows were flagged, i.e. neither `pass`
+nor `documented`, and how many were attributed to the rule the fault breaks (or `unexplained`, for a
+fault that breaks no rule of its own; a convention the judge names there is checked against the
+recorded values).
 
 What a variant plants depends only on the case, the framework's own answer and the reference's
 expectations (under the spec, and under the API's declared deviations): never on a verdict. A
