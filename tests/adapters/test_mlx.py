@@ -102,7 +102,8 @@ def test_mixed_float16_bfloat16_promotes_but_takes_exp_in_bfloat16(framework_ada
 
     case = make_case(LOG_Q, LOG_P, reduction="sum", log_target=True, dtype=("float16", "bfloat16"))
     observed, judgement = _judge(framework_adapter, spec, case)
-    assert observed.dtype == "float32" and judgement.verdict is Verdict.VALUE and judgement.cause == "dtypes.promotion"
+    assert observed.dtype == "float32" and judgement.verdict is Verdict.VALUE \
+        and judgement.cause == "unexplained" and "dtypes.promotion" in judgement.rules  # no choice reproduces it
     x, t = round_to_dtype(LOG_Q, "float16"), round_to_dtype(LOG_P, "bfloat16")
     exp_in_bfloat16 = (round_to_dtype(np.exp(t), "bfloat16") * (t - x)).sum()
     assert observed.value == pytest.approx(exp_in_bfloat16, rel=1e-6)
