@@ -254,6 +254,7 @@ class KerasAdapter(Adapter):
         # JAX answers a float0 array, not a tensor, for an integer argument's gradient: the harness records a TypeError
         body += ["if not keras.ops.is_tensor(grad):",
                  f"    raise TypeError('the loss returned ' + type(grad).__name__ + {f', not a {backend} tensor'!r})"]
+        body.append("result_dtype = keras.backend.standardize_dtype(grad.dtype)  # as the run records it")
         body.append("result = " + {"tensorflow": "grad.numpy().astype(np.float64)",
                                    "jax": "np.asarray(grad).astype(np.float64)",
                                    "torch": "grad.detach().to('cpu', torch.float64).numpy()"}[backend])

@@ -153,6 +153,13 @@ def test_user_case_file_keeps_its_ids(default_run, tmp_path):
     assert main(["run", "--framework", framework, "--cases", str(examples), "--suite", "none",
                  "--out", str(tmp_path), "--no-progress"]) == 0
     ids = {r.case_id for r in iter_results(tmp_path)}
+    # the file's cases are in log space: an API whose dialect takes probabilities (Keras') has no row of them
+    from conformance.adapters.registry import get_adapter
+    from conformance.core.specload import load_spec
+    spec = load_spec()
+    if all(spec.dialect(api.dialect)["input_space"] == "probability" for api in get_adapter(framework).apis):
+        assert ids == set()
+        return
     assert ids == {"onehot-log-target-neg-inf", "zero-target-at-neg-inf-input", "batchmean-broadcast-input",
                    "mixed-float16-bfloat16"}
 
