@@ -125,7 +125,8 @@ class PaddleAdapter(Adapter):
                     f"stop_gradient={not differentiated}){view}")
         lines = ["import paddle  # warns 'No ccache found' on stderr", ""]
         if part != "forward":
-            lines += ["", "class MissingGradient(Exception):", "    \"\"\"paddle.grad gave no gradient (None).\"\"\"", ""]
+            lines += ["", "class MissingGradient(Exception):", "    \"\"\"paddle.grad gave no gradient (None).\"\"\"",
+                      ""]
         lines += [f"paddle.set_device({place!r})",
                   f"x = {tensor('x_values', case.input, case.dtype.input, part != 'grad_target')}",
                   f"t = {tensor('t_values', case.target, case.dtype.target, part != 'grad_input')}",

@@ -37,8 +37,8 @@ class Fault:
 def find_fault(case: Case, observed: Observation, spec: Spec, part: str, dialect: str,
                canonical: Expected) -> Fault | None:
     """The first fault pattern whose answer `observed` passes as, and that an observation can tell from the
-    spec's answer `canonical` (explain.indistinguishable), or None. Only values are tried: a raise, a shape or a dtype has a verdict that names
-    its rule already."""
+    spec's answer `canonical` (explain.indistinguishable), or None. Only values are tried: a raise, a shape
+    or a dtype has a verdict that names its rule already."""
     if observed.raised or observed.unsupported is not None or observed.value is None or canonical.error_id is not None:
         return None  # a value where the spec expects an error is that error's rule (errors.<id>)
     for fault, expected in _candidates(case, spec, part, dialect):

@@ -298,7 +298,8 @@ def test_a_planted_explanation_sealed_again_is_caught_by_the_sample(spec, suite,
     cache.close()
     with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:
         (key,) = db.execute("SELECT key FROM explained").fetchone()
-        db.execute("UPDATE explained SET value = ?", (seal("explained", key, b'["dtypes.mixed", "dtypes.mixed = planted"]'),))
+        planted = seal("explained", key, b'["dtypes.mixed", "dtypes.mixed = planted"]')
+        db.execute("UPDATE explained SET value = ?", (planted,))
     warm = ReferenceCache(tmp_path)
     again = CaseJudge(case, spec, warm).judgement("forward", "canonical", observed)
     assert (again.verdict, again.message) == (honest.verdict, honest.message) and "planted" not in again.message
