@@ -136,11 +136,10 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         sys.stderr.write("\n")
     try:
         written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed,
-                               gates=gates_of(args))
-        quote = not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences
-        if quote:
+                               gates=gates_of(args), drafts=False)
+        if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
             _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None, results=needing)
-        _record_drafts(summary.out_dir, known, quote)
+        _write_drafts(summary.out_dir, known)
     except (KeyboardInterrupt, Terminated) as exc:  # the rows are complete; --resume writes the reports again
         record_end(summary.out_dir, "interrupted", interruption(exc) + " while writing the reports")
         raise
@@ -169,14 +168,13 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     return written.decision.print()
 
 
-def _record_drafts(out: Path, known, quote: bool) -> None:
-    """The report wrote the issue drafts before the reproducers existed: with `quote`, write them again, now
-    quoting each example's reproducer; then record them in run.json, so that --force removes them."""
+def _write_drafts(out: Path, known) -> None:
+    """The run's issue drafts, written once its reproducers exist, so that each quotes its example's script;
+    then recorded in run.json, so that --force removes them."""
     from conformance.core.rundirs import load_manifests
     from conformance.report.drafts import ISSUES_DIR, iter_drafts, write_drafts
 
-    if quote:
-        write_drafts(out, [out], load_manifests([out])[1], known)
+    write_drafts(out, [out], load_manifests([out])[1], known)
     names = [f"{ISSUES_DIR}/{p.name}" for p in iter_drafts(out)]
     add_written(out, names + ([f"{ISSUES_DIR}/"] if names else []))
 

@@ -47,19 +47,20 @@ class Written:
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
                  baseline: str | Path | None = None, known: Any = None, fed: "ReportFeed | None" = None,
-                 gates: Gates = Gates()) -> Written:
+                 gates: Gates = Gates(), drafts: bool = True) -> Written:
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
     One pass over the rows gathers what the Markdown, HTML and summary show (and, with `known`, a
     known.KnownFindings, how each of its entries fared; with `baseline`, how each row compares) and writes
     junit.xml (one element per row, as the `gates` see it). Each file is written atomically. `fed` is that
     pass already made, as a run wrote its rows into `out_dir` (its own report): then no row is read back.
+    With `drafts`, the issue drafts too (a run writes them itself once its reproducers exist, to quote them).
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
     if fed is None:
         fed = _fed(ReportFeed(out_dir, known, baseline, gates), iter_rows(present))
     tally, diff, decision = fed.finish(manifests)
-    return _write_reports(out_dir, tally, present, manifests, diff, known, decision)
+    return _write_reports(out_dir, tally, present, manifests, diff, known, decision, drafts)
 
 
 class ReportFeed:
@@ -127,7 +128,7 @@ def _fed(feed: "ReportFeed", rows: Iterator[Result]) -> "ReportFeed":
 
 
 def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifests: list[dict[str, Any]],
-                   diff: BaselineDiff | None, known: Any, decision: Decision) -> Written:
+                   diff: BaselineDiff | None, known: Any, decision: Decision, drafts: bool = True) -> Written:
     """Everything written from the tally: summary.json, report.html (with the details of `present`),
     divergences.md, report.md (with the details of its worked examples) and, with a baseline, baseline.json."""
     write_atomic(out_dir / "summary.json", render_summary(tally, manifests))
@@ -142,7 +143,8 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
                                baseline=render_baseline_markdown(diff, listed=10) if diff is not None else ())
     path = out_dir / REPORT_FILE
     write_atomic(path, markdown)
-    write_drafts(out_dir, present, manifests, known)
+    if drafts:
+        write_drafts(out_dir, present, manifests, known)
     return Written(path, diff, tally.total, decision, short_summary(tally), divergence_counts(tally))
 
 
