@@ -42,12 +42,11 @@ from conformance.core.model import FLOAT_FORMATS, Case, Expected, Observation, S
 from conformance.core.results import iter_details, iter_results
 from conformance.core.rounding import round_to_dtype
 from conformance.core.specload import load_spec
-from conformance.judge.casejudge import expected_for
 from conformance.judge.compare import UNEXPLAINED
 from conformance.judge.known import KnownFindings
 from conformance.judge.profiles import DeviationLedger, apply_deviations
 from conformance.reference.forward import in_result_dtype, reduction_divisor
-from conformance.reference.grad import expected_grad
+from conformance.reference.grad import expected_for, expected_grad
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, Gates
 from conformance.report.selftest import VariantReport
 from conformance.report.writer import write_report

@@ -16,8 +16,8 @@ from conformance.core.model import GRAD_PARTS, Case, Expected, Spec, upstream_gr
 from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 from conformance.reference import dialect
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
-                                           expected_error, expected_warnings, in_result_dtype, legacy_then_batchmean,
-                                           reduction_divisor)
+                                           expected_error, expected_forward, expected_warnings, in_result_dtype,
+                                           legacy_then_batchmean, reduction_divisor)
 from conformance.reference.statements import verify_formulas
 
 FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, INFINITE_INPUT, NAN_PROPAGATION = range(6)
@@ -29,6 +29,12 @@ RULES = ("gradients.formula", "gradients.conventions.target_zero", "gradients.co
 # The rules of Keras' gradients (spec: dialects.keras), in the codes reference/dialect.py gives them.
 KERAS_RULES = {dialect.FORMULA: FORMULA, dialect.CLIPPED: len(RULES), dialect.NAN: NAN_PROPAGATION}
 RULE_NAMES = RULES + ("dialects.keras.clip",)
+
+
+def expected_for(case: Case, spec: Spec, part: str, dialect: str = "canonical") -> Expected:
+    """The spec's expectation for one part of a case, called through an API of `dialect`: the forward's
+    (forward.py) or a gradient's."""
+    return expected_forward(case, spec, dialect) if part == "forward" else expected_grad(case, spec, part, dialect)
 
 
 def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canonical",

@@ -24,19 +24,13 @@ from conformance.judge.explain import explain
 from conformance.judge.faults import find_fault
 from conformance.judge.profiles import DeviationLedger
 from conformance.judge.refcache import ReferenceCache
-from conformance.reference.forward import expected_forward
-from conformance.reference.grad import expected_grad
+from conformance.reference.grad import expected_for
 
 
 class ExpectationOutOfMemory(UsageError):
     """The reference ran out of memory computing an expectation: a run refuses the case (an unsupported row with
     `problem` as its reason), and a command that needs that one expectation stops with one line, never a
     traceback that leaves the run half written."""
-
-
-def expected_for(case: Case, spec: Spec, part: str, dialect: str = "canonical"):
-    """The spec's expectation for one part of a case, called through an API of `dialect`."""
-    return expected_forward(case, spec, dialect) if part == "forward" else expected_grad(case, spec, part, dialect)
 
 
 class CaseJudge:

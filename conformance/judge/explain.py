@@ -19,8 +19,7 @@ import numpy as np
 from conformance.core.choices import Alternative, alternatives, touched_paths, with_alternatives
 from conformance.core.model import Case, Expected, Observation, Spec
 from conformance.judge.compare import differs_in_nonfinite_pattern, passes
-from conformance.reference.forward import expected_forward
-from conformance.reference.grad import expected_grad
+from conformance.reference.grad import expected_for
 
 
 def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward", max_combined: int = 2,
@@ -39,12 +38,11 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
     if observed.unsupported is not None:
         return None
     if expect is None:
-        expect = (lambda s: expected_forward(case, s, dialect)) if part == "forward" else \
-            (lambda s: expected_grad(case, s, part, dialect))
-    if observed.raised and expect(spec).error_id is not None:
+        expect = lambda s: expected_for(case, s, part, dialect)  # noqa: E731
+    canonical = expect(spec)
+    if observed.raised and canonical.error_id is not None:
         return None  # an error was due anyway: only its type differs, which no choice explains
     touched = touched_paths(case) if touched is None else touched
-    canonical = expect(spec)
     for alts in _touched_candidates(spec, max_combined, touched):
         expected = expect(_alternative_spec(spec, alts))
         if observed.raised:

@@ -19,8 +19,8 @@ import numpy as np
 from conformance.core.model import Case, Expected, Observation, Spec
 from conformance.judge.compare import passes
 from conformance.judge.explain import indistinguishable
-from conformance.reference.forward import broadcast_inputs, effective_reduction, expected_forward, reduction_divisor
-from conformance.reference.grad import expected_grad
+from conformance.reference.forward import broadcast_inputs, effective_reduction, reduction_divisor
+from conformance.reference.grad import expected_for, expected_grad
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _wrong_divisors(case: Case, spec: Spec, part: str, dialect: str) -> Iterator
         tried.add(divisor)
         if summed is None:
             as_sum = dataclasses.replace(case, params=dataclasses.replace(case.params, reduction="sum"))
-            summed = _expected(as_sum, spec, part, dialect)
+            summed = expected_for(as_sum, spec, part, dialect)
             if summed.value is None:
                 return
         yield (Fault(f"reductions.{reduction}.divisor", f"divides by {what}, {divisor}, not by {right}"),
@@ -95,10 +95,6 @@ def _upstream_ignored(case: Case, spec: Spec, part: str, dialect: str) -> Iterat
         return
     if ones.value is not None:
         yield Fault("gradients.upstream", "ignores the upstream gradient (takes it as 1)"), ones
-
-
-def _expected(case: Case, spec: Spec, part: str, dialect: str) -> Expected:
-    return expected_forward(case, spec, dialect) if part == "forward" else expected_grad(case, spec, part, dialect)
 
 
 def _scaled(expected: Expected, factor: float, spec: Spec) -> Expected:
