@@ -84,7 +84,7 @@ def _wrong_divisors(case: Case, spec: Spec, part: str, dialect: str) -> Iterator
             if summed.value is None:
                 return
         yield (Fault(f"reductions.{reduction}.divisor", f"divides by {what}, {divisor}, not by {right}"),
-               _scaled(summed, 1.0 / divisor, spec))
+               scaled(summed, 1.0 / divisor, spec))
 
 
 def _upstream_ignored(case: Case, spec: Spec, part: str, dialect: str) -> Iterator[tuple[Fault, Expected]]:
@@ -97,7 +97,7 @@ def _upstream_ignored(case: Case, spec: Spec, part: str, dialect: str) -> Iterat
         yield Fault("gradients.upstream", "ignores the upstream gradient (takes it as 1)"), ones
 
 
-def _scaled(expected: Expected, factor: float, spec: Spec) -> Expected:
+def scaled(expected: Expected, factor: float, spec: Spec) -> Expected:
     """`expected` times `factor`, its bound scaled the same and widened by the rounding of the product in the
     result dtype."""
     u = spec.unit_roundoff(expected.result_dtype) if expected.result_dtype in spec.floating_dtypes else 0.0
