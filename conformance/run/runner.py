@@ -472,26 +472,26 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
         for call, reason in todo:
             api_name, device, part = call
             dialect = dialects[api_name]
-            # a case in another input space than the API's dialect has no expectation there (unsupported)
-            try:
-                expected = judge.expected(spec, part, dialect) if takes_input_space(case, dialect, spec) else None
+            failed = outcome.failed(call)  # (verdict, message) where the worker crashed or timed out on this call
+            try:  # plan() sends only calls of an API whose dialect takes the case's input space
+                expected = judge.expected(spec, part, dialect)
                 out_of_memory = None
             except ExpectationOutOfMemory as exc:
                 expected, out_of_memory = None, f"{exc.problem} ({exc.fix})"
             if out_of_memory is not None:  # the framework's answer cannot be judged: refused, with the reason
                 observed = Observation(unsupported=out_of_memory)
                 judgement = Judgement(Verdict.UNSUPPORTED, out_of_memory)
-            elif outcome.failed(call) is not None and reason is None:
+            elif failed is not None and reason is None:
                 observed = Observation()
-                judgement = Judgement(*outcome.failed(call), cause="harness.isolation")
-            elif reason:  # a call the API cannot express was not sent, and may have no expectation in its dialect
+                judgement = Judgement(*failed, cause="harness.isolation")
+            elif reason:  # a call the API cannot express was not sent
                 observed = Observation(unsupported=reason)
                 judgement = Judgement(Verdict.UNSUPPORTED, reason)
             else:
                 observed = outcome.observations[call]
                 judgement = judge.judgement(part, dialect, observed)
             documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed)
-                             if judgement.verdict.is_divergence and outcome.failed(call) is None else ())
+                             if judgement.verdict.is_divergence and failed is None else ())
             result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
             rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1
@@ -541,7 +541,7 @@ def _drop_rows_without_details(out: Path, done: set[tuple[str, str, str, str]]) 
     done -= lacking
 
 
-def _row_key(line: str) -> tuple[str, str, str, str] | None:
+def _row_key(line: str) -> tuple[str, str, str, str]:
     row = json.loads(line)
     return (row["case_id"], row["api"], row["device"], row["part"])
 
