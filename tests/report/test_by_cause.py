@@ -14,7 +14,7 @@ from conformance.report.baseline import BaselineDiff, render_baseline_markdown
 from conformance.report.markdown import render_divergences, render_markdown
 from conformance.report.tally import Tally
 from tests.helpers import make_result
-from tests.report.test_markdown import _outside_code_spans, _unescaped
+from tests.report.test_markdown import assert_row_text_stays_in_cells
 
 ISSUE_BODY = 65_536
 HOSTILE = "a|b`c``d\n| injected | row |\r<script>alert(1)</script> [x](javascript:alert(1)) *em* &amp; \x1b[31m"
@@ -93,25 +93,7 @@ def test_a_whole_merged_matrix_fits_an_issue_body_and_counts_every_cause():
     assert "| framework9 / framework9.api1.kl_div\\| / cuda / grad2_input |" in listed.split("## Case families")[1]
     assert len(re.findall(r"^## `", listed, re.M)) == len(sizes)  # every cause in divergences.md
     for document in (text, listed):
-        _no_markup_from_rows(document)
-
-
-def _no_markup_from_rows(text: str) -> None:
-    """Text from rows neither adds a table row or column nor becomes markup (as test_markdown checks)."""
-    lines = text.splitlines()
-    assert not any(line.startswith("| injected") for line in lines)
-    header = None
-    for line in lines:
-        if not line.startswith("|"):
-            header = None
-            continue
-        columns = len(_unescaped(line, "|"))
-        header = header or columns
-        assert columns == header, line
-    for line in lines:
-        if "injected" in line:
-            plain = re.sub(r"\*\*(documented|known|stale)\*\*", "", _outside_code_spans(line))  # the report's own tags
-            assert not _unescaped(plain, "<>[]`*&"), line
+        assert_row_text_stays_in_cells(document, own_markup=r"\*\*(documented|known|stale)\*\*")  # its tags
 
 
 def test_sections_come_undocumented_first_then_largest_each_with_its_counts():
