@@ -20,7 +20,7 @@ CASES = """
 - {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
 - {id: ok-after, input: [[-0.5, -1.5]], target: [[0.5, 0.5]], reduction: none, dtype: float64}
 """
-README = Path(__file__).resolve().parents[2] / "README.md"
+GATES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "gates.md"
 
 
 def _run(tmp_path, adapter, *extra, out="out"):
@@ -131,9 +131,10 @@ def test_a_selected_row_that_is_missing_is_lost(tmp_path, capsys):
     assert diff["removed"] == 1 and diff["not_checked"] == 0
 
 
-def _readme_known_file(tmp_path) -> str:
-    """The README's own known-findings example, its framework selector set to the NumPy stand-in's name."""
-    text = README.read_text()
+def _docs_known_file(tmp_path) -> str:
+    """The known-findings example of docs/guide/gates.md (once the README's), its framework selector set to the
+    NumPy stand-in's name."""
+    text = GATES_PAGE.read_text()
     block = text[text.index("For example, `ci/known.yaml`:"):]
     block = block[block.index("```yaml\n") + len("```yaml\n"):]
     block = block[:block.index("```")]
@@ -144,9 +145,10 @@ def _readme_known_file(tmp_path) -> str:
 
 
 def test_a_known_entry_is_not_stale_on_a_subset(tmp_path, capsys):
-    """The README's example with `--only 'fwd/batchmean/*/float32/*'` exited 1 ("matches none of the 98 results
-    it concerns"): a subset, a shard or another seed is "not exercised here", said and never a failure."""
-    known = _readme_known_file(tmp_path)
+    """The docs' example (docs/guide/gates.md) with `--only 'fwd/batchmean/*/float32/*'` exited 1 ("matches none
+    of the 98 results it concerns"): a subset, a shard or another seed is "not exercised here", said and never a
+    failure."""
+    known = _docs_known_file(tmp_path)
     only = ["--only", "fwd/batchmean/*/float32/*"]
     base = ["run", "--framework", ADAPTERS + "NumpyAdapter", "--no-progress", "--no-repro", "--known", known]
     assert main([*base, *only, "--out", str(tmp_path / "subset")]) == 0
