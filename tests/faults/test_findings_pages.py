@@ -1,0 +1,75 @@
+"""The findings pages of the documentation site, generated from run directories by
+`python -m conformance.report.findings`: the same runs give the same bytes, the counts are the rows', the
+provenance is run.json's, and text from a case never becomes markup on the page."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance.cli import main
+from conformance.report.findings import main as findings
+
+ADAPTERS = "tests.faults.adapters:"
+HOSTILE_ID = "fault <script>alert(1)</script> *em* [x](javascript:alert(1)) | bar"
+CASES = f"""
+- {{id: ok-case, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}}
+- {{id: {json.dumps(HOSTILE_ID)}, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, dtype: float64}}
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A small run of the NumPy stand-in that is off by one on the case whose id says fault."""
+    tmp = tmp_path_factory.mktemp("findings")
+    cases = tmp / "cases.yaml"
+    cases.write_text(CASES)
+    out = tmp / "numpy-run"
+    assert main(["run", "--framework", ADAPTERS + "OffByOneAdapter", "--cases", str(cases), "--suite", "none",
+                 "--out", str(out), "--no-progress", "--no-repro"]) == 0
+    return out
+
+
+def _pages(directory):
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_the_same_run_gives_the_same_pages_with_its_counts_and_provenance(run_dir, tmp_path):
+    for out in ("a", "b"):
+        assert findings([str(run_dir), "--out", str(tmp_path / out), "--commit", "0123abc"]) == 0
+    first = _pages(tmp_path / "a")
+    assert first == _pages(tmp_path / "b")
+    assert set(first) == {"index.md", "numpy-test.md"}
+    page = first["numpy-test.md"].decode()
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    divergent = [r for r in rows if r["verdict"] not in ("pass", "unsupported")]
+    assert divergent and len(divergent) < len(rows)
+    assert f"{len(rows)} results; {len(divergent)} divergences: {len(divergent)} undocumented" in page
+    manifest = json.loads((run_dir / "run.json").read_text())
+    # provenance from run.json: the version, when it ran; the commit from --commit, as run.json records none
+    for key in ("started", "finished", "spec_hash", "framework_version"):
+        assert str(manifest[key]).replace(".", "\\.").replace("-", "\\-").replace("+", "\\+") in page, key
+    assert "| harness commit | 0123abc |" in page
+    assert "python -m conformance.report.findings RUN_DIR... --out docs/findings --commit 0123abc" in page
+    index = first["index.md"].decode()
+    assert "| [numpy\\-test](numpy-test.md) |" in index and f"| {len(rows)} | {len(divergent)} |" in index
+
+
+def test_text_from_a_case_never_becomes_markup_on_a_findings_page(run_dir, tmp_path):
+    markdown = pytest.importorskip("markdown")  # MkDocs' Markdown, which the docs environment holds
+    assert findings([str(run_dir), "--out", str(tmp_path / "pages")]) == 0
+    page = (tmp_path / "pages" / "numpy-test.md").read_text()
+    html = markdown.markdown(page, extensions=["toc", "tables"])
+    for tag in ("<script", "<em>", 'href="javascript'):
+        assert tag not in html, tag
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; *em* [x](javascript:alert(1)) | bar" in html
+
+
+def test_bad_input_is_one_line_and_writes_nothing(run_dir, tmp_path, capsys):
+    assert findings([str(tmp_path / "absent"), "--out", str(tmp_path / "pages")]) == 2
+    assert findings([str(run_dir), "--out", str(tmp_path / "pages"), "--commit", "$(rm -rf /)"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no results.jsonl here" in err[0] and "--commit" in err[1]
+    assert all("Fix:" in line for line in err)
+    assert not (tmp_path / "pages").exists()
