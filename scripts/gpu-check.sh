@@ -8,7 +8,7 @@
 #   KL_GPU_SELFTEST_ONLY="fwd/*/4x6/*" ...             # narrow the self-test's cases (glob, repeatable by space)
 #
 # The harness is installed without dependencies into that Python; a missing pure-Python dependency
-# (jsonschema on the lent machines) comes as wheels in .whl/ (see the README on CUDA and Ascend).
+# (jsonschema on the lent machines) comes as wheels in .whl/ (see docs/guide/devices.md, CUDA and Ascend).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the directory the results go to}"

@@ -1,4 +1,4 @@
-"""MLX through its adapter: the docstring's formula, its reductions, and the quirks found (README: MLX findings).
+"""MLX through its adapter: the docstring's formula, its reductions, and the quirks found (docs/frameworks/).
 
 mlx.nn.losses.kl_div_loss(inputs, targets, axis=-1, reduction="none") takes both arguments as
 log-probabilities and sums over the distribution axis (spec: dialects.distribution_sum).

@@ -105,7 +105,7 @@ def test_well_posed_random_cases_never_cry_wolf(default_run):
     for finding in known:
         hits = [r for r in rows if finding.matches(r)]
         assert any(r.verdict.value == finding.verdict for r in hits), \
-            f"known finding no longer occurs, remove it (and update the spec and README): {finding}"
+            f"known finding no longer occurs, remove it (and update the spec and docs/frameworks/): {finding}"
     judged = [r for r in rows if not any(k.matches(r) for k in known)]
     assert len(judged) > 30  # enough well-posed results judged for the check to mean something
     # a false alarm is a numerical verdict on a well-posed value; refusals (errors) are reported elsewhere

@@ -11,7 +11,7 @@ import pytest
 from conformance.cli import main
 
 # The whole default suite on torch (the CI gate the issue asks for); on the other frameworks, which are
-# slower per call, the 4x6 float32 and float64 cases of every family and reduction (README: the full runs),
+# slower per call, the 4x6 float32 and float64 cases of every family and reduction (docs/guide/devices.md),
 # the cases whose input broadcasts against target, where profiles document same-shape rules, and the
 # integer-dtype error cases (the only errors an API without a reduction argument, optax's, meets).
 # Keras' clipped probabilities (spec: dialects.keras) expect an infinity only in float16, where a gradient
