@@ -82,7 +82,8 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
     lines += ["Undocumented causes first, the most rows first, as report.md orders them. A cause is the spec choice "
               "whose alternative reproduces what the framework did, a named fault pattern, the rule a verdict "
               "states, or `unexplained`; **documented** rows are those the framework's profile documents.", "",
-              "| # | cause | verdict | results | undocumented | documented | known |", "|---:|---|---|---:|---:|---:|---:|"]
+              "| # | cause | verdict | results | undocumented | documented | known |",
+              "|---:|---|---|---:|---:|---:|---:|"]
     for i, c in enumerate(summary["causes"], start=1):
         lines.append(f"| {i} | {text(c['cause'])} | {text(c['verdict'])} | {c['results']} | {c['undocumented']} | "
                      f"{c['documented']} | {c['known']} |")
@@ -110,8 +111,8 @@ def render_index(names: Sequence[str], tallies: dict[str, Tally], by_framework: 
         undocumented, known = sum(tally.undocumented.values()), sum(tally.known.values())
         versions = "; ".join(text(m.get("framework_version") or m.get("status") or "-") for m in manifests) or "-"
         finished = ", ".join(sorted({text(m.get("finished", "-")) for m in manifests})) or "-"
-        lines.append(f"| [{text(name)}]({page_name(name)}) | {versions} | {tally.total} | {divergent} | {undocumented} | "
-                     f"{divergent - undocumented - known} | {known} | {finished} |")
+        lines.append(f"| [{text(name)}]({page_name(name)}) | {versions} | {tally.total} | {divergent} | "
+                     f"{undocumented} | {divergent - undocumented - known} | {known} | {finished} |")
     return "\n".join(lines + [""])
 
 
