@@ -12,10 +12,12 @@ import sys
 import tarfile
 import zipfile
 from email.parser import Parser
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from conformance.cli import main
 from tests.packaging import ROOT, build_dists, package_files, tracked_files
 
 
@@ -125,3 +127,10 @@ def test_the_wheel_is_versioned_from_git_not_by_a_constant(dists):
     if tracked_files() is None:
         pytest.skip("not a git checkout: the version comes from PKG-INFO")
     assert dists.version == _version(ROOT)
+
+
+def test_version_option_prints_the_installed_distributions_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kl-conformance {metadata.version('kl-conformance')}"
