@@ -91,9 +91,10 @@ def project(tmp_path):
         pytest.skip("git is not installed")
     repo = tmp_path / "project"
     repo.mkdir()
-    shutil.copy(ROOT / "pyproject.toml", repo)
+    for name in ("pyproject.toml", ".git_archival.txt", ".gitattributes"):
+        shutil.copy(ROOT / name, repo)
     _git(repo, "init", "-q")
-    _git(repo, "add", "pyproject.toml")
+    _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "first")
     return repo
 
@@ -106,6 +107,17 @@ def test_a_release_tag_is_the_version_and_commits_after_it_are_dev_versions(proj
     _git(project, "commit", "-qm", "second")
     after = _version(project)
     assert after.startswith("0.7.3.dev1+g") and _git(project, "rev-parse", "--short", "HEAD")[:7] in after
+
+
+def test_a_source_archive_of_a_tag_carries_its_version(project, tmp_path):
+    """`git archive` (what a GitHub source tarball is) fills in .git_archival.txt; no .git travels with it."""
+    _git(project, "tag", "-a", "v1.4.0", "-m", "release 1.4.0")
+    archive = tmp_path / "archive.tar"
+    _git(project, "archive", "--format=tar", "-o", str(archive), "HEAD")
+    tree = tmp_path / "unpacked"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    assert not (tree / ".git").exists() and _version(tree) == "1.4.0"
 
 
 def test_a_shallow_clone_without_tags_builds_as_a_dev_version(project, tmp_path):
