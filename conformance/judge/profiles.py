@@ -186,7 +186,8 @@ class DeviationLedger:
                             / f"{framework}.yaml"), where="deviations[].apis", fix=f"use APIs of {api_names}")
         if like is not None and like != framework:
             names = {d.id for d in deviations}
-            deviations += [d for d in inherited(like, load_profile(like, spec, parent_dir(like, profiles_dir))) if d.id not in names]
+            theirs = inherited(like, load_profile(like, spec, parent_dir(like, profiles_dir)))
+            deviations += [d for d in theirs if d.id not in names]
         mirrors = mirrors or {}
         self.by_api = {api: tuple(d for d in deviations if (mirrors.get(api, api) if d.of else api) in d.apis)
                        for api in api_names}
