@@ -130,3 +130,14 @@ def test_a_carried_profile_is_used_where_no_file_is(spec, tmp_path):
         [f"torch:{d.id}" for d in load_profile("torch", spec)]
     (tmp_path / "port.yaml").write_text("framework: port\ndeviations:\n" + PORT_DEVIATION)
     assert [d.id for d in load_profile("port", spec, tmp_path, carried=carried)] == ["own"]
+
+
+def test_the_ports_guide_profile_loads(tmp_path, spec):
+    """docs/guide/ports.md's example of a port's profile is one the loader takes, and it inherits torch's."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "ports.md").read_text(encoding="utf-8")
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "mytorch.yaml").write_text(example)
+    ids = [d.id for d in load_profile("mytorch", spec, tmp_path)]
+    assert ids == ["float16-computed-in-float32", *(f"torch:{d.id}" for d in load_profile("torch", spec))]
