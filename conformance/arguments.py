@@ -102,13 +102,14 @@ def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), m
         if Path(like_run).resolve() == Path(args.out).resolve():
             raise UsageError("the recorded run is the output directory, which this command rewrites", file=like_run,
                              where="--like-run", fix="copy it elsewhere and pass that copy with --like-run")
-        for row in iter_results(like_run):
+        for row in iter_results(like_run):  # one spec for all rows (iter_rows refuses a mix)
             if row.spec_hash != spec.hash:
                 raise other_spec(row.spec_hash, spec.hash, like_run, "--like-run", REBASELINE)
-            if row.framework != like:
-                raise UsageError(f"a run of {row.framework!r}, not of {like!r}", file=like_run, where="--like-run",
-                                 fix=f"pass a run of {like} (kl-conformance run --framework {like})")
             break
+        ran = {row.framework for row in iter_results(like_run)}
+        if like not in ran:
+            raise UsageError(f"a run of {sorted(ran) or 'no framework'}, not of {like!r}", file=like_run,
+                             where="--like-run", fix=f"pass a run of {like} (kl-conformance run --framework {like})")
     if runs:
         mirrors = {}
         for run in runs:

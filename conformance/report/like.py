@@ -77,6 +77,16 @@ class LikeMarks:
         return {"framework": self.framework, "like_run": str(self.like_run) if self.like_run else None,
                 **self.counts}
 
+    def terminal_line(self) -> str:
+        """One line for the end of `run` and `report`: what the framework's profile documents, shared and own."""
+        c = self.counts
+        line = f"LIKE {terminal_line(self.framework)}: {c['documented_by_like']} of {c['divergences']} divergences " \
+               f"documented by its profile"
+        if self.like_run is not None:
+            line += f"; {c['shared']} shared with its recorded run, {c['own']} the port's own " \
+                    f"({c['own_undocumented']} undocumented)"
+        return line
+
     def markdown(self) -> list[str]:
         c = self.counts
         out = ["", f"## Judged like {_md(self.framework)}", "",

@@ -158,7 +158,8 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     write_atomic(path, markdown)
     if drafts:
         write_drafts(out_dir, present, manifests, known)
-    return Written(path, diff, tally.total, decision, short_summary(tally), divergence_counts(tally))
+    lines = short_summary(tally) + ([like.terminal_line()] if like is not None else [])
+    return Written(path, diff, tally.total, decision, lines, divergence_counts(tally))
 
 
 def _examples(tally: Tally, present: Sequence[Path]) -> dict[tuple, dict[str, Any]]:

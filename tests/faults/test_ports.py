@@ -108,7 +108,7 @@ def test_extends_in_the_ports_profile_does_what_like_does(tmp_path, profiles, fr
     assert _undocumented(tmp_path / "extends") == _undocumented(framework_run)
 
 
-def test_like_run_marks_shared_and_own_findings(tmp_path, profiles, framework_run):
+def test_like_run_marks_shared_and_own_findings(tmp_path, profiles, framework_run, capsys):
     """A copy shares every divergence with the framework's recorded run; a port with a bug of its own has
     that bug, and only it, as its own."""
     assert _run(tmp_path, HERE + "NumpyPort", "copy", "--profiles", str(profiles), "--like", "numpy-test",
@@ -117,12 +117,14 @@ def test_like_run_marks_shared_and_own_findings(tmp_path, profiles, framework_ru
     assert copy["own"] == 0 and copy["shared"] == copy["divergences"] > 0
     assert _run(tmp_path, HERE + "NumpyPortOwnSum", "own", "--profiles", str(profiles), "--like", "numpy-test",
                 "--like-run", str(framework_run)) == 0
+    out = capsys.readouterr().out
     whole = json.loads((tmp_path / "own" / "summary.json").read_text())
     jsonschema.validate(whole, load_schema("summary.schema.json"))
     own = whole["like"]
     sums = {r.case_id for r in iter_results(tmp_path / "own") if r.verdict.is_divergence and "/sum/" in r.case_id}
     shared_sums = {r.case_id for r in iter_results(framework_run) if r.verdict.is_divergence and "/sum/" in r.case_id}
     assert own["own"] >= len(sums - shared_sums) > 0 and own["own_undocumented"] == own["own"]
+    assert f"the port's own ({own['own_undocumented']} undocumented)" in out.splitlines()[-2]
     report = (tmp_path / "own" / "report.md").read_text()
     assert "its own (" in report and all(case.replace("_", "\\_") in report for case in sorted(sums - shared_sums))
     assert "Judged like numpy-test" in (tmp_path / "own" / "report.html").read_text()
@@ -147,7 +149,7 @@ def test_report_like_merges_ports_judged_like_that_framework(tmp_path, profiles,
 @pytest.mark.parametrize("extra, words", [
     (["--like", "nosuch"], "--like: unknown framework 'nosuch'"),
     (["--like-run", "DIR"], "--like-run needs --like FRAMEWORK"),
-    (["--like", "torch", "--like-run", "DIR"], "a run of 'numpy-test', not of 'torch'"),
+    (["--like", "torch", "--like-run", "DIR"], "a run of ['numpy-test'], not of 'torch'"),
     (["--like", "numpy-test", "--like-run", "nowhere"], "no results.jsonl in the recorded run"),
 ])
 def test_bad_like_options_are_one_line_and_write_nothing(tmp_path, profiles, framework_run, capsys, extra, words):
