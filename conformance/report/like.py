@@ -144,10 +144,10 @@ def _same_observation(ours: dict[str, Any] | None, theirs: dict[str, Any] | None
         return False
     bounds = (ours.get("bound") or {}).get("values") or [0.0] * len(got["values"])
     for i, (a, b) in enumerate(zip(got["values"], other["values"])):
-        if isinstance(a, str) or isinstance(b, str):
+        if isinstance(a, str) or isinstance(b, str):  # non-finite ("nan", "inf", "-inf"): the same one
             if a != b:
                 return False
-        elif abs(a - b) > (bounds[i] if i < len(bounds) and not isinstance(bounds[i], str) else 0.0):
+        elif not abs(a - b) <= (float(bounds[i]) if i < len(bounds) else 0.0):  # a bound may be "inf"
             return False
     return True
 

@@ -224,3 +224,18 @@ def test_run_help_documents_an_adapter_class_path(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert info.value.code == 0 and "package.module:Class" in text and "--like FRAMEWORK" in text \
         and "--like-run DIR" in text
+
+
+@pytest.mark.parametrize("theirs, same", [
+    ({"got": {"shape": [2], "values": [1.0, "nan"]}}, True),
+    ({"got": {"shape": [2], "values": [1.25, "nan"]}}, False),  # outside the port's bound
+    ({"got": {"shape": [2], "values": [1.0, "inf"]}}, False),  # another non-finite pattern
+    ({"got": {"shape": [1, 2], "values": [1.0, "nan"]}}, False),
+    ({"raised": "RuntimeError: no"}, False),
+])
+def test_shared_observations_agree_within_the_ports_bound(theirs, same):
+    from conformance.report.like import _same_observation
+
+    ours = {"got": {"shape": [2], "values": [1.1, "nan"]}, "bound": {"shape": [2], "values": [0.125, "inf"]}}
+    assert _same_observation(ours, theirs) is same
+    assert _same_observation({"raised": "RuntimeError: a"}, {"raised": "RuntimeError: b"}) is True
