@@ -127,9 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run cases through a framework and write results and a report")
     run.add_argument("--framework", required=True, metavar="NAME",
-                     help="a registered adapter name (torch, oneflow, mindspore, mlx, paddle, rtorch, optax, keras, "
-                          "or one registered by entry point), or package.module:Class for an adapter class "
-                          "importable from here (a port, a private build)")
+                     help="a registered adapter name (e.g. torch, or one an installed package registers by entry "
+                          "point), or package.module:Class for an adapter class importable from here (a port, a "
+                          "private build)")
     run.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
     run.add_argument("--device", action="append", default=[], help="device (repeatable; default all present)")
     run.add_argument("--part", action="append", default=[], choices=PARTS,
