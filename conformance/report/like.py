@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -147,9 +148,16 @@ def _same_observation(ours: dict[str, Any] | None, theirs: dict[str, Any] | None
         if isinstance(a, str) or isinstance(b, str):  # non-finite ("nan", "inf", "-inf"): the same one
             if a != b:
                 return False
-        elif not abs(a - b) <= (float(bounds[i]) if i < len(bounds) else 0.0):  # a bound may be "inf"
+        elif not abs(a - b) <= _bound(bounds[i] if i < len(bounds) else 0.0):
             return False
     return True
+
+
+def _bound(value: Any) -> float:
+    """An element's bound from details.jsonl: "inf" is no limit; "nan" (where the spec expects NaN) asks for the
+    same value."""
+    bound = float(value)
+    return 0.0 if math.isnan(bound) else bound
 
 
 def mirrors_of(manifests: Sequence[dict[str, Any]]) -> dict[str, dict[str, str]]:

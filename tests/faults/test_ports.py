@@ -239,3 +239,7 @@ def test_shared_observations_agree_within_the_ports_bound(theirs, same):
     ours = {"got": {"shape": [2], "values": [1.1, "nan"]}, "bound": {"shape": [2], "values": [0.125, "inf"]}}
     assert _same_observation(ours, theirs) is same
     assert _same_observation({"raised": "RuntimeError: a"}, {"raised": "RuntimeError: b"}) is True
+    # where the spec expects NaN the bound is NaN: the finite values the framework and its port give must match
+    nan_bound = {"got": {"shape": [1], "values": [0.0]}, "bound": {"shape": [1], "values": ["nan"]}}
+    assert _same_observation(nan_bound, {"got": {"shape": [1], "values": [0.0]}}) is True
+    assert _same_observation(nan_bound, {"got": {"shape": [1], "values": [0.5]}}) is False
