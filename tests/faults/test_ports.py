@@ -193,10 +193,21 @@ def test_an_entry_point_adapter_runs_by_name_with_its_profile(tmp_path, monkeypa
     assert documented == {("negative-target-gives-zero",)}
 
 
-def test_a_profile_path_is_read_from_the_adapters_module_folder(tmp_path):
+def test_a_profile_path_is_read_from_the_adapters_module_folder(tmp_path, spec):
+    """A relative `profile` is a file beside the adapter's module (shipped in its package); an absolute one is
+    read as it is."""
+    from pathlib import Path
+
+    from conformance.judge.profiles import load_profile
+
     class FilePort(NumpyPort):
         profile = "profiles/port.yaml"
-    assert FilePort().carried_profile() == __import__("pathlib").Path(__file__).parent / "profiles" / "port.yaml"
+    assert FilePort().carried_profile() == Path(__file__).parent / "profiles" / "port.yaml"
+    (tmp_path / "port.yaml").write_text(PROFILE.replace("numpy-test", "numpy-port").replace("numpy.kl_div",
+                                                                                            "port.kl_div"))
+    FilePort.profile = str(tmp_path / "port.yaml")
+    assert [d.id for d in load_profile("numpy-port", spec, carried=FilePort().carried_profile())] == \
+        ["negative-target-gives-zero"]
 
 
 @pytest.mark.parametrize("layout", ["4x6", "4x6.T", "4x6.strided"])
