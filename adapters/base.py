@@ -3,6 +3,9 @@
 An adapter knows nothing of the spec, tolerances or verdicts: it builds the
 framework's tensors from a case once, calls the API, and returns what it saw as an
 `Observation` (a value, or the exception exactly as raised, plus warnings).
+
+An adapter outside this repository may use what REPRODUCER_HELPERS names to write its reproducer (they are
+public and kept); every other name starting with an underscore is private and may change.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ class Api:
     prob_input: bool = False
     only_log_target: bool = False
     reductions: tuple[str, ...] | None = None  # None: any string is passed on (unknown ones test the error path)
+    # a port's API: the API of the framework it is judged like (--like, a profile's extends:) that this one
+    # mirrors; None: the API of the same name
+    mirrors: str | None = None
 
 
 _LITERALS = (str, bool, int, float, type(None))  # values a reproducer states as their repr
@@ -143,6 +149,10 @@ class Adapter:
     # A directory for what the framework's helper processes leave on disk (set by the worker before load()):
     # the harness removes it once the worker has ended, even if the worker was killed and could not clean up.
     scratch_dir: Path | None = None
+    # A profile of documented deviations the adapter carries (an adapter outside this repository, registered by
+    # entry point): a file path, relative to the adapter's module, or the profile itself as a dict. A
+    # <name>.yaml in --profiles (or shipped) comes first.
+    profile: ClassVar[str | Path | dict | None] = None
 
     def load(self) -> None:
         """Import the framework; raise FrameworkUnavailable(reason) when it cannot be."""
@@ -262,6 +272,21 @@ class Adapter:
             cache = self.__dict__["_tensor_cache"] = TensorCache()
         return cache
 
+    def carried_profile(self) -> Path | dict | None:
+        """The profile the adapter carries (`profile`), a relative path taken from its module's folder."""
+        profile = type(self).profile
+        if profile is None or isinstance(profile, dict):
+            return profile
+        path = Path(profile)
+        module = sys.modules.get(type(self).__module__)
+        if not path.is_absolute() and getattr(module, "__file__", None):
+            path = Path(module.__file__).parent / path
+        return path
+
+    def mirrored(self) -> dict[str, str]:
+        """Each API's name to the name of the API it mirrors in the framework it is judged like."""
+        return {api.name: api.mirrors or api.name for api in self.apis}
+
     def api(self, name: str) -> Api:
         for api in self.apis:
             if api.name == name:
@@ -296,6 +321,19 @@ def layout_buffer_source(name: str, layout: str) -> str:
     if layout == "strided":
         return f"np.repeat({name}, 2, axis=-1)"  # every other element of the view is the value
     return f"np.array({name}, order='C')"
+
+
+def layout_view_source(expr: str, layout: str, swap: str = "{}.transpose(-1, -2)") -> str:
+    """Python source for the view `layout_buffer` takes of the tensor `expr` built from `layout_buffer_source`'s
+    buffer: `swap` (a format string of `expr`) swaps the last two axes back for transposed, every other element
+    of the last axis for strided."""
+    if layout == "transposed":
+        return swap.format(expr)
+    if layout == "strided":
+        return f"{expr}[..., ::2]"
+    if layout == "contiguous":
+        return expr
+    raise ValueError(f"unknown layout {layout!r}")
 
 
 def check_script_names(case: Case, device: str, part: str, known_devices: tuple[str, ...]) -> None:
@@ -342,7 +380,7 @@ def python_repro_script(framework: str, source: str, case: Case, about: tuple[st
     title, *rest = about
     pattern = UPSTREAM["none"]
     return "\n".join([
-        _docstring("\n".join([title, "", *rest[:-1], f"{rest[-1]} Needs only {framework} and numpy.", "",
+        python_docstring("\n".join([title, "", *rest[:-1], f"{rest[-1]} Needs only {framework} and numpy.", "",
                               "Exits 1 while the run's finding reproduces, 0 once the result conforms to the spec,",
                               "125 (git bisect's skip) when it cannot tell: the framework or NumPy fails to",
                               "import, or the call fails otherwise than the run recorded."])),
@@ -418,7 +456,7 @@ def python_repro_script(framework: str, source: str, case: Case, about: tuple[st
     ])
 
 
-def _docstring(text: str) -> str:
+def python_docstring(text: str) -> str:
     """`text` as a module docstring: triple-quoted where that reads it back unchanged, else its repr, so
     a case id or reduction from a case file (quotes, backslashes) stays inside the string."""
     plain = all(line.isprintable() for line in text.split("\n"))
@@ -472,6 +510,11 @@ class TensorCache:
             self._for = (case, device)
         return self._tensors
 
+
+# What an adapter needs to write its reproducer (docs/guide/ports.md): public, kept across releases.
+REPRODUCER_HELPERS = ("ApiCall", "layout_buffer", "layout_buffer_source", "layout_view_source", "check_script_names",
+                      "script_devices", "python_repro_script", "python_docstring", "python_comment", "hex_floats",
+                      "call_observed")
 
 # Warnings the harness's own machinery causes during a call, not the framework's answer: JAX's
 # persistent compilation cache (adapters/jaxcache.py) warns when it meets an entry another run is

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from importlib import metadata
+from pathlib import Path
 
 from conformance.adapters.base import Adapter, Api
 from conformance.core.errors import UsageError
@@ -79,6 +80,11 @@ def validate_adapter(cls: type, source: str) -> None:
             raise bad("does not implement call() (or invoke(), or run())", "implement call() (see adapters/base.py)")
     if not cls.apis or not all(isinstance(api, Api) for api in cls.apis):
         raise bad("apis must be a non-empty tuple of Api", "list each API as Api('package.path.name', ...)")
+    if cls.profile is not None and not isinstance(cls.profile, (str, Path, dict)):
+        raise bad("profile must be a file path or a dict", "name the profile file (relative to the adapter's "
+                                                          "module) or give the profile as a dict")
+    if not all(api.mirrors is None or isinstance(api.mirrors, str) for api in cls.apis):
+        raise bad("an Api's mirrors must be an API name", "write mirrors='package.path.name' or leave it out")
     names = [api.name for api in cls.apis]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import platform
 import re
 
-from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source,
+                                      layout_view_source)
 from conformance.core.model import Case, upstream_gradient
 
 # torch's words for a floating dtype with no kernel on a device: '"log_vml_cpu" not implemented for 'Half''
@@ -92,12 +93,11 @@ class TorchAdapter(Adapter):
         """The tensors as the run built them: `requires_grad_` only on what a gradient part differentiates, as
         in `gradient` (an integer tensor refuses it, so a forward reproducer that called it would show that
         refusal instead of the run's finding)."""
-        view = {"contiguous": "", "transposed": ".transpose(-1, -2)", "strided": "[..., ::2]"}[case.layout]
-
         def tensor(name: str, dtype: str, differentiated: bool) -> str:
             grad = ".requires_grad_(True)" if differentiated and part != "forward" else ""
-            return (f"{name} = torch.from_numpy({layout_buffer_source(name + '_values', case.layout)})"
-                    f".to({device!r}, torch.{dtype}){grad}{view}")
+            leaf = (f"torch.from_numpy({layout_buffer_source(name + '_values', case.layout)})"
+                    f".to({device!r}, torch.{dtype}){grad}")
+            return f"{name} = {layout_view_source(leaf, case.layout)}"
         lines = ["import torch", "",
                  tensor("x", case.dtype.input, part != "grad_target"),
                  tensor("t", case.dtype.target, part != "grad_input"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Sequence
 
 from conformance.core.errors import ResultsError, UsageError
 from conformance.core.model import Spec
@@ -69,5 +70,57 @@ def inputs_of(args: argparse.Namespace, *more: tuple[str, str]) -> tuple[tuple[s
     """The command's input files and directories, as (option, path): --force must not remove one."""
     given = [("--cases", path) for path in getattr(args, "cases", [])] + list(more)
     given += [("--known", args.known), ("--baseline", args.baseline), ("--spec", args.spec),
-              ("--profiles", getattr(args, "profiles", None))]
+              ("--profiles", getattr(args, "profiles", None)), ("--like-run", getattr(args, "like_run", None))]
     return tuple((option, path) for option, path in given if path)
+
+
+def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), mirrors: dict | None = None):
+    """--like and --like-run, checked before anything is written: the report's marks of a port's findings
+    (report/like.py), or None without --like. `runs`: the directories `report` merges, each port run of which
+    must have been judged with the same --like; `mirrors`: the port adapter's mirrored APIs (`run`)."""
+    from conformance.adapters.registry import known_adapters
+    from conformance.core.rundirs import load_manifests
+    from conformance.judge.profiles import profile_source
+    from conformance.report.like import LikeMarks, mirrors_of
+
+    like, like_run = getattr(args, "like", None), getattr(args, "like_run", None)
+    if like is None:
+        if like_run is not None:
+            raise UsageError("--like-run needs --like FRAMEWORK", where="--like-run",
+                             fix="name the framework the recorded run is of with --like")
+        return None
+    profiles = Path(args.profiles) if getattr(args, "profiles", None) else None
+    # `report` checks instead that each port run was judged like it
+    if not runs and like not in known_adapters() and profile_source(like, profiles) is None and \
+            profile_source(like, None) is None:
+        raise UsageError(f"unknown framework {like!r}", where="--like",
+                         fix=f"use one of {sorted(known_adapters())}, or a framework with a profile")
+    if like_run is not None:
+        if not (Path(like_run) / RESULTS_FILE).is_file():
+            raise UsageError("no results.jsonl in the recorded run", file=like_run, where="--like-run",
+                             fix=f"pass the --out directory of a `kl-conformance run --framework {like}`")
+        if Path(like_run).resolve() == Path(args.out).resolve():
+            raise UsageError("the recorded run is the output directory, which this command rewrites", file=like_run,
+                             where="--like-run", fix="copy it elsewhere and pass that copy with --like-run")
+        for row in iter_results(like_run):  # one spec for all rows (iter_rows refuses a mix)
+            if row.spec_hash != spec.hash:
+                raise other_spec(row.spec_hash, spec.hash, like_run, "--like-run", REBASELINE)
+            break
+        ran = {row.framework for row in iter_results(like_run)}
+        if like not in ran:
+            raise UsageError(f"a run of {sorted(ran) or 'no framework'}, not of {like!r}", file=like_run,
+                             where="--like-run", fix=f"pass a run of {like} (kl-conformance run --framework {like})")
+    if runs:
+        mirrors = {}
+        for run in runs:
+            _, manifests = load_manifests([run], allow_missing=getattr(args, "allow_missing", False))
+            for manifest in manifests:
+                adapter = (manifest.get("selection") or {}).get("adapter") or manifest.get("framework")
+                judged = manifest.get("like")
+                if manifest.get("status") != "not_run" and adapter != like and judged != like:
+                    raise ResultsError(f"a run of {adapter!r} judged " + (f"like {judged!r}" if judged else
+                                                                         "without --like") + f", not like {like!r}",
+                                       file=str(run), where="--like",
+                                       fix=f"run the port again with --like {like}, or report it without --like")
+            mirrors.update(mirrors_of(manifests))
+    return LikeMarks(like, like_run, mirrors)

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import conformance
 from conformance.adapters.registry import get_adapter, is_known, known_adapters
-from conformance.arguments import REBASELINE, case_selection, check_gate_options, gates_of, inputs_of
+from conformance.arguments import REBASELINE, case_selection, check_gate_options, gates_of, inputs_of, like_marks
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import PARTS, Spec
@@ -119,8 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
                             "runs.json: `written`), and nothing else; refused where no such record is, or where "
                             "an input of this command would be removed; without it a non-empty --out is refused")
 
+    def add_port_options(p: argparse.ArgumentParser) -> None:  # a port judged like a framework (docs/guide/ports.md)
+        p.add_argument("--like", metavar="FRAMEWORK",
+                       help="judge a port against the spec as amended by FRAMEWORK's profile: a divergence its "
+                            "deviations document (on the API each port API mirrors) is documented as "
+                            "FRAMEWORK:<id>; the report counts them")
+        p.add_argument("--like-run", metavar="DIR",
+                       help="with --like: a recorded run of FRAMEWORK; the report marks which of the port's "
+                            "divergences it shares with FRAMEWORK's observed behaviour and which are its own")
+
     run = sub.add_parser("run", help="run cases through a framework and write results and a report")
-    run.add_argument("--framework", required=True, help="adapter name, e.g. torch")
+    run.add_argument("--framework", required=True, metavar="NAME",
+                     help="a registered adapter name (e.g. torch, or one an installed package registers by entry "
+                          "point), or package.module:Class for an adapter class importable from here (a port, a "
+                          "private build)")
     run.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
     run.add_argument("--device", action="append", default=[], help="device (repeatable; default all present)")
     run.add_argument("--part", action="append", default=[], choices=PARTS,
@@ -146,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"refuse a case estimated to need more memory (default {DEFAULT_MEMORY_BUDGET_MB:g})")
     add_case_options(run)
     add_gate_options(run)
+    add_port_options(run)
 
     cases = sub.add_parser("cases", help="list the case ids a run would use")
     cases.add_argument("--count", action="store_true", help="print only the number of cases")
@@ -193,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--allow-missing", action="store_true",
                         help="a directory without results shows as 'not run' instead of an error")
     add_gate_options(report)
+    add_port_options(report)
     return parser
 
 
@@ -213,6 +227,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
         raise UsageError("the output directory is one of the runs to merge", file=args.out, where="--out",
                          fix="write the merged report into another directory")
     known = check_gate_options(spec, args)
+    like = like_marks(spec, args, runs=args.runs)
     inputs = inputs_of(args, *(("a run to merge", run) for run in args.runs))
     check_out_dir(out, force=args.force, inputs=inputs)
     check_runs(args.runs, spec.hash, allow_missing=args.allow_missing, baseline=args.baseline,
@@ -221,7 +236,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     with OutDirLock() as lock:
         prepare_out_dir(out, force=args.force, lock=lock, inputs=inputs)
         written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known,
-                             gates=gates_of(args))
+                             gates=gates_of(args), like=like)
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
     for line in written.summary:  # the undocumented causes, largest first, then the counts as the last line

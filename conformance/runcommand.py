@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from conformance.adapters.registry import get_adapter, is_known, known_adapters
-from conformance.arguments import cache_dir_of, case_selection, check_gate_options, gates_of, inputs_of
+from conformance.arguments import cache_dir_of, case_selection, check_gate_options, gates_of, inputs_of, like_marks
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Case, Result, Spec
@@ -52,6 +52,8 @@ def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | Non
                          fix="--resume continues the run in --out; --force starts it again")
     shard = selected_shard(case_selection(args))
     known = check_gate_options(spec, args, seed=args.seed)
+    port = get_adapter(args.framework) if args.like else None
+    like = like_marks(spec, args, mirrors={port.name: port.mirrored()} if port is not None else None)
     check_out_dir(args.out, resume=args.resume, force=args.force, inputs=inputs_of(args))
     # conformance/entry.py may have started a worker already, from its own quick reading of the command line.
     # Use it only if that reading agrees with the arguments checked here; otherwise close it.
@@ -66,10 +68,10 @@ def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | Non
         pool.timeout_s = args.timeout_s
         if not pool.launched:
             pool.launch()  # the framework's import is slow: it runs while the cases are drawn and checked
-        return _run_with(spec, args, known, shard, pool, lock)
+        return _run_with(spec, args, known, shard, pool, lock, like)
 
 
-def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: OutDirLock) -> int:
+def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: OutDirLock, like=None) -> int:
     """The run, once its worker is importing the framework: cases, results, reports, reproducers."""
     # One pass over the ids validates case files and ids and counts, before any output is written or any value
     # drawn. A selection of up to KEEP_CASES is then made and kept; a larger one is made lazily, as the run
@@ -95,17 +97,18 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
                 "command": " ".join(sys.argv),
-                "written": [*REPORT_FILES, *(["baseline.json"] if args.baseline else [])]}
+                "written": [*REPORT_FILES, *(["baseline.json"] if args.baseline else [])],
+                **({"mirrors": get_adapter(args.framework).mirrored()} if args.like else {})}
     options = RunOptions(apis=args.api, devices=args.device, parts=args.part, timeout_s=args.timeout_s,
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
-                         profiles_dir=Path(args.profiles) if args.profiles else None,
+                         profiles_dir=Path(args.profiles) if args.profiles else None, like=args.like,
                          cache_dir=cache_dir_of(args), inputs=inputs_of(args))
     shown = _progress_and_details(progress, show_details)
     # While the rows are written, the report's pass reads them and the rows that will need a reproducer are
     # kept. A resumed run's earlier rows are only on disk, so then both the report and the reproducers read
     # the rows back from the file instead.
     needing: list[Result] | None = None if args.no_repro or args.resume else []
-    feed = None if args.resume else ReportFeed(Path(args.out), known, args.baseline, gates_of(args))
+    feed = None if args.resume else ReportFeed(Path(args.out), known, args.baseline, gates_of(args), like)
     from conformance.repro import needs_reproducer
 
     def on_result(case: Case, result: Result) -> None:
@@ -136,7 +139,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         sys.stderr.write("\n")
     try:
         written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed,
-                               gates=gates_of(args), drafts=False)
+                               gates=gates_of(args), drafts=False, like=like)
         if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
             _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None, results=needing)
         _write_drafts(summary.out_dir, known)

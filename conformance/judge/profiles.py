@@ -5,6 +5,10 @@ documented (or reported upstream) to depart from the spec, each with a rationale
 and a link. `DeviationLedger.documented` marks a divergence as documented only when
 the observation passes under the spec with that API's declared deviations applied,
 so an undocumented change in a framework's behaviour still shows up.
+
+A port's profile may say `extends: <framework>`: it inherits that framework's deviations, each named
+"<framework>:<id>" and applied to the port's APIs that mirror an API it names (Api.mirrors; by default the
+API of the same name). `run --like <framework>` adds a framework's deviations the same way without a profile.
 """
 
 from __future__ import annotations
@@ -34,32 +38,57 @@ class Deviation:
     floating: tuple[str, ...] | None
     rationale: str
     reference: str
+    of: str = ""  # the framework whose APIs `apis` names: "" for the profile's own, else the one inherited from
 
 
 def default_profiles_dir() -> Path:
     return default_spec_path().parent / "profiles"
 
 
-def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -> list[Deviation]:
-    """The deviations declared for `framework`; none when it has no profile file.
+def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None,
+                 carried: str | Path | dict | None = None) -> list[Deviation]:
+    """The deviations declared for `framework` (those it inherits by `extends:` included); none when it has no
+    profile. The file in `profiles_dir` (else the shipped directory) wins; else `carried`, a profile the
+    adapter ships itself (a file path or the profile as a dict).
 
     Raises
     ------
     SpecError
         naming the profile file and the field, for a malformed profile or one that sets a
-        path that is not a choice point of the spec (a {choice, choices} node), or a choice it does not list.
+        path that is not a choice point of the spec (a {choice, choices} node), or a choice it does not list;
+        for an `extends:` naming a framework without a profile, or a cycle of them.
     """
+    return _load(framework, spec, profiles_dir, carried, ())
+
+
+def profile_source(framework: str, profiles_dir: Path | None = None,
+                   carried: str | Path | dict | None = None) -> tuple[str, object] | None:
+    """(name shown in messages, path or dict) of `framework`'s profile, or None where it has none."""
     if profiles_dir is not None and not Path(profiles_dir).is_dir():
         # a mistyped --profiles would otherwise mean "no deviation documented" for every framework
         raise SpecError("no such directory", file=str(profiles_dir), where="--profiles",
                         fix="pass --profiles with a directory of <framework>.yaml profiles, or leave it out "
                             "for the shipped ones")
     path = (profiles_dir or default_profiles_dir()) / f"{framework}.yaml"
-    if not path.is_file():
+    if path.is_file():
+        return str(path), path
+    if isinstance(carried, dict):
+        return f"the profile adapter {framework} carries", carried
+    if carried is not None:
+        return str(carried), Path(carried)
+    return None
+
+
+def _load(framework: str, spec: Spec, profiles_dir: Path | None, carried, chain: tuple[str, ...]) -> list[Deviation]:
+    found = profile_source(framework, profiles_dir, carried)
+    if found is None:
         return []
-    shown = str(path)
-    data = parse_yaml(read_text(path, shown, SpecError, fix="pass --profiles with a directory of readable profiles"),
-                      shown, SpecError)
+    shown, source = found
+    if isinstance(source, dict):
+        data = source
+    else:
+        data = parse_yaml(read_text(source, shown, SpecError, fix="pass --profiles with a directory of readable "
+                                                                 "profiles"), shown, SpecError)
     errors = sorted(jsonschema.Draft202012Validator(load_schema("profile.schema.json")).iter_errors(data),
                     key=lambda e: len(e.absolute_path))
     if errors:
@@ -95,7 +124,32 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None) -
         deviations.append(Deviation(row["id"], tuple(row["apis"]), dict(row.get("set", {})), exceptions,
                                     tuple(row["floating"]) if "floating" in row else None,
                                     row["rationale"], row["reference"]))
+    parent = data.get("extends")
+    if parent is not None:
+        if parent == framework or parent in chain:
+            cycle = " -> ".join([*chain, framework, parent])
+            raise SpecError(f"extends makes a cycle ({cycle})", file=shown, where="extends",
+                            fix="extend a framework whose profile does not extend this one")
+        profiles_dir = parent_dir(parent, profiles_dir)
+        if profile_source(parent, profiles_dir) is None:
+            raise SpecError(f"extends {parent!r}, a framework without a profile", file=shown, where="extends",
+                            fix=f"name a framework with a {parent}.yaml in --profiles or in the shipped profiles "
+                                f"(spec/profiles)")
+        deviations += inherited(parent, _load(parent, spec, profiles_dir, None, (*chain, framework)))
     return deviations
+
+
+def parent_dir(framework: str, profiles_dir: Path | None) -> Path | None:
+    """Where a framework a profile extends (or --like names) has its profile: --profiles where it has one
+    there, else the shipped profiles."""
+    return profiles_dir if profiles_dir is not None and (Path(profiles_dir) / f"{framework}.yaml").is_file() else None
+
+
+def inherited(framework: str, deviations: list[Deviation]) -> list[Deviation]:
+    """`framework`'s deviations as a port takes them: each named "<framework>:<id>" and applied by mirrored API
+    (those it inherited in turn keep their names and the framework whose APIs they name)."""
+    return [d if d.of else Deviation(f"{framework}:{d.id}", d.apis, d.set, d.exceptions, d.floating, d.rationale,
+                                     d.reference, of=framework) for d in deviations]
 
 
 def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
@@ -117,15 +171,26 @@ def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
 
 
 class DeviationLedger:
-    """Decides which divergences a framework's profile documents."""
+    """Decides which divergences a framework's profile documents; with `like`, also those the profile of the
+    framework it is judged like documents (see the module's docstring). `mirrors` maps each API to the API of
+    that framework it mirrors (by default the API of the same name)."""
 
-    def __init__(self, spec: Spec, framework: str, api_names: list[str], profiles_dir: Path | None = None):
-        deviations = load_profile(framework, spec, profiles_dir)
-        unknown = sorted({api for d in deviations for api in d.apis} - set(api_names))
+    def __init__(self, spec: Spec, framework: str, api_names: list[str], profiles_dir: Path | None = None,
+                 like: str | None = None, mirrors: dict[str, str] | None = None,
+                 carried: str | Path | dict | None = None):
+        deviations = load_profile(framework, spec, profiles_dir, carried)
+        own = [d for d in deviations if not d.of]
+        unknown = sorted({api for d in own for api in d.apis} - set(api_names))
         if unknown:
             raise SpecError(f"profile names unknown APIs {unknown}", file=str((profiles_dir or default_profiles_dir())
                             / f"{framework}.yaml"), where="deviations[].apis", fix=f"use APIs of {api_names}")
-        self.by_api = {api: tuple(d for d in deviations if api in d.apis) for api in api_names}
+        if like is not None and like != framework:
+            names = {d.id for d in deviations}
+            theirs = inherited(like, load_profile(like, spec, parent_dir(like, profiles_dir)))
+            deviations += [d for d in theirs if d.id not in names]
+        mirrors = mirrors or {}
+        self.by_api = {api: tuple(d for d in deviations if (mirrors.get(api, api) if d.of else api) in d.apis)
+                       for api in api_names}
         self._fingerprints = {api: repr(declared) for api, declared in self.by_api.items()}
         self.spec = spec
         self._specs: dict[tuple[str, ...], Spec] = {}

@@ -23,6 +23,7 @@ from conformance.report.drafts import write_drafts
 from conformance.report.gate import Decision, Gates, decide, junit_view
 from conformance.report.html import render_html
 from conformance.report.junit import JunitWriter
+from conformance.report.like import LikeMarks, summary_json
 from conformance.report.markdown import render_divergences, render_markdown, wanted_details
 from conformance.report.summary import divergence_counts, render_summary, short_summary
 from conformance.report.tally import Tally
@@ -47,7 +48,7 @@ class Written:
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
                  baseline: str | Path | None = None, known: Any = None, fed: "ReportFeed | None" = None,
-                 gates: Gates = Gates(), drafts: bool = True) -> Written:
+                 gates: Gates = Gates(), drafts: bool = True, like: LikeMarks | None = None) -> Written:
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
     One pass over the rows gathers what the Markdown, HTML and summary show (and, with `known`, a
@@ -55,12 +56,15 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
     junit.xml (one element per row, as the `gates` see it). Each file is written atomically. `fed` is that
     pass already made, as a run wrote its rows into `out_dir` (its own report): then no row is read back.
     With `drafts`, the issue drafts too (a run writes them itself once its reproducers exist, to quote them).
+    `like` marks a port's findings (report/like.py; a fed pass brings its own).
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
     if fed is None:
-        fed = _fed(ReportFeed(out_dir, known, baseline, gates), iter_rows(present))
+        fed = _fed(ReportFeed(out_dir, known, baseline, gates, like), iter_rows(present))
     tally, diff, decision = fed.finish(manifests)
-    return _write_reports(out_dir, tally, present, manifests, diff, known, decision, drafts)
+    if fed.like is not None:
+        fed.like.finish(present)
+    return _write_reports(out_dir, tally, present, manifests, diff, known, decision, drafts, fed.like)
 
 
 class ReportFeed:
@@ -71,8 +75,8 @@ class ReportFeed:
     compared as it comes, so junit.xml shows it as the `gates` judge it."""
 
     def __init__(self, out_dir: Path, known: Any = None, baseline: str | Path | None = None,
-                 gates: Gates = Gates()) -> None:
-        self.out_dir, self.known, self.gates = out_dir, known, gates
+                 gates: Gates = Gates(), like: LikeMarks | None = None) -> None:
+        self.out_dir, self.known, self.gates, self.like = out_dir, known, gates, like
         self._tally = Tally()
         self._junit: JunitWriter | None = None
         self._baseline = BaselineComparison(baseline) if baseline is not None else None
@@ -84,6 +88,8 @@ class ReportFeed:
         self._writer().add(row, junit_view(self.gates, row, kind))
         if self.known is not None:
             self.known.audit_row(row)
+        if self.like is not None:
+            self.like.add(row)
         self._tally.add(row)
 
     def finish(self, manifests: Sequence[dict[str, Any]]) -> tuple[Tally, BaselineDiff | None, Decision]:
@@ -128,12 +134,17 @@ def _fed(feed: "ReportFeed", rows: Iterator[Result]) -> "ReportFeed":
 
 
 def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifests: list[dict[str, Any]],
-                   diff: BaselineDiff | None, known: Any, decision: Decision, drafts: bool = True) -> Written:
+                   diff: BaselineDiff | None, known: Any, decision: Decision, drafts: bool = True,
+                   like: LikeMarks | None = None) -> Written:
     """Everything written from the tally: summary.json, report.html (with the details of `present`),
     divergences.md, report.md (with the details of its worked examples) and, with a baseline, baseline.json."""
-    write_atomic(out_dir / "summary.json", render_summary(tally, manifests))
+    write_atomic(out_dir / "summary.json", summary_json(render_summary(tally, manifests), like))
     details = (d for run_dir in present for d in iter_details(run_dir))
-    write_atomic(out_dir / "report.html", render_html(tally, manifests, details))
+    page = render_html(tally, manifests, details)
+    if like is not None:  # the port's marks, before the page's end
+        head, end, tail = page.rpartition("</body>")
+        page = head + like.html() + end + tail if end else page + like.html()
+    write_atomic(out_dir / "report.html", page)
     if diff is not None:
         write_atomic(out_dir / "baseline.json", diff.to_json())
     write_atomic(out_dir / DIVERGENCES_FILE,
@@ -141,11 +152,14 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     markdown = render_markdown(tally, manifests, known.audit() if known is not None else None,
                                examples=_examples(tally, present),
                                baseline=render_baseline_markdown(diff, listed=10) if diff is not None else ())
+    if like is not None:
+        markdown = markdown.rstrip("\n") + "\n" + "\n".join(like.markdown()) + "\n"
     path = out_dir / REPORT_FILE
     write_atomic(path, markdown)
     if drafts:
         write_drafts(out_dir, present, manifests, known)
-    return Written(path, diff, tally.total, decision, short_summary(tally), divergence_counts(tally))
+    lines = short_summary(tally) + ([like.terminal_line()] if like is not None else [])
+    return Written(path, diff, tally.total, decision, lines, divergence_counts(tally))
 
 
 def _examples(tally: Tally, present: Sequence[Path]) -> dict[tuple, dict[str, Any]]:
@@ -169,7 +183,8 @@ def _feeding(consume: Callable[[Result], Any], rows: Iterator[Result]) -> Iterat
 
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False,
-               baseline: str | Path | None = None, known: Any = None, gates: Gates = Gates()) -> Written:
+               baseline: str | Path | None = None, known: Any = None, gates: Gates = Gates(),
+               like: LikeMarks | None = None) -> Written:
     """Merge run directories into `out_dir`: results.jsonl (with `known`, its rows' known_by set by that
     file), details.jsonl, runs.json and the reports. `out_dir` must not be one of the runs.
 
@@ -187,9 +202,11 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     rows = iter_rows(present)
     rows = (known.mark(r) for r in rows) if known is not None else rows
     with AtomicLines(out_dir / RESULTS_FILE) as results:
-        feed = _fed(ReportFeed(out_dir, known, baseline, gates),
+        feed = _fed(ReportFeed(out_dir, known, baseline, gates, like),
                     _feeding(lambda row: results.write(row.to_json() + "\n"), rows))
     write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)))
     _, merged = load_manifests([out_dir])  # as a later `report` of this directory reads them
     tally, diff, decision = feed.finish(merged)
-    return _write_reports(out_dir, tally, [out_dir], merged, diff, known, decision)
+    if like is not None:
+        like.finish([out_dir])
+    return _write_reports(out_dir, tally, [out_dir], merged, diff, known, decision, like=like)

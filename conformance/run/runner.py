@@ -87,6 +87,7 @@ class RunOptions:
     force: bool = False  # replace what an earlier run wrote into the output directory
     known: Any = None  # a known.KnownFindings: marks the divergences a user accepts
     profiles_dir: Path | None = None
+    like: str | None = None  # judge as a port of this framework: its profile's deviations document too (--like)
     cache_dir: Path | None = None  # the reference cache (refcache.py); None computes every expectation
     inputs: tuple[tuple[str, str], ...] = ()  # (option, path) of the command's inputs: --force must not remove one
 
@@ -177,16 +178,17 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     select(framework, api_names, adapter.known_devices, adapter.known_devices, options.apis, options.devices)
     check_dialects(adapter, spec)
     # by the adapter's own name: `framework` may be "module:Class"
-    ledger = DeviationLedger(spec, adapter.name, api_names, options.profiles_dir)
+    ledger = DeviationLedger(spec, adapter.name, api_names, options.profiles_dir, like=options.like,
+                             mirrors=adapter.mirrored(), carried=adapter.carried_profile())
     out = check_out_dir(out_dir, resume=options.resume, force=options.force, inputs=options.inputs)
     run_info = run_info or {}
-    profiles = profiles_digest(options.profiles_dir)
+    profiles = profiles_digest(options.profiles_dir, adapter.carried_profile(), options.like)
     before = _already_done(out, spec, framework, run_info.get("selection"), profiles) if options.resume else None
     done = before.done if before is not None else set()
     summary = RunSummary(out)
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **run_info,
-                "profiles_digest": profiles}
+                "profiles_digest": profiles, **({"like": options.like} if options.like else {})}
     own_pool = pool is None
     own_lock = lock is None
     lock = OutDirLock() if own_lock else lock
@@ -332,11 +334,18 @@ def add_written(out: Path, names: Sequence[str]) -> None:
         write_manifest(out, manifest)
 
 
-def profiles_digest(profiles_dir: Path | None) -> str:
-    """A digest of the deviation profiles (every .yaml file of the directory, name and bytes): --resume
-    refuses another profile set, whose documented flags would differ."""
+def profiles_digest(profiles_dir: Path | None, carried: Path | dict | None = None, like: str | None = None) -> str:
+    """A digest of the deviation profiles (every .yaml file of the directory, name and bytes; the adapter's own
+    profile; the framework of --like): --resume refuses another profile set, whose documented flags would
+    differ."""
     directory = profiles_dir or default_profiles_dir()
     digest = hashlib.sha256()
+    if carried is not None or like is not None:
+        try:
+            own = carried.read_bytes() if isinstance(carried, Path) else json.dumps(carried, sort_keys=True).encode()
+        except OSError:
+            own = b""
+        digest.update(b"carried\0" + own + b"\0like\0" + str(like).encode() + b"\0")
     try:
         files = sorted(p for p in Path(directory).iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
     except OSError:

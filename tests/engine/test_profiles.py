@@ -67,3 +67,77 @@ def test_a_refused_set_key_lists_the_choice_points(tmp_path, spec):
     text = str(info.value)
     assert "\n" not in text and "deviations[0].set" in text
     assert all(point in text for point in choice_points(spec.data))
+
+
+PORT_DEVIATION = ("- {id: own, apis: [port.kl_div], set: {shapes.broadcasting: none}, rationale: r, "
+                  "reference: 'https://x'}\n")
+
+
+def test_extends_inherits_the_frameworks_deviations_named_by_framework(tmp_path, spec):
+    """A port's profile says `extends: torch`: torch's deviations are the port's too, each "torch:<id>"."""
+    (tmp_path / "port.yaml").write_text("framework: port\nextends: torch\ndeviations:\n" + PORT_DEVIATION)
+    deviations = load_profile("port", spec, tmp_path)
+    torch_ids = [d.id for d in load_profile("torch", spec)]
+    assert [d.id for d in deviations] == ["own", *(f"torch:{i}" for i in torch_ids)]
+    assert {d.of for d in deviations[1:]} == {"torch"} and deviations[0].of == ""
+
+
+def test_inherited_deviations_apply_to_the_apis_that_mirror_theirs(tmp_path, spec):
+    """An inherited deviation names torch's APIs: it applies to the port API that mirrors one of them (by
+    default the API of the same name), never to the others."""
+    from conformance.judge.profiles import DeviationLedger
+
+    (tmp_path / "port.yaml").write_text("framework: port\nextends: torch\ndeviations:\n" + PORT_DEVIATION)
+    apis = ["port.kl_div", "torch.nn.KLDivLoss", "port.other"]
+    ledger = DeviationLedger(spec, "port", apis, tmp_path, mirrors={"port.kl_div": "torch.nn.functional.kl_div"})
+    torch_ids = {f"torch:{d.id}" for d in load_profile("torch", spec)}
+    assert {d.id for d in ledger.by_api["port.kl_div"]} == torch_ids | {"own"}
+    assert {d.id for d in ledger.by_api["torch.nn.KLDivLoss"]} == torch_ids
+    assert ledger.by_api["port.other"] == ()
+
+
+def test_like_adds_a_frameworks_deviations_without_a_profile(spec, tmp_path):
+    from conformance.judge.profiles import DeviationLedger
+
+    plain = DeviationLedger(spec, "port", ["torch.nn.KLDivLoss"], tmp_path)
+    like = DeviationLedger(spec, "port", ["torch.nn.KLDivLoss"], tmp_path, like="torch")
+    assert plain.by_api["torch.nn.KLDivLoss"] == ()
+    assert {d.id for d in like.by_api["torch.nn.KLDivLoss"]} == {f"torch:{d.id}" for d in load_profile("torch", spec)}
+
+
+@pytest.mark.parametrize("files, words", [
+    ({"port.yaml": "framework: port\nextends: nosuch\ndeviations: []\n"},
+     "extends 'nosuch', a framework without a profile"),
+    ({"port.yaml": "framework: port\nextends: mid\ndeviations: []\n",
+      "mid.yaml": "framework: mid\nextends: port\ndeviations: []\n"}, "extends makes a cycle (port -> mid -> port)"),
+    ({"port.yaml": "framework: port\nextends: port\ndeviations: []\n"}, "extends makes a cycle (port -> port)"),
+    ({"port.yaml": "framework: port\nextends: 'to/rch'\ndeviations: []\n"}, "does not match"),
+])
+def test_bad_extends_is_one_line_naming_the_file(tmp_path, spec, files, words):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_profile("port", spec, tmp_path)
+    text = str(info.value)
+    assert "\n" not in text and words in text and "extends" in text and str(tmp_path) in text
+
+
+def test_a_carried_profile_is_used_where_no_file_is(spec, tmp_path):
+    """An adapter outside the repository carries its profile (a dict or a file): it is read without --profiles,
+    and a file of the same name in --profiles comes first."""
+    carried = {"framework": "port", "extends": "torch", "deviations": []}
+    assert [d.id for d in load_profile("port", spec, carried=carried)] == \
+        [f"torch:{d.id}" for d in load_profile("torch", spec)]
+    (tmp_path / "port.yaml").write_text("framework: port\ndeviations:\n" + PORT_DEVIATION)
+    assert [d.id for d in load_profile("port", spec, tmp_path, carried=carried)] == ["own"]
+
+
+def test_the_ports_guide_profile_loads(tmp_path, spec):
+    """docs/guide/ports.md's example of a port's profile is one the loader takes, and it inherits torch's."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "ports.md").read_text(encoding="utf-8")
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "mytorch.yaml").write_text(example)
+    ids = [d.id for d in load_profile("mytorch", spec, tmp_path)]
+    assert ids == ["float16-computed-in-float32", *(f"torch:{d.id}" for d in load_profile("torch", spec))]
