@@ -7,11 +7,18 @@ so a file the sdist leaves out is missing from the wheel too.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: builds are not run side by side there
+    fcntl = None
 
 ROOT = Path(__file__).resolve().parent.parent
 # source folder -> where the wheel installs it (pyproject.toml: [tool.setuptools.package-dir])
@@ -31,10 +38,17 @@ class Dists:
 
 
 def build_dists(out: Path) -> Dists:
-    """The sdist and wheel of the checkout, built into `out`; the build's own output on failure."""
+    """The sdist and wheel of the checkout, built into `out`; the build's own output on failure.
+
+    The build writes its egg-info and build/ into the checkout, so builds of two test processes (pytest -n 2,
+    tox.ini) take turns under a lock file."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                          capture_output=True, text=True, env=env, cwd=out)
+    lock = Path(tempfile.gettempdir()) / f"kl-conformance-build-{hashlib.sha256(bytes(ROOT)).hexdigest()[:12]}.lock"
+    with open(lock, "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
+                              capture_output=True, text=True, env=env, cwd=out)
     assert done.returncode == 0, f"python -m build failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     (sdist,), (wheel,) = sorted(out.glob("*.tar.gz")), sorted(out.glob("*.whl"))
     return Dists(sdist, wheel)
