@@ -30,7 +30,7 @@ from conformance.report.writer import ReportFeed, write_report
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
 from conformance.run.runner import (RunFailed, RunOptions, Terminated, add_written, failure_reason, interruption,
                                     record_end, run_conformance)
-from conformance.run.selection import file_digest, select_cases, select_lazily, selected_shard
+from conformance.run.selection import MEANING_OPTIONS, file_digest, select_cases, select_lazily, selected_shard
 from conformance.run.worker import WorkerPool
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
@@ -84,13 +84,15 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
             makers = makers if len(makers) <= KEEP_CASES else None
     kept = [make() for make in makers] if makers is not None else None
     if not total:
-        raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
+        raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard / "
+                         "--reduction / --log-target / --dtype / --family",
                          fix="check the ids with `kl-conformance cases`")
     show_details = bool(args.only) and total <= DETAIL_LIMIT
     progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
     selection = {"seed": args.seed, "suite": args.suite, "samples": args.samples,
                  "case_files": [file_digest(path) for path in args.cases], "only": args.only,
                  "shard": str(shard) if shard else None, "known": known.digest if known else None,
+                 **{name: list(getattr(selected, name)) for name in MEANING_OPTIONS},
                  **narrowing(args, get_adapter(args.framework).name)}
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
@@ -248,7 +250,8 @@ def narrowing(args: argparse.Namespace, adapter_name: str) -> dict:
     """What run.json's selection adds for the gates (core/scope.py): the parts, APIs and devices asked for, the
     name the rows carry, and the options by which the run selected less than the whole suite."""
     cut = {"--only": bool(args.only), "--shard": bool(args.shard), "--seed": args.seed != DEFAULT_SEED,
-           "--part": bool(args.part), "--api": bool(args.api), "--device": bool(args.device)}
+           "--part": bool(args.part), "--api": bool(args.api), "--device": bool(args.device),
+           **{option: bool(getattr(args, name)) for name, option in MEANING_OPTIONS.items()}}
     return {"parts": list(args.part), "apis": list(args.api), "devices": list(args.device), "adapter": adapter_name,
             "narrowed_by": [option for option, on in cut.items() if on]}
 

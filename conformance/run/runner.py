@@ -564,7 +564,11 @@ def _selected_parts(case: Case, options: RunOptions) -> list[str]:
 
 
 SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples", "case_files": "--cases",
-                     "only": "--only", "shard": "--shard", "known": "--known"}
+                     "only": "--only", "shard": "--shard", "known": "--known", "reduction": "--reduction",
+                     "log_target": "--log-target", "dtype": "--dtype", "family": "--family"}
+
+# a run.json written before the selection by meaning existed selected by none of it
+_NOT_RECORDED = {"reduction": [], "log_target": [], "dtype": [], "family": []}
 
 
 @dataclass
@@ -604,7 +608,7 @@ def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None,
                                "with --force or another --out")
     before = manifest.get("selection") or {}
     for name, option in SELECTION_OPTIONS.items():
-        if selection is not None and before.get(name) != selection.get(name):
+        if selection is not None and before.get(name, _NOT_RECORDED.get(name)) != selection.get(name):
             raise ResultsError(f"this directory was run with {option} {_shown(before.get(name))}, not "
                                f"{_shown(selection.get(name))}", file=str(out), where="--resume", fix=fix)
     done = set()
