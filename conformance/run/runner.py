@@ -201,7 +201,8 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
                 pool.launch()
             # while the worker imports the framework, the first cases' expectations are made
             prefetched = _prefetch(ctx, cases)
-            ctx.info = pool.wait_ready()
+            # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
+            ctx.info = pool.info if pool.info is not None else pool.wait_ready()
         except WorkerUnavailable as exc:
             summary.not_run = str(exc)
             _prepare(out, options, manifest, lock, before)
