@@ -132,12 +132,14 @@ class _Suite:
                    self.devices)
 
     def _baseline_rows(self) -> dict:
+        from conformance.arguments import check_baseline_draw
         from conformance.core.errors import UsageError
         from conformance.core.results import RESULTS_FILE, iter_results
 
         if not (Path(self.baseline) / RESULTS_FILE).is_file():
             raise UsageError("no results.jsonl in the baseline directory", file=self.baseline, where="--kl-baseline",
                              fix="pass the --out directory of an earlier run")
+        check_baseline_draw(Path(self.baseline), self.spec.hash, self.selection.seed)  # the same cases under its ids
         return {(r.case_id, r.framework, r.api, r.device, r.part): r for r in iter_results(self.baseline)}
 
     def _pool(self, name: str):

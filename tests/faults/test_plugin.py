@@ -130,3 +130,18 @@ def test_under_xdist_the_items_and_outcomes_are_those_of_one_process(project):
     assert parallel == serial and len(serial) == 14  # 13 cases' forward calls, and the project's own test
     assert [name for name, kind in serial.items() if kind == "failure"] == [
         f"fault-{i}[numpy.kl_div-cpu-forward]" for i in (0, 3, 6, 9)]
+
+
+def test_a_baseline_xfails_what_is_unchanged_and_fails_what_changed(project):
+    from conformance.cli import main
+
+    for adapter, out in (("OffByOneAdapter", "same"), ("NumpyAdapter", "other")):
+        assert main(["run", "--framework", f"tests.faults.adapters:{adapter}", "--cases", str(project / "cases.yaml"),
+                     "--suite", "none", "--out", str(project / out), "--no-progress", "--no-repro"]) == 0
+    args = ("--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml", "--kl-suite", "none", "--kl-baseline")
+    code, output, outcomes = _pytest(project, *args, "same")
+    assert code == 0, output
+    assert outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "xfailed" and "unchanged since the baseline" in output
+    # the stand-in raised on the fault case in the other baseline: a value divergence now is a change
+    code, output, outcomes = _pytest(project, *args, "other")
+    assert code == 1 and outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "failure", output
