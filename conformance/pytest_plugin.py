@@ -158,7 +158,8 @@ class _Suite:
     # xdist: the controller hands each worker the devices and the shared directory
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        node.workerinput[_WORKER_INPUT] = {"dir": str(self.dir), "present": {k: list(v) for k, v in self.present.items()}}
+        present = {name: list(devices) for name, devices in self.present.items()}
+        node.workerinput[_WORKER_INPUT] = {"dir": str(self.dir), "present": present}
         self.close()  # the controller runs no item: its workers judge them
 
     @pytest.hookimpl(tryfirst=True)  # before -k and -m choose among the items
