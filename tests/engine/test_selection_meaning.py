@@ -73,12 +73,12 @@ def test_a_case_file_is_selected_by_its_cases_meaning(spec, tmp_path):
     ("--reduction", "batch_mean", "batchmean"), ("--log-target", "yes", "0, 1"),
     ("--dtype", "float8", "bfloat16"), ("--dtype", "float32:float", "INPUT:TARGET"), ("--family", "softmaxx", "onehot"),
 ])
-@pytest.mark.parametrize("command", ["cases", "run"])
+@pytest.mark.parametrize("command", ["cases", "run", "selftest"])
 def test_an_unknown_value_is_one_line_naming_the_option_value_and_choices(tmp_path, capsys, command, option, value,
                                                                           named):
     out = tmp_path / "out"
-    extra = ["--framework", "tests.faults.adapters:NumpyAdapter", "--out", str(out), "--no-progress"] \
-        if command == "run" else []
+    extra = ["--framework", "tests.faults.adapters:NumpyAdapter", "--out", str(out)] + \
+        (["--no-progress"] if command == "run" else []) if command in ("run", "selftest") else []
     assert main([command, option, value, *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and option in err and repr(value) in err and named in err, err
