@@ -101,8 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--reduction", action="append", default=[], metavar="NAME",
                        help="only cases that reduce this way, legacy size_average/reduce variants included where "
                             "their pair maps to it (repeatable)")
-        p.add_argument("--log-target", action="append", default=[], metavar="0|1", help="only cases with this "
-                                                                                         "log_target (repeatable)")
+        p.add_argument("--log-target", action="append", default=[], metavar="0|1",
+                       help="only cases with this log_target (repeatable)")
         p.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
                        help="only cases whose input or target has this dtype, or exactly INPUT:TARGET (repeatable)")
         p.add_argument("--family", action="append", default=[], metavar="NAME",
