@@ -24,7 +24,9 @@ def case_selection(args: argparse.Namespace) -> CaseSelection:
     """The selection options of `run`, `cases` and `selftest` as a CaseSelection."""
     return CaseSelection(seed=args.seed, suite=args.suite, samples=args.samples, case_files=tuple(args.cases),
                          only=tuple(args.only), shard=args.shard,
-                         memory_budget_mb=getattr(args, "memory_budget_mb", DEFAULT_MEMORY_BUDGET_MB))
+                         memory_budget_mb=getattr(args, "memory_budget_mb", DEFAULT_MEMORY_BUDGET_MB),
+                         reduction=tuple(args.reduction), log_target=tuple(args.log_target), dtype=tuple(args.dtype),
+                         family=tuple(args.family))
 
 
 def cache_dir_of(args: argparse.Namespace) -> Path | None:

@@ -100,6 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--shard", metavar="K/N",
                        help="only the K-th of N disjoint shards of the cases (by a hash of the case id), for CI "
                             "matrices; merge the N runs with `report`")
+        # selection by meaning (run/selection.py): each repeatable, combined with each other and with --only
+        p.add_argument("--reduction", action="append", default=[], metavar="NAME",
+                       help="only cases that reduce this way, legacy size_average/reduce variants included where "
+                            "their pair maps to it (repeatable)")
+        p.add_argument("--log-target", action="append", default=[], metavar="0|1",
+                       help="only cases with this log_target (repeatable)")
+        p.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
+                       help="only cases whose input or target has this dtype, or exactly INPUT:TARGET (repeatable)")
+        p.add_argument("--family", action="append", default=[], metavar="NAME",
+                       help="only cases drawn from this value family, `user` for case files' (repeatable)")
 
     def add_gate_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--strict", action="store_true",

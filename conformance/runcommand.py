@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -30,7 +30,8 @@ from conformance.report.writer import ReportFeed, write_report
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
 from conformance.run.runner import (RunFailed, RunOptions, Terminated, add_written, failure_reason, interruption,
                                     record_end, run_conformance)
-from conformance.run.selection import file_digest, select_cases, select_lazily, selected_shard
+from conformance.run.selection import (MEANING_OPTIONS, CaseSelection, file_digest, select_cases, select_lazily,
+                                      selected_shard)
 from conformance.run.worker import WorkerPool
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
@@ -86,14 +87,12 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
             makers = makers if len(makers) <= KEEP_CASES else None
     kept = [make() for make in makers] if makers is not None else None
     if not total:
-        raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
+        raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard / "
+                         "--reduction / --log-target / --dtype / --family",
                          fix="check the ids with `kl-conformance cases`")
     show_details = bool(args.only) and total <= DETAIL_LIMIT
     progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
-    selection = {"seed": args.seed, "suite": args.suite, "samples": args.samples,
-                 "case_files": [file_digest(path) for path in args.cases], "only": args.only,
-                 "shard": str(shard) if shard else None, "known": known.digest if known else None,
-                 **narrowing(args, get_adapter(args.framework).name)}
+    selection = selection_record(selected, known, args.part, args.api, args.device, get_adapter(args.framework).name)
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
                 "command": " ".join(sys.argv),
@@ -247,12 +246,20 @@ def _publish(out: Path, staging: Path, folder: str) -> None:
               f"there", file=sys.stderr)
 
 
-def narrowing(args: argparse.Namespace, adapter_name: str) -> dict:
-    """What run.json's selection adds for the gates (core/scope.py): the parts, APIs and devices asked for, the
-    name the rows carry, and the options by which the run selected less than the whole suite."""
-    cut = {"--only": bool(args.only), "--shard": bool(args.shard), "--seed": args.seed != DEFAULT_SEED,
-           "--part": bool(args.part), "--api": bool(args.api), "--device": bool(args.device)}
-    return {"parts": list(args.part), "apis": list(args.api), "devices": list(args.device), "adapter": adapter_name,
+def selection_record(selected: CaseSelection, known, parts: Sequence[str], apis: Sequence[str],
+                     devices: Sequence[str], adapter_name: str) -> dict:
+    """run.json's `selection`: what --resume must find again, and what the gates read (core/scope.py): the
+    parts, APIs and devices asked for, the name the rows carry, and the options by which the run selected less
+    than the whole suite. Also what the Python API's runs record (conformance/api.py)."""
+    shard = selected_shard(selected)
+    cut = {"--only": bool(selected.only), "--shard": bool(selected.shard), "--seed": selected.seed != DEFAULT_SEED,
+           "--part": bool(parts), "--api": bool(apis), "--device": bool(devices),
+           **{option: bool(getattr(selected, name)) for name, option in MEANING_OPTIONS.items()}}
+    return {"seed": selected.seed, "suite": selected.suite, "samples": selected.samples,
+            "case_files": [file_digest(path) for path in selected.case_files], "only": list(selected.only),
+            "shard": str(shard) if shard else None, "known": known.digest if known else None,
+            **{name: list(getattr(selected, name)) for name in MEANING_OPTIONS},
+            "parts": list(parts), "apis": list(apis), "devices": list(devices), "adapter": adapter_name,
             "narrowed_by": [option for option, on in cut.items() if on]}
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-NARROWING = ("--only", "--shard", "--seed", "--part", "--api", "--device")
+NARROWING = ("--only", "--shard", "--seed", "--part", "--api", "--device", "--reduction", "--log-target", "--dtype",
+             "--family")
 _GLOB = set("*?[")
 
 

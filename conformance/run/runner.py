@@ -203,7 +203,8 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
                 pool.launch()
             # while the worker imports the framework, the first cases' expectations are made
             prefetched = _prefetch(ctx, cases)
-            ctx.info = pool.wait_ready()
+            # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
+            ctx.info = pool.info if pool.info is not None else pool.wait_ready()
         except WorkerUnavailable as exc:
             summary.not_run = str(exc)
             _prepare(out, options, manifest, lock, before)
@@ -573,7 +574,11 @@ def _selected_parts(case: Case, options: RunOptions) -> list[str]:
 
 
 SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples", "case_files": "--cases",
-                     "only": "--only", "shard": "--shard", "known": "--known"}
+                     "only": "--only", "shard": "--shard", "known": "--known", "reduction": "--reduction",
+                     "log_target": "--log-target", "dtype": "--dtype", "family": "--family"}
+
+# a run.json written before the selection by meaning existed selected by none of it
+_NOT_RECORDED = {"reduction": [], "log_target": [], "dtype": [], "family": []}
 
 
 @dataclass
@@ -613,7 +618,7 @@ def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None,
                                "with --force or another --out")
     before = manifest.get("selection") or {}
     for name, option in SELECTION_OPTIONS.items():
-        if selection is not None and before.get(name) != selection.get(name):
+        if selection is not None and before.get(name, _NOT_RECORDED.get(name)) != selection.get(name):
             raise ResultsError(f"this directory was run with {option} {_shown(before.get(name))}, not "
                                f"{_shown(selection.get(name))}", file=str(out), where="--resume", fix=fix)
     done = set()

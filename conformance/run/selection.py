@@ -1,4 +1,5 @@
-"""Which cases a command runs: the generated suite, users' case files, --only and --shard.
+"""Which cases a command runs: the generated suite, users' case files, --only, --shard, and the selection by
+meaning (--reduction, --log-target, --dtype, --family).
 
 Used by `run` and `cases`. User files are read in full and validated, and ids given to
 --only are checked, before any case is drawn, so bad input stops a command before it writes.
@@ -18,12 +19,13 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from conformance.cases.families import FAMILIES
 from conformance.cases.generate import DEFAULT_SEED, build_case, check_key, generated_keys
 from conformance.cases.ids import CaseKey, build_id, parse_id
 from conformance.cases.shard import Shard, parse_shard
 from conformance.cases.userfile import load_case_file
 from conformance.core.errors import CaseFileError, UsageError
-from conformance.core.model import Case, Spec
+from conformance.core.model import Case, DtypePair, Params, Spec
 
 DEFAULT_MEMORY_BUDGET_MB = 8192.0
 # Peak bytes per element of a case (its input, target and broadcast result), in the two processes that hold
@@ -38,8 +40,10 @@ BYTES_PER_ELEMENT = JUDGE_BYTES_PER_ELEMENT + FRAMEWORK_BYTES_PER_ELEMENT
 
 @dataclass(frozen=True)
 class CaseSelection:
-    """Which cases a command runs, as its options (--seed, --suite, --samples, --cases, --only, --shard and
-    --memory-budget-mb) state them."""
+    """Which cases a command runs, as its options (--seed, --suite, --samples, --cases, --only, --shard,
+    --memory-budget-mb, --reduction, --log-target, --dtype and --family) state them. The last four select by
+    what a case means, not by its id: each is a set of accepted values (empty accepts all), and a case must
+    match every set given and, with --only, a pattern too."""
 
     seed: int = DEFAULT_SEED
     suite: str = "default"  # default, exhaustive or none (user case files only)
@@ -48,6 +52,62 @@ class CaseSelection:
     only: tuple[str, ...] = ()  # case ids or glob patterns; empty selects every case
     shard: str | None = None  # "K/N"
     memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
+    reduction: tuple[str, ...] = ()  # the reduction a call performs: a legacy pair counts as what it maps to
+    log_target: tuple[str, ...] = ()  # 0 or 1 (true and false are read as 1 and 0)
+    dtype: tuple[str, ...] = ()  # a dtype of input or target, or an exact pair INPUT:TARGET
+    family: tuple[str, ...] = ()  # the value family the case is drawn from ("user" for a case file's cases)
+
+    @property
+    def by_meaning(self) -> bool:
+        return bool(self.reduction or self.log_target or self.dtype or self.family)
+
+
+MEANING_OPTIONS = {"reduction": "--reduction", "log_target": "--log-target", "dtype": "--dtype", "family": "--family"}
+_TRUTH = {"0": False, "1": True, "false": False, "true": True}
+
+
+def meaning_values(spec: Spec) -> dict[str, tuple[str, ...]]:
+    """The values each selection by meaning accepts: the spec's reductions and dtypes, the families a case
+    can come from."""
+    return {"reduction": spec.reductions, "log_target": ("0", "1"),
+            "dtype": tuple(dict.fromkeys(spec.floating_dtypes + spec.rejected_dtypes)),
+            "family": (*sorted(FAMILIES), "integers", "user")}
+
+
+def check_meaning(spec: Spec, selection: CaseSelection) -> None:
+    """Refuse a value no case can have, naming the option, the value and the values there are."""
+    values = meaning_values(spec)
+    for name, option in MEANING_OPTIONS.items():
+        for given in getattr(selection, name):
+            if name == "log_target":
+                ok = given.lower() in _TRUTH
+            elif name == "dtype":
+                ok = all(part in values["dtype"] for part in given.split(":", 1))
+            else:
+                ok = given in values[name]
+            if not ok:
+                shown = ", ".join(values[name]) + (", or INPUT:TARGET" if name == "dtype" else "")
+                raise UsageError(f"unknown value {given!r}", where=option, fix=f"use one of {shown}")
+
+
+def matches_meaning(spec: Spec, selection: CaseSelection, params: Params, dtype: DtypePair, family: str) -> bool:
+    """Whether a case of these parameters, dtypes and family is in the selection by meaning. Its reduction is
+    the one the call performs: a legacy size_average/reduce pair decides it (spec: signature.legacy)."""
+    if selection.reduction:
+        reduction = params.reduction
+        if params.has_legacy:
+            try:
+                reduction = spec.legacy_reduction(params.size_average, params.reduce)
+            except KeyError:  # a pair the spec does not map: it reduces no named way
+                return False
+        if reduction not in selection.reduction:
+            return False
+    if selection.log_target and params.log_target not in {_TRUTH[v.lower()] for v in selection.log_target}:
+        return False
+    if selection.dtype and not any(v == str(dtype) if ":" in v else v in (dtype.input, dtype.target)
+                                   for v in selection.dtype):
+        return False
+    return not selection.family or family in selection.family
 
 
 def select_cases(spec: Spec, selection: CaseSelection) -> Iterator[Case]:
@@ -74,24 +134,29 @@ def selected_shard(selection: CaseSelection) -> Shard | None:
 
 def _selected(spec: Spec, selection: CaseSelection) -> Iterator[tuple[str, Callable[[], Case]]]:
     """Each selected case's id, and how to make the case (a generated case's values are drawn only then)."""
-    user = _user_cases(selection.case_files)
+    check_meaning(spec, selection)
+    every_user = _user_cases(selection.case_files)  # all of them name ids that generated cases must not take
+    user = [c for c in every_user if matches_meaning(spec, selection, c.params, c.dtype, c.family)]
     only = tuple(dict.fromkeys(selection.only))  # `--only ID --only ID` runs the case once
     exact = [p for p in only if not any(ch in p for ch in "*?[")]
     if only and len(exact) == len(only) and selection.suite != "none":
         # exact generated ids: rebuild them directly, whichever suite they came from
-        seen_user = {c.id for c in user}
+        seen_user = {c.id for c in every_user}
         for case_id in exact:
             if case_id in seen_user:
                 continue
             key = _generated_key(case_id, selection.memory_budget_mb)
+            if not matches_meaning(spec, selection, key.params, key.dtype, key.family):
+                continue
             yield case_id, functools.partial(build_case, key, selection.seed)
         yield from ((c.id, functools.partial(_given, c)) for c in user if c.id in exact)
         return
     generated = () if selection.suite == "none" else (
         (case_id, "generated", functools.partial(build_case, key, selection.seed))
         for case_id, key in generated_keys(spec, exhaustive=selection.suite == "exhaustive",
-                                           samples=selection.samples))
-    user_ids = {c.id: c.source for c in user}
+                                           samples=selection.samples)
+        if matches_meaning(spec, selection, key.params, key.dtype, key.family))
+    user_ids = {c.id: c.source for c in every_user}
     for case_id, source, make in _chain(generated, ((c.id, c.source, functools.partial(_given, c)) for c in user)):
         if source == "generated" and case_id in user_ids:
             raise CaseFileError("this id is also a generated case's id: two cases would share it", file=user_ids[case_id],

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"conformance": "conformance", "reference": "conformance.reference", "cases": "conformance.cases",
            "adapters": "conformance.adapters", "spec": "conformance.spec"}
 COMMANDS = {"conformance.cli", "conformance.arguments", "conformance.runcommand", "conformance.entry",
-            "conformance.repro", "conformance.selftest", "conformance.__main__"}
+            "conformance.repro", "conformance.selftest", "conformance.__main__", "conformance.api",
+            "conformance.pytest_plugin"}
 # wing -> the wings its modules may import (its own included)
 MAY_IMPORT = {
     "core": {"core"},

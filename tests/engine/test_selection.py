@@ -32,6 +32,9 @@ SELECTIONS = {
     "exact id and pattern": _selection(only=("fwd/none/log_target=0/scalar/float16/softmax/s0", "fwd/sum/*")),
     "exact id": _selection(only=("fwd/none/log_target=0/scalar/float16/softmax/s0",)),
     "exhaustive shard": _selection(suite="exhaustive", shard="3/40"),
+    "by meaning": _selection(reduction=("mean",), dtype=("float32",), case_files=(EXAMPLES,)),
+    "by meaning and exact ids": _selection(family=("softmax",), only=(
+        "fwd/none/log_target=0/scalar/float16/softmax/s0", "fwd/none/log_target=0/scalar/float16/onehot/s0")),
 }
 
 

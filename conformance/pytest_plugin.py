@@ -1,0 +1,340 @@
+"""kl-conformance's pytest plugin: the suite as test items of a maintainer's own pytest session.
+
+Registered through the `pytest11` entry point, so an environment with kl-conformance installed has it. Without
+--kl-framework it adds nothing, and loading it imports nothing but pytest: the harness is imported when the
+option is given, and a framework only ever in the harness's worker process, as `kl-conformance run` does.
+
+One item per (case, API, device, part), named by the case id. Items are judged a case at a time by the
+runner (conformance/run/runner.py) in one worker per pytest process, so a crash costs one case, never the
+session; the verdict decides the outcome: a pass passes, an unsupported call is skipped, a divergence the
+profile documents or --kl-known accepts (or, with --kl-baseline, unchanged since the baseline) is xfailed with
+the reason, and any other divergence fails, showing the verdict, cause, got against expected and the
+`kl-conformance repro` command. At the end the CLI's gates decide over every row the session wrote (a stale
+known entry, a result lost since the baseline) and fail the session as `run` exits 1. Works under pytest-xdist:
+each worker collects the same items; the controller finds the devices once and decides the gates.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_WORKER_INPUT = "kl_conformance"
+_DESELECTED = "deselected"  # a file in the shared directory: some items of the suite did not run
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("kl-conformance", "kl-conformance: the kl_div conformance suite as test items")
+    add = group.addoption
+    add("--kl-framework", action="append", default=[], metavar="NAME",
+        help="run the suite against this framework: a registered name (torch) or package.module:AdapterClass "
+             "(repeatable). Without it the plugin adds nothing")
+    add("--kl-only", action="append", default=[], metavar="ID", help="only case ids matching this glob (repeatable)")
+    add("--kl-cases", action="append", default=[], metavar="FILE", help="user case file (repeatable)")
+    add("--kl-suite", choices=("default", "exhaustive", "none"), default="default",
+        help="generated suite: default, exhaustive, or none (the --kl-cases files alone)")
+    add("--kl-seed", type=int, default=None, metavar="N", help="draw of the generated values (default: the CLI's)")
+    add("--kl-known", metavar="FILE", help="known-findings file: the divergences it accepts xfail; an entry that "
+                                           "matches nothing is stale and fails the session")
+    add("--kl-baseline", metavar="DIR", help="an earlier run: a divergence unchanged since it xfails; a new or "
+                                             "changed one fails, and so does a result lost since (--fail-on-new)")
+    add("--kl-reduction", action="append", default=[], metavar="NAME",
+        help="only cases that reduce this way, legacy variants included (repeatable)")
+    add("--kl-log-target", action="append", default=[], metavar="0|1", help="only cases with this log_target")
+    add("--kl-dtype", action="append", default=[], metavar="DTYPE",
+        help="only cases whose input or target has this dtype, or exactly INPUT:TARGET (repeatable)")
+    add("--kl-family", action="append", default=[], metavar="NAME", help="only cases of this value family")
+    add("--kl-api", action="append", default=[], metavar="NAME", help="only this API (repeatable; default all)")
+    add("--kl-part", action="append", default=[], metavar="PART",
+        help="only this part: forward, grad_input, grad_target, grad2_input (repeatable)")
+    add("--kl-device", action="append", default=[], metavar="NAME",
+        help="only this device (repeatable; default every device present)")
+    add("--kl-timeout-s", type=float, default=None, metavar="S", help="time limit of one case (default: the CLI's)")
+
+
+def pytest_configure(config) -> None:
+    if config.getoption("kl_framework"):
+        config.pluginmanager.register(_Suite(config), "kl-conformance-suite")
+
+
+class _Suite:
+    """The session's suite: the checked options, the frameworks' devices, and the rows judged so far."""
+
+    def __init__(self, config) -> None:
+        from conformance.core.errors import ConformanceError
+
+        self.config = config
+        try:
+            self._setup(config)
+        except ConformanceError as exc:
+            if exc.where:  # the CLI's option names, as this plugin spells them
+                exc.where = ("--kl-framework" if exc.where == "framework" else
+                             exc.where.replace("--", "--kl-").replace("--kl-kl-", "--kl-"))
+            raise pytest.UsageError(f"kl-conformance: {exc.render()}") from None
+
+    def _setup(self, config) -> None:
+        from conformance import api
+        from conformance.adapters.registry import get_adapter
+        from conformance.cases.generate import DEFAULT_SEED
+        from conformance.core.errors import UsageError
+        from conformance.core.model import PARTS
+        from conformance.judge.known import load_known
+        from conformance.run.runner import DEFAULT_TIMEOUT_S, select
+        from conformance.run.selection import select_lazily
+
+        opt = config.getoption
+        self.spec = api.load_spec()
+        self.selection = api.Selection(
+            seed=DEFAULT_SEED if opt("kl_seed") is None else opt("kl_seed"), suite=opt("kl_suite"),
+            case_files=tuple(opt("kl_cases")), only=tuple(opt("kl_only")), reduction=tuple(opt("kl_reduction")),
+            log_target=tuple(opt("kl_log_target")), dtype=tuple(opt("kl_dtype")), family=tuple(opt("kl_family")))
+        self.apis, self.devices, self.parts = tuple(opt("kl_api")), tuple(opt("kl_device")), tuple(opt("kl_part"))
+        for part in self.parts:
+            if part not in PARTS:
+                raise UsageError(f"unknown part {part!r}", where="--kl-part", fix=f"use one of {list(PARTS)}")
+        self.timeout_s = DEFAULT_TIMEOUT_S if opt("kl_timeout_s") is None else opt("kl_timeout_s")
+        self.known = load_known(opt("kl_known")) if opt("kl_known") else None
+        self.baseline = opt("kl_baseline")
+        self.baseline_rows = self._baseline_rows() if self.baseline else {}
+        if not any(True for _ in select_lazily(self.spec, self.selection)):  # validates files, ids and values
+            raise UsageError("no case matches the selection", where="--kl-only / --kl-cases / --kl-suite / "
+                             "--kl-reduction / --kl-log-target / --kl-dtype / --kl-family",
+                             fix="check the ids with `kl-conformance cases`")
+        self.frameworks = [api.framework_name(name) for name in dict.fromkeys(opt("kl_framework"))]
+        self.adapters = {name: get_adapter(name) for name in self.frameworks}
+        for name, adapter in self.adapters.items():  # unknown names are refused before any worker starts
+            select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
+                   self.apis, self.devices)
+        self.pools: dict = {}
+        self.rows: dict = {}  # (framework, case id) -> {(api, device, part): Result}
+        self.runs = 0
+        given = getattr(config, "workerinput", {}).get(_WORKER_INPUT)
+        if given is not None:  # an xdist worker: the controller found the devices and made the shared directory
+            self.dir, self.present = Path(given["dir"]), {k: tuple(v) for k, v in given["present"].items()}
+            self.controller = False
+            return
+        self.controller = True
+        self.dir = Path(tempfile.mkdtemp(prefix="kl-conformance-pytest-"))
+        self.present = {}
+        for name, adapter in self.adapters.items():
+            pool = self._pool(name)
+            try:
+                info = pool.start()
+            except Exception as exc:  # WorkerUnavailable: the framework cannot be loaded
+                self.close()
+                pytest.exit(f"kl-conformance: {name} did not run: {exc}", returncode=3)
+            self.present[name] = tuple(info.devices)
+            select(name, [a.name for a in adapter.apis], adapter.known_devices, info.devices, self.apis,
+                   self.devices)
+
+    def _baseline_rows(self) -> dict:
+        from conformance.arguments import check_baseline_draw
+        from conformance.core.errors import UsageError
+        from conformance.core.results import RESULTS_FILE, iter_results
+
+        if not (Path(self.baseline) / RESULTS_FILE).is_file():
+            raise UsageError("no results.jsonl in the baseline directory", file=self.baseline, where="--kl-baseline",
+                             fix="pass the --out directory of an earlier run")
+        check_baseline_draw(Path(self.baseline), self.spec.hash, self.selection.seed)  # the same cases under its ids
+        return {(r.case_id, r.framework, r.api, r.device, r.part): r for r in iter_results(self.baseline)}
+
+    def _pool(self, name: str):
+        from conformance.judge.refcache import default_cache_dir
+        from conformance.run.worker import WorkerPool
+
+        if name not in self.pools:
+            self.pools[name] = WorkerPool(name, timeout_s=self.timeout_s, compile_cache_dir=default_cache_dir())
+        return self.pools[name]
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        self.pools.clear()
+
+    # xdist: the controller hands each worker the devices and the shared directory
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        present = {name: list(devices) for name, devices in self.present.items()}
+        node.workerinput[_WORKER_INPUT] = {"dir": str(self.dir), "present": present}
+        self.close()  # the controller runs no item: its workers judge them
+
+    @pytest.hookimpl(tryfirst=True)  # before -k and -m choose among the items
+    def pytest_collection_modifyitems(self, session, config, items) -> None:
+        from conformance.api import cases
+        from conformance.reference.forward import takes_input_space
+
+        chosen = cases(self.selection, spec=self.spec)
+        for name in self.frameworks:
+            adapter = self.adapters[name]
+            label = f"kl-conformance[{adapter.name}]"
+            collector = _Framework.from_parent(session, name=label, nodeid=label)
+            devices = [d for d in (self.devices or self.present[name]) if d in self.present[name]]
+            apis = [a for a in adapter.apis if not self.apis or a.name in self.apis]
+            made = []
+            for case in chosen:
+                for api in apis:
+                    if not takes_input_space(case, api.dialect, self.spec):
+                        continue  # no row: the API's dialect does not speak the case's input space
+                    for device in devices:
+                        for part in case.parts:
+                            if not self.parts or part in self.parts:
+                                made.append(_Call.from_parent(
+                                    collector, name=f"{case.id}[{api.name}-{device}-{part}]", framework=name,
+                                    case=case, call=(api.name, device, part)))
+            # as a collector's report, so that the terminal counts them as collected
+            config.hook.pytest_collectreport(report=pytest.CollectReport(label, "passed", None, made))
+            items.extend(made)
+
+    def pytest_deselected(self, items) -> None:
+        if any(isinstance(item, _Call) for item in items):
+            (self.dir / _DESELECTED).touch()
+
+    def rows_of(self, framework: str, case) -> dict:
+        """The case's rows on every selected API, device and part, judged once per pytest process."""
+        key = (framework, case.id)
+        if key not in self.rows:
+            self.rows[key] = self._judge(framework, case)
+        return self.rows[key]
+
+    def _judge(self, framework: str, case) -> dict:
+        from conformance.core.results import iter_results
+        from conformance.judge.refcache import default_cache_dir
+        from conformance.run.runner import RunOptions, run_conformance
+        from conformance.runcommand import selection_record
+
+        self.runs += 1
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        out = self.dir / f"{worker}-{self.runs:06d}"
+        record = selection_record(self.selection, self.known, self.parts, self.apis, self.devices,
+                                  self.adapters[framework].name)
+        run_info = {"seed": self.selection.seed, "suite": self.selection.suite, "samples": self.selection.samples,
+                    "case_files": list(self.selection.case_files), "only": list(self.selection.only),
+                    "shard": None, "known": self.config.getoption("kl_known"), "selection": record,
+                    "command": "pytest --kl-framework " + framework}
+        options = RunOptions(apis=self.apis, devices=self.devices, parts=self.parts, timeout_s=self.timeout_s,
+                             known=self.known, cache_dir=default_cache_dir())
+        summary = run_conformance(self.spec, framework, [case], out, options, run_info=run_info,
+                                  pool=self._pool(framework))
+        if summary.not_run:
+            pytest.fail(f"kl-conformance: {framework} did not run: {summary.not_run}", pytrace=False)
+        return {(r.api, r.device, r.part): r for r in iter_results(out)}
+
+    def pytest_sessionfinish(self, session) -> None:
+        self.close()
+        if not self.controller:
+            return
+        gated = self.known is not None or self.baseline is not None
+        if gated:
+            decision = self._gate()
+            if decision.lines:
+                reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+                for line in decision.lines:
+                    if reporter is not None:
+                        reporter.write_line(f"kl-conformance: {line}", red=True, bold=True)
+                if session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _gate(self):
+        """The CLI's gates over every row this session wrote (each case's run directory)."""
+        from conformance import api
+        from conformance.core.results import RESULTS_FILE, iter_results, read_manifest
+
+        partial = (self.dir / _DESELECTED).exists() or self.config.getoption("exitfirst", False) \
+            or bool(self.config.getoption("maxfail", 0))
+        outcomes = []
+        for run in sorted(p for p in self.dir.iterdir() if (p / RESULTS_FILE).is_file()):
+            manifest = read_manifest(run)
+            if partial:  # items left out (-k, -x, --lf): the known entries about them are not exercised
+                selection = manifest.setdefault("selection", {})
+                selection["narrowed_by"] = sorted(set(selection.get("narrowed_by", [])) | {"--only"})
+            outcomes.append(api.RunOutcome(list(iter_results(run)), manifest))
+        return api.gate(outcomes, known=self.known, baseline=self.baseline, fail_on_new=self.baseline is not None,
+                        spec=self.spec)
+
+    def pytest_unconfigure(self, config) -> None:
+        self.close()
+        if self.controller:
+            import shutil
+
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _Framework(pytest.Collector):
+    """The items of one framework (their parent, so that each item's node id names it)."""
+
+    def collect(self):
+        return []
+
+
+class _Divergence(Exception):
+    """An undocumented divergence: its text is the item's failure."""
+
+
+class _Call(pytest.Item):
+    """One (case, API, device, part) of one framework."""
+
+    def __init__(self, *, framework: str, case, call: tuple[str, str, str], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.framework, self.case, self.call = framework, case, call
+
+    def runtest(self) -> None:
+        suite = self.config.pluginmanager.get_plugin("kl-conformance-suite")
+        row = suite.rows_of(self.framework, self.case).get(self.call)
+        if row is None:
+            pytest.fail(f"kl-conformance: no result for {self.case.id} on {' / '.join(self.call)}", pytrace=False)
+        if row.verdict.value == "pass":
+            return
+        if row.verdict.value == "unsupported":
+            pytest.skip(f"unsupported: {row.message}")
+        reason = _accepted(row, suite)
+        if reason:
+            pytest.xfail(reason)
+        raise _Divergence(_failure_text(row, self.framework, self.case, suite))
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, _Divergence):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.framework}: {self.name}"
+
+
+def _accepted(row, suite) -> str:
+    """Why a divergence does not fail: the profile documents it, a known entry accepts it, or it is unchanged
+    since the baseline. Empty where none of these holds."""
+    said = f"{row.verdict.value} ({row.cause})" if row.cause else row.verdict.value
+    if row.documented:
+        return f"{said}: documented by the {row.framework} profile: {', '.join(row.documented_by)}"
+    if row.known_by:
+        return f"{said}: known ({suite.config.getoption('kl_known')}: {', '.join(row.known_by)})"
+    before = suite.baseline_rows.get((row.case_id, row.framework, row.api, row.device, row.part))
+    if before is not None and (before.verdict, before.cause) == (row.verdict, row.cause):
+        return f"{said}: unchanged since the baseline {suite.baseline}"
+    return ""
+
+
+def _failure_text(row, framework: str, case, suite) -> str:
+    from conformance.cases.generate import DEFAULT_SEED
+    from conformance.core.text import terminal_line
+
+    command = ["kl-conformance", "repro", case.id, "--framework", framework, "--api", row.api, "--device",
+               row.device, "--part", row.part]
+    if case.source != "generated":
+        command += ["--cases", case.source]
+    elif suite.selection.seed != DEFAULT_SEED:
+        command += ["--seed", str(suite.selection.seed)]
+    lines = [f"{row.framework} {row.framework_version} / {row.api} / {row.device} / {row.part}: "
+             f"{row.verdict.value}, undocumented",
+             f"case:    {terminal_line(case.id)}",
+             f"verdict: {row.verdict.value}",
+             f"cause:   {terminal_line(row.cause or 'unexplained')}",
+             f"got against expected: {terminal_line(row.message)}"]
+    if row.max_abs_err is not None and row.bound is not None:
+        lines.append(f"worst |error| {row.max_abs_err:.3g} against the bound {row.bound:.3g}")
+    lines.append("reproduce: " + " ".join(shlex.quote(part) for part in command))
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""The public Python API (conformance.api): a run gives typed rows, one observation is judged as a run judges
+it, and the gates decide as the CLI decides. Before it, all of this needed the private modules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import conformance.api as kl
+from conformance.cli import main
+from tests.faults.adapters import NumpyAdapter
+
+CASES = """
+- {id: ok-before, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
+- {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
+- {id: ok-after, input: [[-0.5, -1.5]], target: [[0.5, 0.5]], reduction: none, dtype: float64}
+"""
+OFF_BY_ONE = "tests.faults.adapters:OffByOneAdapter"
+
+
+@pytest.fixture
+def case_file(tmp_path):
+    path = tmp_path / "cases.yaml"
+    path.write_text(CASES)
+    return str(path)
+
+
+def _selection(case_file, **more):
+    return kl.Selection(suite="none", case_files=(case_file,), **more)
+
+
+def test_run_gives_typed_rows_for_a_name_a_class_or_an_instance(case_file, tmp_path):
+    for framework in (NumpyAdapter, NumpyAdapter(), "tests.faults.adapters:NumpyAdapter"):
+        outcome = kl.run(framework, selection=_selection(case_file))
+        assert outcome.out_dir is None and outcome.not_run is None and outcome.stopped is None
+        assert all(isinstance(r, kl.Result) for r in outcome.rows)
+        # the stand-in answers every case but the fault one honestly, and raises NotImplementedError there
+        assert {(r.case_id, r.verdict) for r in outcome.rows} == {
+            ("ok-before", kl.Verdict.PASS), ("the-fault", kl.Verdict.ERROR), ("ok-after", kl.Verdict.PASS)}
+        assert outcome.manifest["framework"] == "tests.faults.adapters:NumpyAdapter"
+    kept = kl.run(NumpyAdapter, selection=_selection(case_file, reduction=("none",)), out=tmp_path / "kept")
+    assert [r.case_id for r in kept.rows] == ["ok-after"] and (tmp_path / "kept" / "results.jsonl").is_file()
+
+
+def test_a_class_the_worker_cannot_import_is_refused_in_one_line():
+    class Local(NumpyAdapter):
+        pass
+    with pytest.raises(kl.ConformanceError, match="cannot be imported by the worker"):
+        kl.run(Local)
+    with pytest.raises(kl.ConformanceError, match="unknown framework 'no-such-framework'"):
+        kl.run("no-such-framework")
+
+
+@pytest.mark.parametrize("options", [[], ["--strict"], ["--known", "KNOWN"], ["--strict", "--known", "KNOWN"]])
+def test_gate_decides_as_the_cli_does(case_file, tmp_path, options):
+    known = tmp_path / "known.yaml"
+    known.write_text("- {id: off, case_id: the-fault, verdict: value, reason: tracked upstream}\n"
+                     "- {id: gone, case_id: ok-after, verdict: value, reason: fixed since}\n")
+    options = [str(known) if o == "KNOWN" else o for o in options]
+    code = main(["run", "--framework", OFF_BY_ONE, "--cases", case_file, "--suite", "none", "--out",
+                 str(tmp_path / "cli"), "--no-progress", "--no-repro", *options])
+    strict, known_given = "--strict" in options, "--known" in options
+    outcome = kl.run(OFF_BY_ONE, selection=_selection(case_file), known=known if known_given else None)
+    decision = kl.gate(outcome, strict=strict, known=known if known_given else None)
+    assert decision.code == code
+    assert kl.gate(tmp_path / "cli", strict=strict, known=known if known_given else None).code == code
+    # what each gate decides, written out: the off-by-one is undocumented unless the known file accepts it,
+    # and that file's second entry accepts nothing (stale)
+    assert code == (kl.EXIT_GATE if (strict and not known_given) or known_given else kl.EXIT_OK)
+    assert [r.case_id for r in outcome.undocumented] == ([] if known_given else ["the-fault"])
+    if known_given:
+        assert any("stale" in line and "'gone'" in line for line in decision.lines)
+
+
+def test_gate_fails_closed_when_the_framework_did_not_run(case_file):
+    outcome = kl.run("tests.faults.adapters:UnloadableAdapter", selection=_selection(case_file))
+    assert outcome.not_run and "numpy_kl" in outcome.not_run and outcome.rows == []
+    assert kl.gate(outcome).code == kl.EXIT_OK
+    decision = kl.gate(outcome, strict=True)
+    assert decision.code == kl.EXIT_INCOMPLETE and any("did not run" in line for line in decision.lines)
+    with pytest.raises(kl.ConformanceError, match="--fail-on-new needs --baseline"):
+        kl.gate(outcome, fail_on_new=True)
+
+
+def test_judge_gives_the_verdict_and_cause_of_one_observation(spec):
+    case = kl.case("fwd/sum/log_target=0/4x6/float64/softmax/s0")
+    x, t = case.input, case.target
+    right = np.sum(t * (np.log(t) - x))  # the KL divergence's sum, written out here
+    assert kl.judge(case, right).verdict is kl.Verdict.PASS
+    wrong = kl.judge(case, right / 4)
+    assert wrong.verdict is kl.Verdict.VALUE and wrong.cause == "unexplained"
+    assert repr(float(right))[:6] in wrong.message  # the expectation, against which the value was judged
+    # IEEE arithmetic at a zero target: NaN beside an infinite input, where the spec's convention says 0
+    zeros = kl.case("fwd/none/log_target=0/4x6/float64/zero_prob/s0")
+    x, t = zeros.input, zeros.target
+    with np.errstate(all="ignore"):
+        ieee = np.where(t == 0, np.where(np.isinf(x), np.nan, 0.0), t * (np.log(t) - x))
+    explained = kl.judge(zeros, ieee)
+    assert explained.verdict is kl.Verdict.NONFINITE and explained.cause == "pointwise.conventions.target_zero"
+    assert kl.judge(case, np.float32(right)).verdict is kl.Verdict.DTYPE
+    raised = kl.judge(case, ValueError("no"))
+    assert raised.verdict.is_divergence
+    assert kl.judge(case, kl.Observation(value=np.asarray(right), dtype="float64", shape=())).verdict is kl.Verdict.PASS
+    single = kl.case("fwd/sum/log_target=0/4x6/float32/softmax/s0")
+    in_float64 = np.sum(single.target * (np.log(single.target) - single.input))
+    assert kl.judge(single, in_float64).verdict is kl.Verdict.DTYPE  # a float64 array for a float32 call
+    assert kl.judge(single, in_float64, dtype="float32").verdict is kl.Verdict.PASS  # converted by the caller
+    assert kl.expected(case).value == pytest.approx(right, rel=1e-12)

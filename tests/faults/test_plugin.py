@@ -1,0 +1,147 @@
+"""The pytest plugin (conformance/pytest_plugin.py), run as a maintainer runs it: a pytest session in a project
+of their own, with the NumPy stand-in adapters as the framework. Each session is a subprocess, so that the
+plugin loads through its entry point as it does in someone else's project."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = """
+- {id: ok-before, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
+- {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
+"""
+OFF_BY_ONE = "tests.faults.adapters:OffByOneAdapter"
+FRAMEWORKS = ("torch", "jax", "jaxlib", "tensorflow", "keras", "paddle", "mindspore", "oneflow", "mlx", "optax",
+              "flax")
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A maintainer's project: one test of their own; the stand-in adapters importable (the repository's root
+    goes last on sys.path, so the installed kl-conformance is the one used)."""
+    (tmp_path / "conftest.py").write_text(f"import sys\nsys.path.append({str(ROOT)!r})\n")
+    (tmp_path / "test_own.py").write_text("def test_own():\n    assert 1 + 1 == 2\n")
+    (tmp_path / "cases.yaml").write_text(CASES)
+    return tmp_path
+
+
+def _pytest(project: Path, *args: str) -> tuple[int, str, dict[str, str]]:
+    """Exit code, output, and each test's outcome by its node id (from junit.xml)."""
+    junit = project / "junit.xml"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
+                           f"--junitxml={junit}", *args], cwd=project, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=600)
+    outcomes = {}
+    if junit.is_file():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            kind = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+            if kind == "skipped" and "xfail" in (case.find("skipped").get("type") or ""):
+                kind = "xfailed"
+            outcomes[case.get("name")] = kind
+        junit.unlink()
+    return done.returncode, done.stdout + done.stderr, outcomes
+
+
+def test_without_kl_framework_the_plugin_adds_nothing_and_imports_no_framework(project):
+    (project / "test_modules.py").write_text(
+        "import sys\n"
+        f"def test_nothing_loaded():\n"
+        f"    assert 'conformance.pytest_plugin' in sys.modules  # loaded by its entry point\n"
+        f"    assert not {{'conformance.api', 'conformance.run.runner'}} & set(sys.modules)\n"
+        f"    assert not set({FRAMEWORKS!r}) & set(sys.modules)\n")
+    code, output, outcomes = _pytest(project)
+    assert code == 0, output
+    assert outcomes == {"test_own": "passed", "test_nothing_loaded": "passed"}
+
+
+def test_loading_the_plugin_imports_no_framework():
+    script = ("import sys, conformance.pytest_plugin\n"
+              f"print(sorted(set({FRAMEWORKS!r}) & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT / "tests",
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_one_item_per_call_pass_fail_with_verdict_cause_and_repro(project):
+    code, output, outcomes = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml",
+                                     "--kl-suite", "none")
+    assert code == 1
+    assert outcomes == {"test_own": "passed", "ok-before[numpy.kl_div-cpu-forward]": "passed",
+                        "the-fault[numpy.kl_div-cpu-forward]": "failure"}
+    assert "verdict: value" in output and "cause:   unexplained" in output
+    assert re.search(r"got against expected: .*got 2\.18766\d*, expected 1\.18766", output)  # off by one
+    assert ("reproduce: kl-conformance repro the-fault --framework tests.faults.adapters:OffByOneAdapter "
+            "--api numpy.kl_div --device cpu --part forward --cases cases.yaml") in output
+    # -k selects by case id
+    code, output, outcomes = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml",
+                                     "--kl-suite", "none", "-k", "ok-before")
+    assert code == 0 and outcomes == {"ok-before[numpy.kl_div-cpu-forward]": "passed"}, output
+
+
+def test_a_known_divergence_xfails_and_a_stale_entry_fails_the_session(project):
+    known = project / "known.yaml"
+    known.write_text("- {id: off, case_id: the-fault, verdict: value, reason: tracked upstream}\n")
+    args = ("--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml", "--kl-suite", "none", "--kl-known", "known.yaml")
+    code, output, outcomes = _pytest(project, *args)
+    assert code == 0, output
+    assert outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "xfailed"
+    assert "known (known.yaml: off)" in output
+    known.write_text(known.read_text() + "- {id: gone, case_id: ok-before, verdict: value, reason: fixed since}\n")
+    code, output, outcomes = _pytest(project, *args)
+    assert code == 1 and "stale" in output and "'gone'" in output, output
+    assert "failure" not in outcomes.values()  # no item fails: the session does, as the CLI's gate
+    # the stale entry's case left out by -k: not exercised, so not stale
+    code, output, _ = _pytest(project, *args, "-k", "the-fault")
+    assert code == 0, output
+
+
+def test_a_framework_that_cannot_load_fails_the_session_in_one_line(project):
+    code, output, outcomes = _pytest(project, "--kl-framework", "tests.faults.adapters:UnloadableAdapter")
+    assert code == 3
+    assert "did not run" in output and "No module named 'numpy_kl'" in output and "Traceback" not in output
+    assert outcomes == {}
+
+
+def test_bad_options_are_one_line_naming_the_plugin_option(project):
+    code, output, _ = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-dtype", "float8")
+    assert code == 4 and "--kl-dtype: unknown value 'float8'" in output and "Traceback" not in output
+    code, output, _ = _pytest(project, "--kl-framework", "no-such-framework")
+    assert code == 4 and "--kl-framework" in output and "no-such-framework" in output
+
+
+def test_under_xdist_the_items_and_outcomes_are_those_of_one_process(project):
+    many = "".join(f"- {{id: {'fault' if i % 3 == 0 else 'fine'}-{i}, input: [[-1.0, -{i}.5]], target: [[0.25, 0.75]], "
+                   f"reduction: {('sum', 'none', 'mean')[i % 3]}, dtype: float64}}\n" for i in range(12))
+    (project / "many.yaml").write_text(many + "- {id: ok-before, input: [-1.0], target: [0.5], dtype: float64}\n")
+    (project / "known.yaml").write_text("- {id: gone, case_id: ok-before, verdict: value, reason: fixed since}\n")
+    args = ("--kl-framework", OFF_BY_ONE, "--kl-cases", "many.yaml", "--kl-suite", "none", "--kl-known", "known.yaml")
+    code, output, serial = _pytest(project, *args)
+    assert code == 1 and "stale" in output, output
+    code, output, parallel = _pytest(project, *args, "-n", "2")
+    assert code == 1 and "stale" in output, output
+    assert parallel == serial and len(serial) == 14  # 13 cases' forward calls, and the project's own test
+    assert [name for name, kind in serial.items() if kind == "failure"] == [
+        f"fault-{i}[numpy.kl_div-cpu-forward]" for i in (0, 3, 6, 9)]
+
+
+def test_a_baseline_xfails_what_is_unchanged_and_fails_what_changed(project):
+    from conformance.cli import main
+
+    for adapter, out in (("OffByOneAdapter", "same"), ("NumpyAdapter", "other")):
+        assert main(["run", "--framework", f"tests.faults.adapters:{adapter}", "--cases", str(project / "cases.yaml"),
+                     "--suite", "none", "--out", str(project / out), "--no-progress", "--no-repro"]) == 0
+    args = ("--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml", "--kl-suite", "none", "--kl-baseline")
+    code, output, outcomes = _pytest(project, *args, "same")
+    assert code == 0, output
+    assert outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "xfailed" and "unchanged since the baseline" in output
+    # the stand-in raised on the fault case in the other baseline: a value divergence now is a change
+    code, output, outcomes = _pytest(project, *args, "other")
+    assert code == 1 and outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "failure", output
