@@ -29,6 +29,13 @@ def case_selection(args: argparse.Namespace) -> CaseSelection:
                          family=tuple(args.family))
 
 
+def no_case_matches() -> UsageError:
+    """What `run` and `selftest` say when their selection options leave no case."""
+    return UsageError("no case matches the selection",
+                      where="--only / --cases / --suite / --shard / --reduction / --log-target / --dtype / --family",
+                      fix="check the ids with `kl-conformance cases` and the same options")
+
+
 def cache_dir_of(args: argparse.Namespace) -> Path | None:
     """The reference cache's directory (also where a framework keeps its compiled kernels); None with --no-cache."""
     return None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()

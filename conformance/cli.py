@@ -23,7 +23,8 @@ from typing import Sequence
 
 import conformance
 from conformance.adapters.registry import get_adapter, is_known, known_adapters
-from conformance.arguments import REBASELINE, case_selection, check_gate_options, gates_of, inputs_of, like_marks
+from conformance.arguments import (REBASELINE, case_selection, check_gate_options, gates_of, inputs_of, like_marks,
+                                   no_case_matches)
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import PARTS, Spec
@@ -300,8 +301,7 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
            args.api, args.device)
     cases = list(select_cases(spec, case_selection(args)))
     if not cases:
-        raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard",
-                         fix="check the ids with `kl-conformance cases`")
+        raise no_case_matches()
     # its own parts are replaced (each run's by that run's record); nothing else there is removed
     out = check_out_dir(args.out, force=args.force, record_required=False)
     # the self-test owns its output directory: each of its runs replaces that run's earlier output

@@ -20,7 +20,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from conformance.adapters.registry import get_adapter, is_known, known_adapters
-from conformance.arguments import cache_dir_of, case_selection, check_gate_options, gates_of, inputs_of, like_marks
+from conformance.arguments import (cache_dir_of, case_selection, check_gate_options, gates_of, inputs_of, like_marks,
+                                   no_case_matches)
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Case, Result, Spec
@@ -87,9 +88,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
             makers = makers if len(makers) <= KEEP_CASES else None
     kept = [make() for make in makers] if makers is not None else None
     if not total:
-        raise UsageError("no case matches the selection", where="--only / --cases / --suite / --shard / "
-                         "--reduction / --log-target / --dtype / --family",
-                         fix="check the ids with `kl-conformance cases`")
+        raise no_case_matches()
     show_details = bool(args.only) and total <= DETAIL_LIMIT
     progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
     selection = selection_record(selected, known, args.part, args.api, args.device, get_adapter(args.framework).name)

@@ -46,3 +46,18 @@ def test_a_known_entry_outside_the_selection_is_not_stale(tmp_path, capsys):
     assert _run(tmp_path, "--known", str(known), out="whole") == 1  # nothing diverges: the entry is stale
     assert "stale" in capsys.readouterr().err
     assert _run(tmp_path, "--known", str(known), "--family", "user", "--reduction", "none", out="part") == 0
+
+
+def test_run_and_selftest_say_which_options_left_no_case(tmp_path, capsys):
+    """A selection by meaning that leaves nothing is bad input on both commands: one line naming the options,
+    exit 2, nothing written."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(CASES)
+    common = ["--framework", NUMPY, "--cases", str(cases), "--suite", "none", "--reduction", "batchmean"]
+    for command in (["run", *common, "--no-progress", "--no-repro", "--out", str(tmp_path / "run")],
+                    ["selftest", *common, "--out", str(tmp_path / "selftest")]):
+        capsys.readouterr()
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "no case matches the selection" in err and "--reduction" in err, err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "selftest").exists()
