@@ -10,14 +10,14 @@ import pytest
 
 from conformance.cli import main
 
-# The whole default suite on torch (the CI gate the issue asks for); on the other frameworks, which are
-# slower per call, the 4x6 float32 and float64 cases of every family and reduction (docs/guide/devices.md),
-# the cases whose input broadcasts against target, where profiles document same-shape rules, and the
-# integer-dtype error cases (the only errors an API without a reduction argument, optax's, meets).
+# The whole default suite on torch (the CI gate the issue asks for), every dtype; on the other frameworks,
+# which are slower per call, the 4x6 float32 cases of every family and reduction (float32 stands for the
+# floating dtypes: its bounds are the ones a planted value must clear by rounding; torch's run plants into
+# float64 too), the cases whose input broadcasts against target, where profiles document same-shape rules,
+# and the integer-dtype error cases (the only errors an API without a reduction argument, optax's, meets).
 # Keras' clipped probabilities (spec: dialects.keras) expect an infinity only in float16, where a gradient
 # passes 65504: its float16 cases are in the subset too (other frameworks call them unsupported).
-SUBSET = ["fwd/*/4x6/float32/*", "fwd/*/4x6/float64/*", "fwd/*/6:4x6/*", "fwd/*/integers/*",
-          "fwd/*,input=prob/4x6/float16/*"]
+SUBSET = ["fwd/*/4x6/float32/*", "fwd/*/6:4x6/*", "fwd/*/integers/*", "fwd/*,input=prob/4x6/float16/*"]
 
 
 def _variant_halves() -> tuple[list[str], list[str]]:
