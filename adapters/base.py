@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from conformance.core.model import FLOAT_DTYPES, LAYOUTS, PARTS, UPSTREAM, Case, Expected, Observation
+from conformance.core.model import EAGER, FLOAT_DTYPES, LAYOUTS, PARTS, UPSTREAM, Case, Expected, Observation
 from conformance.core.rounding import INTEGER_DTYPES
 from conformance.core.text import without_escapes
 
@@ -33,6 +33,26 @@ class FrameworkUnavailable(Exception):
 
 class MissingGradient(Exception):
     """The framework's autograd returned no gradient (None) where the loss depends on the argument."""
+
+
+class ModeFallback(Exception):
+    """A compiled or graph mode's call ran eagerly instead (a recompile limit, a graph break, a jit that traced
+    nothing): the adapter raises it once its framework's counters show it, and the row's verdict is `fallback`,
+    never the eager answer's."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A way of making the call other than eager that an adapter offers (torch `inductor`, paddle `to-static`).
+
+    `about` says in one line what the mode wraps the call in (`modes` lists it); `gradients` False says the mode
+    has no autograd (an exported graph run by onnxruntime), so every gradient part is unsupported with that
+    reason. The adapter reads its `mode` attribute in `invoke`, `gradient` and `repro_source`.
+    """
+
+    name: str
+    about: str
+    gradients: bool = True
 
 
 @dataclass(frozen=True)
@@ -153,6 +173,15 @@ class Adapter:
     # entry point): a file path, relative to the adapter's module, or the profile itself as a dict. A
     # <name>.yaml in --profiles (or shipped) comes first.
     profile: ClassVar[str | Path | dict | None] = None
+    # The modes beside eager this adapter can make its calls in (Mode); an adapter without any is eager only.
+    modes: ClassVar[tuple[Mode, ...]] = ()
+    # The mode of the calls that follow: the worker sets it before each call (and a reproducer before its
+    # source), so `invoke`, `gradient` and `repro_source` keep their signatures.
+    mode: str = EAGER
+
+    def mode_unavailable(self, mode: str) -> str | None:
+        """Why `mode` cannot run here (a package it needs is not installed), or None; called after `load`."""
+        return None
 
     def load(self) -> None:
         """Import the framework; raise FrameworkUnavailable(reason) when it cannot be."""
@@ -188,7 +217,12 @@ class Adapter:
         return None
 
     def unsupported_part(self, api: Api, part: str) -> str | None:
-        """Why `api` cannot produce `part`: a gradient with respect to an argument it does not differentiate."""
+        """Why `api` cannot produce `part`: a gradient with respect to an argument it does not differentiate, or
+        one in a mode without autograd."""
+        if part != "forward" and self.mode != EAGER:
+            mode = next((m for m in self.modes if m.name == self.mode), None)
+            if mode is not None and not mode.gradients:
+                return f"mode {mode.name} has no gradients ({mode.about})"
         needs = {"grad_input": ("input",), "grad_target": ("target",), "grad2_input": ("input", "target")}
         missing = [arg for arg in needs.get(part, ()) if arg not in api.grads]
         if missing:
@@ -253,7 +287,8 @@ class Adapter:
 
     def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
         """Forward: build (once per case and device), invoke, convert. Gradients: the framework's autograd.
-        Exceptions come back as data; a None gradient is a MissingGradient observation."""
+        Exceptions come back as data; a None gradient is a MissingGradient observation, a ModeFallback one a
+        fallback observation."""
         if part == "forward":
             return call_observed(lambda: self.invoke(case, api, self._cache.get(case, device, self.build)),
                                  self.to_numpy, self.is_no_kernel, self.describe_exception)
@@ -282,6 +317,10 @@ class Adapter:
         if not path.is_absolute() and getattr(module, "__file__", None):
             path = Path(module.__file__).parent / path
         return path
+
+    def mode_names(self) -> tuple[str, ...]:
+        """Every mode the adapter can make its calls in, eager first."""
+        return (EAGER, *(m.name for m in self.modes))
 
     def mirrored(self) -> dict[str, str]:
         """Each API's name to the name of the API it mirrors in the framework it is judged like."""
@@ -486,6 +525,8 @@ def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndar
             value, dtype, shape = to_numpy(result)
         except Exception as exc:  # a framework's exception is data, not control flow
             elapsed = time.perf_counter() - start
+            if isinstance(exc, ModeFallback):
+                return Observation(fallback=_first_lines(str(exc), 300), elapsed_s=elapsed)
             if is_no_kernel(exc):
                 return Observation(unsupported=f"no kernel for this device: {type(exc).__name__}: "
                                                f"{_first_lines(describe(exc), 300)}", elapsed_s=elapsed)

@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "private build)")
     run.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
     run.add_argument("--device", action="append", default=[], help="device (repeatable; default all present)")
+    run.add_argument("--mode", action="append", default=[], metavar="NAME",
+                     help="how the calls are made: eager, or a compiled or graph mode the adapter offers "
+                          "(repeatable; default eager; `kl-conformance modes` lists them)")
     run.add_argument("--part", action="append", default=[], choices=PARTS,
                      help="forward value or a gradient (repeatable; default every part a case asks for)")
     run.add_argument("--out", default="reports/run", help="output directory (default reports/run)")

@@ -26,7 +26,7 @@ from conformance.cases.generate import DEFAULT_SEED, build_case, check_key
 from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.core.errors import HarnessBug, ResultsError, UsageError
-from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Verdict
+from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Verdict
 from conformance.core.rundirs import safe_file_name
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
@@ -130,7 +130,8 @@ def through_worker(pool: WorkerPool) -> Observe:
     """Calls made by a worker process (the run's own, already loaded): a crash or a hang there costs one
     call, which then counts as not reproducing, and never the reproducers already written."""
     def observe(calls: list[tuple[Case, str, str, str]]) -> Iterator[Observation]:
-        for outcome in pool.run(Task(i, case, ((api, device, part),)) for i, (case, api, device, part) in enumerate(calls)):
+        for outcome in pool.run(Task(i, case, ((api, device, EAGER, part),))
+                                for i, (case, api, device, part) in enumerate(calls)):
             if outcome.failure is not None:
                 yield Observation(exception_type=outcome.failure.value, exception_message=outcome.failure_message)
             else:

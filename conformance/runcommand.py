@@ -91,13 +91,14 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         raise no_case_matches()
     show_details = bool(args.only) and total <= DETAIL_LIMIT
     progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
-    selection = selection_record(selected, known, args.part, args.api, args.device, get_adapter(args.framework).name)
+    selection = selection_record(selected, known, args.part, args.api, args.device, get_adapter(args.framework).name,
+                                 args.mode)
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
                 "command": " ".join(sys.argv),
                 "written": [*REPORT_FILES, *(["baseline.json"] if args.baseline else [])],
                 **({"mirrors": get_adapter(args.framework).mirrored()} if args.like else {})}
-    options = RunOptions(apis=args.api, devices=args.device, parts=args.part, timeout_s=args.timeout_s,
+    options = RunOptions(apis=args.api, devices=args.device, modes=args.mode, parts=args.part, timeout_s=args.timeout_s,
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
                          profiles_dir=Path(args.profiles) if args.profiles else None, like=args.like,
                          cache_dir=cache_dir_of(args), inputs=inputs_of(args))
@@ -246,7 +247,7 @@ def _publish(out: Path, staging: Path, folder: str) -> None:
 
 
 def selection_record(selected: CaseSelection, known, parts: Sequence[str], apis: Sequence[str],
-                     devices: Sequence[str], adapter_name: str) -> dict:
+                     devices: Sequence[str], adapter_name: str, modes: Sequence[str] = ()) -> dict:
     """run.json's `selection`: what --resume must find again, and what the gates read (core/scope.py): the
     parts, APIs and devices asked for, the name the rows carry, and the options by which the run selected less
     than the whole suite. Also what the Python API's runs record (conformance/api.py)."""
@@ -259,6 +260,7 @@ def selection_record(selected: CaseSelection, known, parts: Sequence[str], apis:
             "shard": str(shard) if shard else None, "known": known.digest if known else None,
             **{name: list(getattr(selected, name)) for name in MEANING_OPTIONS},
             "parts": list(parts), "apis": list(apis), "devices": list(devices), "adapter": adapter_name,
+            "modes": list(dict.fromkeys(modes)) or ["eager"],
             "narrowed_by": [option for option, on in cut.items() if on]}
 
 

@@ -44,7 +44,7 @@ def make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s0", **fields)
 
     row = dict(case_id=case_id, case_digest="0" * 24, seed=20261122, family="softmax", reduction="sum",
                log_target=False, framework="torch", framework_version="2.13.0", api="torch.nn.functional.kl_div",
-               device="cpu", dtype="float32", part="forward", verdict=Verdict.PASS, documented=False,
+               device="cpu", mode="eager", dtype="float32", part="forward", verdict=Verdict.PASS, documented=False,
                documented_by=(), known_by=(), max_abs_err=0.0, bound=1e-6, cause="", rules=(), message="", warnings=(),
                missing_warnings=(), elapsed_s=0.001, source="generated", spec_hash=_current_spec_hash(),
                harness_version="0.1.0", python_version="3.11.7", numpy_version="2.0.0", device_name="cpu")

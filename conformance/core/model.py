@@ -71,6 +71,9 @@ class Verdict(str, enum.Enum):
     UNSUPPORTED = "unsupported"
     CRASH = "crash"
     TIMEOUT = "timeout"
+    # a compiled or graph mode's call that ran eagerly instead (Dynamo's recompile limit, a graph break, a jit
+    # that traced nothing): the mode was not checked, so no profile documents it and no gate accepts it
+    FALLBACK = "fallback"
 
     @property
     def is_divergence(self) -> bool:
@@ -231,22 +234,42 @@ class Observation:
     warnings: tuple[str, ...] = ()
     elapsed_s: float = 0.0
     unsupported: str | None = None
+    fallback: str | None = None  # the mode's call ran eagerly instead of compiled: why the adapter knows it
 
     @property
     def raised(self) -> bool:
         return self.exception_type is not None
 
 
+EAGER = "eager"  # the mode every framework has: each call made as a user types it, nothing compiled
+
+
+def key_label(key: tuple[str, ...]) -> str:
+    """A row's key without its case id, as a report names it: "framework / api / device / part", the mode after
+    the device where it is not eager."""
+    framework, api, device, mode, part = key[1:]
+    return " / ".join([framework, api, device, *([] if mode == EAGER else [mode]), part])
+
+
 @dataclass(frozen=True)
 class Target:
-    """Where a case runs: (framework, api, device)."""
+    """Where a case runs: (framework, release, API, device, mode), the key every row, report, merge, baseline,
+    known file and profile deviation is scoped by.
+
+    `release` is the framework's version as the run found it (a row's framework_version); `mode` how the call
+    is made: eager, or a compiled or graph mode an adapter declares (adapters/base.py `Mode`). A row's `key`
+    leaves the release out: a baseline compares one call across releases.
+    """
 
     framework: str
+    release: str
     api: str
     device: str
+    mode: str = EAGER
 
     def __str__(self) -> str:
-        return f"{self.framework}/{self.api}/{self.device}"
+        """framework/api/device, and /mode where it is not eager (run.json's targets of eager runs read as before)."""
+        return f"{self.framework}/{self.api}/{self.device}" + ("" if self.mode == EAGER else f"/{self.mode}")
 
 
 @dataclass(frozen=True)
@@ -265,12 +288,12 @@ class Judgement:
 # The major version of the files a run writes (results.jsonl rows, run.json, summary.json).
 # It changes when a field is removed or renamed or changes meaning; adding a field does not
 # change it. Readers refuse another version (spec/results.schema.json says the same).
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 STRICT_JSON = json.JSONEncoder(allow_nan=False)  # JSON without NaN/inf, one encoder: json.dumps(allow_nan=False) builds one per call
 
 RESULT_FIELDS = (
     "case_id", "case_digest", "seed", "family", "reduction", "log_target", "framework", "framework_version", "api",
-    "device", "dtype", "part", "verdict", "documented", "documented_by", "known_by", "max_abs_err", "bound", "cause",
+    "device", "mode", "dtype", "part", "verdict", "documented", "documented_by", "known_by", "max_abs_err", "bound", "cause",
     "rules", "message", "warnings", "missing_warnings", "elapsed_s", "source", "spec_hash", "harness_version",
     "python_version", "numpy_version", "device_name",
 )
@@ -278,7 +301,7 @@ RESULT_FIELDS = (
 
 @dataclass(frozen=True)
 class Result:
-    """One row of results.jsonl: a judged (case, framework, api, device, part)."""
+    """One row of results.jsonl: a judged (case, framework, api, device, mode, part)."""
 
     case_id: str
     case_digest: str  # of the case's content (cases/digest.py): one id, one digest in any merge
@@ -290,6 +313,7 @@ class Result:
     framework_version: str
     api: str
     device: str
+    mode: str  # how the call was made: eager, or a compiled or graph mode (Target)
     dtype: str
     part: str
     verdict: Verdict
@@ -313,12 +337,18 @@ class Result:
 
     @property
     def target(self) -> Target:
-        return Target(self.framework, self.api, self.device)
+        return Target(self.framework, self.framework_version, self.api, self.device, self.mode)
 
     @property
-    def key(self) -> tuple[str, str, str, str, str]:
-        """What one row judges: (case_id, framework, api, device, part); unique in a run or a merge."""
-        return (self.case_id, self.framework, self.api, self.device, self.part)
+    def key(self) -> tuple[str, str, str, str, str, str]:
+        """What one row judges: (case_id, framework, api, device, mode, part); unique in a run or a merge, and the
+        same call in another release (a baseline's)."""
+        return (self.case_id, self.framework, self.api, self.device, self.mode, self.part)
+
+    @property
+    def call(self) -> tuple[str, str, str, str, str]:
+        """The key within one framework's run: (case_id, api, device, mode, part)."""
+        return (self.case_id, self.api, self.device, self.mode, self.part)
 
     @property
     def is_accepted(self) -> bool:

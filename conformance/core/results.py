@@ -23,7 +23,7 @@ RESULTS_FILE = "results.jsonl"
 DETAILS_FILE = "details.jsonl"
 DETAIL_ELEMENTS = 64  # elements kept per array in details.jsonl
 MANIFEST_FILE = "run.json"
-DETAIL_KEYS = ("case_id", "framework", "api", "device", "part")  # a detail's row key in details.jsonl
+DETAIL_KEYS = ("case_id", "framework", "api", "device", "mode", "part")  # a detail's row key in details.jsonl
 
 
 class ResultsWriter:
@@ -170,6 +170,7 @@ _TEXT_FIELDS = ("case_id", "family", "reduction", "framework", "framework_versio
 _TEXT_LISTS = ("documented_by", "known_by", "warnings", "missing_warnings", "rules")
 _NONFINITE = ("nan", "inf", "-inf")
 _DIGEST = re.compile(r"[0-9a-f]{24}")
+MODE_NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")  # eager, inductor-emulated: a word a command line can hold
 
 
 def _number(value: Any) -> float | None:
@@ -204,6 +205,8 @@ def row_problem(row: dict[str, Any]) -> str | None:
         return bad("seed", "a natural number or null")
     if row["part"] not in PARTS:
         return bad("part", f"one of {list(PARTS)}")
+    if type(row["mode"]) is not str or not MODE_NAME.fullmatch(row["mode"]):
+        return bad("mode", "a mode name (lower-case words joined by '-')")
     if row["verdict"] not in {v.value for v in Verdict}:
         return bad("verdict", f"one of {[v.value for v in Verdict]}")
     elapsed = row["elapsed_s"]
@@ -223,6 +226,8 @@ def row_problem(row: dict[str, Any]) -> str | None:
         return "documented must be true exactly when documented_by names a deviation"
     if (row["documented"] or row["known_by"]) and not verdict.is_divergence:
         return f"a {verdict.value} row is documented or known, but only a divergence can be"
+    if (row["documented"] or row["known_by"]) and verdict is Verdict.FALLBACK:
+        return "a fallback row is documented or known, but nothing accepts a mode that ran eagerly"
     return None
 
 

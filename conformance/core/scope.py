@@ -25,7 +25,7 @@ class _RunSelection:
     parts: frozenset[str] | None = None  # None: every part
     apis: frozenset[str] = frozenset()
     devices: frozenset[str] = frozenset()
-    targets: frozenset[tuple[str, str]] | None = None  # (api, device) pairs run; None: not recorded
+    targets: frozenset[tuple[str, str, str]] | None = None  # (api, device, mode) run; None: not recorded
 
     def narrowing_for(self, part: str | None, api: str | None, device: str | None) -> frozenset[str]:
         """The narrowing options that cut into what an entry pinned to `part`, `api`, `device` speaks about."""
@@ -56,15 +56,15 @@ class Scope:
             parts = sel.get("parts") or None
             targets = None
             if isinstance(m.get("targets"), list):
-                targets = frozenset(tuple(str(t).rsplit("/", 2)[1:]) for t in m["targets"] if str(t).count("/") >= 2)
+                targets = frozenset(_target_call(str(t)) for t in m["targets"] if str(t).count("/") in (2, 3))
             scope.runs.setdefault(framework, []).append(_RunSelection(
                 narrowed, sel.get("shard"), sel.get("seed"), frozenset(parts) if parts else None,
                 frozenset(sel.get("apis") or ()), frozenset(sel.get("devices") or ()), targets))
         return scope
 
-    def selects(self, framework: str, api: str, device: str, part: str) -> bool:
+    def selects(self, framework: str, api: str, device: str, part: str, mode: str = "eager") -> bool:
         """Some run of the report ran this target and part (whether it selected the case is the caller's)."""
-        return any((r.parts is None or part in r.parts) and (r.targets is None or (api, device) in r.targets)
+        return any((r.parts is None or part in r.parts) and (r.targets is None or (api, device, mode) in r.targets)
                    for r in self.runs.get(framework, ()))
 
     def narrowing(self, framework: str, part: str | None = None, api: str | None = None,
@@ -80,6 +80,12 @@ class Scope:
             if any(not c for c in cuts):
                 return ()
         return tuple(o for o in NARROWING if any(o in c for c in cuts))
+
+
+def _target_call(text: str) -> tuple[str, str, str]:
+    """(api, device, mode) of a run.json target, "framework/api/device" (eager) or "framework/api/device/mode"."""
+    _, api, device, *mode = text.split("/")
+    return (api, device, mode[0] if mode else "eager")
 
 
 def row_framework(manifest: dict[str, Any]) -> str:

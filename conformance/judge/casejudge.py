@@ -161,6 +161,8 @@ class CaseJudge:
         if observed.unsupported is not None:
             return Judgement(Verdict.UNSUPPORTED, observed.unsupported)
         judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
+        if judgement.verdict is Verdict.FALLBACK:  # nothing of the mode to explain or document
+            return judgement
         if judgement.verdict.is_divergence:
             try:
                 explained = self._explanation(part, dialect, observed)

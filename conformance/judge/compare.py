@@ -30,6 +30,9 @@ def classify(expected: Expected, observed: Observation, spec: Spec) -> Judgement
     """
     if observed.unsupported is not None:
         return Judgement(Verdict.UNSUPPORTED, observed.unsupported)
+    if observed.fallback is not None:  # the mode was not what ran: its answer is eager's, never a pass
+        return Judgement(Verdict.FALLBACK, f"ran eagerly instead of compiled: {observed.fallback}",
+                         cause="harness.fallback")
     missing = missing_warnings(expected, observed, spec)
     judgement = _judge(expected, observed)
     return Judgement(judgement.verdict, judgement.message, judgement.max_abs_err, judgement.bound,
@@ -40,7 +43,7 @@ def passes(expected: Expected, observed: Observation) -> bool:
     """Whether `classify` gives PASS, decided without building its message: explanations and profiles
     try many expectations against one observation. tests/engine/test_comparison_properties.py
     checks that the two always agree."""
-    if observed.unsupported is not None:
+    if observed.unsupported is not None or observed.fallback is not None:
         return False
     if expected.error_id is not None:
         return (observed.raised and observed.exception_type == expected.error_type

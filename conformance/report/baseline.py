@@ -1,7 +1,7 @@
 """Compares results with an earlier run: what is new, fixed, changed or lost, and what was not checked.
 
 For a maintainer validating a port or an upgrade. Keys are (case_id, framework, api,
-device, part); case ids are API, so a baseline stays comparable across harness
+device, mode, part), no release: a baseline of another release compares the same calls; case ids are API, so a baseline stays comparable across harness
 versions with the same spec. A result the baseline judged that is now unsupported, crashed where it
 used to answer, or is missing although the run selected it, is lost coverage: `--fail-on-new` fails on it
 as on a new divergence. A baseline row outside the run's selection (another part, API, device, shard
@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Iterable
 
 from conformance.core.errors import ResultsError
-from conformance.core.model import Result, Verdict
+from conformance.core.model import Result, Verdict, key_label
 from conformance.core.results import iter_results
 from conformance.core.scope import Scope
 
-Key = tuple[str, str, str, str, str]
-_NO_ANSWER = (Verdict.CRASH.value, Verdict.TIMEOUT.value)
+Key = tuple[str, str, str, str, str, str]  # Result.key: (case_id, framework, api, device, mode, part)
+_NO_ANSWER = (Verdict.CRASH.value, Verdict.TIMEOUT.value, Verdict.FALLBACK.value)
 
 
 def _key(r: Result) -> Key:
-    return (r.case_id, r.framework, r.api, r.device, r.part)
+    return r.key
 
 
 def _state(r: Result) -> tuple[str, str]:
@@ -61,7 +61,7 @@ class BaselineDiff:
 
     def to_json(self) -> str:
         def rows(items):
-            return [{"case_id": k[0], "framework": k[1], "api": k[2], "device": k[3], "part": k[4],
+            return [{"case_id": k[0], "framework": k[1], "api": k[2], "device": k[3], "mode": k[4], "part": k[5],
                      "before": list(b) if b else None, "after": list(a) if a else None, "accepted": accepted}
                     for k, b, a, accepted in items]
         return json.dumps({"baseline": self.baseline, "new": rows(self.new), "fixed": rows(self.fixed),
@@ -141,7 +141,7 @@ class BaselineComparison:
         if self._problem is not None:
             raise self._problem
         for key, old in self._before.items():
-            if (key[1], key[0]) in self._seen_cases and scope.selects(key[1], key[2], key[3], key[4]):
+            if (key[1], key[0]) in self._seen_cases and scope.selects(key[1], key[2], key[3], key[5], key[4]):
                 self.diff.removed += 1
                 if _judged(old):
                     self.diff.lost.append((key, old, None, False))
@@ -191,7 +191,7 @@ def render_baseline_markdown(diff: BaselineDiff, listed: int = 200) -> list[str]
         for key, old, now, accepted in items[:listed]:
             fmt = lambda s: cell(s[0]) + (f" ({code(s[1])})" if s and s[1] else "") if s else "-"
             tag = " (documented or known)" if accepted and now and Verdict(now[0]).is_divergence else ""
-            out.append(f"| {code(key[0])} | {cell(' / '.join(key[1:]))} | {fmt(old)} | {fmt(now)}{tag} |")
+            out.append(f"| {code(key[0])} | {cell(key_label(key))} | {fmt(old)} | {fmt(now)}{tag} |")
         if len(items) > listed:
             out.append(f"\n{len(items) - listed} more in baseline.json.")
         out.append("")

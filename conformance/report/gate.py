@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from conformance.core.model import Result, Verdict
+from conformance.core.model import Result, Verdict, key_label
 from conformance.core.scope import row_framework
 from conformance.core.text import terminal_line
 from conformance.report.summary import short_summary
@@ -183,7 +183,7 @@ def _failing_details(failing: list, lost_keys: set) -> list[str]:
     targets: Counter = Counter()
     now: Counter = Counter()
     for key, _, state, _ in failing:
-        targets[" / ".join(key[1:])] += 1
+        targets[key_label(key)] += 1
         if key in lost_keys:
             now["lost: " + (state[0] if state else "not written")] += 1
         else:

@@ -20,6 +20,7 @@ from itertools import product
 from typing import Any, Iterable, Sequence
 
 from conformance.core.model import Result, Verdict
+from conformance.core.results import DETAIL_KEYS
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally
@@ -89,7 +90,7 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
     detail_by_key = {}
     wanted = {_key(r) for r in listed}
     for d in details if wanted else ():
-        key = (d["case_id"], d["framework"], d["api"], d["device"], d["part"])
+        key = tuple(d[k] for k in DETAIL_KEYS)
         if key in wanted:
             detail_by_key[key] = d
             if len(detail_by_key) == len(wanted):  # the page lists the first divergences: the rest is not read
@@ -109,7 +110,7 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
 
 
 def _key(r: Result) -> tuple:
-    return (r.case_id, r.framework, r.api, r.device, r.part)
+    return r.key  # results.DETAIL_KEYS' values
 
 
 def _e(text: Any) -> str:

@@ -90,9 +90,9 @@ def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseli
     return "\n".join(out).rstrip() + "\n"
 
 
-def detail_key(r: Result) -> tuple[str, str, str, str, str]:
-    """A row's key in details.jsonl (results.DETAIL_KEYS' values)."""
-    return (r.case_id, r.framework, r.api, r.device, r.part)
+def detail_key(r: Result) -> tuple[str, str, str, str, str, str]:
+    """A row's key in details.jsonl (results.DETAIL_KEYS' values, in Result.key's order)."""
+    return r.key
 
 
 def wanted_details(tally: Tally) -> set[tuple[str, str, str, str, str]]:

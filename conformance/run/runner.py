@@ -4,7 +4,7 @@ Composes the pipeline: cases -> reference (Expected, once per case, shared by ev
 API and device) -> adapter in a worker process (Observation) -> compare (verdict)
 -> results.jsonl. The parent computes references and verdicts while the worker
 calls the framework. A crash or a timeout costs one case; --resume skips every
-(case, api, device, part) already in results.jsonl.
+(case, api, device, mode, part) already in results.jsonl.
 
 Never imports a framework in the parent process (the worker's adapter does), and never imports the
 reports.
@@ -31,7 +31,7 @@ from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
 from conformance.core.errors import ConformanceError, ResultsError, UsageError
-from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.core.results import (DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE, ResultsWriter, iter_details,
                                       iter_results, manifest_text, read_manifest, write_lines_atomic, write_manifest)
 from conformance.core.rundirs import other_spec
@@ -80,6 +80,7 @@ class RunSummary:
 class RunOptions:
     apis: Sequence[str] = ()
     devices: Sequence[str] = ()
+    modes: Sequence[str] = ()  # empty: eager only
     parts: Sequence[str] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
@@ -93,8 +94,13 @@ class RunOptions:
 
 
 def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],
-           apis: Sequence[str], devices: Sequence[str]) -> list[Target]:
-    """The (framework, api, device) triples to run; unknown names list the valid ones."""
+           apis: Sequence[str], devices: Sequence[str], modes: Sequence[str] = (), mode_names: Sequence[str] = (EAGER,),
+           release: str = "") -> list[Target]:
+    """The targets to run, mode by mode, then API, then device; unknown names list the valid ones."""
+    for name in modes:
+        if name not in mode_names:
+            raise UsageError(f"unknown mode {name!r} for framework {framework!r}", where="--mode",
+                             fix=f"use one of {list(mode_names)} (kl-conformance modes --framework {framework})")
     for name in apis:
         if name not in api_names:
             raise UsageError(f"unknown api {name!r} for framework {framework!r}", where="--api",
@@ -108,7 +114,8 @@ def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str
         raise UsageError(f"device {absent[0]!r} is not present on this machine for {framework}", where="--device",
                          fix=f"use one of the present devices {list(present)}")
     unique = lambda names: list(dict.fromkeys(names))  # `--api A --api A` runs A once
-    return [Target(framework, api, device) for api in unique(apis or api_names) for device in unique(devices or present)]
+    return [Target(framework, release, api, device, mode) for mode in unique(modes or (EAGER,))
+            for api in unique(apis or api_names) for device in unique(devices or present)]
 
 
 @dataclass
@@ -128,15 +135,15 @@ class RunContext:
     targets: list[Target] = field(default_factory=list)
     info: WorkerInfo | None = None
 
-    def row(self, case: Case, digest: str, call: tuple[str, str, str], expected: Expected | None,
+    def row(self, case: Case, digest: str, call: tuple[str, str, str, str], expected: Expected | None,
             judgement: Judgement, observed: Observation, documented_by: tuple[str, ...] = ()) -> Result:
-        """The result row of one call (api, device, part) of `case`."""
-        api, device, part = call
+        """The result row of one call (api, device, mode, part) of `case`."""
+        api, device, mode, part = call
         info, manifest = self.info, self.manifest
         return Result(
             case_id=case.id, case_digest=digest, seed=manifest.get("seed"), family=case.family,
             reduction=case.params.reduction, log_target=case.params.log_target, framework=self.adapter.name,
-            framework_version=info.version, api=api, device=device,
+            framework_version=info.version, api=api, device=device, mode=mode,
             dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
             part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by,
             known_by=(), max_abs_err=judgement.max_abs_err, bound=judgement.bound, cause=judgement.cause,
@@ -175,7 +182,8 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     """
     adapter = get_adapter(framework)  # validates names before anything is written
     api_names = [a.name for a in adapter.apis]
-    select(framework, api_names, adapter.known_devices, adapter.known_devices, options.apis, options.devices)
+    select(framework, api_names, adapter.known_devices, adapter.known_devices, options.apis, options.devices,
+           options.modes, adapter.mode_names())
     check_dialects(adapter, spec)
     # by the adapter's own name: `framework` may be "module:Class"
     ledger = DeviationLedger(spec, adapter.name, api_names, options.profiles_dir, like=options.like,
@@ -220,9 +228,15 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
                                                      "again with --force or another --out")
         # the devices present are known only now; an absent one is refused before anything is written
         ctx.targets = select(framework, api_names, adapter.known_devices, ctx.info.devices, options.apis,
-                             options.devices)
+                             options.devices, options.modes, adapter.mode_names(), str(ctx.info.version))
+        # a mode this machine cannot run (a package it needs is missing) is not run, with the reason, once
+        unusable = {m: why for m in dict.fromkeys(t.mode for t in ctx.targets)
+                    if (why := ctx.info.unusable_modes.get(m))}
+        ctx.targets = [t for t in ctx.targets if t.mode not in unusable]
         manifest.update(framework_version=ctx.info.version, targets=[str(t) for t in ctx.targets], status="running",
-                        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+                        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        modes=list(dict.fromkeys(options.modes or (EAGER,))),
+                        **({"modes_not_run": unusable} if unusable else {}))
         _prepare(out, options, manifest, lock, before)
         prepared = True
         with ResultsWriter(out, append=options.resume) as writer:
@@ -420,14 +434,14 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
                   ) -> Iterator[tuple[Case, list[tuple[Result, tuple[str, ...] | None]]]]:
     """Send runnable cases to the worker, and judge each answer against the reference: each case with its
     rows. `cases` pairs each case with a judge already holding its expectations (_prefetch), or None;
-    `done` holds the (case id, api, device, part) of the rows a resumed run has already."""
+    `done` holds the (case id, api, device, mode, part) of the rows a resumed run has already."""
     spec, adapter, options, summary = ctx.spec, ctx.adapter, ctx.options, ctx.summary
     refused: dict[int, str] = {}
     judges: dict[int, CaseJudge] = {}
-    plans: dict[int, list[tuple[tuple[str, str, str], str | None]]] = {}  # each call of a task, and why not sent
+    plans: dict[int, list[tuple[tuple[str, str, str, str], str | None]]] = {}  # each call of a task, and why not sent
     dialects = {api.name: api.dialect for api in adapter.apis}
 
-    def plan(case: Case) -> list[tuple[tuple[str, str, str], str | None]]:
+    def plan(case: Case) -> list[tuple[tuple[str, str, str, str], str | None]]:
         """The calls still to make of `case`, each with the reason the API cannot express it (such a call is
         never sent to the framework), or None."""
         parts = _selected_parts(case, options)
@@ -437,9 +451,11 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
             if not takes_input_space(case, api.dialect, spec):
                 continue  # a case in an input space the API's dialect does not speak is no row: the report's n/a
             why_not = adapter.unsupported_reason(case, api)
+            adapter.mode = t.mode  # unsupported_part reads the mode (a mode without gradients)
             for part in parts:
-                if (case.id, t.api, t.device, part) not in done:
-                    out.append(((t.api, t.device, part), why_not or adapter.unsupported_part(api, part)))
+                if (case.id, t.api, t.device, t.mode, part) not in done:
+                    out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)))
+            adapter.mode = EAGER
         return out
 
     def tasks() -> Iterator[Task]:
@@ -480,7 +496,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
         # this judging runs while the worker is already calling the framework on the next cases
         judge = judges.pop(task.index, None) or CaseJudge(case, spec, ctx.cache)
         for call, reason in todo:
-            api_name, device, part = call
+            api_name, device, _, part = call
             dialect = dialects[api_name]
             failed = outcome.failed(call)  # (verdict, message) where the worker crashed or timed out on this call
             try:  # plan() sends only calls of an API whose dialect takes the case's input space
@@ -501,7 +517,8 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
                 observed = outcome.observations[call]
                 judgement = judge.judgement(part, dialect, observed)
             documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed)
-                             if judgement.verdict.is_divergence and failed is None else ())
+                             if judgement.verdict.is_divergence and judgement.verdict is not Verdict.FALLBACK
+                             and failed is None else ())
             result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
             rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1
@@ -535,13 +552,12 @@ def _kept_names(out: Path, case_files: Sequence[str], ours: set[str]) -> list[st
     return kept
 
 
-def _drop_rows_without_details(out: Path, done: set[tuple[str, str, str, str]]) -> None:
+def _drop_rows_without_details(out: Path, done: set[tuple[str, str, str, str, str]]) -> None:
     """A divergence is written with its detail line; a row whose detail line was cut off (a full disk, a kill
     between the two files' writes) is removed from the rows and from `done`, so the resumed run judges that
     call again and writes both."""
-    have = {(d["case_id"], d["api"], d["device"], d["part"]) for d in iter_details(out)}
-    lacking = {key for r in iter_results(out) if r.verdict.is_divergence
-               and (key := (r.case_id, r.api, r.device, r.part)) not in have}
+    have = {_detail_call(d) for d in iter_details(out)}
+    lacking = {key for r in iter_results(out) if r.verdict.is_divergence and (key := r.call) not in have}
     if not lacking:
         return
     path = out / RESULTS_FILE
@@ -551,21 +567,24 @@ def _drop_rows_without_details(out: Path, done: set[tuple[str, str, str, str]]) 
     done -= lacking
 
 
-def _row_key(line: str) -> tuple[str, str, str, str]:
-    row = json.loads(line)
-    return (row["case_id"], row["api"], row["device"], row["part"])
+def _row_key(line: str) -> tuple[str, str, str, str, str]:
+    return _detail_call(json.loads(line))
 
 
-def _drop_orphan_details(out: Path, done: set[tuple[str, str, str, str]]) -> None:
+def _detail_call(d: dict) -> tuple[str, str, str, str, str]:
+    """A row's or a detail's (case id, api, device, mode, part), as `Result.call`."""
+    return (d["case_id"], d["api"], d["device"], d["mode"], d["part"])
+
+
+def _drop_orphan_details(out: Path, done: set[tuple[str, str, str, str, str]]) -> None:
     """A resumed run writes the details of every row it writes: a detail line whose row was cut off (a kill
     or a full disk between the two writes) would be a second copy of the one written again."""
     path = out / DETAILS_FILE
     if not path.is_file():
         return
-    key = lambda d: (d["case_id"], d["api"], d["device"], d["part"])
-    if all(key(d) in done for d in iter_details(out)):
+    if all(_detail_call(d) in done for d in iter_details(out)):
         return
-    write_lines_atomic(path, (json.dumps(d) + "\n" for d in iter_details(out) if key(d) in done))
+    write_lines_atomic(path, (json.dumps(d) + "\n" for d in iter_details(out) if _detail_call(d) in done))
 
 
 def _selected_parts(case: Case, options: RunOptions) -> list[str]:
@@ -575,10 +594,11 @@ def _selected_parts(case: Case, options: RunOptions) -> list[str]:
 
 SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples", "case_files": "--cases",
                      "only": "--only", "shard": "--shard", "known": "--known", "reduction": "--reduction",
+                     "modes": "--mode",
                      "log_target": "--log-target", "dtype": "--dtype", "family": "--family"}
 
 # a run.json written before the selection by meaning existed selected by none of it
-_NOT_RECORDED = {"reduction": [], "log_target": [], "dtype": [], "family": []}
+_NOT_RECORDED = {"reduction": [], "log_target": [], "dtype": [], "family": [], "modes": ["eager"]}
 
 
 @dataclass
@@ -586,7 +606,7 @@ class _Resumed:
     """What --resume takes from the interrupted run: the keys of its rows, what it recorded writing, and the
     framework version it ran (checked once the worker has loaded the framework)."""
 
-    done: set[tuple[str, str, str, str]]
+    done: set[tuple[str, str, str, str, str]]
     written: list[str]
     framework_version: str | None
 
@@ -626,7 +646,7 @@ def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None,
         if row.spec_hash != spec.hash:
             raise other_spec(row.spec_hash, spec.hash, str(out / RESULTS_FILE), f"--resume, case {row.case_id!r}",
                              redo)
-        done.add((row.case_id, row.api, row.device, row.part))
+        done.add(row.call)
     return _Resumed(done, written, None if version is None else str(version))
 
 

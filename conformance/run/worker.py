@@ -42,11 +42,11 @@ CLOSE_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class Task:
-    """One case and the (api, device, part) calls to make of it, numbered in run order."""
+    """One case and the (api, device, mode, part) calls to make of it, numbered in run order."""
 
     index: int
     case: Case
-    calls: tuple[tuple[str, str, str], ...]
+    calls: tuple[tuple[str, str, str, str], ...]
 
 
 @dataclass
@@ -55,13 +55,13 @@ class Outcome:
     when the calls were made again one at a time) the crash of each call that crashed on its own."""
 
     task: Task
-    observations: dict[tuple[str, str, str], Observation] = field(default_factory=dict)
+    observations: dict[tuple[str, str, str, str], Observation] = field(default_factory=dict)
     failure: Verdict | None = None
     failure_message: str = ""
-    failed_calls: dict[tuple[str, str, str], tuple[Verdict, str]] = field(default_factory=dict)
+    failed_calls: dict[tuple[str, str, str, str], tuple[Verdict, str]] = field(default_factory=dict)
     lost: Exception | None = None  # the worker could not be restarted after this task: nothing more runs
 
-    def failed(self, call: tuple[str, str, str]) -> tuple[Verdict, str] | None:
+    def failed(self, call: tuple[str, str, str, str]) -> tuple[Verdict, str] | None:
         """(verdict, message) where `call` got no answer, or None."""
         if call in self.failed_calls:
             return self.failed_calls[call]
@@ -73,6 +73,7 @@ class WorkerInfo:
     version: str
     devices: tuple[str, ...]
     device_names: dict[str, str]
+    unusable_modes: dict[str, str] = field(default_factory=dict)  # mode -> why it cannot run here
 
 
 def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str | None = None,
@@ -100,8 +101,9 @@ def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str |
         return
     devices = adapter.devices()
     # plain str: torch.__version__ is a TorchVersion, and unpickling it would import torch in the parent
+    unusable = {str(m.name): str(why) for m in adapter.modes if (why := adapter.mode_unavailable(m.name))}
     conn.send((READY, WorkerInfo(str(adapter.version()), tuple(map(str, devices)),
-                                 {str(d): str(adapter.device_name(d)) for d in devices})))
+                                 {str(d): str(adapter.device_name(d)) for d in devices}, unusable)))
     while True:
         batch = conn.recv()
         if batch is None:  # what the adapter started outside this process ends before this one is killed
@@ -142,9 +144,10 @@ def _watch_parent(lifeline) -> None:
     os._exit(1)
 
 
-def _observe(adapter, case: Case, api_name: str, device: str, part: str) -> Observation:
-    """One adapter call; an adapter bug (an exception, or not an Observation) is reported as data."""
+def _observe(adapter, case: Case, api_name: str, device: str, mode: str, part: str) -> Observation:
+    """One adapter call in `mode`; an adapter bug (an exception, or not an Observation) is reported as data."""
     try:
+        adapter.mode = mode
         observed = adapter.run(case, adapter.api(api_name), device, part)
     except Exception:
         return Observation(exception_type="AdapterError",

@@ -61,7 +61,7 @@ def test_rows_carry_format_version_seed_and_digest(tmp_path):
     assert list(iter_results(tmp_path)) == [row]
 
 
-@pytest.mark.parametrize("version", [None, 1, 2, 3, 5])
+@pytest.mark.parametrize("version", [None, 1, 2, 3, 4, 6])
 def test_rows_of_another_format_version_are_refused(tmp_path, version):
     row = json.loads(make_result().to_json())
     if version is None:
@@ -86,7 +86,7 @@ def test_manifest_format_version(tmp_path):
 
 @pytest.mark.parametrize("damage", ["{not json\n", "[1, 2]\n", '{"case_id": "x"}\n', b"\xff\xfe\n"])
 def test_damaged_details_name_file_and_line(tmp_path, damage):
-    good = json.dumps({"case_id": "a", "framework": "torch", "api": "f", "device": "cpu", "part": "forward",
+    good = json.dumps({"case_id": "a", "framework": "torch", "api": "f", "device": "cpu", "mode": "eager", "part": "forward",
                        "params": {}, "dtype": "float32", "layout": "contiguous"})
     path = tmp_path / "details.jsonl"
     path.write_bytes(good.encode() + b"\n" + (damage if isinstance(damage, bytes) else damage.encode()))

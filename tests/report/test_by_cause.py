@@ -69,7 +69,7 @@ def test_a_whole_merged_matrix_fits_an_issue_body_and_counts_every_cause():
     rows, manifests, sizes = _large_matrix()
     assert len(rows) > 5_000 and len(sizes) > 100
     tally = Tally(rows)
-    key = ("fwd/0/", "framework0", "framework0.api0.kl_div|", "cpu", "forward")
+    key = ("fwd/0/", "framework0", "framework0.api0.kl_div|", "cpu", "eager", "forward")
     diff = BaselineDiff("old", new=[((f"case-{i}-{HOSTILE}", *key[1:]), None, ("value", HOSTILE), False)
                                     for i in range(3000)])
     audit = [SimpleNamespace(entry=SimpleNamespace(id=f"entry-{i}-{HOSTILE}", reason=HOSTILE * 5, link=HOSTILE),
@@ -127,13 +127,13 @@ def test_a_section_says_what_it_spans_and_works_one_example_through():
     got = [0.5, 0.25, 0.125, 2.0, float("nan"), 1.0]
     expected = [0.5, 0.25, 0.125, 1.5, 0.75, 1.0]
     detail = {"case_id": "c0", "framework": "torch", "api": "torch.nn.functional.kl_div", "device": "cpu",
-              "part": "forward", "params": {}, "dtype": "float32", "layout": "contiguous",
+              "mode": "eager", "part": "forward", "params": {}, "dtype": "float32", "layout": "contiguous",
               "input": {"shape": [2, 3], "values": [-1.5, -2.0, -0.25, -3.0, -1.0, -0.5], "truncated": False},
               "target": {"shape": [2, 3], "values": [0.1, 0.2, 0.7, 0.3, 0.3, 0.4], "truncated": False},
               "got": {"shape": [2, 3], "values": [*got[:4], "nan", got[5]], "truncated": False},
               "expected": {"shape": [2, 3], "values": expected, "truncated": False}}
     text = render_markdown(Tally(rows), [{"framework": "torch", "seed": 7}],
-                           examples={("c0", "torch", "torch.nn.functional.kl_div", "cpu", "forward"): detail})
+                           examples={("c0", "torch", "torch.nn.functional.kl_div", "cpu", "eager", "forward"): detail})
     section = text.split("### `reductions.mean.divisor`")[1]
     assert "- targets: torch / torch.nn.functional.kl_div / cpu (2), torch / torch.nn.KLDivLoss / cpu (1)" in section
     assert "- parts: forward (2), grad_input (1)" in section and "- dtypes: float32 (2), float64 (1)" in section
@@ -162,13 +162,13 @@ def test_the_worked_example_shows_the_element_the_judge_names():
     """The judge names the worst element relative to its bound; the example shows that one, not the furthest."""
     row = make_result(case_id="c0", verdict="value", cause="pointwise.formula",
                       message="value: 2 of 6 elements outside bound; worst [1, 0]: got 2, expected 1.5")
-    detail = {"case_id": "c0", "framework": "torch", "api": row.api, "device": "cpu", "part": "forward",
+    detail = {"case_id": "c0", "framework": "torch", "api": row.api, "device": "cpu", "mode": "eager", "part": "forward",
               "params": {}, "dtype": "float32", "layout": "contiguous",
               "got": {"shape": [2, 3], "values": [0.5, 0.25, 9.0, 2.0, 1.0, 1.0], "truncated": False},
               "expected": {"shape": [2, 3], "values": [0.5, 0.25, 1.0, 1.5, 1.0, 1.0], "truncated": False}}
-    text = render_markdown(Tally([row]), [], examples={("c0", "torch", row.api, "cpu", "forward"): detail})
+    text = render_markdown(Tally([row]), [], examples={("c0", "torch", row.api, "cpu", "eager", "forward"): detail})
     assert "- got 2.0 against expected 1.5 at element (1, 0), the one the message names" in text
     # a message naming an element outside the values kept (or none) leaves the furthest of those
     far = dataclasses.replace(row, message="value: worst [1, 7]: got 2, expected 1.5")
-    text = render_markdown(Tally([far]), [], examples={("c0", "torch", row.api, "cpu", "forward"): detail})
+    text = render_markdown(Tally([far]), [], examples={("c0", "torch", row.api, "cpu", "eager", "forward"): detail})
     assert "- got 9.0 against expected 1.0 at element (0, 2), the furthest element" in text

@@ -68,7 +68,7 @@ class Tree(HTMLParser):
 
 
 def _detail(r, **arrays) -> dict:
-    return {"case_id": r.case_id, "framework": r.framework, "api": r.api, "device": r.device, "part": r.part,
+    return {"case_id": r.case_id, "framework": r.framework, "api": r.api, "device": r.device, "mode": r.mode, "part": r.part,
             "params": {"reduction": r.reduction}, "dtype": r.dtype, "layout": "contiguous",
             **{k: {"shape": list(v[0]), "values": list(v[1]), "truncated": len(v) > 2 and v[2]}
                for k, v in arrays.items()}}

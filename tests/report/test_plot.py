@@ -179,7 +179,7 @@ def test_report_html_reads_details_only_up_to_the_last_it_lists():
     def details():
         for r in rows:
             read.append(r.case_id)
-            yield {"case_id": r.case_id, "framework": r.framework, "api": r.api, "device": r.device,
+            yield {"case_id": r.case_id, "framework": r.framework, "api": r.api, "device": r.device, "mode": r.mode,
                    "part": r.part, "params": {}, "dtype": "float32", "layout": "contiguous",
                    "got": {"shape": [1], "values": [float(len(read))], "truncated": False}}
 
