@@ -121,13 +121,22 @@ def sum_distributions(loss: np.ndarray, bound: np.ndarray, rule_map: np.ndarray,
     each term taken in the result dtype (spec: reductions.operand), with each sum's bound by the
     reduction formula (divisor 1), and the rule map of each row (its first rule other than the formula).
     """
-    operand = _in_result_dtype(loss, result_dtype)
+    operand = _in_result_dtype(loss, operand_dtype(result_dtype, spec))
     with np.errstate(all="ignore"):
         value = operand.sum(axis=-1, dtype=WIDE)
         value_bound = reduction_bound(bound.astype(WIDE), operand, 1, value, u, spec, axis=-1)
     special = np.where(rule_map == FORMULA, 0, rule_map)
     rows = special.max(axis=-1) if special.size else np.zeros(loss.shape[:-1], dtype=np.int8)
     return np.asarray(value, dtype=WIDE), np.asarray(value_bound, dtype=WIDE), np.asarray(rows, dtype=np.int8)
+
+
+def operand_dtype(result_dtype: str, spec: Spec) -> str:
+    """The dtype a reduction's terms are kept in (spec: reductions.operand): the result dtype, or float32 for
+    float16 and bfloat16 terms where the choice is float32_accumulation."""
+    if spec.data["reductions"]["operand"]["choice"] == "float32_accumulation" and result_dtype in ("float16",
+                                                                                                   "bfloat16"):
+        return "float32"
+    return result_dtype
 
 
 def _in_result_dtype(loss: np.ndarray, result_dtype: str) -> np.ndarray:

@@ -17,7 +17,7 @@ from conformance.core.model import RULE_NAMES, Case, Expected, Params, Spec
 from conformance.core.rounding import round_to_dtype
 from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bound
 from conformance.core.tolerance import reduction_bound, sensitivity
-from conformance.reference.dialect import keras_pointwise, sum_distributions
+from conformance.reference.dialect import keras_pointwise, operand_dtype, sum_distributions
 from conformance.reference.klterm import kl_term
 from conformance.reference.statements import verify_formulas
 
@@ -73,8 +73,8 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
     if reduction == "none":
         value, bound = loss, pointwise_bound
     else:
-        # spec: reductions.operand -- the pointwise loss as a tensor of the result dtype
-        operand = in_result_dtype(loss, result_dtype).astype(WIDE)
+        # spec: reductions.operand -- the pointwise loss as a tensor of the result dtype (or of float32)
+        operand = in_result_dtype(loss, operand_dtype(result_dtype, spec)).astype(WIDE)
         operand[np.isfinite(operand)] = loss[np.isfinite(operand)]
         divisor = reduction_divisor(reduction, loss.size, case.input.shape, shape, spec)
         value = reduce_operand(operand, reduction, divisor, spec)
@@ -213,8 +213,9 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
         rule_map[mask] = TARGET_NEGATIVE
         loss[mask] = np.nan if spec.convention("target_negative") == "nan" else 0
     # spec: pointwise.conventions.nan_propagation (always last)
-    if not log_target and spec.convention("nan_propagation") == "masked_by_zero_target":
-        masked = (t == 0) & np.isnan(x)
+    nan_choice = spec.convention("nan_propagation")
+    if not log_target and nan_choice in ("masked_by_zero_target", "where_target_positive"):
+        masked = ((t == 0) & np.isnan(x)) if nan_choice == "masked_by_zero_target" else (nan_in & ~(t > 0))
         nan_in = nan_in & ~masked
         rule_map[masked] = NAN_PROPAGATION  # the convention decided this 0
         loss[masked] = 0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The checks of a lent GPU machine, in one run: torch on cpu and cuda, the planted-bug self-test on cuda,
-# optax on cpu and gpu, and the merged report. Each step has its own time limit and its own log, so a step
+# The checks of a lent GPU machine, in one run: torch on cpu and cuda, torch's compiled and exported modes on
+# the mode suite, the planted-bug self-test on cuda, optax eager and jit on cpu and gpu, and the merged report. Each step has its own time limit and its own log, so a step
 # that fails or runs out of time loses none of the others, and the self-test, the longest, takes what is left of
 # KL_GPU_DEADLINE_S. Everything is packed into $OUT/gpu-check.tar.gz, with the steps' summary in $OUT/steps.log.
 #
@@ -46,8 +46,15 @@ step install 60 python3 -m pip install -q --no-deps --no-build-isolation -e .
 kl=(python3 -m conformance)
 
 step torch "${KL_GPU_TORCH_S:-120}" "${kl[@]}" run --framework torch --out "$work/torch" --no-progress --force
-JAX_ENABLE_X64=1 step optax "${KL_GPU_OPTAX_S:-100}" "${kl[@]}" run --framework optax --out "$work/optax" --no-progress --force
-step report 30 "${kl[@]}" report "$work/torch" "$work/optax" --out "$work/all" --allow-missing --force
+step modes 30 "${kl[@]}" modes
+# every torch mode on the mode suite, cpu and cuda (Inductor compiles with Triton on cuda); one compile per
+# signature, so the mode suite, not the default one
+step torch-modes "${KL_GPU_MODES_S:-170}" "${kl[@]}" run --framework torch --suite modes --mode inductor \
+    --mode inductor-emulated --mode onnx-torchscript --mode onnx-dynamo --out "$work/torch-modes" --no-progress --force
+JAX_ENABLE_X64=1 step optax "${KL_GPU_OPTAX_S:-100}" "${kl[@]}" run --framework optax --mode eager --mode jit \
+    --out "$work/optax" --no-progress --force
+step report 30 "${kl[@]}" report "$work/torch" "$work/torch-modes" "$work/optax" --out "$work/all" --allow-missing \
+    --force
 only=()
 for pattern in ${KL_GPU_SELFTEST_ONLY:-}; do only+=(--only "$pattern"); done
 left=$(( ${KL_GPU_DEADLINE_S:-450} - SECONDS - 20 ))
