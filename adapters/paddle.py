@@ -150,7 +150,7 @@ class PaddleAdapter(Adapter):
         """The to_static function of this mode and call for the dtypes and shapes of (x, t), and the code object
         SOT translates (None in the full-graph modes)."""
         call = self.call(case, api)
-        key = (self.mode, call, str(x.dtype), tuple(x.shape), str(t.dtype), tuple(t.shape))
+        key = (self.mode, call, str(x.place), str(x.dtype), tuple(x.shape), str(t.dtype), tuple(t.shape))
         if key not in self._compiled:
             self._compiled[key] = self._compile(call, x, t)
         return self._compiled[key]
@@ -188,13 +188,13 @@ class PaddleAdapter(Adapter):
 
     @contextmanager
     def _switches(self):
+        if not self._to_static_enabled():
+            raise ModeFallback("paddle.jit.enable_to_static is off: to_static functions run eagerly")
         if self.mode == SOT:
             from paddle.jit.sot.utils.envs import min_graph_size_guard
             with min_graph_size_guard(self.sot_min_graph_size):
                 yield
             return
-        if self.mode in (STATIC, DYNAMIC_BATCH, PRIM) and not self._to_static_enabled():
-            raise ModeFallback("paddle.jit.enable_to_static is off: to_static functions run eagerly")
         if self.mode != PRIM:
             yield
             return

@@ -27,6 +27,8 @@ X, T = [[-1.0, -2.0], [-0.5, -1.5]], [[0.2, 0.3], [0.4, 0.1]]
 # sum(t * (log t - x)) / batch, written out by hand
 BATCHMEAN = (0.2 * (np.log(0.2) + 1) + 0.3 * (np.log(0.3) + 2) + 0.4 * (np.log(0.4) + 0.5)
              + 0.1 * (np.log(0.1) + 1.5)) / 2
+# the reproducers run in this process warn so while Paddle builds their program's backward
+pytestmark = pytest.mark.filterwarnings("ignore:Tensor do not have 'place' interface:UserWarning")
 CASES = f"""\
 - {{id: batchmean, input: {X}, target: {T}, reduction: batchmean, dtype: float32}}
 - {{id: target-grad, input: [-1.0], target: [0.3], reduction: none, dtype: float32, grad: [target]}}
@@ -63,10 +65,6 @@ def _run(tmp_path, modes, *extra) -> dict:
 
 def _got(row) -> list[float]:
     return row["got"]["values"]
-
-
-def test_the_hand_worked_batchmean_is_the_issues_eager_value():
-    assert round(BATCHMEAN, 4) == -0.0649
 
 
 def test_dynamic_batch_batchmean_is_flagged_and_static_shapes_pass(tmp_path):
@@ -130,16 +128,17 @@ def test_to_static_switched_off_is_a_fallback(adapter):
     printed once: the adapter sees the switch and reports a fallback, never the eager answer."""
     case = make_case([-1.0], [0.3], reduction="none", dtype="float32")
     api = adapter.api(FUNCTIONAL)
-    adapter.mode = "to-static"
-    adapter.paddle.jit.enable_to_static(False)
-    try:
-        forward = adapter.run(case, api, "cpu", "forward")
-        gradient = adapter.run(case, api, "cpu", "grad_input")
-    finally:
-        adapter.paddle.jit.enable_to_static(True)
-    assert forward.fallback and "enable_to_static" in forward.fallback and forward.value is None
-    assert gradient.fallback
-    assert adapter.run(case, api, "cpu", "forward").fallback is None
+    for mode in ("to-static", "to-static-sot"):
+        adapter.mode = mode
+        adapter.paddle.jit.enable_to_static(False)
+        try:
+            forward = adapter.run(case, api, "cpu", "forward")
+            gradient = adapter.run(case, api, "cpu", "grad_input")
+        finally:
+            adapter.paddle.jit.enable_to_static(True)
+        assert forward.fallback and "enable_to_static" in forward.fallback and forward.value is None
+        assert gradient.fallback
+        assert adapter.run(case, api, "cpu", "forward").fallback is None
 
 
 def test_sot_below_its_graph_size_runs_eagerly_and_that_is_a_fallback(adapter):
@@ -161,10 +160,11 @@ def test_sot_below_its_graph_size_runs_eagerly_and_that_is_a_fallback(adapter):
 
 
 @pytest.mark.parametrize("mode", ["to-static", "to-static-dynamic-batch", "to-static-prim", "to-static-sot"])
-@pytest.mark.parametrize("part", ["forward", "grad_input"])
+@pytest.mark.parametrize("part", ["forward", "grad_target"])
 def test_reproducer_lines_make_the_live_call_of_the_mode(adapter, spec, mode, part, tmp_path):
     """The reproducer's lines, run from a file, give what the run observed in `mode`, bit for bit, for both APIs
-    (the module-style one builds its layer outside the program)."""
+    (the module-style one builds its layer outside the program): the target gradient is one eager does not
+    give, and the dynamic batch's batchmean is not eager's."""
     import runpy
 
     from conformance.core.model import upstream_gradient
@@ -185,4 +185,8 @@ def test_reproducer_lines_make_the_live_call_of_the_mode(adapter, spec, mode, pa
         finally:
             core._set_prim_all_enabled(False)  # the script switches prim on for the rest of its process
         np.testing.assert_array_equal(np.asarray(namespace["result"]), observed.value, err_msg=f"{api.name}")
-        assert ("InputSpec([None, 4]" in script.read_text()) == (mode == "to-static-dynamic-batch")
+        source = script.read_text()
+        assert ("InputSpec([None, 4]" in source) == (mode == "to-static-dynamic-batch")
+        assert ("_set_prim_all_enabled(True)" in source) == (mode == "to-static-prim")
+        assert ("full_graph=True" in source) == (mode != "to-static-sot")
+        assert ("min_graph_size_guard(0)" in source) == (mode == "to-static-sot")
