@@ -250,11 +250,11 @@ class PaddleAdapter(Adapter):
 
     def describe_exception(self, exc: Exception) -> str:
         """A to_static error comes as "In transformed code:" and a traceback through the files of this machine
-        (the harness's, Paddle's); its last line is Paddle's message."""
+        (the harness's, Paddle's); its last line is Paddle's message, after the exception's type name."""
         text = str(exc)
         if text.startswith("In transformed code:"):
             lines = [line.strip() for line in text.splitlines() if line.strip()]
-            return lines[-1] if lines else text
+            return lines[-1].removeprefix(f"{type(exc).__name__}: ") if lines else text
         return text
 
     def is_no_kernel(self, exc: Exception) -> bool:

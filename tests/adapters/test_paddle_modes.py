@@ -190,3 +190,14 @@ def test_reproducer_lines_make_the_live_call_of_the_mode(adapter, spec, mode, pa
         assert ("_set_prim_all_enabled(True)" in source) == (mode == "to-static-prim")
         assert ("full_graph=True" in source) == (mode != "to-static-sot")
         assert ("min_graph_size_guard(0)" in source) == (mode == "to-static-sot")
+
+
+def test_a_to_static_error_is_paddles_message_not_the_transformed_traceback(adapter):
+    """float16: eager has no kernel (unsupported); the program refuses the dtype with a TypeError whose message
+    opens with a traceback through this machine's files. The row keeps Paddle's own line only."""
+    case = make_case([-1.0], [0.3], reduction="none", dtype="float16")
+    adapter.mode = "to-static"
+    observed = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
+    assert observed.exception_type == "TypeError"
+    assert observed.exception_message.startswith("(InvalidType) Check data type error for op: kldiv_loss")
+    assert "transformed code" not in observed.exception_message and "File " not in observed.exception_message
