@@ -36,6 +36,8 @@ and reused; the gradients are what Paddle's autograd gives through the program:
   compiled, and a call whose translated code is still the original (a graph break, a fallback) is a
   ModeFallback. Each key gets a code object of its own, so SOT sees one shape per function and the run does not
   depend on the order of its cases. Against eager it returns a target gradient (zeros) where eager returns none.
+  Not modelled: once one SOT function has seen a second batch size, SOT makes that dimension symbolic and
+  `batchmean` divides by -1, as in to-static-dynamic-batch (default settings, kl_div inside a larger graph).
 """
 
 from __future__ import annotations
