@@ -17,6 +17,27 @@ Quirks live here:
   `load()` silences that one warning. Every failed double backward also logs a glog warning
   ("While running Node (KldivLossGradNode) raises an EnforceNotMet exception") beside the
   exception it raises; `load()` sets GLOG_minloglevel=2 (errors only) unless the user set it.
+
+Modes beside eager (`paddle.jit.to_static`), each call's program compiled once per (mode, call, dtypes, shapes)
+and reused; the gradients are what Paddle's autograd gives through the program:
+- `to-static`: `full_graph=True` (the AST translation to a static program) with an `InputSpec` of the case's
+  shapes. It cannot run the function eagerly on a failed translation: it raises. Its one eager path is
+  `paddle.jit.enable_to_static(False)`, which makes every to_static function eager; a call made while it is
+  off is a ModeFallback.
+- `to-static-dynamic-batch`: the same with the first dimension None in the `InputSpec`, so the program does
+  not know the batch size (a 1-d input's one dimension is its batch, as `batchmean` reads it; a 0-d input has
+  none, so its program is to-static's).
+- `to-static-prim`: to-static with Paddle's primitive decomposition on (`FLAGS_prim_all`, the decomposition CINN
+  uses), switched on at run time by `core._set_prim_all_enabled` around this mode's calls only (the worker
+  runs every mode) and restored after.
+- `to-static-sot`: the default `full_graph=False` path (SOT, bytecode translation; it ignores `input_spec`).
+  SOT runs a captured graph of fewer than MIN_GRAPH_SIZE (10) operators eagerly, and kl_div's graph is smaller,
+  so by default SOT runs kl_div eagerly: the mode lowers the threshold to 0 around its calls so the graph is
+  compiled, and a call whose translated code is still the original (a graph break, a fallback) is a
+  ModeFallback. Each key gets a code object of its own, so SOT sees one shape per function and the run does not
+  depend on the order of its cases. Against eager it returns a target gradient (zeros) where eager returns none.
+  Not modelled: once one SOT function has seen a second batch size, SOT makes that dimension symbolic and
+  `batchmean` divides by -1, as in to-static-dynamic-batch (default settings, kl_div inside a larger graph).
 """
 
 from __future__ import annotations
@@ -24,16 +45,26 @@ from __future__ import annotations
 import os
 import platform
 import re
+import types
 import warnings
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
-from conformance.core.model import Case, upstream_gradient
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback, layout_buffer,
+                                       layout_buffer_source)
+from conformance.core.model import EAGER, Case, upstream_gradient
 
 PLACES = {"cpu": "cpu", "gpu": "gpu:0"}
 # "(NotFound) The kernel with key (CPU, Undefined(AnyLayout), float16) of kernel `kldiv_loss` is not registered."
 NO_KERNEL = re.compile(r"The kernel with key \(\w+, .*\b(float16|bfloat16)\) of kernel `\w+` is not registered")
+STATIC, DYNAMIC_BATCH, PRIM, SOT = "to-static", "to-static-dynamic-batch", "to-static-prim", "to-static-sot"
+MODES = (
+    Mode(STATIC, "paddle.jit.to_static(full_graph=True) with an InputSpec of the case's shapes"),
+    Mode(DYNAMIC_BATCH, "paddle.jit.to_static(full_graph=True) with the first dimension None in the InputSpec"),
+    Mode(PRIM, "to-static with the primitive decomposition on (core._set_prim_all_enabled, FLAGS_prim_all)"),
+    Mode(SOT, "paddle.jit.to_static(full_graph=False), SOT, with MIN_GRAPH_SIZE 0 so kl_div's graph compiles"),
+)
 
 
 class PaddleAdapter(Adapter):
@@ -43,10 +74,15 @@ class PaddleAdapter(Adapter):
         Api("paddle.nn.KLDivLoss", grads=("input", "target")),
     )
     known_devices = tuple(PLACES)
+    modes = MODES
+    # SOT runs a captured graph with fewer operators than this eagerly; 0 compiles every graph (a test raises it
+    # back to Paddle's default to force the fallback)
+    sot_min_graph_size = 0
 
     def __init__(self) -> None:
         self.paddle = None
         self._device: str | None = None
+        self._compiled: dict = {}
 
     def load(self) -> None:
         os.environ.setdefault("GLOG_minloglevel", "2")  # read when Paddle's library loads
@@ -94,8 +130,111 @@ class PaddleAdapter(Adapter):
             return ApiCall.function(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
         return ApiCall.module(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
 
+    def invoke(self, case: Case, api: Api, inputs):
+        """Eager: the call as stated. A static mode: the call's program for these dtypes and shapes (compiled on
+        the first call with this key, reused after), run under the mode's switches."""
+        if self.mode == EAGER:
+            return super().invoke(case, api, inputs)
+        x, t = inputs
+        program, code = self._program(case, api, x, t)
+        try:
+            with self._mode_switches():
+                out = program(x, t)
+        except ModeFallback:
+            raise
+        except Exception:
+            self._check_compiled(code, raised=True)  # an eager call's exception is a fallback's too
+            raise
+        self._check_compiled(code)
+        return out
+
+    def _program(self, case: Case, api: Api, x, t):
+        """The to_static function of this mode and call for the dtypes and shapes of (x, t), and the code object
+        SOT translates (None in the full-graph modes)."""
+        call = self.call(case, api)
+        key = (self.mode, call, str(x.place), str(x.dtype), tuple(x.shape), str(t.dtype), tuple(t.shape))
+        if key not in self._compiled:
+            self._compiled[key] = self._compile(call, x, t)
+        return self._compiled[key]
+
+    def _compile(self, call: ApiCall, x, t):
+        paddle = self.paddle
+        if call.args != ("x", "t"):
+            raise ValueError(f"{call.path} takes {call.args}, not (x, t)")
+        target = call.resolve()
+        if call.init is not None:
+            target = target(**dict(call.init))  # the loss layer, built once outside the program
+        kwargs = dict(call.kwargs)
+
+        def kl_div(x, t):
+            return target(x, t, **kwargs)
+        if self.mode == SOT:
+            # a code object of its own per key: SOT keys what it translated (and the shapes it saw) on the code
+            code = kl_div.__code__.replace(co_name=f"kl_div_{len(self._compiled)}")
+            kl_div = types.FunctionType(code, kl_div.__globals__, code.co_name, None, kl_div.__closure__)
+            return paddle.jit.to_static(kl_div, full_graph=False), code
+        specs = [paddle.static.InputSpec(_spec_shape(v.shape, self.mode == DYNAMIC_BATCH), str(v.dtype).removeprefix(
+            "paddle."), name) for v, name in ((x, "x"), (t, "t"))]
+        return paddle.jit.to_static(kl_div, input_spec=specs, full_graph=True), None
+
+    @contextmanager
+    def _mode_switches(self):
+        """The run-time switches of the mode, on around one call and back as they were after: the prim
+        decomposition for to-static-prim, SOT's graph size threshold for to-static-sot."""
+        with warnings.catch_warnings():
+            # building a program's backward warns this once per program, so only the first call of a key would
+            # carry it: Paddle's translation machinery talking, not the call's answer
+            warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface for pir graph mode")
+            with self._switches():
+                yield
+
+    @contextmanager
+    def _switches(self):
+        if not self._to_static_enabled():
+            raise ModeFallback("paddle.jit.enable_to_static is off: to_static functions run eagerly")
+        if self.mode == SOT:
+            from paddle.jit.sot.utils.envs import min_graph_size_guard
+            with min_graph_size_guard(self.sot_min_graph_size):
+                yield
+            return
+        if self.mode != PRIM:
+            yield
+            return
+        core = self.paddle.framework.core
+        before = core._is_fwd_prim_enabled(), core._is_bwd_prim_enabled()
+        core._set_prim_all_enabled(True)
+        try:
+            yield
+        finally:
+            core._set_prim_forward_enabled(before[0])
+            core._set_prim_backward_enabled(before[1])
+
+    def _to_static_enabled(self) -> bool:
+        from paddle.jit.dy2static.program_translator import ProgramTranslator
+        return bool(ProgramTranslator().enable_to_static)
+
+    def _check_compiled(self, code, raised: bool = False) -> None:
+        """SOT's cache of `code` (the per-key function SOT translated) holds the code it ran: only the original
+        (None: a graph below the size threshold, a graph break, an unsupported frame) means it ran eagerly. A
+        call that raised before SOT cached anything failed in the translation: that exception is the answer."""
+        if code is None:
+            return
+        from paddle.jit.sot.opcode_translator.executor.executor_cache import OpcodeExecutorCache
+        entry = OpcodeExecutorCache().cache.get(code)
+        translated = [custom.code for custom, _ in entry[0]] if entry else []
+        if raised and not translated:
+            return
+        if not any(c is not None for c in translated):
+            raise ModeFallback("SOT ran the call eagerly: no compiled code for it (a graph below "
+                               f"MIN_GRAPH_SIZE {self.sot_min_graph_size}, or a graph break)")
+
     def gradient(self, case: Case, api: Api, device: str, part: str):
-        """paddle.grad with the upstream gradient as grad_outputs; double backward with create_graph=True."""
+        """paddle.grad with the upstream gradient as grad_outputs; double backward with create_graph=True. A
+        static mode's forward is its program; its switches stay on through the backward."""
+        with self._mode_switches() if self.mode != EAGER else nullcontext():
+            return self._gradient(case, api, device, part)
+
+    def _gradient(self, case: Case, api: Api, device: str, part: str):
         paddle = self.paddle
         self._use_device(device)
         second = part == "grad2_input"
@@ -110,6 +249,15 @@ class PaddleAdapter(Adapter):
         w = paddle.to_tensor(upstream_gradient(tuple(grad.shape)), dtype=grad.dtype, place=PLACES[device])
         (grad2,) = paddle.grad([(grad * w).sum()], [t], allow_unused=True)
         return grad2
+
+    def describe_exception(self, exc: Exception) -> str:
+        """A to_static error comes as "In transformed code:" and a traceback through the files of this machine
+        (the harness's, Paddle's); its last line is Paddle's message, after the exception's type name."""
+        text = str(exc)
+        if text.startswith("In transformed code:"):
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            return lines[-1].removeprefix(f"{type(exc).__name__}: ") if lines else text
+        return text
 
     def is_no_kernel(self, exc: Exception) -> bool:
         return NO_KERNEL.search(str(exc)) is not None
@@ -129,8 +277,11 @@ class PaddleAdapter(Adapter):
                       ""]
         lines += [f"paddle.set_device({place!r})",
                   f"x = {tensor('x_values', case.input, case.dtype.input, part != 'grad_target')}",
-                  f"t = {tensor('t_values', case.target, case.dtype.target, part != 'grad_input')}",
-                  f"out = {self.call(case, api).source()}"]
+                  f"t = {tensor('t_values', case.target, case.dtype.target, part != 'grad_input')}"]
+        if self.mode == EAGER:
+            lines.append(f"out = {self.call(case, api).source()}")
+        else:
+            lines += self._mode_source(case, api)
         if part == "forward":
             lines.append("result = out.astype('float32' if out.dtype == paddle.bfloat16 else out.dtype).numpy().astype(np.float64)")
         else:
@@ -146,6 +297,33 @@ class PaddleAdapter(Adapter):
                       "result = grad.numpy().astype(np.float64)"]
         return "\n".join(lines)
 
+    def _mode_source(self, case: Case, api: Api) -> list[str]:
+        """The call wrapped as the mode wraps it: the to_static function (its InputSpec, the prim switch, SOT's
+        graph size threshold), called on x and t into `out`."""
+        call = self.call(case, api)
+        kwargs = ", ".join(f"{name}={value!r}" for name, value in call.kwargs)
+        lines = []
+        if call.init is not None:
+            lines.append(f"loss = {call.source().rpartition('(x, t)')[0]}  # built once, outside the program")
+            body = "loss(x, t)"
+        else:
+            body = f"{call.path}(x, t{', ' if kwargs else ''}{kwargs})"
+        lines += ["", "", "def kl_div(x, t):", f"    return {body}", ""]
+        if self.mode == SOT:
+            lines += ["", "from paddle.jit.sot.utils.envs import min_graph_size_guard",
+                      "kl_div = paddle.jit.to_static(kl_div)  # full_graph=False: SOT",
+                      f"with min_graph_size_guard({self.sot_min_graph_size!r}):  # compile kl_div's small graph too",
+                      "    out = kl_div(x, t)"]
+            return lines
+        specs = ", ".join(f"InputSpec({_spec_shape(np.shape(v), self.mode == DYNAMIC_BATCH)!r}, {d!r}, {n!r})"
+                          for v, d, n in ((case.input, case.dtype.input, "x"), (case.target, case.dtype.target, "t")))
+        lines += ["", "from paddle.static import InputSpec",
+                  f"kl_div = paddle.jit.to_static(kl_div, input_spec=[{specs}], full_graph=True)"]
+        if self.mode == PRIM:
+            lines.append("paddle.framework.core._set_prim_all_enabled(True)  # FLAGS_prim_all: the decomposition")
+        lines.append("out = kl_div(x, t)")
+        return lines
+
     def to_numpy(self, result):
         if not isinstance(result, self.paddle.Tensor):
             raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
@@ -154,6 +332,12 @@ class PaddleAdapter(Adapter):
         if dtype == "bfloat16":  # .numpy() gives its raw bits as uint16; float32 holds every bfloat16
             host = host.astype("float32")
         return host.numpy().astype(np.float64), dtype, tuple(result.shape)
+
+
+def _spec_shape(shape, dynamic_batch: bool) -> list:
+    """The InputSpec shape: the tensor's, with the first dimension None for a dynamic batch (none for 0-d)."""
+    shape = list(shape)
+    return [None, *shape[1:]] if dynamic_batch and shape else shape
 
 
 def _swap_last_two(tensor):
