@@ -62,6 +62,8 @@ class MindSporeAdapter(Adapter):
         self._names = itertools.count()
 
     def load(self) -> None:
+        if self.scratch_dir is not None:  # jit's failures dump analyze_fail.ir under $MS_OM_PATH, else the cwd
+            os.environ.setdefault("MS_OM_PATH", str(self.scratch_dir / "mindspore"))
         try:
             import mindspore
         except Exception as exc:

@@ -96,3 +96,18 @@ def test_mint_stays_unsupported_on_cpu_under_jit(framework, jit, spec):
             assert observed.unsupported.startswith("no kernel for this device"), (name, part, observed)
             assert "Unsupported op [KLDiv] on CPU" in observed.unsupported
             assert "Call Stack" not in observed.unsupported
+
+
+def test_a_failed_compile_leaves_nothing_in_the_working_directory(framework, tmp_path, monkeypatch):
+    """A graph that fails to compile (an unknown reduction) makes MindSpore dump rank_0/om/analyze_fail.ir, in the
+    working directory unless MS_OM_PATH says where: the worker's scratch directory, removed after the run."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MS_OM_PATH", raising=False)
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: unknown-reduction, input: [-1.0], target: [0.5], reduction: bogus, dtype: float32}\n")
+    assert main(["run", "--framework", "mindspore", "--mode", "jit", "--cases", str(cases), "--suite", "none",
+                 "--api", "mindspore.ops.kl_div", "--out", str(tmp_path / "out"), "--no-progress",
+                 "--no-repro"]) in (0, 1)
+    (row,) = iter_results(tmp_path / "out")
+    assert row.mode == "jit" and row.verdict is Verdict.PASS  # the ValueError the spec names, raised compiling
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.yaml", "out"]
