@@ -51,18 +51,22 @@ def test_run_flags_the_subnormal_target_flushed_to_zero_under_jit(framework, tmp
 
 def test_the_reproducer_compiles_the_call_and_shows_the_flush(framework, jit, spec, tmp_path):
     """A script written in mode jit carries the mindspore.jit wrapper: it exits 1 (the finding reproduces), and
-    the same case's eager script exits 0."""
-    case = make_case([-np.inf, -1.0], [1e-39, 0.3], dtype="float32")
+    the same case's eager script exits 0. The input gradient through the jitted loss flushes too: -t where t is
+    subnormal comes back -0."""
+    forward = make_case([-np.inf, -1.0], [1e-39, 0.3], dtype="float32")
+    gradient = make_case([[-1.0, -2.0]], [[1e-39, 0.3]], dtype="float32")
     api = jit.api("mindspore.ops.kl_div")
     codes = {}
-    for mode in ("jit", EAGER):
-        jit.mode = mode
-        script, suffix = jit.repro_script(case, api, "cpu", "forward", ("title", "about."), expected_forward(case, spec))
-        path = tmp_path / f"{mode}{suffix}"
-        path.write_text(script)
-        codes[mode] = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True,
-                                     text=True).returncode
-    assert codes == {"jit": 1, EAGER: 0}
+    for case, part, expected in ((forward, "forward", expected_forward(forward, spec)),
+                                 (gradient, "grad_input", expected_for(gradient, spec, "grad_input"))):
+        for mode in ("jit", EAGER):
+            jit.mode = mode
+            script, suffix = jit.repro_script(case, api, "cpu", part, ("title", "about."), expected)
+            path = tmp_path / f"{mode}-{part}{suffix}"
+            path.write_text(script)
+            codes[part, mode] = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True,
+                                               text=True).returncode
+    assert codes == {("forward", "jit"): 1, ("forward", EAGER): 0, ("grad_input", "jit"): 1, ("grad_input", EAGER): 0}
 
 
 def test_a_jit_call_that_ran_eagerly_is_a_fallback(framework, jit, spec, monkeypatch):
