@@ -12,13 +12,15 @@ Quirks live here:
   no kernel) surfaced in later calls and made runs nondeterministic.
 
 Mode `jit`: the call is a function compiled by `mindspore.jit(fn, fullgraph=True)` (graph mode, parsed from
-its source), one per (API, arguments, input signature); gradients are `mindspore.grad` through that compiled
+its source), one per (API, arguments, device, input signature); gradients are `mindspore.grad` through that compiled
 function, as a user differentiating a jitted loss gets them. The mint APIs fail graph kernel selection on CPU
 ("Unsupported op [KLDiv] on CPU"), so their rows stay unsupported as in eager.
 It proves each call compiled: `fullgraph=True` makes syntax MindSpore cannot compile raise instead of running
-in the Python interpreter (the LAX "JIT fallback"), and the one documented switch that runs a jitted function
-eagerly, the environment variable MS_JIT=0, leaves no compiled phase behind: a call whose function has no
+in the Python interpreter (the LAX "JIT fallback"), and the switch mindspore.jit's wrapper reads at each call to
+run the function eagerly instead, the environment variable MS_JIT=0, leaves no compiled phase behind: a call whose function has no
 phase in MindSpore's compile cache (or made with MS_JIT=0) raises ModeFallback.
+MindSpore's on-disk compile cache (enable_compile_cache) is not used: it is keyed by the function's source files,
+and nothing here shows it keys the arguments the compiled function closes over (the reduction).
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ class MindSporeAdapter(Adapter):
             return super().invoke(case, api, inputs)
         x, t = inputs
         call = self.call(case, api)
-        key = (api.name, call, *((str(a.dtype), tuple(a.shape)) for a in (x, t)))
+        key = (api.name, call, self._device, *((str(a.dtype), tuple(a.shape)) for a in (x, t)))
         if key not in self._jitted:
             self._jitted[key] = self._jit(call)
         name, compiled = self._jitted[key]
