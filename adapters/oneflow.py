@@ -85,7 +85,12 @@ class OneFlowAdapter(Adapter):
         if key not in self._graphs:
             self._graphs[key] = self._graph(call)
         graph = self._graphs[key]
-        out = graph(x, t)
+        try:
+            out = graph(x, t)
+        except Exception:
+            if not getattr(graph, "_is_compiled", False):  # a graph whose build failed cannot build again
+                del self._graphs[key]
+            raise
         if not getattr(graph, "_is_compiled", False):
             raise ModeFallback(f"the oneflow.nn.Graph of {api.name} returned without compiling")
         return out
@@ -136,7 +141,8 @@ class OneFlowAdapter(Adapter):
     def describe_exception(self, exc: Exception) -> str:
         # OneFlow numbers the ops a process creates ("op_name: kl_div_loss2"): the number counts what ran
         # before, so a shard and the whole run would record one refusal with two messages
-        return re.sub(r"(op_name: [A-Za-z_]+?)\d+\b", r"\1", str(exc))
+        # and its graphs ("KLGraph_3"), in mode graph
+        return re.sub(r"(op_name: [A-Za-z_]+?|\bKLGraph_)\d+\b", r"\1", str(exc))
 
     def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False):
         buffer, view = layout_buffer(values, layout)

@@ -57,3 +57,13 @@ def test_the_reproducer_builds_the_graph(framework, graph, spec, tmp_path):
         path.write_text(script)
         ran = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True)
         assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_a_graph_that_failed_to_build_is_built_again(framework, graph):
+    """OneFlow cannot build a graph whose first build failed ("job name ... already exist"): a second case of the
+    same signature (float16 input, float64 target, which OneFlow refuses) gets the framework's own error again."""
+    case = make_case([[-1.0, -2.0]], [[0.25, 0.75]], dtype=("float16", "float64"))
+    api = graph.api("oneflow.nn.functional.kl_div")
+    first, again = (graph.run(case, api, "cpu", "forward") for _ in range(2))
+    assert first.exception_type == again.exception_type == "RuntimeError"
+    assert first.exception_message == again.exception_message and "already exist" not in again.exception_message
