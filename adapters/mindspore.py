@@ -17,8 +17,8 @@ function, as a user differentiating a jitted loss gets them. The mint APIs fail 
 ("Unsupported op [KLDiv] on CPU"), so their rows stay unsupported as in eager.
 It proves each call compiled: `fullgraph=True` makes syntax MindSpore cannot compile raise instead of running
 in the Python interpreter (the LAX "JIT fallback"), and the switch mindspore.jit's wrapper reads at each call to
-run the function eagerly instead, the environment variable MS_JIT=0, leaves no compiled phase behind: a call whose function has no
-phase in MindSpore's compile cache (or made with MS_JIT=0) raises ModeFallback.
+run the function eagerly instead, the environment variable MS_JIT=0, leaves no compiled phase behind: a call
+whose function has no phase in MindSpore's compile cache (or made with MS_JIT=0) raises ModeFallback.
 MindSpore's on-disk compile cache (enable_compile_cache) is not used: it is keyed by the function's source files,
 and nothing here shows it keys the arguments the compiled function closes over (the reduction).
 """

@@ -16,7 +16,8 @@ from tests.helpers import make_case
 
 FRAMEWORK = "oneflow"
 CASES = """
-- {id: plain, input: [[-1.0, -2.0], [-0.5, -1.5]], target: [[0.2, 0.3], [0.4, 0.1]], reduction: batchmean, dtype: float32, grad: [input, target]}
+- {id: plain, input: [[-1.0, -2.0], [-0.5, -1.5]], target: [[0.2, 0.3], [0.4, 0.1]], reduction: batchmean,
+   dtype: float32, grad: [input, target]}
 - {id: elementwise, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, dtype: float32}
 """
 
