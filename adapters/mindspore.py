@@ -10,17 +10,39 @@ Quirks live here:
 - Ops run synchronously (mindspore.runtime.launch_blocking), so an error is raised by
   the call that caused it; asynchronously, errors of a failed call (a mint call with
   no kernel) surfaced in later calls and made runs nondeterministic.
+
+Mode `jit`: the call is a function compiled by `mindspore.jit(fn, fullgraph=True)` (graph mode, parsed from
+its source), one per (API, arguments, device, input signature); gradients are `mindspore.grad` through that compiled
+function, as a user differentiating a jitted loss gets them. The mint APIs fail graph kernel selection on CPU
+("Unsupported op [KLDiv] on CPU"), so their rows stay unsupported as in eager.
+It proves each call compiled: `fullgraph=True` makes syntax MindSpore cannot compile raise instead of running
+in the Python interpreter (the LAX "JIT fallback"), and the switch mindspore.jit's wrapper reads at each call to
+run the function eagerly instead, the environment variable MS_JIT=0, leaves no compiled phase behind: a call
+whose function has no phase in MindSpore's compile cache (or made with MS_JIT=0) raises ModeFallback.
+MindSpore's on-disk compile cache (enable_compile_cache) is not used: it is keyed by the function's source files,
+and nothing here shows it keys the arguments the compiled function closes over (the reduction).
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import re
+
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback, layout_buffer,
+                                       layout_buffer_source)
 from conformance.core.model import Case, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
-NO_KERNEL_MARKERS = ("unregistered",)  # "The kernel KLDiv unregistered."
+# "The kernel KLDiv unregistered." (PyNative); "Unsupported op [KLDiv] on CPU" (graph kernel selection)
+NO_KERNEL_MARKERS = ("unregistered", "Unsupported op [")
+JIT = "jit"
+# The parts of a graph-mode error that are MindSpore's call stacks and its IR dump's path, not the error: they
+# name this process's files and line numbers.
+GRAPH_ERROR_NOISE = re.compile(r"^- (The Function Call Stack|C\+\+ Call Stack|The Traceback of Net Construct Code)"
+                               r"|^ ?\(See file '", re.M)
 
 
 class MindSporeAdapter(Adapter):
@@ -33,12 +55,17 @@ class MindSporeAdapter(Adapter):
         Api("mindspore.nn.KLDivLoss", grads=("input", "target"), log_target=False, second_order=False),
     )
     known_devices = tuple(DEVICE_TARGETS)
+    modes = (Mode(JIT, "mindspore.jit(fullgraph=True): graph mode; gradients by mindspore.grad through it"),)
 
     def __init__(self) -> None:
         self.ms = None
         self._device: str | None = None
+        self._jitted: dict[tuple, tuple[str, object]] = {}  # (API, call, input signature) -> (name, compiled fn)
+        self._names = itertools.count()
 
     def load(self) -> None:
+        if self.scratch_dir is not None:  # jit's failures dump analyze_fail.ir under $MS_OM_PATH, else the cwd
+            os.environ.setdefault("MS_OM_PATH", str(self.scratch_dir / "mindspore"))
         try:
             import mindspore
         except Exception as exc:
@@ -55,6 +82,66 @@ class MindSporeAdapter(Adapter):
 
     def version(self) -> str:
         return self.ms.__version__
+
+    def mode_unavailable(self, mode: str) -> str | None:
+        if mode == JIT and self._compiled_phases() is None:
+            return ("mindspore.graph.api.ms_compile_cache is missing in this MindSpore, so a jit call cannot be "
+                    "proved compiled")
+        return None
+
+    def invoke(self, case: Case, api: Api, inputs):
+        """Eager: the call as stated. jit: the compiled function of this call and signature, proved compiled."""
+        if self.mode != JIT:
+            return super().invoke(case, api, inputs)
+        x, t = inputs
+        call = self.call(case, api)
+        key = (api.name, call, self._device, *((str(a.dtype), tuple(a.shape)) for a in (x, t)))
+        if key not in self._jitted:
+            self._jitted[key] = self._jit(call)
+        name, compiled = self._jitted[key]
+        jit_off = os.environ.get("MS_JIT") == "0"
+        out = compiled(x, t)
+        if jit_off or not any(f".{name}." in phase for phase in self._compiled_phases()):
+            raise ModeFallback(f"mindspore.jit ran {api.name} eagerly: "
+                               + ("MS_JIT=0 is set" if jit_off else "no compiled phase of its function"))
+        return out
+
+    def _jit(self, call: ApiCall):
+        """`mindspore.jit` of a plain function making `call`, named uniquely so its compiled phases can be found
+        (MindSpore names a phase after the function's module, name and source line)."""
+        fn = call.resolve()
+        if call.init is not None:
+            fn = fn(**dict(call.init))
+        kwargs = dict(call.kwargs)
+        if call.args == ("x", "t"):
+            def kl(x, t):
+                return fn(x, t, **kwargs)
+        else:
+            def kl(x, t):
+                return fn(t, x, **kwargs)
+        name = f"kl_conformance_jit_{next(self._names)}"
+        kl.__name__ = kl.__qualname__ = name
+        return name, self.ms.jit(kl, fullgraph=True)
+
+    @staticmethod
+    def _compiled_phases():
+        """MindSpore's set of compiled graph phases, or None where this release keeps it elsewhere."""
+        try:
+            from mindspore.graph import api as graph_api
+        except ImportError:
+            return None
+        phases = getattr(graph_api, "ms_compile_cache", None)
+        return phases if isinstance(phases, set) else None
+
+    def describe_exception(self, exc: Exception) -> str:
+        """In jit, the error less MindSpore's call stacks and banner lines, which name this process's files."""
+        text = str(exc)
+        if self.mode != JIT:
+            return text
+        cut = GRAPH_ERROR_NOISE.search(text)
+        if cut:
+            text = text[:cut.start()]
+        return "\n".join(line for line in text.splitlines() if line.strip() and set(line.strip()) != {"-"})
 
     def devices(self) -> tuple[str, ...]:
         present = ["cpu"]
@@ -120,7 +207,7 @@ class MindSporeAdapter(Adapter):
                  f"ms.set_context(device_target={DEVICE_TARGETS[device]!r})",
                  f"x = {tensor('x_values', case.dtype.input)}",
                  f"t = {tensor('t_values', case.dtype.target)}",
-                 f"kl = lambda x, t: {self.call(case, api).source()}",
+                 *self._kl_source(self.call(case, api)),
                  "out = kl(x, t)"]
         if part == "forward":
             lines.append("result = out.astype(ms.float32 if out.dtype == ms.bfloat16 else out.dtype).asnumpy().astype(np.float64)")
@@ -135,6 +222,18 @@ class MindSporeAdapter(Adapter):
                 lines.append(f"grad = ms.grad(weighted, grad_position={0 if part == 'grad_input' else 1})(x, t)")
             lines.append("result = grad.asnumpy().astype(np.float64)")
         return "\n".join(lines)
+
+    def _kl_source(self, call: ApiCall) -> list[str]:
+        """Lines defining `kl(x, t)`, the call; in jit the function compiled as the run compiles it (a loss object
+        built outside it, as the run builds it)."""
+        if self.mode != JIT:
+            return [f"kl = lambda x, t: {call.source()}"]
+        lines = []
+        if call.init is not None:
+            lines.append(f"loss = {ApiCall.function(call.path, **dict(call.init)).source()}")
+            call = ApiCall("loss", call.args, call.kwargs)
+        return [*lines, "", "", "@ms.jit(fullgraph=True)  # graph mode, as the run's mode jit",
+                "def kl(x, t):", f"    return {call.source()}", "", ""]
 
     def to_numpy(self, result):
         if not isinstance(result, self.ms.Tensor):

@@ -6,6 +6,12 @@ Quirks live here:
   them and `load()` preloads them with RTLD_GLOBAL before `import oneflow`.
 - Neither API takes size_average/reduce (https://oneflow.readthedocs.io/en/master/generated/oneflow.nn.KLDivLoss.html).
 - "Cannot find the kernel" (e.g. float16 on CPU) means no kernel for this device.
+
+Mode `graph`: the call is the `build` of a `oneflow.nn.Graph` (a loss module registered in it), one graph per
+(API, arguments, input signature), compiled at its first call. It has no gradients: a graph differentiates only
+in training, its parameters through an optimizer added to it; `flow.autograd.grad` in `build` fails ("job has
+no TrainConf"). A graph cannot run its `build` eagerly (OneFlow traces it in lazy mode or raises), and each call
+checks the graph says it compiled (`_is_compiled`), raising ModeFallback otherwise.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ import sys
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback, layout_buffer,
+                                       layout_buffer_source)
 from conformance.core.model import Case, upstream_gradient
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
+GRAPH = "graph"
 
 
 def preload_cuda_libraries() -> list[str]:
@@ -47,9 +55,61 @@ class OneFlowAdapter(Adapter):
         Api("oneflow.nn.KLDivLoss", grads=("input", "target")),
     )
     known_devices = ("cpu", "cuda")
+    modes = (Mode(GRAPH, "oneflow.nn.Graph whose build makes the call; a graph differentiates only its parameters, "
+                         "in training with an optimizer", gradients=False),)
 
     def __init__(self) -> None:
         self.flow = None
+        self._graphs: dict[tuple, object] = {}  # (API, call, input signature) -> nn.Graph
+
+    def mode_unavailable(self, mode: str) -> str | None:
+        """graph: None once a one-element graph of kl_div compiles and runs on the CPU here, else what failed."""
+        if mode != GRAPH:
+            return None
+        flow = self.flow
+        try:
+            one = flow.tensor([-1.0], dtype=flow.float32)
+            self._graph(ApiCall.function("oneflow.nn.functional.kl_div", "x", "t", reduction="sum"))(one, one)
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            return f"a oneflow.nn.Graph of kl_div on cpu raised {type(exc).__name__}: {first[:200]}"
+        return None
+
+    def invoke(self, case: Case, api: Api, inputs):
+        """Eager: the call as stated. graph: the nn.Graph of this call and signature, proved compiled."""
+        if self.mode != GRAPH:
+            return super().invoke(case, api, inputs)
+        x, t = inputs
+        call = self.call(case, api)
+        key = (api.name, call, *((str(a.dtype), tuple(a.shape), str(a.device)) for a in (x, t)))
+        if key not in self._graphs:
+            self._graphs[key] = self._graph(call)
+        graph = self._graphs[key]
+        try:
+            out = graph(x, t)
+        except Exception:
+            if not getattr(graph, "_is_compiled", False):  # a graph whose build failed cannot build again
+                del self._graphs[key]
+            raise
+        if not getattr(graph, "_is_compiled", False):
+            raise ModeFallback(f"the oneflow.nn.Graph of {api.name} returned without compiling")
+        return out
+
+    def _graph(self, call: ApiCall):
+        """A oneflow.nn.Graph whose build makes `call` (a loss object built once, registered in the graph)."""
+        flow = self.flow
+        fn = call.resolve()
+        kwargs, swapped = dict(call.kwargs), call.args != ("x", "t")
+
+        class KLGraph(flow.nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.loss = fn(**dict(call.init)) if call.init is not None else None
+
+            def build(self, x, t):
+                f = self.loss if self.loss is not None else fn
+                return f(t, x, **kwargs) if swapped else f(x, t, **kwargs)
+        return KLGraph()
 
     def load(self) -> None:
         preload_cuda_libraries()
@@ -81,7 +141,8 @@ class OneFlowAdapter(Adapter):
     def describe_exception(self, exc: Exception) -> str:
         # OneFlow numbers the ops a process creates ("op_name: kl_div_loss2"): the number counts what ran
         # before, so a shard and the whole run would record one refusal with two messages
-        return re.sub(r"(op_name: [A-Za-z_]+?)\d+\b", r"\1", str(exc))
+        # and its graphs ("KLGraph_3"), in mode graph
+        return re.sub(r"(op_name: [A-Za-z_]+?|\bKLGraph_)\d+\b", r"\1", str(exc))
 
     def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False):
         buffer, view = layout_buffer(values, layout)
@@ -126,7 +187,7 @@ class OneFlowAdapter(Adapter):
             "import oneflow as flow", "",
             f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}",
             f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}",
-            f"out = {self.call(case, api).source()}"]
+            *self._call_source(self.call(case, api))]
         if part == "forward":
             lines.append("result = out.to(flow.float32 if out.dtype == flow.bfloat16 else out.dtype).numpy().astype(np.float64)")
         else:
@@ -140,6 +201,18 @@ class OneFlowAdapter(Adapter):
                 lines.append("(grad,) = flow.autograd.grad((grad * w).sum(), [t])")
             lines.append("result = grad.numpy().astype(np.float64)")
         return "\n".join(lines)
+
+    def _call_source(self, call: ApiCall) -> list[str]:
+        """Lines setting `out`: the call itself, or in graph mode the nn.Graph the run builds around it."""
+        if self.mode != GRAPH:
+            return [f"out = {call.source()}"]
+        lines = ["", "", "class KLGraph(flow.nn.Graph):  # the run's mode graph: the call compiled as a graph",
+                 "    def __init__(self):", "        super().__init__()"]
+        if call.init is not None:
+            lines.append(f"        self.loss = {ApiCall.function(call.path, **dict(call.init)).source()}")
+            call = ApiCall("self.loss", call.args, call.kwargs)
+        return [*lines, "", "    def build(self, x, t):", f"        return {call.source()}", "", "",
+                "out = KLGraph()(x, t)"]
 
     def to_numpy(self, result):
         if not isinstance(result, self.flow.Tensor):

@@ -1,0 +1,117 @@
+"""MindSpore's mode `jit`: calls compiled by mindspore.jit, proved compiled, and reproducers that compile too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conformance.cli import main
+from conformance.core.model import EAGER, Verdict
+from conformance.core.results import iter_results
+from conformance.judge.compare import classify
+from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_for
+from tests.helpers import make_case
+
+FRAMEWORK = "mindspore"
+# float32's smallest normal is 1.18e-38: this target is subnormal, and t * (log t - x) at x = -inf is +inf
+SUBNORMAL_CASE = """
+- id: subnormal-target-at-neg-inf-input
+  input: [-.inf, -1.0]
+  target: [1.0e-39, 0.3]
+  reduction: none
+  dtype: float32
+"""
+
+
+@pytest.fixture
+def jit(framework_adapter):
+    """The session's adapter in mode jit, back in eager after the test."""
+    framework_adapter.mode = "jit"
+    yield framework_adapter
+    framework_adapter.mode = EAGER
+
+
+def test_run_flags_the_subnormal_target_flushed_to_zero_under_jit(framework, tmp_path):
+    """The issue's finding: mindspore.jit flushes a subnormal float32 target to zero, so the term at x = -inf is 0
+    where PyNative (and the spec) give +inf; the run in mode jit flags it, eager passes."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(SUBNORMAL_CASE)
+    assert main(["run", "--framework", "mindspore", "--mode", "eager", "--mode", "jit", "--cases", str(cases),
+                 "--suite", "none", "--api", "mindspore.ops.kl_div", "--out", str(tmp_path / "out"),
+                 "--no-progress", "--no-repro"]) in (0, 1)
+    verdicts = {(r.mode, r.part): r for r in iter_results(tmp_path / "out") if r.api == "mindspore.ops.kl_div"}
+    assert verdicts[(EAGER, "forward")].verdict is Verdict.PASS
+    flushed = verdicts[("jit", "forward")]
+    assert flushed.verdict is Verdict.NONFINITE and "got 0.0, expected inf" in flushed.message
+
+
+def test_the_reproducer_compiles_the_call_and_shows_the_flush(framework, jit, spec, tmp_path):
+    """A script written in mode jit carries the mindspore.jit wrapper: it exits 1 (the finding reproduces), and
+    the same case's eager script exits 0. The input gradient through the jitted loss flushes too: -t where t is
+    subnormal comes back -0."""
+    forward = make_case([-np.inf, -1.0], [1e-39, 0.3], dtype="float32")
+    gradient = make_case([[-1.0, -2.0]], [[1e-39, 0.3]], dtype="float32")
+    api = jit.api("mindspore.ops.kl_div")
+    codes = {}
+    for case, part, expected in ((forward, "forward", expected_forward(forward, spec)),
+                                 (gradient, "grad_input", expected_for(gradient, spec, "grad_input"))):
+        for mode in ("jit", EAGER):
+            jit.mode = mode
+            script, suffix = jit.repro_script(case, api, "cpu", part, ("title", "about."), expected)
+            path = tmp_path / f"{mode}-{part}{suffix}"
+            path.write_text(script)
+            codes[part, mode] = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True,
+                                               text=True).returncode
+    assert codes == {("forward", "jit"): 1, ("forward", EAGER): 0, ("grad_input", "jit"): 1, ("grad_input", EAGER): 0}
+
+
+def test_a_jit_call_that_ran_eagerly_is_a_fallback(framework, jit, spec, monkeypatch):
+    """MS_JIT=0 makes every mindspore.jit function run in PyNative, silently: the row says fallback."""
+    monkeypatch.setenv("MS_JIT", "0")
+    case = make_case([-1.0, -2.0], [0.25, 0.75], reduction="sum", dtype="float32")
+    observed = jit.run(case, jit.api("mindspore.ops.kl_div"), "cpu", "forward")
+    assert "MS_JIT=0" in observed.fallback
+    assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.FALLBACK
+
+
+def test_gradients_go_through_the_compiled_function(framework, jit, spec):
+    """The input gradient through the jitted loss conforms, and MindSpore compiled a graph for it (a grad phase)."""
+    from mindspore.graph.api import ms_compile_cache
+
+    case = make_case([[-1.0, -2.0], [-0.5, -1.5]], [[0.2, 0.3], [0.4, 0.1]], reduction="batchmean", dtype="float32")
+    before = {p for p in ms_compile_cache if ".grad." in p}
+    for name in ("mindspore.ops.kl_div", "mindspore.nn.KLDivLoss"):
+        observed = jit.run(case, jit.api(name), "cpu", "grad_input")
+        assert classify(expected_for(case, spec, "grad_input"), observed, spec).verdict is Verdict.PASS, name
+    assert len({p for p in ms_compile_cache if ".grad." in p and "kl_conformance_jit" in p} - before) == 2
+
+
+def test_mint_stays_unsupported_on_cpu_under_jit(framework, jit, spec):
+    """Graph kernel selection finds no KLDiv kernel on CPU ("Unsupported op [KLDiv] on CPU"): no kernel, with
+    MindSpore's message less its call stacks, forward and gradient alike."""
+    case = make_case([[0.5, 0.5]], [[0.0, 1.0]], reduction="mean", dtype="float32")
+    for name in ("mindspore.mint.nn.KLDivLoss", "mindspore.mint.nn.functional.kl_div"):
+        for part in ("forward", "grad_target"):
+            observed = jit.run(case, jit.api(name), "cpu", part)
+            assert observed.unsupported.startswith("no kernel for this device"), (name, part, observed)
+            assert "Unsupported op [KLDiv] on CPU" in observed.unsupported
+            assert "Call Stack" not in observed.unsupported
+
+
+def test_a_failed_compile_leaves_nothing_in_the_working_directory(framework, tmp_path, monkeypatch):
+    """A graph that fails to compile (an unknown reduction) makes MindSpore dump rank_0/om/analyze_fail.ir, in the
+    working directory unless MS_OM_PATH says where: the worker's scratch directory, removed after the run."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MS_OM_PATH", raising=False)
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: unknown-reduction, input: [-1.0], target: [0.5], reduction: bogus, dtype: float32}\n")
+    assert main(["run", "--framework", "mindspore", "--mode", "jit", "--cases", str(cases), "--suite", "none",
+                 "--api", "mindspore.ops.kl_div", "--out", str(tmp_path / "out"), "--no-progress",
+                 "--no-repro"]) in (0, 1)
+    (row,) = iter_results(tmp_path / "out")
+    assert row.mode == "jit" and row.verdict is Verdict.PASS  # the ValueError the spec names, raised compiling
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.yaml", "out"]
