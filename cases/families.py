@@ -145,3 +145,9 @@ EDGE = tuple(name for name, f in FAMILIES.items() if f.edge)
 def draw_integers(rng: np.random.Generator, in_shape: Shape, tg_shape: Shape) -> tuple[np.ndarray, np.ndarray]:
     """Integer-valued draws for the integral-dtype error cases."""
     return rng.integers(-3, 1, in_shape).astype(np.float64), rng.integers(0, 2, tg_shape).astype(np.float64)
+
+
+def draw_pinned(shape: Shape, log_target: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The mode suite's pinned values (cases/generate.py PINNED_KEYS), the same in every element and for every
+    seed: x = -60000, t = 5, each term beyond float16; and in log space x = 0, t = 80, exp(t) beyond float16."""
+    return (np.full(shape, 0.0), np.full(shape, 80.0)) if log_target else (np.full(shape, -60000.0), np.full(shape, 5.0))
