@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
     selftest.add_argument("--device", action="append", default=[],
                           help="device (repeatable; default all present), e.g. cuda to check the verdicts on a GPU")
+    selftest.add_argument("--mode", action="append", default=[], metavar="NAME",
+                          help="plant the faults into the calls of this mode, e.g. inductor, to check the verdicts "
+                               "of a compiled mode (repeatable; default eager; `kl-conformance modes` lists them)")
     selftest.add_argument("--out", default="reports/selftest", help="output directory (default reports/selftest)")
     selftest.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S, help="time limit of one case")
     selftest.add_argument("--no-cache", action="store_true", help="compute every expectation")
@@ -347,14 +350,15 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
                          fix=f"use one of {sorted([*VARIANTS, *GATE_VARIANTS])}")
     adapter = get_adapter(args.framework)  # unknown --api and --device names are refused before --out exists
     select(args.framework, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
-           args.api, args.device)
+           args.api, args.device, args.mode, adapter.mode_names())
     cases = list(select_cases(spec, case_selection(args)))
     if not cases:
         raise no_case_matches()
     # its own parts are replaced (each run's by that run's record); nothing else there is removed
     out = check_out_dir(args.out, force=args.force, record_required=False)
     # the self-test owns its output directory: each of its runs replaces that run's earlier output
-    options = RunOptions(apis=tuple(args.api), devices=tuple(args.device), timeout_s=args.timeout_s, force=True,
+    options = RunOptions(apis=tuple(args.api), devices=tuple(args.device), modes=tuple(args.mode),
+                         timeout_s=args.timeout_s, force=True,
                          cache_dir=None if args.no_cache else default_cache_dir())
     show = (lambda name: print(f"selftest: {name}", file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
     try:
@@ -362,7 +366,8 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     except NotRun as exc:
         print(f"kl-conformance: selftest: {exc}", file=sys.stderr)
         return EXIT_INCOMPLETE
-    text = render_selftest(args.framework, control, reports)
+    modes = [m for m in dict.fromkeys(args.mode) if m != "eager"]
+    text = render_selftest(args.framework + (f" in mode {', '.join(modes)}" if modes else ""), control, reports)
     (out / "selftest.md").write_text(text, encoding="utf-8")
     (out / "selftest.json").write_text(selftest_json(args.framework, control, reports), encoding="utf-8")
     print(text, end="")

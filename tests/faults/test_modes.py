@@ -104,3 +104,31 @@ def test_repro_refuses_a_mode_the_adapter_lacks_or_cannot_run(tmp_path, capsys):
     # a gradient in a mode without autograd is refused as the run reports it: unsupported, with the reason
     assert main([*common, "--mode", "forward-only", "--part", "grad_input"]) == 2
     assert "mode forward-only has no gradients" in capsys.readouterr().err
+
+
+def _selftest(tmp_path, *extra):
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: one, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}\n")
+    return main(["selftest", "--framework", ADAPTERS + "ModalAdapter", "--suite", "none", "--cases", str(cases),
+                 "--out", str(tmp_path / "out"), "--variant", "value_outside_rounding", *extra])
+
+
+def test_selftest_plants_its_faults_through_each_mode_asked_for(tmp_path):
+    """Each mode's planted call is a row of its own: one planted fault per mode, each flagged."""
+    assert _selftest(tmp_path, "--mode", "eager", "--mode", "shifted") == 0
+    out = tmp_path / "out"
+    report = json.loads((out / "selftest.json").read_text())
+    assert [(v["name"], v["planted"], v["flagged"]) for v in report["variants"]] == [("value_outside_rounding", 2, 2)]
+    for run in ("control", "value_outside_rounding"):
+        modes = [json.loads(line)["mode"] for line in (out / run / "results.jsonl").read_text().splitlines()]
+        assert set(modes) == {"eager", "shifted"}
+    assert "in mode shifted" in (out / "selftest.md").read_text().splitlines()[0]
+
+
+def test_selftest_through_a_mode_that_cannot_run_is_incomplete_and_an_unknown_one_refused(tmp_path, capsys):
+    assert _selftest(tmp_path, "--mode", "missing") == 3
+    err = capsys.readouterr().err
+    assert "mode missing" in err and "kl_conformance_no_such_runtime is not installed" in err
+    assert not (tmp_path / "out" / "selftest.json").exists()
+    assert _selftest(tmp_path, "--mode", "no-such-mode", "--force") == 2
+    assert "unknown mode 'no-such-mode'" in capsys.readouterr().err
