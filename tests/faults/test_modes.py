@@ -132,3 +132,39 @@ def test_selftest_through_a_mode_that_cannot_run_is_incomplete_and_an_unknown_on
     assert not (tmp_path / "out" / "selftest.json").exists()
     assert _selftest(tmp_path, "--mode", "no-such-mode", "--force") == 2
     assert "unknown mode 'no-such-mode'" in capsys.readouterr().err
+
+
+def test_api_run_makes_the_calls_in_each_mode(tmp_path):
+    import conformance.api as kl
+
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(CASES)
+    outcome = kl.run(ADAPTERS + "ModalAdapter", selection=kl.Selection(suite="none", case_files=(str(cases),)),
+                     parts=("forward",), modes=("eager", "shifted", "missing"))
+    verdicts = {(r.case_id, r.mode): r.verdict.value for r in outcome.rows}
+    assert verdicts == {("ok-one", "eager"): "pass", ("the-fault", "eager"): "pass",
+                        ("ok-one", "shifted"): "pass", ("the-fault", "shifted"): "value"}
+    assert outcome.manifest["modes_not_run"] == {"missing": "kl_conformance_no_such_runtime is not installed"}
+
+
+def test_the_pytest_plugin_makes_items_per_mode(tmp_path):
+    """--kl-mode: one item per mode, the mode in its name; the shifted mode's divergence fails with a repro
+    command in that mode; a mode that cannot run here skips its items with the reason."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "conftest.py").write_text(f"import sys\nsys.path.append({str(root)!r})\n")
+    (tmp_path / "cases.yaml").write_text(CASES)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
+                           "--kl-framework", ADAPTERS + "ModalAdapter", "--kl-cases", "cases.yaml", "--kl-suite",
+                           "none", "--kl-part", "forward", "--kl-mode", "eager", "--kl-mode", "shifted",
+                           "--kl-mode", "missing"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "1 failed, 3 passed, 2 skipped" in output, output
+    assert "FAILED kl-conformance[numpy-test]::the-fault[numpy.kl_div-cpu-shifted-forward]" in output
+    assert "--part forward --mode shifted" in output
+    assert "mode missing cannot run here: kl_conformance_no_such_runtime is not installed" in output
