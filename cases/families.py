@@ -148,6 +148,11 @@ def draw_integers(rng: np.random.Generator, in_shape: Shape, tg_shape: Shape) ->
 
 
 def draw_pinned(shape: Shape, log_target: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The mode suite's pinned values (cases/generate.py PINNED_KEYS), the same in every element and for every
-    seed: x = -60000, t = 5, each term beyond float16; and in log space x = 0, t = 80, exp(t) beyond float16."""
-    return (np.full(shape, 0.0), np.full(shape, 80.0)) if log_target else (np.full(shape, -60000.0), np.full(shape, 5.0))
+    """The mode suite's pinned values (cases/generate.py PINNED_KEYS), the same for every seed. Linear: x = -60000,
+    t = 5 in the first class of each distribution, whose term is beyond float16 while the mean is not, and
+    x = 0, t = 0 (a zero term) elsewhere; log space: x = 0, t = 80 everywhere, exp(t) beyond float16."""
+    if log_target:
+        return np.full(shape, 0.0), np.full(shape, 80.0)
+    x, t = np.zeros(shape), np.zeros(shape)
+    x[..., 0], t[..., 0] = -60000.0, 5.0
+    return x, t
