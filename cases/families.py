@@ -145,3 +145,14 @@ EDGE = tuple(name for name, f in FAMILIES.items() if f.edge)
 def draw_integers(rng: np.random.Generator, in_shape: Shape, tg_shape: Shape) -> tuple[np.ndarray, np.ndarray]:
     """Integer-valued draws for the integral-dtype error cases."""
     return rng.integers(-3, 1, in_shape).astype(np.float64), rng.integers(0, 2, tg_shape).astype(np.float64)
+
+
+def draw_pinned(shape: Shape, log_target: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The mode suite's pinned values (cases/generate.py PINNED_KEYS), the same for every seed. Linear: x = -60000,
+    t = 5 in the first class of each distribution, whose term is beyond float16 while the mean is not, and
+    x = 0, t = 0 (a zero term) elsewhere; log space: x = 0, t = 80 everywhere, exp(t) beyond float16."""
+    if log_target:
+        return np.full(shape, 0.0), np.full(shape, 80.0)
+    x, t = np.zeros(shape), np.zeros(shape)
+    x[..., 0], t[..., 0] = -60000.0, 5.0
+    return x, t

@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from conformance.cases import rounded_math
-from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_integers
+from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_integers, draw_pinned
 from conformance.cases.ids import CaseKey, build_id
 from conformance.core.model import FLOAT_DTYPES, PARTS, Case, DtypePair, Params, Spec
 from conformance.core.rounding import INTEGER_DTYPES, round_to_dtype
@@ -183,6 +183,50 @@ def error_keys(spec: Spec, log_target: bool = False) -> Iterator[CaseKey]:
         yield _key("sum", log_target, (None, None), shape, ok, "softmax")
 
 
+# The mode suite's pinned cases (family "pinned", drawn by cases/families.py PINNED): values where a compiled
+# mode that keeps narrow intermediates in float32 answers otherwise than eager (issue 29's Inductor findings).
+PINNED_KEYS = (
+    # float16 `mean` with x = -60000, t = 5 in one class of six: that term overflows float16, the mean does not
+    (("mean", False), DtypePair("float16", "float16")),
+    # a float32 input against a float16 log-space target t = 80: exp(80) overflows float16, not float32
+    (("sum", True), DtypePair("float32", "float16")),
+)
+
+
+def mode_keys(spec: Spec) -> Iterator[CaseKey]:
+    """Keys of the mode suite (`--suite modes`): what a compiled or graph mode is run on, where every new
+    signature (shape, dtypes, parameters) costs a compile.
+
+    Every (family, dtype pair, reduction) the default suite has, in each input space it has it in, once, on
+    the full shape, log_target alternating between the families; then every shape level and every legacy
+    pair once (float32 softmax values), the error cases, and the pinned cases. Whatever the default suite
+    checks of one family, dtype and reduction is here; what it loses is only the product with every shape.
+    """
+    levels = parameter_levels(spec)
+    covered: dict[tuple, None] = {}
+    for key in default_keys(spec):
+        if key.family in FAMILIES:  # error cases follow, as in the default suite
+            covered.setdefault((key.family, key.dtype, key.params.reduction, key.params.prob_input), None)
+    families = list(FAMILIES)
+    for family, dtype, reduction, prob_input in covered:
+        if reduction not in levels["reduction"]:
+            continue
+        allowed = [False] if prob_input else list(FAMILIES[family].log_targets)
+        turn = families.index(family) + levels["dtype"].index(dtype) + levels["reduction"].index(reduction)
+        yield _key(reduction, allowed[turn % len(allowed)], (None, None), FULL_SHAPE_LEVEL, dtype, family,
+                   prob_input=prob_input)
+    f32 = DtypePair("float32", "float32")
+    for i, shape in enumerate(levels["shape"]):
+        yield _key(levels["reduction"][i % len(levels["reduction"])], bool(i % 2), (None, None), shape, f32,
+                   "softmax")
+    for legacy in levels["legacy"][1:]:
+        yield _key("mean", False, legacy, FULL_SHAPE_LEVEL, f32, "softmax")
+    yield from error_keys(spec)
+    yield from error_keys(spec, log_target=True)  # what an API of log-space targets only can express
+    for (reduction, log_target), dtype in PINNED_KEYS:
+        yield _key(reduction, log_target, (None, None), FULL_SHAPE_LEVEL, dtype, "pinned")
+
+
 def exhaustive_keys(spec: Spec) -> Iterator[CaseKey]:
     """Every valid combination of every factor level, then the error cases."""
     levels = parameter_levels(spec)
@@ -201,11 +245,15 @@ def generate_cases(spec: Spec, seed: int = DEFAULT_SEED, exhaustive: bool = Fals
         yield build_case(key, seed)
 
 
-def generated_keys(spec: Spec, exhaustive: bool = False, samples: int = 1) -> Iterator[tuple[str, CaseKey]]:
+def generated_keys(spec: Spec, exhaustive: bool = False, samples: int = 1,
+                   suite: str | None = None) -> Iterator[tuple[str, CaseKey]]:
     """The id and key of each case of the generated suite, in `generate_cases`' order, drawing no values
-    (counting a suite of 150,000 cases then takes no longer than listing their ids)."""
+    (counting a suite of 150,000 cases then takes no longer than listing their ids). `suite` ("default",
+    "exhaustive" or "modes") overrides `exhaustive`."""
+    suite = suite or ("exhaustive" if exhaustive else "default")
     seen: set[str] = set()
-    for key in (exhaustive_keys(spec) if exhaustive else default_keys(spec)):
+    keys = {"exhaustive": exhaustive_keys, "modes": mode_keys}.get(suite, default_keys)
+    for key in keys(spec):
         # the id is built once per key: only its last field, the sample, changes (ids.build_id's format)
         stem = build_id(key).removesuffix(f"s{key.sample}")
         for sample in range(samples):
@@ -231,8 +279,13 @@ def check_key(key: CaseKey) -> None:
         for an unknown family or dtype, a layout the shape cannot have, or a log_target
         the family does not draw.
     """
-    if key.family != "integers" and key.family not in FAMILIES:
-        raise ValueError(f"unknown family {key.family!r}; use one of {sorted(FAMILIES) + ['integers']}")
+    if key.family == "pinned":
+        if (key.input_shape, key.target_shape, key.layout) != (FULL_SHAPE, FULL_SHAPE, "contiguous") or \
+                ((key.params.reduction, key.params.log_target), key.dtype) not in PINNED_KEYS:
+            raise ValueError("family 'pinned' has only the mode suite's cases; list them with "
+                             "`kl-conformance cases --suite modes --family pinned`")
+    elif key.family != "integers" and key.family not in FAMILIES:
+        raise ValueError(f"unknown family {key.family!r}; use one of {sorted(FAMILIES) + ['integers', 'pinned']}")
     for name in (key.dtype.input, key.dtype.target):
         if name not in FLOAT_DTYPES + INTEGER_DTYPES:
             raise ValueError(f"unknown dtype {name!r}; use one of {list(FLOAT_DTYPES + INTEGER_DTYPES)}")
@@ -249,6 +302,8 @@ def build_case(key: CaseKey, seed: int) -> Case:
     rng = case_rng(seed, case_id)
     if key.family == "integers":
         x, t = draw_integers(rng, key.input_shape, key.target_shape)
+    elif key.family == "pinned":
+        x, t = draw_pinned(key.input_shape, key.params.log_target)
     else:
         x, t = FAMILIES[key.family].draw(rng, key.input_shape, key.target_shape, key.params.log_target)
     if key.params.prob_input:  # the family draws log q; the case holds q

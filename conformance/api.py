@@ -7,7 +7,7 @@ same runner, judge and gates as the command line, so a result here is the result
     import conformance.api as kl
 
     outcome = kl.run("torch", selection=kl.Selection(reduction=("batchmean",)))
-    for row in outcome.rows:              # typed rows: kl.Result, one per (case, api, device, part)
+    for row in outcome.rows:              # typed rows: kl.Result, one per (case, api, device, mode, part)
         print(row.case_id, row.api, row.part, row.verdict.value, row.cause)
     decision = kl.gate(outcome, strict=True)   # what `run --strict` would exit with
     print(decision.code, decision.lines)
@@ -117,7 +117,7 @@ def case(case_id: str, *, seed: int = DEFAULT_SEED, case_files: Sequence[str] = 
 
 
 def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out: str | Path | None = None,
-        apis: Sequence[str] = (), devices: Sequence[str] = (), parts: Sequence[str] = (),
+        apis: Sequence[str] = (), devices: Sequence[str] = (), parts: Sequence[str] = (), modes: Sequence[str] = (),
         known: str | Path | KnownFindings | None = None, profiles: str | Path | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S, cache: bool = True, cache_dir: str | Path | None = None,
         force: bool = False, spec: Spec | None = None) -> RunOutcome:
@@ -126,7 +126,9 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     The framework runs in the harness's worker process (a crash or a hang costs one case). With `out`, the
     rows are kept there (results.jsonl, details.jsonl, run.json; no report: `kl-conformance report OUT`
     writes one); without, in a temporary directory removed before returning. `known` marks the divergences a
-    known-findings file accepts. Raises ConformanceError (a UsageError, ...) for bad input, before anything
+    known-findings file accepts. `modes` are the modes the calls are made in (default eager; each row carries
+    its mode; a mode that cannot run here is not run, and the manifest's `modes_not_run` says why). Raises
+    ConformanceError (a UsageError, ...) for bad input, before anything
     is written; a framework that cannot load is no exception: `not_run` says why.
     """
     spec = spec or load_spec()
@@ -138,12 +140,13 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     if not chosen:
         raise UsageError("no case matches the selection", where="selection",
                          fix="check the ids with `kl-conformance cases`")
-    record = selection_record(selection, known, parts, apis, devices, get_adapter(name).name)
+    record = selection_record(selection, known, parts, apis, devices, get_adapter(name).name, modes)
     run_info = {key: record[key] for key in ("seed", "suite", "samples", "only", "shard")}
     run_info.update(case_files=list(selection.case_files), known=known.source if known else None,
                     selection=record, command=f"conformance.api.run({name!r})")
     where = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="kl-conformance-")) / "run"
-    options = RunOptions(apis=tuple(apis), devices=tuple(devices), parts=tuple(parts), timeout_s=timeout_s,
+    options = RunOptions(apis=tuple(apis), devices=tuple(devices), modes=tuple(modes), parts=tuple(parts),
+                         timeout_s=timeout_s,
                          memory_budget_mb=selection.memory_budget_mb, force=force, known=known,
                          profiles_dir=Path(profiles) if profiles else None,
                          cache_dir=None if not cache else Path(cache_dir) if cache_dir else default_cache_dir())

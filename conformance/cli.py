@@ -1,4 +1,4 @@
-"""The command line: `kl-conformance run | cases | report`; also `python -m conformance`.
+"""The command line: `kl-conformance run | cases | report | repro | selftest | modes`; also `python -m conformance`.
 
 Exit codes (conformance/report/gate.py): 0 done (divergences are findings, not failures); 1 a gate
 failed (--strict, --fail-on-new, a stale known-findings entry); 2 bad usage, a bad spec, case
@@ -89,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_case_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--seed", type=_natural, default=DEFAULT_SEED, help=f"draw of the generated values (default {DEFAULT_SEED})")
-        p.add_argument("--suite", choices=("default", "exhaustive", "none"), default="default",
-                       help="generated suite: pairwise design plus edge families (default), the full product, or none")
+        p.add_argument("--suite", choices=("default", "exhaustive", "modes", "none"), default="default",
+                       help="generated suite: pairwise design plus edge families (default), the full product, the "
+                            "mode suite (every family, dtype and reduction once: docs/guide/modes.md), or none")
         p.add_argument("--exhaustive", dest="suite", action="store_const", const="exhaustive",
                        help="same as --suite exhaustive")
         p.add_argument("--samples", type=_at_least_one, default=1, metavar="N",
@@ -187,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--api", help="API dotted name (default: the framework's first)")
     repro.add_argument("--device", default="cpu")
     repro.add_argument("--part", default="forward", choices=PARTS)
+    repro.add_argument("--mode", default="eager", metavar="NAME",
+                       help="make the call in this mode (default eager; `kl-conformance modes` lists them); with "
+                            "--all each script is made in its row's mode")
     source = repro.add_mutually_exclusive_group()
     source.add_argument("--from", dest="run_dir", metavar="RUN_DIR", help="take the case from an earlier run's --out")
     source.add_argument("--cases", dest="case_file", metavar="FILE", help="take the case from a user case file")
@@ -206,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
     selftest.add_argument("--device", action="append", default=[],
                           help="device (repeatable; default all present), e.g. cuda to check the verdicts on a GPU")
+    selftest.add_argument("--mode", action="append", default=[], metavar="NAME",
+                          help="plant the faults into the calls of this mode, e.g. inductor, to check the verdicts "
+                               "of a compiled mode (repeatable; default eager; `kl-conformance modes` lists them)")
     selftest.add_argument("--out", default="reports/selftest", help="output directory (default reports/selftest)")
     selftest.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S, help="time limit of one case")
     selftest.add_argument("--no-cache", action="store_true", help="compute every expectation")
@@ -213,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
                           help="replace what an earlier self-test wrote into --out; without it a non-empty --out "
                                "is refused")
     add_case_options(selftest)
+
+    modes = sub.add_parser("modes", help="list each adapter's modes (eager and its compiled or graph modes) and "
+                                         "whether each can run here, and why not")
+    modes.add_argument("--framework", metavar="NAME",
+                       help="only this adapter (a registered name or package.module:Class; default every "
+                            "registered one)")
 
     report = sub.add_parser("report", help="merge run directories into one report")
     report.add_argument("runs", nargs="+", metavar="DIR", help="run directories (each with results.jsonl)")
@@ -232,6 +245,42 @@ def cmd_cases(spec: Spec, args: argparse.Namespace) -> int:
             print(case.id)
     if args.count:
         print(count)
+    return EXIT_OK
+
+
+def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
+    """Each adapter's modes, eager first, each with what it wraps the call in and whether it is usable here.
+    Every framework is loaded in a worker process of its own (none is imported here), all at once: a framework
+    that cannot be loaded makes each of its modes unusable with its reason."""
+    from conformance.core.model import EAGER
+    from conformance.run.worker import WorkerUnavailable
+
+    if args.framework is not None and not is_known(args.framework):
+        raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
+                         fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
+    names = [args.framework] if args.framework is not None else sorted(known_adapters())
+    adapters = {name: get_adapter(name) for name in names}
+    pools = {name: WorkerPool(name) for name in names}
+    try:
+        for pool in pools.values():
+            pool.launch()  # the imports run side by side
+        for name, adapter in adapters.items():
+            try:
+                info = pools[name].wait_ready()
+                version, unusable, not_loaded = info.version, info.unusable_modes, None
+            except WorkerUnavailable as exc:
+                version, unusable, not_loaded = None, {}, terminal_line(exc)
+            print(f"{name}" + (f" {terminal_line(version)}" if version else " (not loaded here)"))
+            about = {EAGER: "each call made as a user types it, nothing compiled",
+                     **{m.name: m.about for m in adapter.modes}}
+            width = max(map(len, about))
+            for mode, text in about.items():
+                why = not_loaded or (terminal_line(unusable[mode]) if mode in unusable else None)
+                state = "usable" if why is None else f"not usable here: {why}"
+                print(f"  {mode:<{width}}  {terminal_line(text)}; {state}")
+    finally:
+        for pool in pools.values():
+            pool.close()
     return EXIT_OK
 
 
@@ -284,7 +333,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
                          fix=f"use one of {sorted(known_adapters())}")
     source = CaseSource(args.run_dir, args.case_file, args.seed, memory_budget_mb=args.memory_budget_mb)
     sys.stdout.write(write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
-                                  minimize=not args.no_minimize))
+                                  minimize=not args.no_minimize, mode=args.mode))
     return EXIT_OK
 
 
@@ -301,14 +350,15 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
                          fix=f"use one of {sorted([*VARIANTS, *GATE_VARIANTS])}")
     adapter = get_adapter(args.framework)  # unknown --api and --device names are refused before --out exists
     select(args.framework, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
-           args.api, args.device)
+           args.api, args.device, args.mode, adapter.mode_names())
     cases = list(select_cases(spec, case_selection(args)))
     if not cases:
         raise no_case_matches()
     # its own parts are replaced (each run's by that run's record); nothing else there is removed
     out = check_out_dir(args.out, force=args.force, record_required=False)
     # the self-test owns its output directory: each of its runs replaces that run's earlier output
-    options = RunOptions(apis=tuple(args.api), devices=tuple(args.device), timeout_s=args.timeout_s, force=True,
+    options = RunOptions(apis=tuple(args.api), devices=tuple(args.device), modes=tuple(args.mode),
+                         timeout_s=args.timeout_s, force=True,
                          cache_dir=None if args.no_cache else default_cache_dir())
     show = (lambda name: print(f"selftest: {name}", file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
     try:
@@ -316,7 +366,8 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     except NotRun as exc:
         print(f"kl-conformance: selftest: {exc}", file=sys.stderr)
         return EXIT_INCOMPLETE
-    text = render_selftest(args.framework, control, reports)
+    modes = [m for m in dict.fromkeys(args.mode) if m != "eager"]
+    text = render_selftest(args.framework + (f" in mode {', '.join(modes)}" if modes else ""), control, reports)
     (out / "selftest.md").write_text(text, encoding="utf-8")
     (out / "selftest.json").write_text(selftest_json(args.framework, control, reports), encoding="utf-8")
     print(text, end="")
@@ -334,7 +385,8 @@ def main(argv: Sequence[str] | None = None, early_worker: WorkerPool | None = No
         verify_formulas(spec)  # before anything is written: the spec's formulas must be the reference's
         if args.command == "run":
             return cmd_run(spec, args, early_worker)
-        commands = {"cases": cmd_cases, "report": cmd_report, "repro": cmd_repro, "selftest": cmd_selftest}
+        commands = {"cases": cmd_cases, "report": cmd_report, "repro": cmd_repro, "selftest": cmd_selftest,
+                    "modes": cmd_modes}
         return commands[args.command](spec, args)
     except ConformanceError as exc:
         if debug:

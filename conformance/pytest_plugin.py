@@ -4,7 +4,8 @@ Registered through the `pytest11` entry point, so an environment with kl-conform
 --kl-framework it adds nothing, and loading it imports nothing but pytest: the harness is imported when the
 option is given, and a framework only ever in the harness's worker process, as `kl-conformance run` does.
 
-One item per (case, API, device, part), named by the case id. Items are judged a case at a time by the
+One item per (case, API, device, mode, part), named by the case id (the mode in its brackets where it is not
+eager; --kl-mode, repeatable, picks the modes, default eager). Items are judged a case at a time by the
 runner (conformance/run/runner.py) in one worker per pytest process, so a crash costs one case, never the
 session; the verdict decides the outcome: a pass passes, an unsupported call is skipped, a divergence the
 profile documents or --kl-known accepts (or, with --kl-baseline, unchanged since the baseline) is xfailed with
@@ -16,6 +17,7 @@ each worker collects the same items; the controller finds the devices once and d
 
 from __future__ import annotations
 
+import itertools
 import os
 import shlex
 import tempfile
@@ -53,6 +55,9 @@ def pytest_addoption(parser) -> None:
         help="only this part: forward, grad_input, grad_target, grad2_input (repeatable)")
     add("--kl-device", action="append", default=[], metavar="NAME",
         help="only this device (repeatable; default every device present)")
+    add("--kl-mode", action="append", default=[], metavar="NAME",
+        help="make the calls in this mode (repeatable; default eager; `kl-conformance modes` lists them); a mode "
+             "that cannot run here skips its items with the reason")
     add("--kl-timeout-s", type=float, default=None, metavar="S", help="time limit of one case (default: the CLI's)")
 
 
@@ -93,6 +98,7 @@ class _Suite:
             case_files=tuple(opt("kl_cases")), only=tuple(opt("kl_only")), reduction=tuple(opt("kl_reduction")),
             log_target=tuple(opt("kl_log_target")), dtype=tuple(opt("kl_dtype")), family=tuple(opt("kl_family")))
         self.apis, self.devices, self.parts = tuple(opt("kl_api")), tuple(opt("kl_device")), tuple(opt("kl_part"))
+        self.modes = tuple(dict.fromkeys(opt("kl_mode")))
         for part in self.parts:
             if part not in PARTS:
                 raise UsageError(f"unknown part {part!r}", where="--kl-part", fix=f"use one of {list(PARTS)}")
@@ -108,18 +114,20 @@ class _Suite:
         self.adapters = {name: get_adapter(name) for name in self.frameworks}
         for name, adapter in self.adapters.items():  # unknown names are refused before any worker starts
             select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
-                   self.apis, self.devices)
+                   self.apis, self.devices, self.modes, adapter.mode_names())
         self.pools: dict = {}
-        self.rows: dict = {}  # (framework, case id) -> {(api, device, part): Result}
+        self.rows: dict = {}  # (framework, case id) -> {(api, device, mode, part): Result}
         self.runs = 0
         given = getattr(config, "workerinput", {}).get(_WORKER_INPUT)
         if given is not None:  # an xdist worker: the controller found the devices and made the shared directory
             self.dir, self.present = Path(given["dir"]), {k: tuple(v) for k, v in given["present"].items()}
+            self.unusable = {k: dict(v) for k, v in given["unusable"].items()}
             self.controller = False
             return
         self.controller = True
         self.dir = Path(tempfile.mkdtemp(prefix="kl-conformance-pytest-"))
         self.present = {}
+        self.unusable: dict[str, dict[str, str]] = {}  # framework -> {mode: why it cannot run here}
         for name, adapter in self.adapters.items():
             pool = self._pool(name)
             try:
@@ -128,6 +136,7 @@ class _Suite:
                 self.close()
                 pytest.exit(f"kl-conformance: {name} did not run: {exc}", returncode=3)
             self.present[name] = tuple(info.devices)
+            self.unusable[name] = {m: str(why) for m, why in info.unusable_modes.items() if m in self.modes}
             select(name, [a.name for a in adapter.apis], adapter.known_devices, info.devices, self.apis,
                    self.devices)
 
@@ -140,7 +149,7 @@ class _Suite:
             raise UsageError("no results.jsonl in the baseline directory", file=self.baseline, where="--kl-baseline",
                              fix="pass the --out directory of an earlier run")
         check_baseline_draw(Path(self.baseline), self.spec.hash, self.selection.seed)  # the same cases under its ids
-        return {(r.case_id, r.framework, r.api, r.device, r.part): r for r in iter_results(self.baseline)}
+        return {r.key: r for r in iter_results(self.baseline)}
 
     def _pool(self, name: str):
         from conformance.judge.refcache import default_cache_dir
@@ -159,12 +168,13 @@ class _Suite:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
         present = {name: list(devices) for name, devices in self.present.items()}
-        node.workerinput[_WORKER_INPUT] = {"dir": str(self.dir), "present": present}
+        node.workerinput[_WORKER_INPUT] = {"dir": str(self.dir), "present": present, "unusable": self.unusable}
         self.close()  # the controller runs no item: its workers judge them
 
     @pytest.hookimpl(tryfirst=True)  # before -k and -m choose among the items
     def pytest_collection_modifyitems(self, session, config, items) -> None:
         from conformance.api import cases
+        from conformance.core.model import EAGER
         from conformance.reference.forward import takes_input_space
 
         chosen = cases(self.selection, spec=self.spec)
@@ -179,12 +189,13 @@ class _Suite:
                 for api in apis:
                     if not takes_input_space(case, api.dialect, self.spec):
                         continue  # no row: the API's dialect does not speak the case's input space
-                    for device in devices:
+                    for mode, device in itertools.product(self.modes or (EAGER,), devices):
                         for part in case.parts:
                             if not self.parts or part in self.parts:
+                                shown = "-".join([api.name, device, *([] if mode == EAGER else [mode]), part])
                                 made.append(_Call.from_parent(
-                                    collector, name=f"{case.id}[{api.name}-{device}-{part}]", framework=name,
-                                    case=case, call=(api.name, device, part)))
+                                    collector, name=f"{case.id}[{shown}]", framework=name,
+                                    case=case, call=(api.name, device, mode, part)))
             # as a collector's report, so that the terminal counts them as collected
             config.hook.pytest_collectreport(report=pytest.CollectReport(label, "passed", None, made))
             items.extend(made)
@@ -210,18 +221,19 @@ class _Suite:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         out = self.dir / f"{worker}-{self.runs:06d}"
         record = selection_record(self.selection, self.known, self.parts, self.apis, self.devices,
-                                  self.adapters[framework].name)
+                                  self.adapters[framework].name, self.modes)
         run_info = {"seed": self.selection.seed, "suite": self.selection.suite, "samples": self.selection.samples,
                     "case_files": list(self.selection.case_files), "only": list(self.selection.only),
                     "shard": None, "known": self.config.getoption("kl_known"), "selection": record,
                     "command": "pytest --kl-framework " + framework}
-        options = RunOptions(apis=self.apis, devices=self.devices, parts=self.parts, timeout_s=self.timeout_s,
+        options = RunOptions(apis=self.apis, devices=self.devices, modes=self.modes, parts=self.parts,
+                             timeout_s=self.timeout_s,
                              known=self.known, cache_dir=default_cache_dir())
         summary = run_conformance(self.spec, framework, [case], out, options, run_info=run_info,
                                   pool=self._pool(framework))
         if summary.not_run:
             pytest.fail(f"kl-conformance: {framework} did not run: {summary.not_run}", pytrace=False)
-        return {(r.api, r.device, r.part): r for r in iter_results(out)}
+        return {(r.api, r.device, r.mode, r.part): r for r in iter_results(out)}
 
     def pytest_sessionfinish(self, session) -> None:
         self.close()
@@ -275,14 +287,17 @@ class _Divergence(Exception):
 
 
 class _Call(pytest.Item):
-    """One (case, API, device, part) of one framework."""
+    """One (case, API, device, mode, part) of one framework."""
 
-    def __init__(self, *, framework: str, case, call: tuple[str, str, str], **kwargs) -> None:
+    def __init__(self, *, framework: str, case, call: tuple[str, str, str, str], **kwargs) -> None:
         super().__init__(**kwargs)
         self.framework, self.case, self.call = framework, case, call
 
     def runtest(self) -> None:
         suite = self.config.pluginmanager.get_plugin("kl-conformance-suite")
+        why = suite.unusable.get(self.framework, {}).get(self.call[2])
+        if why:
+            pytest.skip(f"mode {self.call[2]} cannot run here: {why}")
         row = suite.rows_of(self.framework, self.case).get(self.call)
         if row is None:
             pytest.fail(f"kl-conformance: no result for {self.case.id} on {' / '.join(self.call)}", pytrace=False)
@@ -312,7 +327,7 @@ def _accepted(row, suite) -> str:
         return f"{said}: documented by the {row.framework} profile: {', '.join(row.documented_by)}"
     if row.known_by:
         return f"{said}: known ({suite.config.getoption('kl_known')}: {', '.join(row.known_by)})"
-    before = suite.baseline_rows.get((row.case_id, row.framework, row.api, row.device, row.part))
+    before = suite.baseline_rows.get(row.key)
     if before is not None and (before.verdict, before.cause) == (row.verdict, row.cause):
         return f"{said}: unchanged since the baseline {suite.baseline}"
     return ""
@@ -320,15 +335,17 @@ def _accepted(row, suite) -> str:
 
 def _failure_text(row, framework: str, case, suite) -> str:
     from conformance.cases.generate import DEFAULT_SEED
+    from conformance.core.model import EAGER
     from conformance.core.text import terminal_line
 
     command = ["kl-conformance", "repro", case.id, "--framework", framework, "--api", row.api, "--device",
-               row.device, "--part", row.part]
+               row.device, "--part", row.part, *([] if row.mode == EAGER else ["--mode", row.mode])]
     if case.source != "generated":
         command += ["--cases", case.source]
     elif suite.selection.seed != DEFAULT_SEED:
         command += ["--seed", str(suite.selection.seed)]
-    lines = [f"{row.framework} {row.framework_version} / {row.api} / {row.device} / {row.part}: "
+    where = " / ".join([row.api, row.device, *([] if row.mode == EAGER else [row.mode]), row.part])
+    lines = [f"{row.framework} {row.framework_version} / {where}: "
              f"{row.verdict.value}, undocumented",
              f"case:    {terminal_line(case.id)}",
              f"verdict: {row.verdict.value}",

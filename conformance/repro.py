@@ -116,22 +116,28 @@ def expectations(spec: Spec, cache=None) -> Callable[[Case, str, str], Expected]
     return lambda case, part, dialect: CaseJudge(case, spec, cache).expected(spec, part, dialect)
 
 
-# Calls, each (case, api name, device, part), to one Observation per call, in order. Observations come back
-# one by one as they arrive, so the caller judges one while the framework computes the next.
-Observe = Callable[[list[tuple[Case, str, str, str]]], Iterable[Observation]]
+# Calls, each (case, api name, device, mode, part), to one Observation per call, in order. Observations come
+# back one by one as they arrive, so the caller judges one while the framework computes the next.
+Observe = Callable[[list[tuple[Case, str, str, str, str]]], Iterable[Observation]]
 
 
 def in_process(adapter) -> Observe:
-    """Calls made by a loaded adapter in this process (one reproducer on the command line)."""
-    return lambda calls: [adapter.run(case, adapter.api(api), device, part) for case, api, device, part in calls]
+    """Calls made by a loaded adapter in this process (one reproducer on the command line), each in its mode."""
+    def observe(calls: list[tuple[Case, str, str, str, str]]) -> list[Observation]:
+        observed = []
+        for case, api, device, mode, part in calls:
+            adapter.mode = mode  # as the worker does before each call
+            observed.append(adapter.run(case, adapter.api(api), device, part))
+        return observed
+    return observe
 
 
 def through_worker(pool: WorkerPool) -> Observe:
     """Calls made by a worker process (the run's own, already loaded): a crash or a hang there costs one
     call, which then counts as not reproducing, and never the reproducers already written."""
-    def observe(calls: list[tuple[Case, str, str, str]]) -> Iterator[Observation]:
-        for outcome in pool.run(Task(i, case, ((api, device, EAGER, part),))
-                                for i, (case, api, device, part) in enumerate(calls)):
+    def observe(calls: list[tuple[Case, str, str, str, str]]) -> Iterator[Observation]:
+        for outcome in pool.run(Task(i, case, ((api, device, mode, part),))
+                                for i, (case, api, device, mode, part) in enumerate(calls)):
             if outcome.failure is not None:
                 yield Observation(exception_type=outcome.failure.value, exception_message=outcome.failure_message)
             else:
@@ -149,18 +155,19 @@ class _Job:
     part: str
     verdict: Verdict | None  # the run's verdict; None until the whole case is observed
     minimize: bool = True
+    mode: str = EAGER  # the row's: every call of the job, and the script, are made in it
     order: list[int] = field(default_factory=list)  # the single elements still to try
     final: Case | None = None  # the case the script holds
     observed: Observation | None = None  # of `final` (or of the whole case, until minimised)
     judged: tuple[Expected, Judgement] | None = None  # `observed`'s expectation and judgement, set with it
 
-    def call(self, case: Case) -> tuple[Case, str, str, str]:
-        return case, self.api.name, self.device, self.part
+    def call(self, case: Case) -> tuple[Case, str, str, str, str]:
+        return case, self.api.name, self.device, self.mode, self.part
 
 
-def minimise(case: Case, adapter, api, device: str, part: str, spec: Spec, expect=None) -> Case:
-    """The smallest case (a single element, if one does) that diverges with the same verdict."""
-    job = _Job(case, api, device, part, verdict=None)
+def minimise(case: Case, adapter, api, device: str, part: str, spec: Spec, expect=None, mode: str = EAGER) -> Case:
+    """The smallest case (a single element, if one does) that diverges with the same verdict in `mode`."""
+    job = _Job(case, api, device, part, verdict=None, mode=mode)
     _minimise_all([job], in_process(adapter), expect or expectations(spec), spec)
     return job.final
 
@@ -287,9 +294,9 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     adapter = get_adapter(framework)  # not loaded here: it names the APIs and writes the scripts' text
     apis = {a.name: a for a in adapter.apis}
     for r in rows:
-        if r.api not in apis or r.device not in adapter.known_devices:
+        if r.api not in apis or r.device not in adapter.known_devices or r.mode not in adapter.mode_names():
             raise ResultsError(f"a row of case {_shown(r.case_id)} names api {_shown(r.api)} on device "
-                               f"{_shown(r.device)}, which adapter {framework} does not have",
+                               f"{_shown(r.device)} in mode {_shown(r.mode)}, which adapter {framework} does not have",
                                file=str(Path(run_dir) / "results.jsonl"), where=f"case {_shown(r.case_id)}",
                                fix="write the reproducers with the adapter that made the run (--framework)")
     if type(adapter).repro_source is Adapter.repro_source and type(adapter).repro_script is Adapter.repro_script:
@@ -304,6 +311,13 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
             pool.close()
             raise UsageError(f"{framework} cannot be loaded here: {exc}", file=str(run_dir), where="--from",
                              fix="write the reproducers in the environment that made the run") from None
+    unusable = {m: why for m in dict.fromkeys(r.mode for r in rows) if (why := pool.info.unusable_modes.get(m))}
+    if unusable:
+        mode, why = next(iter(unusable.items()))
+        if own_pool:
+            pool.close()
+        raise UsageError(f"mode {mode} of {framework} cannot run here: {_shown(why, 200)}", file=str(run_dir),
+                         where="--from", fix="write the reproducers in the environment that made the run")
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = ReferenceCache(cache_dir) if cache_dir is not None else None
     expect = expectations(spec, cache)
@@ -311,13 +325,13 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     written = whole = 0
     try:
         for group in within_budget(rows, source.get, memory_budget_mb):
-            jobs = [_Job(case, apis[r.api], r.device, r.part, verdict=r.verdict) for r, case in group]
+            jobs = [_Job(case, apis[r.api], r.device, r.part, verdict=r.verdict, mode=r.mode) for r, case in group]
             shown = None if progress is None else (lambda done, before=written: progress(before + done, len(rows)))
             _minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
             for (r, _), job in zip(group, jobs):
                 script, suffix = _render(adapter, job, spec)
-                (out_dir / script_name(r.case_id, r.api, r.device, r.part, suffix)).write_text(script,
-                                                                                               encoding="utf-8")
+                (out_dir / script_name(r.case_id, r.api, r.device, r.part, suffix, r.mode)).write_text(
+                    script, encoding="utf-8")
             written += len(jobs)
             whole += sum(1 for j in jobs if j.final is j.case and j.order)  # cut short by the deadline
         if progress is not None:
@@ -351,10 +365,12 @@ def within_budget(rows: Sequence[Result], case_of: Callable[[str], Case],
         yield group
 
 
-def script_name(case_id: str, api: str, device: str, part: str, suffix: str) -> str:
+def script_name(case_id: str, api: str, device: str, part: str, suffix: str, mode: str = EAGER) -> str:
     """A reproducer's file name: the call's names made safe and cut short, ending in a digest of the whole call
-    (core/rundirs.py: safe_file_name), so that the reports find a row's script by its name."""
-    return safe_file_name((case_id, api, device, part), suffix)
+    (core/rundirs.py: safe_file_name), so that the reports find a row's script by its name. The mode is among
+    the names where it is not eager (an eager row's script keeps the name it had before modes)."""
+    return safe_file_name((case_id, api, device, part) if mode == EAGER else (case_id, api, device, mode, part),
+                          suffix)
 
 
 def needs_reproducer(result: Result) -> bool:
@@ -364,9 +380,13 @@ def needs_reproducer(result: Result) -> bool:
 
 
 def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, api_name: str | None = None,
-                 device: str = "cpu", part: str = "forward", *, minimize: bool = True) -> str:
-    """The reproducer's source text for the case `source` holds under `case_id`."""
+                 device: str = "cpu", part: str = "forward", *, minimize: bool = True, mode: str = EAGER) -> str:
+    """The reproducer's source text for the case `source` holds under `case_id`, its call made in `mode`."""
     adapter = get_adapter(framework)
+    if mode not in adapter.mode_names():
+        raise UsageError(f"unknown mode {mode!r} for {framework!r}", where="--mode",
+                         fix=f"use one of {list(adapter.mode_names())} (kl-conformance modes --framework {framework})")
+    adapter.mode = mode  # unsupported_part reads it (a mode without gradients)
     api_names = [a.name for a in adapter.apis]
     if api_name is not None and api_name not in api_names:
         raise UsageError(f"unknown api {api_name!r} for {framework!r}", where="--api", fix=f"use one of {api_names}")
@@ -380,8 +400,12 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
         raise UsageError(f"{api.name} cannot express case {case_id!r} ({part}): {why}", where="CASE_ID",
                          fix="pick a case and part the report shows for this API (its rows are not `unsupported`)")
     adapter.load()
+    why = adapter.mode_unavailable(mode) if mode != EAGER else None
+    if why:
+        raise UsageError(f"mode {mode} of {framework} cannot run here: {_shown(why, 200)}", where="--mode",
+                         fix="write the reproducer where the mode's packages are installed, or pick another mode")
     expect = expectations(spec)
-    job = _Job(case, api, device, part, verdict=None, minimize=minimize)
+    job = _Job(case, api, device, part, verdict=None, minimize=minimize, mode=mode)
     _minimise_all([job], in_process(adapter), expect, spec)
     return _render(adapter, job, spec)[0]
 
@@ -391,7 +415,9 @@ def _render(adapter, job: _Job, spec: Spec) -> tuple[str, str]:
     writes its own)."""
     case = job.final
     expected, judgement = job.judged  # made when the job's observation was judged (the same case, the same answer)
-    about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({job.device}, {job.part}).",
+    adapter.mode = job.mode  # repro_source writes the mode's wrapper (the compile call, the export)
+    where = ", ".join([job.device, *([] if job.mode == EAGER else [f"mode {job.mode}"]), job.part])
+    about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({where}).",
              f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
              f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
     observed = job.observed

@@ -38,8 +38,8 @@ import numpy as np
 
 from conformance.adapters.registry import get_adapter
 from conformance.core.choices import alternatives, with_alternatives
-from conformance.core.model import FLOAT_FORMATS, Case, Expected, Observation, Spec
-from conformance.core.results import iter_details, iter_results
+from conformance.core.model import EAGER, FLOAT_FORMATS, Case, Expected, Observation, Spec
+from conformance.core.results import iter_details, iter_results, read_manifest
 from conformance.core.rounding import round_to_dtype
 from conformance.core.specload import load_spec
 from conformance.judge.compare import UNEXPLAINED
@@ -76,6 +76,7 @@ class Call:
     # framework breaks none, so that the rule it breaks is the only cause there is (and only such rows' causes
     # are checked)
     conforms: bool = False
+    mode: str = EAGER  # the mode the call was made in (the planted adapter's own: its run() wraps any mode's)
 
 
 class Variant:
@@ -532,7 +533,8 @@ def _plant(adapter, variant: Variant, case: Case, api, part: str, observed: Obse
     deviated = _expectation(case, _deviated_spec(spec, declared), part, api.dialect) if declared else None
     expected = _expectation(case, spec, part, api.dialect)
     call = Call(case, api.name, part, observed, expected, deviated, spec,
-                frozenset(path for d in declared for path in d.set), api.dialect, bool(accepted(observed, expected)))
+                frozenset(path for d in declared for path in d.set), api.dialect, bool(accepted(observed, expected)),
+                adapter.mode)
     planted = variant.plant(call)
     if planted is None or not is_fault(planted, call):
         return observed
@@ -571,7 +573,7 @@ def record(call: Call, variant_name: str, rule: str | None, whole_case: bool = F
     path = os.environ.get(ENV_LOG)
     if not path:
         return
-    row = {"case_id": call.case.id, "api": call.api, "part": call.part, "variant": variant_name,
+    row = {"case_id": call.case.id, "api": call.api, "mode": call.mode, "part": call.part, "variant": variant_name,
            "whole_case": whole_case, "rule": rule, "clean": clean}
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
@@ -596,6 +598,11 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
     control = run_conformance(spec, framework, cases, out_dir / "control", options)
     if control.not_run:
         raise NotRun(f"{framework} did not run, so nothing was planted: {control.not_run}")
+    not_run = read_manifest(out_dir / "control").get("modes_not_run") or {}
+    if not_run:  # a mode that cannot run here plants nothing: the self-test through it proved nothing
+        mode, why = next(iter(not_run.items()))
+        raise NotRun(f"mode {mode} of {framework} cannot run here, so nothing was planted through it: {why}")
+    modes = tuple(dict.fromkeys(options.modes)) or (EAGER,)
     reports = []
     ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir)
     for name in (variants or [*VARIANTS, *GATE_VARIANTS]):
@@ -619,7 +626,7 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
                             replace(options, timeout_s=timeout))
         finally:
             os.environ.pop(ENV_LOG, None)
-        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, cases, spec))
+        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, cases, spec, modes))
     return dict(control.counts), reports
 
 
@@ -662,10 +669,11 @@ def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases:
 
 
 def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Sequence[Case],
-           spec: Spec) -> VariantReport:
+           spec: Spec, modes: Sequence[str] = (EAGER,)) -> VariantReport:
     report = VariantReport(variant.name, variant.fault)
-    planted: dict[tuple[str, str, str], str | None] = {}  # each planted call, and the cause it must be given
-    clean: set[tuple[str, str, str]] = set()  # the calls planted into an answer that met the spec
+    # each planted call (case id, api, mode, part), and the cause it must be given
+    planted: dict[tuple[str, str, str, str], str | None] = {}
+    clean: set[tuple[str, str, str, str]] = set()  # the calls planted into an answer that met the spec
     whole: set[str] = set()
     if log.is_file():
         for line in log.read_text(encoding="utf-8").splitlines():
@@ -673,26 +681,32 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
             if row["whole_case"]:
                 whole.add(row["case_id"])
             else:
-                planted[(row["case_id"], row["api"], row["part"])] = row["rule"]
+                call = (row["case_id"], row["api"], row["mode"], row["part"])
+                planted[call] = row["rule"]
                 if row["clean"]:
-                    clean.add((row["case_id"], row["api"], row["part"]))
+                    clean.add(call)
     by_id = {c.id: c for c in cases}
     for case_id in whole:  # a hang costs every call of the case that was sent to the framework
         case = by_id[case_id]
-        calls = {(case_id, api.name, part) for api in adapter.apis for part in case.parts
-                 if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None}
+        calls = set()
+        for mode in modes:
+            adapter.mode = mode  # unsupported_part reads it (a mode without gradients)
+            calls |= {(case_id, api.name, mode, part) for api in adapter.apis for part in case.parts
+                      if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None}
+        adapter.mode = EAGER
         planted.update(dict.fromkeys(calls, "harness.isolation"))
         clean |= calls
-    got = {(d["case_id"], d["api"], d["device"], d["part"]): d for d in iter_details(run_dir)}
+    got = {(d["case_id"], d["api"], d["device"], d["mode"], d["part"]): d for d in iter_details(run_dir)}
     for row in iter_results(run_dir):
-        key = (row.case_id, row.api, row.part)
+        key = (row.case_id, row.api, row.mode, row.part)
         if key not in planted:
             continue
         report.planted += 1
         report.verdicts[row.verdict.value] = report.verdicts.get(row.verdict.value, 0) + 1
         if not (row.verdict.is_divergence and not row.documented):
             if len(report.missed) < 10:
-                report.missed.append(f"{row.case_id} {row.api} {row.device} {row.part}: {row.verdict.value}"
+                report.missed.append(f"{row.case_id} {row.api} {row.device} {_mode_word(row.mode)}{row.part}: "
+                                     f"{row.verdict.value}"
                                      f"{' (documented)' if row.documented else ''} {row.message}")
             continue
         report.flagged += 1
@@ -700,14 +714,20 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
             report.over_divergence += 1
             continue
         rule = planted[key]
-        detail = got.get((row.case_id, row.api, row.device, row.part))
+        detail = got.get(row.call)
         if row.cause == (rule or UNEXPLAINED) or (rule is None and row.cause in FORMULAS) \
                 or _reproduced_by_claim(row, detail, by_id[row.case_id], adapter, spec):
             report.attributed += 1
         elif len(report.misattributed) < 10:
-            report.misattributed.append(f"{row.case_id} {row.api} {row.device} {row.part}: cause {row.cause!r}, "
+            report.misattributed.append(f"{row.case_id} {row.api} {row.device} {_mode_word(row.mode)}{row.part}: "
+                                        f"cause {row.cause!r}, "
                                         f"not {rule or UNEXPLAINED!r}; {row.message}")
     return report
+
+
+def _mode_word(mode: str) -> str:
+    """A row's mode as a missed row's line names it: nothing for eager."""
+    return "" if mode == EAGER else f"{mode} "
 
 
 FORMULAS = ("pointwise.formula", "gradients.formula")  # what a fault that breaks no rule of its own may be called

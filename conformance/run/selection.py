@@ -46,7 +46,7 @@ class CaseSelection:
     match every set given and, with --only, a pattern too."""
 
     seed: int = DEFAULT_SEED
-    suite: str = "default"  # default, exhaustive or none (user case files only)
+    suite: str = "default"  # default, exhaustive, modes (what a compiled mode runs) or none (user case files only)
     samples: int = 1
     case_files: tuple[str, ...] = ()
     only: tuple[str, ...] = ()  # case ids or glob patterns; empty selects every case
@@ -71,7 +71,7 @@ def meaning_values(spec: Spec) -> dict[str, tuple[str, ...]]:
     can come from."""
     return {"reduction": spec.reductions, "log_target": ("0", "1"),
             "dtype": tuple(dict.fromkeys(spec.floating_dtypes + spec.rejected_dtypes)),
-            "family": (*sorted(FAMILIES), "integers", "user")}
+            "family": (*sorted(FAMILIES), "integers", "pinned", "user")}
 
 
 def check_meaning(spec: Spec, selection: CaseSelection) -> None:
@@ -153,7 +153,7 @@ def _selected(spec: Spec, selection: CaseSelection) -> Iterator[tuple[str, Calla
         return
     generated = () if selection.suite == "none" else (
         (case_id, "generated", functools.partial(build_case, key, selection.seed))
-        for case_id, key in generated_keys(spec, exhaustive=selection.suite == "exhaustive",
+        for case_id, key in generated_keys(spec, suite=selection.suite,
                                            samples=selection.samples)
         if matches_meaning(spec, selection, key.params, key.dtype, key.family))
     user_ids = {c.id: c.source for c in every_user}

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, call_observed
+from conformance.adapters.base import Adapter, Api, Mode, call_observed
 from conformance.core.model import Case, Observation
 
 
@@ -333,3 +333,26 @@ class VersionedAdapter(NumpyAdapter):
 
     def version(self) -> str:
         return os.environ.get("KL_TEST_VERSION", "1.0")
+
+
+class ModalAdapter(OffByOneAdapter):
+    """An honest NumPy kl_div with modes beside eager: `shifted` (its "compiled" call is off by one on every
+    fault case, which eager is not), `forward-only` (no gradients), and `missing` (never usable here: the
+    package it would need is not installed). Its reproducers carry the mode they were written in."""
+
+    modes = (Mode("shifted", "the call wrapped in a planted shift on the fault cases"),
+             Mode("forward-only", "an exported graph without autograd", gradients=False),
+             Mode("missing", "needs a package this machine lacks"))
+
+    def mode_unavailable(self, mode: str) -> str | None:
+        return "kl_conformance_no_such_runtime is not installed" if mode == "missing" else None
+
+    def run(self, case, api, device, part):
+        if self.mode == "shifted" and "fault" in case.id:
+            return self.misbehave(case)
+        return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
+
+    def repro_source(self, case, api, device, part):
+        shift = " + 1.0" if self.mode == "shifted" else ""
+        return (f"# mode: {self.mode}\nx, t = x_values, t_values\n"
+                f"result = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0){shift}")
