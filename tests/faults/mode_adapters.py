@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from conformance.adapters.base import Mode, call_observed
 from conformance.core.model import EAGER, Observation
-from tests.faults.adapters import NumpyAdapter
+from tests.faults.adapters import NumpyAdapter, PlantedBugsAdapter
 
 
 class ModedAdapter(NumpyAdapter):
@@ -39,3 +39,12 @@ class UnusableModeAdapter(ModedAdapter):
 
     def mode_unavailable(self, mode):
         return "the stand-in's compiler is not installed" if mode == "absent" else None
+
+
+class PlantedInModeAdapter(PlantedBugsAdapter):
+    """tests/faults/adapters.py's planted bugs, the same in eager and in `traced` (a compiled path that
+    reproduces eager's bugs): what documents or accepts each mode's rows is then the profile's or the known
+    file's `mode:` alone."""
+
+    name = "numpy-moded"
+    modes = ModedAdapter.modes
