@@ -213,6 +213,9 @@ def _parse_entry(item: Any, index: int, shown: str) -> KnownEntry:
             raise fail(name, f"must be a non-empty string, got {value!r}", f"write e.g. '{name}: ...' (quote globs)")
     if item.get("part") is not None and item["part"] not in PARTS:
         raise fail("part", f"unknown part {item['part']!r}", f"use one of {list(PARTS)}")
+    if item.get("verdict") == Verdict.FALLBACK.value:
+        raise fail("verdict", "no entry accepts 'fallback': a mode's call that ran eagerly was not checked",
+                   "make the mode compile (raise its recompile limit, remove the graph break), or run without it")
     if item.get("verdict") is not None and item["verdict"] not in DIVERGENCES:
         raise fail("verdict", f"{item['verdict']!r} is not a divergence verdict", f"use one of {list(DIVERGENCES)}")
     return KnownEntry(index=index, **{name: item.get(name) for name in FIELDS if name in item})

@@ -84,3 +84,16 @@ def test_a_mode_not_run_here_fails_every_gate_closed(tmp_path, capsys):
         (tmp_path / "merged" / "report.md").read_text()
     # the modes it can run, asked alone, pass the gate
     assert _run(tmp_path, "UnusableModeAdapter", "--mode", "traced", "--strict", out="usable") == 0
+
+
+def test_no_known_entry_accepts_a_fallback(tmp_path, capsys):
+    """An entry naming the fallback verdict is refused in one line; one matching the row by its selectors alone
+    does not accept it either."""
+    known = tmp_path / "known.yaml"
+    known.write_text("- {id: ran-eagerly, case_id: the-fault, verdict: fallback, reason: compiles slowly}\n")
+    assert _run(tmp_path, "FallbackModeAdapter", "--mode", "traced", "--known", str(known), out="refused") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "entry 0, field 'verdict'" in err[0] and "no entry accepts 'fallback'" in err[0]
+    known.write_text("- {id: ran-eagerly, case_id: the-fault, mode: '*', reason: compiles slowly}\n")
+    assert _run(tmp_path, "FallbackModeAdapter", "--mode", "traced", "--known", str(known), out="kept") == 3
+    assert not any(r.known_by for r in iter_results(tmp_path / "kept"))
