@@ -81,7 +81,8 @@ class KnownEntry:
 
     def accepts(self, row: Result) -> bool:
         """The row is a divergence this entry accepts."""
-        return (row.verdict.is_divergence and row.verdict is not Verdict.FALLBACK and (self.verdict is None or row.verdict.value == self.verdict)
+        return (row.verdict.is_divergence and row.verdict is not Verdict.FALLBACK
+                and (self.verdict is None or row.verdict.value == self.verdict)
                 and (self.cause is None or fnmatch.fnmatchcase(row.cause, self.cause)) and self.concerns(row))
 
 

@@ -71,7 +71,8 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
     lines += ["## Results", "", f"{tally.total} results; {text(divergence_counts(tally))}.", ""]
     verdicts = [v for v in _VERDICTS if any(t["verdicts"].get(v) for t in summary["targets"].values())]
     modes = any(t.get("mode", EAGER) != EAGER for t in summary["targets"].values())
-    lines += [f"| target (framework/API/device/{'mode where not eager/' if modes else ''}part) | results | " + " | ".join(verdicts) + " | undocumented | known |",
+    lines += [f"| target (framework/API/device/{'mode where not eager/' if modes else ''}part) | results | "
+              + " | ".join(verdicts) + " | undocumented | known |",
               "|---|" + "---:|" * (len(verdicts) + 3)]
     for target, counts in summary["targets"].items():
         cells = [str(counts["verdicts"].get(v, 0)) for v in verdicts]

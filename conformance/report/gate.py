@@ -138,7 +138,8 @@ def mode_gaps(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     for m in manifests:
         not_run = m.get("modes_not_run")
         if isinstance(not_run, dict):
-            lines += [f"{m.get('framework', '?')} did not run mode {mode}: {why}" for mode, why in sorted(not_run.items())]
+            lines += [f"{m.get('framework', '?')} did not run mode {mode}: {why}"
+                      for mode, why in sorted(not_run.items())]
     for label, n in sorted(tally.fallback.items()):
         if n:
             lines.append(f"{label}: {n} results ran eagerly instead of in mode {split_label(label)['mode']} "

@@ -1,11 +1,11 @@
 """Writes report.html: one self-contained file (styles, script and plots inline, no network).
 
 The cross-framework matrix is coloured by verdict; filters narrow the matrix and the divergences by cause,
-framework, api, device, mode (where a report holds more than eager), part, dtype, reduction, family, verdict and documentation. Divergences are grouped by
-cause, then verdict; each expands to its inputs, expected and actual values in their shape, the elements that
-differ highlighted, and its reproduction. Text from rows enters the page escaped only, and a
-Content-Security-Policy lets no script run but the page's own (by its hash): markup that got in would stay inert.
-Reads rows, manifests and details only; never a framework or the reference.
+framework, api, device, mode (where a report holds more than eager), part, dtype, reduction, family, verdict and
+documentation. Divergences are grouped by cause, then verdict; each expands to its inputs, expected and actual
+values in their shape, the elements that differ highlighted, and its reproduction. Text from rows enters the page
+escaped only, and a Content-Security-Policy lets no script run but the page's own (by its hash): markup that got
+in would stay inert. Reads rows, manifests and details only; never a framework or the reference.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ applyFilters();
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{}'; base-uri 'none'; "
        "form-action 'none'")
 
-FILTER_KEYS = ("cause", "framework", "api", "device", "mode", "part", "dtype", "reduction", "family", "verdict", "documented")
+FILTER_KEYS = ("cause", "framework", "api", "device", "mode", "part", "dtype", "reduction", "family", "verdict",
+               "documented")
 
 
 def script_hash(script: str = SCRIPT) -> str:

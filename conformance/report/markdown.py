@@ -282,7 +282,8 @@ def _section(tally: Tally, key: tuple[str, str], run_info: dict[str, Any], detai
     r = tally.group_example[key]
     status = "documented" if r.documented else "known" if r.known_by else "undocumented"
     out += ["", f"Example ({status}): {_code(_cut(r.case_id, _CELL))} on {_cell(r.framework)} / {_cell(r.api)} / "
-                f"{_cell(r.device)}{'' if r.mode == EAGER else ', mode ' + _cell(r.mode)}, part {_cell(r.part)}, {_cell(r.dtype)}, reduction {_cell(r.reduction)}, "
+                f"{_cell(r.device)}{'' if r.mode == EAGER else ', mode ' + _cell(r.mode)}, part {_cell(r.part)}, "
+                f"{_cell(r.dtype)}, reduction {_cell(r.reduction)}, "
                 f"log_target {int(r.log_target)}.", ""]
     out += _example(detail, r.message)
     out += [f"- message: {_cell(r.message, _MESSAGE) or '-'}",
@@ -419,8 +420,9 @@ def _known(audit: Sequence[Any]) -> list[str]:
         return out + ["The known-findings file has no entries.", ""]
     out += ["Entries of the known-findings file (--known). A stale entry concerns results here but matches none of "
             "their divergences: the run or report fails until it is removed or corrected. After a run of part of "
-            "the suite it speaks about (--only, --shard, --part, --api, --device, another --seed) such an entry is "
-            "`not exercised here` instead, and fails nothing.", "",
+            "the suite it speaks about (--only, --shard, --part, --api, --device, --mode, another --seed) such an "
+            "entry is `not exercised here` instead, and fails nothing. An entry without `mode:` speaks about eager "
+            "calls only.", "",
             "| entry | divergences accepted | results concerned | status | reason | link |",
             "|---|---:|---:|---|---|---|"]
     for a in audit:
