@@ -35,7 +35,7 @@ from conformance.judge.refcache import default_cache_dir
 from conformance.reference.statements import verify_formulas
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from conformance.report.provenance import check_runs
-from conformance.report.writer import merge_runs
+from conformance.report.writer import check_modes, merge_runs
 from conformance.run.outdir import OutDirLock, check_out_dir, prepare_out_dir
 from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, Terminated, select
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_cases
@@ -232,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", required=True, help="directory for the merged report (not one of the runs)")
     report.add_argument("--allow-missing", action="store_true",
                         help="a directory without results shows as 'not run' instead of an error")
+    report.add_argument("--mode", action="append", dest="modes", default=[], metavar="NAME",
+                        help="report only the rows of this mode (repeatable; default every mode the runs hold)")
     add_gate_options(report)
     add_port_options(report)
     return parser
@@ -296,10 +298,11 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     check_runs(args.runs, spec.hash, allow_missing=args.allow_missing, baseline=args.baseline,
                redo="run them again with this harness (kl-conformance run ... --force), or report them with "
                     "the spec they used (--spec)", rebaseline=REBASELINE)  # reads only
+    check_modes(load_manifests(args.runs, allow_missing=args.allow_missing)[1], args.modes)
     with OutDirLock() as lock:
         prepare_out_dir(out, force=args.force, lock=lock, inputs=inputs)
         written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known,
-                             gates=gates_of(args), like=like)
+                             gates=gates_of(args), like=like, modes=args.modes)
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
     for line in written.summary:  # the undocumented causes, largest first, then the counts as the last line

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-NARROWING = ("--only", "--shard", "--seed", "--part", "--api", "--device", "--reduction", "--log-target", "--dtype",
-             "--family")
+from conformance.core.model import EAGER
+
+NARROWING = ("--only", "--shard", "--seed", "--part", "--api", "--device", "--mode", "--reduction", "--log-target",
+             "--dtype", "--family")
 _GLOB = set("*?[")
 
 
@@ -26,14 +28,23 @@ class _RunSelection:
     apis: frozenset[str] = frozenset()
     devices: frozenset[str] = frozenset()
     targets: frozenset[tuple[str, str, str]] | None = None  # (api, device, mode) run; None: not recorded
+    modes: frozenset[str] = frozenset({EAGER})  # the modes run (those asked, less those not run here)
 
-    def narrowing_for(self, part: str | None, api: str | None, device: str | None) -> frozenset[str]:
-        """The narrowing options that cut into what an entry pinned to `part`, `api`, `device` speaks about."""
+    def narrowing_for(self, part: str | None, api: str | None, device: str | None,
+                      mode: str = EAGER) -> frozenset[str]:
+        """The narrowing options that cut into what an entry pinned to `part`, `api`, `device`, `mode` speaks
+        about. An entry of one mode is cut by --mode only where that mode was not run (it then concerns no row
+        of it); an entry of a glob over modes always is: run.json does not say which modes the adapter offers,
+        so no run is known to have made every mode the glob names, and such an entry is never stale."""
         kept = set(self.narrowed_by)
         for option, pinned, chosen in (("--part", part, self.parts or ()), ("--api", api, self.apis),
                                        ("--device", device, self.devices)):
             if pinned is not None and not (_GLOB & set(pinned)) and pinned in chosen:
                 kept.discard(option)
+        if _GLOB & set(mode):
+            kept.add("--mode")
+        elif mode in self.modes:
+            kept.discard("--mode")
         return frozenset(kept)
 
 
@@ -57,22 +68,27 @@ class Scope:
             targets = None
             if isinstance(m.get("targets"), list):
                 targets = frozenset(_target_call(str(t)) for t in m["targets"] if str(t).count("/") in (2, 3))
+            not_run = m.get("modes_not_run") if isinstance(m.get("modes_not_run"), dict) else {}
+            modes = frozenset(map(str, m.get("modes") or sel.get("modes") or [EAGER])) - set(map(str, not_run))
+            if not_run:  # a mode asked for and not run here: the run selected less than it was asked
+                narrowed |= {"--mode"}
             scope.runs.setdefault(framework, []).append(_RunSelection(
                 narrowed, sel.get("shard"), sel.get("seed"), frozenset(parts) if parts else None,
-                frozenset(sel.get("apis") or ()), frozenset(sel.get("devices") or ()), targets))
+                frozenset(sel.get("apis") or ()), frozenset(sel.get("devices") or ()), targets, modes))
         return scope
 
-    def selects(self, framework: str, api: str, device: str, part: str, mode: str = "eager") -> bool:
+    def selects(self, framework: str, api: str, device: str, part: str, mode: str = EAGER) -> bool:
         """Some run of the report ran this target and part (whether it selected the case is the caller's)."""
         return any((r.parts is None or part in r.parts) and (r.targets is None or (api, device, mode) in r.targets)
                    for r in self.runs.get(framework, ()))
 
     def narrowing(self, framework: str, part: str | None = None, api: str | None = None,
-                  device: str | None = None) -> tuple[str, ...]:
+                  device: str | None = None, mode: str = EAGER) -> tuple[str, ...]:
         """The options by which the runs of `framework` selected less than the whole suite, for an entry pinned
-        to `part`, `api` and `device` (empty: the whole suite ran). The N shards of one draw, merged, are whole."""
+        to `part`, `api`, `device` and `mode` (empty: the whole suite ran). The N shards of one draw, merged,
+        are whole."""
         runs = self.runs.get(framework, ())
-        cuts = [r.narrowing_for(part, api, device) for r in runs]
+        cuts = [r.narrowing_for(part, api, device, mode) for r in runs]
         if not runs or any(not c for c in cuts):
             return ()
         if all("--shard" in c for c in cuts) and _shards_cover([r.shard for r in runs], {r.seed for r in runs}):
@@ -85,7 +101,7 @@ class Scope:
 def _target_call(text: str) -> tuple[str, str, str]:
     """(api, device, mode) of a run.json target, "framework/api/device" (eager) or "framework/api/device/mode"."""
     _, api, device, *mode = text.split("/")
-    return (api, device, mode[0] if mode else "eager")
+    return (api, device, mode[0] if mode else EAGER)
 
 
 def row_framework(manifest: dict[str, Any]) -> str:

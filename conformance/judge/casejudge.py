@@ -17,7 +17,7 @@ import numpy as np
 
 from conformance.core.choices import touched_paths
 from conformance.core.errors import UsageError
-from conformance.core.model import Case, Expected, Judgement, Observation, Spec, Verdict
+from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Spec, Verdict
 from conformance.core.results import array_detail, encoded_fields
 from conformance.judge.compare import classify
 from conformance.judge.explain import explain
@@ -108,19 +108,20 @@ class CaseJudge:
         return self._judged[key]
 
     def documented(self, ledger: DeviationLedger, api: str, part: str, dialect: str,
-                   observed: Observation) -> tuple[str, ...]:
+                   observed: Observation, mode: str = EAGER) -> tuple[str, ...]:
         """The profile deviations that document this divergence (DeviationLedger.documented), decided once
         for the APIs of the case that declare the same deviations and observed the same (warnings aside:
         passing reads none)."""
-        declared = tuple(d.id for d in ledger.by_api.get(api, ()))
+        declared = tuple(d.id for d in ledger.declared(api, mode))
         if not declared:
             return ()
         key = (declared, part, dialect, *without_warnings(self._key(observed)))
         if key not in self._documented:
             try:
                 self._documented[key] = self._remembered(
-                    part, dialect, b"documented " + repr((ledger.fingerprint(api), key[1:])).encode(),
-                    lambda: ledger.documented(api, observed, lambda s: self.expected(s, part, dialect)), list, tuple)
+                    part, dialect, b"documented " + repr((ledger.fingerprint(api, mode), key[1:])).encode(),
+                    lambda: ledger.documented(api, observed, lambda s: self.expected(s, part, dialect), mode), list,
+                    tuple)
             except ExpectationOutOfMemory:  # what cannot be checked documents nothing: the divergence stays
                 self._documented[key] = ()
         return self._documented[key]

@@ -3,15 +3,19 @@
 Like array-api-tests' xfails file, and unlike spec/profiles: a profile documents how a
 framework departs from the spec, stated as spec choices and checked against the
 reference; a known-findings file is a maintainer's list of findings they know about and
-accept while a fix is pending, matched by case-id glob, framework, API, device, part,
-verdict and cause, each with a reason and a link. A divergence an entry matches carries the entry's
+accept while a fix is pending, matched by case-id glob, framework, API, device, mode, part,
+verdict and cause, each with a reason and a link. An entry without `mode:` speaks about eager calls only, as a
+profile deviation does: a compiled mode is another implementation, and an entry written for eager must not
+accept a compiled mode's different bug; `mode: "*"` speaks about every mode. No entry accepts a `fallback` row
+(a mode's call that ran eagerly was not checked). A divergence an entry matches carries the entry's
 id in `known_by`, shows as "known" in the reports, and does not fail `--strict` or
 `--fail-on-new`. An entry that concerns results of the run (its selectors match them)
 but matches none of their divergences is stale: the finding is gone or changed, and the
 run or report fails, so the list cannot hide a regression once it has rotted. That is judged
 only when the run selected the whole suite the entry speaks about (no --only, --shard, --part,
---api, --device or other --seed cut into it, as run.json records); after a narrower run the
-entry is "not exercised here": said, never a failure.
+--api, --device, --mode or other --seed cut into it, as run.json records); after a narrower run the
+entry is "not exercised here": said, never a failure. An entry pinned to a mode no run made concerns no row
+here: it is "not in these results", never stale.
 
 Example::
 
@@ -20,6 +24,7 @@ Example::
       framework: torch                         # optional: exact adapter name
       api: "torch.nn.*"                        # optional: glob over API names
       device: cpu                              # optional: glob over devices
+      mode: inductor                           # optional: glob over modes; without it, eager only
       part: forward                            # optional: forward, grad_input, grad_target, grad2_input
       verdict: nonfinite                       # optional: the divergence verdict accepted
       cause: pointwise.conventions.log_target_neg_inf  # optional: glob over the spec path named as cause
@@ -39,13 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from conformance.core.errors import KnownFileError
-from conformance.core.model import PARTS, Result, Verdict
+from conformance.core.model import EAGER, PARTS, Result, Verdict
 from conformance.core.scope import Scope
 from conformance.core.yamlload import parse_yaml, read_text
 
-FIELDS = ("id", "case_id", "framework", "api", "device", "part", "verdict", "cause", "reason", "link")
+FIELDS = ("id", "case_id", "framework", "api", "device", "mode", "part", "verdict", "cause", "reason", "link")
 REQUIRED = ("id", "case_id", "reason")
-DIVERGENCES = tuple(v.value for v in Verdict if v.is_divergence)
+DIVERGENCES = tuple(v.value for v in Verdict if v.is_divergence and v is not Verdict.FALLBACK)
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class KnownEntry:
     framework: str | None = None
     api: str | None = None
     device: str | None = None
+    mode: str = EAGER  # a glob over modes; eager only unless the entry says otherwise
     part: str | None = None
     verdict: str | None = None
     cause: str | None = None
@@ -70,11 +76,13 @@ class KnownEntry:
                 and (self.framework is None or row.framework == self.framework)
                 and (self.api is None or fnmatch.fnmatchcase(row.api, self.api))
                 and (self.device is None or fnmatch.fnmatchcase(row.device, self.device))
+                and fnmatch.fnmatchcase(row.mode, self.mode)
                 and (self.part is None or row.part == self.part))
 
     def accepts(self, row: Result) -> bool:
         """The row is a divergence this entry accepts."""
-        return (row.verdict.is_divergence and (self.verdict is None or row.verdict.value == self.verdict)
+        return (row.verdict.is_divergence and row.verdict is not Verdict.FALLBACK
+                and (self.verdict is None or row.verdict.value == self.verdict)
                 and (self.cause is None or fnmatch.fnmatchcase(row.cause, self.cause)) and self.concerns(row))
 
 
@@ -131,7 +139,8 @@ class KnownFindings:
         for a in self._audit:
             e = a.entry
             a.narrowed_by = tuple(sorted({option for framework in a.frameworks
-                                          for option in scope.narrowing(framework, e.part, e.api, e.device)}))
+                                          for option in scope.narrowing(framework, e.part, e.api, e.device,
+                                                                        e.mode)}))
 
     def audit(self) -> list[EntryAudit]:
         """Per entry, what the last pass over the rows counted."""
@@ -205,6 +214,9 @@ def _parse_entry(item: Any, index: int, shown: str) -> KnownEntry:
             raise fail(name, f"must be a non-empty string, got {value!r}", f"write e.g. '{name}: ...' (quote globs)")
     if item.get("part") is not None and item["part"] not in PARTS:
         raise fail("part", f"unknown part {item['part']!r}", f"use one of {list(PARTS)}")
+    if item.get("verdict") == Verdict.FALLBACK.value:
+        raise fail("verdict", "no entry accepts 'fallback': a mode's call that ran eagerly was not checked",
+                   "make the mode compile (raise its recompile limit, remove the graph break), or run without it")
     if item.get("verdict") is not None and item["verdict"] not in DIVERGENCES:
         raise fail("verdict", f"{item['verdict']!r} is not a divergence verdict", f"use one of {list(DIVERGENCES)}")
-    return KnownEntry(index=index, **{name: item.get(name) for name in FIELDS})
+    return KnownEntry(index=index, **{name: item.get(name) for name in FIELDS if name in item})

@@ -4,7 +4,9 @@ A profile lists, for each framework API, the conventions in which the framework 
 documented (or reported upstream) to depart from the spec, each with a rationale
 and a link. `DeviationLedger.documented` marks a divergence as documented only when
 the observation passes under the spec with that API's declared deviations applied,
-so an undocumented change in a framework's behaviour still shows up.
+so an undocumented change in a framework's behaviour still shows up. A deviation documents eager calls only,
+unless its `mode:` (a glob over modes) says more: a compiled mode is another implementation, and a deviation
+documented for eager must not silently document a compiled mode's different bug.
 
 A port's profile may say `extends: <framework>`: it inherits that framework's deviations, each named
 "<framework>:<id>" and applied to the port's APIs that mirror an API it names (Api.mirrors; by default the
@@ -14,6 +16,7 @@ API of the same name). `run --like <framework>` adds a framework's deviations th
 from __future__ import annotations
 
 import copy
+import fnmatch
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +26,7 @@ import jsonschema
 
 from conformance.core.choices import choice_points, get_path, set_choice
 from conformance.core.errors import SpecError
-from conformance.core.model import Expected, Observation, Spec
+from conformance.core.model import EAGER, Expected, Observation, Spec
 from conformance.core.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
 from conformance.core.yamlload import read_text
 from conformance.judge.compare import passes
@@ -39,6 +42,10 @@ class Deviation:
     rationale: str
     reference: str
     of: str = ""  # the framework whose APIs `apis` names: "" for the profile's own, else the one inherited from
+    mode: str = EAGER  # a glob over the modes it documents; eager only unless the profile says otherwise
+
+    def documents_mode(self, mode: str) -> bool:
+        return fnmatch.fnmatchcase(mode, self.mode)
 
 
 def default_profiles_dir() -> Path:
@@ -123,7 +130,7 @@ def _load(framework: str, spec: Spec, profiles_dir: Path | None, carried, chain:
                       for error_id, raised in row.get("exceptions", {}).items()}
         deviations.append(Deviation(row["id"], tuple(row["apis"]), dict(row.get("set", {})), exceptions,
                                     tuple(row["floating"]) if "floating" in row else None,
-                                    row["rationale"], row["reference"]))
+                                    row["rationale"], row["reference"], mode=row.get("mode", EAGER)))
     parent = data.get("extends")
     if parent is not None:
         if parent == framework or parent in chain:
@@ -149,7 +156,7 @@ def inherited(framework: str, deviations: list[Deviation]) -> list[Deviation]:
     """`framework`'s deviations as a port takes them: each named "<framework>:<id>" and applied by mirrored API
     (those it inherited in turn keep their names and the framework whose APIs they name)."""
     return [d if d.of else Deviation(f"{framework}:{d.id}", d.apis, d.set, d.exceptions, d.floating, d.rationale,
-                                     d.reference, of=framework) for d in deviations]
+                                     d.reference, of=framework, mode=d.mode) for d in deviations]
 
 
 def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
@@ -191,14 +198,18 @@ class DeviationLedger:
         mirrors = mirrors or {}
         self.by_api = {api: tuple(d for d in deviations if (mirrors.get(api, api) if d.of else api) in d.apis)
                        for api in api_names}
-        self._fingerprints = {api: repr(declared) for api, declared in self.by_api.items()}
         self.spec = spec
         self._specs: dict[tuple[str, ...], Spec] = {}
 
-    def fingerprint(self, api: str) -> str:
-        """Everything of `api`'s declared deviations that `documented` reads, as text (for the reference cache's
-        key of a documented divergence)."""
-        return self._fingerprints.get(api, "()")
+    def declared(self, api: str, mode: str = EAGER) -> tuple[Deviation, ...]:
+        """The deviations declared for `api` that document calls made in `mode` (eager only, unless a deviation's
+        `mode:` says more)."""
+        return tuple(d for d in self.by_api.get(api, ()) if d.documents_mode(mode))
+
+    def fingerprint(self, api: str, mode: str = EAGER) -> str:
+        """Everything of `api`'s deviations for `mode` that `documented` reads, as text (for the reference
+        cache's key of a documented divergence)."""
+        return repr(self.declared(api, mode))
 
     def _spec_with(self, deviations: tuple[Deviation, ...]) -> Spec:
         key = tuple(d.id for d in deviations)
@@ -206,14 +217,15 @@ class DeviationLedger:
             self._specs[key] = apply_deviations(self.spec, list(deviations))
         return self._specs[key]
 
-    def documented(self, api: str, observed: Observation, expect: Callable[[Spec], Expected]) -> tuple[str, ...]:
+    def documented(self, api: str, observed: Observation, expect: Callable[[Spec], Expected],
+                   mode: str = EAGER) -> tuple[str, ...]:
         """Ids of the deviations that document this divergence, or () when it is undocumented.
 
         Documented means: the observation passes under the spec with all of this API's
-        declared deviations applied. The ids returned are those it needs: without any one
+        declared deviations for the call's `mode` applied. The ids returned are those it needs: without any one
         of them, it would no longer pass.
         """
-        declared = self.by_api.get(api, ())
+        declared = self.declared(api, mode)
         if not declared or not self._passes(declared, observed, expect):
             return ()
         needed = tuple(d.id for d in declared

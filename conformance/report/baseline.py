@@ -1,11 +1,12 @@
 """Compares results with an earlier run: what is new, fixed, changed or lost, and what was not checked.
 
-For a maintainer validating a port or an upgrade. Keys are (case_id, framework, api,
-device, mode, part), no release: a baseline of another release compares the same calls; case ids are API, so a baseline stays comparable across harness
-versions with the same spec. A result the baseline judged that is now unsupported, crashed where it
-used to answer, or is missing although the run selected it, is lost coverage: `--fail-on-new` fails on it
-as on a new divergence. A baseline row outside the run's selection (another part, API, device, shard
-or subset of ids) was not checked, and is counted as such. Reads rows only.
+For a maintainer validating a port or an upgrade. Keys are (case_id, framework, api, device, mode, part), no
+release: a baseline of another release compares the same calls; case ids are API, so a baseline stays comparable
+across harness versions with the same spec. A result the baseline judged that is now unsupported, crashed where it
+used to answer, ran eagerly where a compiled mode was asked (fallback), or is missing although the run selected
+it, is lost coverage: `--fail-on-new` fails on it as on a new divergence. A baseline row outside the run's
+selection (another part, API, device, mode, shard or subset of ids) was not checked, and is counted as such.
+Reads rows only.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def _state(r: Result) -> tuple[str, str]:
 
 
 def _judged(state: tuple[str, str]) -> bool:
-    return state[0] != Verdict.UNSUPPORTED.value
+    """The row checked its call: not unsupported, and not a mode's call that ran eagerly instead (fallback)."""
+    return state[0] not in (Verdict.UNSUPPORTED.value, Verdict.FALLBACK.value)
 
 
 @dataclass
@@ -75,7 +77,9 @@ def is_failing(kind: str, item: tuple) -> bool:
     _, _, now, accepted = item
     if kind == "lost":
         return not (accepted and now is not None and Verdict(now[0]).is_divergence)
-    return kind in ("new", "changed") and Verdict(now[0]).is_divergence and not accepted
+    # a fallback the baseline did not answer is no finding: the gates' incompleteness line fails on it (exit 3)
+    return kind in ("new", "changed") and Verdict(now[0]).is_divergence and not accepted \
+        and now[0] != Verdict.FALLBACK.value
 
 
 class BaselineComparison:

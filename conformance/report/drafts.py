@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import yaml
 
-from conformance.core.model import Result, Spec
+from conformance.core.model import EAGER, Result, Spec
 from conformance.core.results import write_atomic
 from conformance.core.rundirs import REPRO_DIR, iter_rows, safe_file_name
 from conformance.report.markdown import repro_command
@@ -55,11 +55,13 @@ def write_drafts(out_dir: Path, run_dirs: Sequence[Path], manifests: Sequence[di
     """Write one draft per undocumented cause of each framework into `out_dir`/issues (drafts an earlier report
     left there are replaced); `known` (a known-findings file) marks the rows it accepts. Returns the files."""
     causes = _causes(iter_rows(run_dirs), run_dirs, known)
-    if len({m.get("framework") for m in manifests}) > 1 and causes:
+    targets = {(m.get("framework"), mode) for m in manifests for mode in (m.get("modes") or [EAGER])}
+    if len(targets) > 1 and causes:  # other frameworks, or other modes of one (eager beside a compiled mode)
         wanted = {(c.example.case_id, c.example.part): c for c in causes.values()}
         for row in iter_rows(run_dirs):
             cause = wanted.get((row.case_id, row.part))
-            if cause is not None and row.framework != cause.framework and len(cause.others) < MAX_OTHERS:
+            if cause is not None and (row.framework, row.mode) != (cause.framework, cause.example.mode) \
+                    and len(cause.others) < MAX_OTHERS:
                 cause.others.append(row)
     spec = _spec_of(next(iter(causes.values())).example.spec_hash) if causes else None
     folder = out_dir / ISSUES_DIR
@@ -79,8 +81,9 @@ def write_drafts(out_dir: Path, run_dirs: Sequence[Path], manifests: Sequence[di
 
 
 def _causes(rows: Iterable[Result], run_dirs: Sequence[Path], known: Any) -> dict[tuple[str, ...], _Cause]:
-    """The undocumented causes, keyed by (framework, cause), and for `unexplained` also by verdict and the rules
-    touched (unexplained is no one finding); the example is the first row with a reproducer on disk."""
+    """The undocumented causes, keyed by (framework, mode, cause), and for `unexplained` also by verdict and the
+    rules touched (unexplained is no one finding); the example is the first row with a reproducer on disk. A mode
+    is a separate implementation (a compiled graph), so its causes are drafts of their own."""
     causes: dict[tuple[str, ...], _Cause] = {}
     run_dirs = [d for d in run_dirs if (d / REPRO_DIR).is_dir()]  # those with reproducers (a merge has none)
     for row in rows:
@@ -88,7 +91,8 @@ def _causes(rows: Iterable[Result], run_dirs: Sequence[Path], known: Any) -> dic
         if not row.verdict.is_divergence or row.is_accepted:
             continue
         rules = row.rules
-        key = (row.framework, row.cause) + ((row.verdict.value, *rules) if row.cause == "unexplained" else ())
+        key = (row.framework, *([] if row.mode == EAGER else [row.mode]), row.cause) + \
+            ((row.verdict.value, *rules) if row.cause == "unexplained" else ())
         cause = causes.get(key)
         if cause is None:
             cause = causes[key] = _Cause(row.framework, row.cause, rules, row, _script_of(row, run_dirs))
@@ -104,10 +108,13 @@ def _causes(rows: Iterable[Result], run_dirs: Sequence[Path], known: Any) -> dic
 
 
 def _script_of(row: Result, run_dirs: Sequence[Path]) -> tuple[str, str] | None:
-    """The reproducer a run wrote for `row` (a file inside a run directory, never one a link leads out to)."""
+    """The reproducer a run wrote for `row` (a file inside a run directory, never one a link leads out to). A
+    mode's script is named with the mode (eager's as before modes existed): an eager script never stands for a
+    compiled mode's finding."""
+    call = (row.case_id, row.api, row.device, *([] if row.mode == EAGER else [row.mode]), row.part)
     for run_dir in run_dirs:
         for suffix, language in ((".py", "python"), (".R", "r")):
-            path = run_dir / REPRO_DIR / safe_file_name((row.case_id, row.api, row.device, row.part), suffix)
+            path = run_dir / REPRO_DIR / safe_file_name(call, suffix)
             try:
                 if path.is_file() and run_dir.resolve() in path.resolve().parents:
                     text = path.read_text(encoding="utf-8", errors="replace")
@@ -139,9 +146,10 @@ def render_draft(cause: _Cause, manifest: dict[str, Any], spec: Spec | None) -> 
     """The draft's Markdown text."""
     row = cause.example
     verdicts = ", ".join(f"{n} {v}" for v, n in sorted(cause.verdicts.items()))
-    what = (f"{plain(row.verdict.value)}, unexplained, on {plain(row.api)} (touches {_listed(cause.rules)})"
+    mode = "" if row.mode == EAGER else f" in mode {plain(row.mode)}"
+    what = (f"{plain(row.verdict.value)}, unexplained, on {plain(row.api)}{mode} (touches {_listed(cause.rules)})"
             if cause.cause == "unexplained" else
-            f"{plain(row.verdict.value)} under {plain(cause.cause)} on {plain(row.api)}")
+            f"{plain(row.verdict.value)} under {plain(cause.cause)} on {plain(row.api)}{mode}")
     lines = [f"# {plain(row.framework)} {plain(row.framework_version)}: {what}", "",
              f"kl-conformance finds {cause.rows} results of {plain(row.framework)} that diverge from the kl\\_div "
              f"spec this way ({plain(verdicts)}), none documented by its profile. They span the versions "
@@ -150,11 +158,12 @@ def render_draft(cause: _Cause, manifest: dict[str, Any], spec: Spec | None) -> 
              "## Environment", "",
              f"- framework: {plain(row.framework)} {plain(row.framework_version)}",
              f"- device: {plain(row.device)} ({plain(row.device_name)})",
+             *([] if row.mode == EAGER else [f"- mode: {plain(row.mode)}"]),
              f"- Python: {plain(row.python_version)}, NumPy: {plain(row.numpy_version)}",
              f"- OS: {plain(manifest.get('platform') or 'not recorded')}",
              f"- kl-conformance {plain(row.harness_version)}, spec {plain(row.spec_hash)}", "",
              "## Minimal reproducer", "",
-             f"Case {plain(row.case_id)}, {plain(row.api)} on {plain(row.device)}, part {plain(row.part)}, "
+             f"Case {plain(row.case_id)}, {plain(row.api)} on {plain(row.device)}{mode}, part {plain(row.part)}, "
              f"dtype {plain(row.dtype)}, reduction {plain(row.reduction)}.", ""]
     if cause.script is not None:
         text, language = cause.script
@@ -165,8 +174,10 @@ def render_draft(cause: _Cause, manifest: dict[str, Any], spec: Spec | None) -> 
               "## Expected against actual", "", *fenced(_cut(row.message), "text"), ""]
     lines += _rules(cause, spec)
     if cause.others:
-        lines += ["", "## Other frameworks on this case", "",
-                  *(f"- {plain(o.framework)} {plain(o.framework_version)}, {plain(o.api)} on {plain(o.device)}: "
+        modes = any(o.mode != EAGER for o in cause.others) or row.mode != EAGER
+        lines += ["", "## Other frameworks" + (" and modes" if modes else "") + " on this case", "",
+                  *(f"- {plain(o.framework)} {plain(o.framework_version)}, {plain(o.api)} on {plain(o.device)}"
+                    + ("" if o.mode == EAGER else f" in mode {plain(o.mode)}") + ": "
                     f"{plain(o.verdict.value)}" + (f" ({plain(o.cause)})" if o.cause else "")
                     + (" (documented)" if o.documented else "") for o in cause.others)]
     return "\n".join(lines).rstrip() + "\n"

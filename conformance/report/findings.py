@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from conformance.core.errors import ConformanceError, UsageError
-from conformance.core.model import Verdict
+from conformance.core.model import EAGER, Verdict
 from conformance.core.rundirs import iter_rows, load_manifests, safe_file_name
 from conformance.report.markdown import repro_command
 from conformance.report.sitetext import code, text
@@ -70,7 +70,9 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
     lines += _provenance(manifests, commit)
     lines += ["## Results", "", f"{tally.total} results; {text(divergence_counts(tally))}.", ""]
     verdicts = [v for v in _VERDICTS if any(t["verdicts"].get(v) for t in summary["targets"].values())]
-    lines += ["| target (framework/API/device/part) | results | " + " | ".join(verdicts) + " | undocumented | known |",
+    modes = any(t.get("mode", EAGER) != EAGER for t in summary["targets"].values())
+    lines += [f"| target (framework/API/device/{'mode where not eager/' if modes else ''}part) | results | "
+              + " | ".join(verdicts) + " | undocumented | known |",
               "|---|" + "---:|" * (len(verdicts) + 3)]
     for target, counts in summary["targets"].items():
         cells = [str(counts["verdicts"].get(v, 0)) for v in verdicts]
@@ -93,7 +95,8 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
     for i, c in enumerate(summary["causes"], start=1):
         r = tally.group_example[(c["cause"], c["verdict"])]
         lines.append(f"{i}. {text(c['cause'])} ({text(c['verdict'])}): case {code(r.case_id)}, "
-                     f"{text(r.api)} on {text(r.device)}, {text(r.part)}: {code(repro_command(r, run_info))}")
+                     f"{text(r.api)} on {text(r.device)}" + ("" if r.mode == EAGER else f" in mode {text(r.mode)}")
+                     + f", {text(r.part)}: {code(repro_command(r, run_info))}")
     return "\n".join(lines + [""])
 
 

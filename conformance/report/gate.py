@@ -8,8 +8,11 @@
   after a run of the whole suite it speaks about).
 - 2: bad input; nothing was written (conformance/core/errors.py; not decided here).
 - 3: a gate was asked for (--strict, --fail-on-new or --known) and not everything was judged: a framework
-  could not be loaded (not_run), a run stopped before its end, or a framework judged nothing (no results,
-  or every result unsupported). The gates fail closed: what was not checked never passes. Without a gate
+  could not be loaded (not_run), a run stopped before its end, a framework judged nothing (no results,
+  or every result unsupported), a mode's call ran eagerly instead of compiled (a `fallback` row: the mode
+  was not checked), or a mode asked for could not run here (run.json's `modes_not_run`). The gates fail
+  closed: what was not checked never passes. A fallback row is not a finding --strict counts: it is what
+  was not checked. Without a gate
   these print a line and exit 0, so a matrix with one missing framework still writes its merged report.
   Always 3, gate or not, when a run failed (no memory, a full disk): run.json says `failed` and why.
 - 130: interrupted (Ctrl-C); 143: terminated (SIGTERM). The rows written so far are kept, run.json says
@@ -86,6 +89,8 @@ def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | N
     `kind` is the row's class against the baseline (report.baseline.BaselineComparison.add), if any."""
     if not gates.asked:
         return None
+    if r.verdict is Verdict.FALLBACK:  # whatever its baseline: the mode was not checked, which no gate accepts
+        return "failure", f"not checked: the {r.mode} call ran eagerly instead. {r.message}"
     if gates.fail_on_new and kind == "lost" and not (r.is_accepted and r.verdict.is_divergence):
         return "failure", f"lost coverage since the baseline: now {r.verdict.value}. {r.message}"
     if not r.verdict.is_divergence or r.is_accepted or gates.strict:
@@ -98,7 +103,8 @@ def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | N
 
 
 def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
-    """One line per run or framework that did not judge everything: not loaded, stopped, or judging nothing."""
+    """One line per run or framework that did not judge everything: not loaded, stopped, judging nothing; then
+    the lines of `mode_gaps`."""
     lines = []
     totals: Counter = Counter()
     judged: Counter = Counter()
@@ -122,6 +128,22 @@ def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     for framework in sorted(totals):
         if totals[framework] and not judged[framework]:
             lines.append(f"{framework} judged nothing: all its {totals[framework]} results are unsupported")
+    return lines + mode_gaps(manifests, tally)
+
+
+def mode_gaps(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
+    """One line per mode a run asked for and could not run here (run.json's `modes_not_run`), and per target
+    whose calls ran eagerly instead of in its mode (fallback rows): what a mode left unchecked."""
+    lines = []
+    for m in manifests:
+        not_run = m.get("modes_not_run")
+        if isinstance(not_run, dict):
+            lines += [f"{m.get('framework', '?')} did not run mode {mode}: {why}"
+                      for mode, why in sorted(not_run.items())]
+    for label, n in sorted(tally.fallback.items()):
+        if n:
+            lines.append(f"{label}: {n} results ran eagerly instead of in mode {split_label(label)['mode']} "
+                         "(fallback): not checked")
     return lines
 
 
@@ -134,11 +156,12 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         for audit in known.stale():
             decision.lines.append(known.stale_message(audit))
         decision.notes += [known.not_exercised_message(a) for a in known.not_exercised()]
-    if gates.strict:
-        unaccepted = sum(tally.undocumented.values())
+    if gates.strict:  # a fallback row is what was not checked, not a finding: `incomplete` says it
+        targets = Counter({t: n - tally.fallback[t] for t, n in tally.undocumented.items() if n - tally.fallback[t]})
+        unaccepted = sum(targets.values())
         if unaccepted:
-            targets = Counter({t: n for t, n in tally.undocumented.items() if n})
-            causes = sum(1 for n in tally.group_undocumented.values() if n)
+            causes = sum(1 for (_, verdict), n in tally.group_undocumented.items()
+                         if n and verdict != Verdict.FALLBACK.value)
             line = (f"--strict: {unaccepted} divergences neither documented nor known "
                     f"({_many(len(targets), 'target')}, {_many(causes, 'cause')})")
             decision.lines.append(line)
@@ -160,6 +183,8 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         decision.lines += [f"{gates.names}: {line}" for line in missing]
         if missing and decision.code == EXIT_OK:
             decision.code = EXIT_INCOMPLETE
+    else:  # said, never a failure without a gate (a matrix still writes its merged report)
+        decision.notes += mode_gaps(manifests, tally)
     return decision
 
 

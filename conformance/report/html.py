@@ -1,11 +1,11 @@
 """Writes report.html: one self-contained file (styles, script and plots inline, no network).
 
 The cross-framework matrix is coloured by verdict; filters narrow the matrix and the divergences by cause,
-framework, api, device, part, dtype, reduction, family, verdict and documentation. Divergences are grouped by
-cause, then verdict; each expands to its inputs, expected and actual values in their shape, the elements that
-differ highlighted, and its reproduction. Text from rows enters the page escaped only, and a
-Content-Security-Policy lets no script run but the page's own (by its hash): markup that got in would stay inert.
-Reads rows, manifests and details only; never a framework or the reference.
+framework, api, device, mode (where a report holds more than eager), part, dtype, reduction, family, verdict and
+documentation. Divergences are grouped by cause, then verdict; each expands to its inputs, expected and actual
+values in their shape, the elements that differ highlighted, and its reproduction. Text from rows enters the page
+escaped only, and a Content-Security-Policy lets no script run but the page's own (by its hash): markup that got
+in would stay inert. Reads rows, manifests and details only; never a framework or the reference.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from collections import defaultdict
 from itertools import product
 from typing import Any, Iterable, Sequence
 
-from conformance.core.model import Result, Verdict
+from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.results import DETAIL_KEYS
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally
 from conformance.report.tally import split_label as _split
-from conformance.report.tally import target_label
+from conformance.report.tally import target_label, where_label
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}
@@ -76,7 +76,8 @@ applyFilters();
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{}'; base-uri 'none'; "
        "form-action 'none'")
 
-FILTER_KEYS = ("cause", "framework", "api", "device", "part", "dtype", "reduction", "family", "verdict", "documented")
+FILTER_KEYS = ("cause", "framework", "api", "device", "mode", "part", "dtype", "reduction", "family", "verdict",
+               "documented")
 
 
 def script_hash(script: str = SCRIPT) -> str:
@@ -154,9 +155,11 @@ def _data(attrs: dict[str, str]) -> str:
 
 
 def _short(target: str) -> str:
-    """A column label that fits a rotated header: framework, the API's last name, device, part."""
+    """A column label that fits a rotated header: framework, the API's last name, device, mode (where not
+    eager), part."""
     t = _split(target)
-    return f"{t['framework']} {t['api'].rsplit('.', 1)[-1]} {t['device']} {t['part']}"
+    mode = "" if t["mode"] == EAGER else f" {t['mode']}"
+    return f"{t['framework']} {t['api'].rsplit('.', 1)[-1]} {t['device']}{mode} {t['part']}"
 
 
 def _group_key(r: Result) -> tuple[str, str]:
@@ -178,6 +181,8 @@ def _filters(tally: Tally) -> list[str]:
     values["documented"] = {"documented", "known", "no"}
     out = ["<h2>Filters</h2><div class='filters'>"]
     for key in FILTER_KEYS:
+        if key == "mode" and values[key] <= {EAGER}:  # an eager-only report reads as before modes existed
+            continue
         options = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in sorted(values[key]))
         out.append(f"<label>{key} <select data-key='{key}'><option value=''>all</option>{options}</select></label>")
     out.append("</div><p class='legend'><span class='pass' style='background:#d9f2dc'>all pass</span>"
@@ -306,7 +311,7 @@ def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
             if detail.get(name):
                 body.append(f"<p>{name}: <code>{_e(detail[name])}</code></p>")
     return (f"<div class='divergence' {_data(attrs)}><details><summary><code>{_e(r.case_id)}</code> "
-            f"{_e(f'{r.framework} / {r.api} / {r.device} {r.part}')} <span class='v-div'>{_e(r.verdict.value)}</span>"
+            f"{_e(where_label(r) + ' ' + r.part)} <span class='v-div'>{_e(r.verdict.value)}</span>"
             f"{doc} <span class='worst'>{_worst(r, detail, bad)}</span></summary>" + "".join(body) + "</details></div>")
 
 

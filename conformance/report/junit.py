@@ -1,4 +1,4 @@
-"""Writes junit.xml: one testcase per case x framework x api x device x part, so CI shows results natively.
+"""Writes junit.xml: one testcase per case x framework x api x device x mode x part, so CI shows results natively.
 
 An undocumented divergence is a failure (crash and timeout are errors); a documented
 divergence, a known finding (--known) and an unsupported case are skipped, with the reason. With a gate, the
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Iterator
 from xml.sax.saxutils import escape, quoteattr
 
-from conformance.core.model import Result, Verdict
+from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.results import write_lines_atomic
 
 _NOT_XML = re.compile(r"[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd]")
@@ -45,7 +45,8 @@ class JunitWriter:
 
     def add(self, r: Result, view: tuple[str, str] | None = None) -> None:
         """One row's testcase; `view` is the gate's ("failure" or "skipped", message), None for the usual one."""
-        name = f"{r.framework}.{r.api}.{r.device}.{r.part}"
+        # the mode where it is not eager: an eager run's test names are those of runs made before modes existed
+        name = f"{r.framework}.{r.api}.{r.device}." + ("" if r.mode == EAGER else f"{r.mode}.") + r.part
         if name not in self._files:
             self._files[name] = open(Path(self._tmp.name) / f"{len(self._files)}.xml", "w+", encoding="utf-8")
             self._suites[name] = quoteattr(name)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from conformance.core.model import Result
-from conformance.core.results import iter_details, iter_results
+from conformance.core.results import DETAIL_KEYS, iter_details, iter_results
 from conformance.core.text import terminal_line
 
 LISTED = 50  # own undocumented findings listed in report.md
@@ -45,21 +45,22 @@ class LikeMarks:
         if self.like_run is not None:
             self._candidates[row.key] = (row, not row.is_accepted)
 
-    def mirrored(self, row: Result) -> tuple[str, str, str, str]:
-        return (row.case_id, self.mirrors.get(row.framework, {}).get(row.api, row.api), row.device, row.part)
+    def mirrored(self, row: Result) -> tuple[str, str, str, str, str]:
+        """The call of the framework it is judged like that a port's row mirrors: (case, api, device, mode, part)."""
+        return (row.case_id, self.mirrors.get(row.framework, {}).get(row.api, row.api), row.device, row.mode,
+                row.part)
 
     def finish(self, port_dirs: Sequence[Path]) -> None:
         """Compare the port's divergences with the recorded run's (nothing to do without one)."""
         if self.like_run is None:
             return
-        theirs = {(r.case_id, r.api, r.device, r.part): r for r in iter_results(self.like_run)
+        theirs = {r.call: r for r in iter_results(self.like_run)
                   if r.framework == self.framework and r.verdict.is_divergence}
         alike = {key: theirs[self.mirrored(row)] for key, (row, _) in self._candidates.items()
                  if self.mirrored(row) in theirs and (theirs[self.mirrored(row)].verdict, theirs[self.mirrored(row)]
                                                      .cause) == (row.verdict, row.cause)}
         details = _details(port_dirs, {row.key for key, (row, _) in self._candidates.items() if key in alike})
-        their_details = _details([self.like_run], {(r.case_id, r.framework, r.api, r.device, r.part)
-                                                   for r in alike.values()})
+        their_details = _details([self.like_run], {r.key for r in alike.values()})
         for key, (row, undocumented) in self._candidates.items():
             other = alike.get(key)
             same = other is not None and _same_observation(details.get(key), their_details.get(other.key))
@@ -123,7 +124,7 @@ def _details(run_dirs: Iterable[Path], wanted: set[tuple]) -> dict[tuple, dict[s
         return found
     for run_dir in run_dirs:
         for d in iter_details(run_dir):
-            key = (d["case_id"], d["framework"], d["api"], d["device"], d["part"])
+            key = tuple(d[k] for k in DETAIL_KEYS)  # Result.key's order
             if key in wanted:
                 found.setdefault(key, d)
     return found

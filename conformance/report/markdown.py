@@ -17,7 +17,7 @@ import shlex
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from conformance.core.model import Result, Verdict
+from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
 from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, split_label
 
@@ -72,10 +72,11 @@ def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseli
         size, members = tally.group_sizes[key], tally.groups[key]
         out += [f"## {_code(cause)}: {_cell(verdict)} ({_counts(tally, key)})", "",
                 "| case | api / device | finding | reproduce |", "|---|---|---|---|"]
-        for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device)):
+        for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device, r.mode)):
             tags = (f" **documented** ({_cell(', '.join(r.documented_by))})" if r.documented else "") + \
                 (f" **known** ({_cell(', '.join(r.known_by))})" if r.known_by else "")
             out.append(f"| {_code(r.case_id)} | {_cell(r.api)} / {_cell(r.device)}"
+                       f"{'' if r.mode == EAGER else ' / ' + _cell(r.mode)}"
                        f"{'' if r.part == 'forward' else ' / ' + _cell(r.part)} | {_cell(r.message, _LISTED_CELL)}"
                        f"{tags} | {_code(repro_command(r, run_info.get(r.framework, {})))} |")
         if size > len(members):
@@ -132,8 +133,10 @@ def _level(label: str, level: str) -> str:
     if level == "target":
         return label
     pieces = split_label(label)
-    return pieces["framework"] if level == "framework" else " / ".join((pieces["framework"], pieces["api"],
-                                                                        pieces["device"]))
+    if level == "framework":
+        return pieces["framework"]
+    return " / ".join((pieces["framework"], pieces["api"], pieces["device"],
+                       *([] if pieces["mode"] == EAGER else [pieces["mode"]])))
 
 
 _LEVEL_NOTE = {"target": "", "where": " Shown by framework / API / device here, all parts together (too many "
@@ -156,9 +159,23 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
     out += ["", f"{tally.total} results; seed {_cell(', '.join(seeds) or '-')}. "
                 "Verdicts: `pass`; divergences `value` (outside the bound), `nonfinite` (NaN/inf pattern), "
                 "`shape`, `dtype`, `error` (raised where a value was expected, returned a value where an error "
-                "was expected, or a different exception type), `crash`, `timeout`; and `unsupported` (the API "
-                "cannot express the case).", ""]
-    return out
+                "was expected, or a different exception type), `crash`, `timeout`"
+                + (", `fallback` (a compiled mode's call ran eagerly instead: the mode was not checked, and no "
+                   "gate accepts it)" if sum(tally.fallback.values()) else "")
+                + "; and `unsupported` (the API cannot express the case).", ""]
+    return out + _modes(tally, manifests)
+
+
+def _modes(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
+    """The modes the rows were made in and those a run could not run here; nothing for an eager-only report."""
+    not_run = [(str(m.get("framework", "?")), str(mode), str(why)) for m in manifests
+               if isinstance(m.get("modes_not_run"), dict) for mode, why in m["modes_not_run"].items()]
+    if set(tally.modes) <= {EAGER} and not not_run:
+        return []
+    out = ["Modes: " + ", ".join(f"{_cell(mode)} ({n} results)" for mode, n in sorted(tally.modes.items())) + "."]
+    out += [f"Not run: {_cell(framework)} mode {_cell(mode)}: {_cell(why, _LISTED_CELL)}." for framework, mode, why
+            in sorted(not_run)]
+    return out + [""]
 
 
 def _by_level(tally: Tally, level: str) -> dict[str, tuple[Counter, int, int]]:
@@ -265,7 +282,8 @@ def _section(tally: Tally, key: tuple[str, str], run_info: dict[str, Any], detai
     r = tally.group_example[key]
     status = "documented" if r.documented else "known" if r.known_by else "undocumented"
     out += ["", f"Example ({status}): {_code(_cut(r.case_id, _CELL))} on {_cell(r.framework)} / {_cell(r.api)} / "
-                f"{_cell(r.device)}, part {_cell(r.part)}, {_cell(r.dtype)}, reduction {_cell(r.reduction)}, "
+                f"{_cell(r.device)}{'' if r.mode == EAGER else ', mode ' + _cell(r.mode)}, part {_cell(r.part)}, "
+                f"{_cell(r.dtype)}, reduction {_cell(r.reduction)}, "
                 f"log_target {int(r.log_target)}.", ""]
     out += _example(detail, r.message)
     out += [f"- message: {_cell(r.message, _MESSAGE) or '-'}",
@@ -402,8 +420,9 @@ def _known(audit: Sequence[Any]) -> list[str]:
         return out + ["The known-findings file has no entries.", ""]
     out += ["Entries of the known-findings file (--known). A stale entry concerns results here but matches none of "
             "their divergences: the run or report fails until it is removed or corrected. After a run of part of "
-            "the suite it speaks about (--only, --shard, --part, --api, --device, another --seed) such an entry is "
-            "`not exercised here` instead, and fails nothing.", "",
+            "the suite it speaks about (--only, --shard, --part, --api, --device, --mode, another --seed) such an "
+            "entry is `not exercised here` instead, and fails nothing. An entry without `mode:` speaks about eager "
+            "calls only.", "",
             "| entry | divergences accepted | results concerned | status | reason | link |",
             "|---|---:|---:|---|---|---|"]
     for a in audit:
@@ -429,7 +448,7 @@ def repro_command(r: Result, run_info: dict[str, Any]) -> str:
     # every value from a row is one shell word (shlex.quote) joined to its option, and the case id comes after
     # `--`: an id or path that starts with a dash is then never read as another option
     words = ["kl-conformance", "repro", f"--framework={r.framework}", f"--api={r.api}", f"--device={r.device}",
-             f"--part={r.part}"]
+             *([] if r.mode == EAGER else [f"--mode={r.mode}"]), f"--part={r.part}"]
     if r.source != "generated":
         words += [f"--cases={r.source}"]
     elif run_info.get("seed") is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from conformance.core.errors import ResultsError
+from conformance.core.model import key_label
 from conformance.core.results import RESULTS_FILE, iter_details, iter_results
 from conformance.core.rundirs import load_manifests, other_spec
 
@@ -42,11 +43,11 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
     present, _ = load_manifests(run_dirs, allow_missing)
     first_digest: dict[str, tuple[str, Path]] = {}
     seen_targets: dict[str, int] = {}  # case id -> bit mask over `targets`
-    targets: dict[tuple[str, str, str, str], int] = {}
+    targets: dict[tuple[str, str, str, str, str], int] = {}  # (framework, api, device, mode, part)
     for run_dir in present:
         results = run_dir / RESULTS_FILE
         for row in iter_results(run_dir):
-            where = f"case {row.case_id!r}, {row.framework} / {row.api} / {row.device} / {row.part}"
+            where = f"case {row.case_id!r}, {key_label(row.key)}"
             if row.spec_hash != spec_hash:
                 raise other_spec(row.spec_hash, spec_hash, str(results), where, redo)
             digest, origin = first_digest.setdefault(row.case_id, (row.case_digest, results))
@@ -56,7 +57,7 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
                                    f"version of its case file", file=str(results), where=where,
                                    fix="merge runs made with the same --seed and case files (rerun the odd one), "
                                        "or give an edited user case a new id")
-            bit = 1 << targets.setdefault((row.framework, row.api, row.device, row.part), len(targets))
+            bit = 1 << targets.setdefault(row.key[1:], len(targets))
             mask = seen_targets.get(row.case_id, 0)
             if mask & bit:
                 raise ResultsError("the same result appears twice: a run given twice (under two paths), or a "

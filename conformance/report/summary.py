@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from conformance.core.model import FORMAT_VERSION
+from conformance.core.model import EAGER, FORMAT_VERSION
 from conformance.core.text import terminal_line
 from conformance.report.tally import Tally, split_label
 
@@ -17,17 +17,20 @@ SHORT_SUMMARY_CAUSES = 10  # undocumented causes named at the end of a command's
 
 
 def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
-    targets = {"/".join(split_label(label).values()): (counts, tally.undocumented[label], tally.known[label])
-               for label, counts in tally.by_target.items()}
+    targets = {_target_key(label): (label, counts) for label, counts in tally.by_target.items()}
     summary = {
         "format_version": FORMAT_VERSION,
         "spec_hash": sorted(tally.spec_hashes)[0] if tally.spec_hashes else None,
         "runs": [{k: m.get(k) for k in ("framework", "framework_version", "status", "reason", "cases", "seed",
-                                        "shard", "python_version", "numpy_version", "harness_version")}
+                                        "shard", "python_version", "numpy_version", "harness_version", "modes",
+                                        "modes_not_run")}
                  for m in manifests],
-        "targets": {key: {"results": sum(c.values()), "undocumented": undocumented, "known": known,
-                          "verdicts": dict(c)}
-                    for key, (c, undocumented, known) in sorted(targets.items())},
+        "targets": {key: {"results": sum(c.values()), "undocumented": tally.undocumented[label],
+                          "known": tally.known[label], "fallback": tally.fallback[label],
+                          "mode": split_label(label)["mode"], "verdicts": dict(c)}
+                    for key, (label, c) in sorted(targets.items())},
+        "modes": dict(sorted(tally.modes.items())),
+        "fallback": sum(tally.fallback.values()),
         "causes": [{"cause": cause, "verdict": verdict, "results": tally.group_sizes[(cause, verdict)],
                     "undocumented": tally.group_undocumented[(cause, verdict)],
                     "documented": tally.group_documented[(cause, verdict)],
@@ -39,6 +42,14 @@ def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
         "results": tally.total,
     }
     return json.dumps(summary, indent=2, sort_keys=True) + "\n"
+
+
+def _target_key(label: str) -> str:
+    """summary.json's name of a target: framework/api/device/part, with /mode before the part where the mode is
+    not eager (an eager run's names are those of the runs made before modes existed)."""
+    pieces = split_label(label)
+    return "/".join([pieces["framework"], pieces["api"], pieces["device"],
+                     *([] if pieces["mode"] == EAGER else [pieces["mode"]]), pieces["part"]])
 
 
 def divergence_counts(tally: Tally) -> str:

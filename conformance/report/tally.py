@@ -10,7 +10,7 @@ import math
 from collections import Counter, defaultdict
 from typing import Iterable
 
-from conformance.core.model import Result, Verdict
+from conformance.core.model import EAGER, PARTS, Result, Verdict
 
 VERDICT_ORDER = [v.value for v in Verdict]
 LISTED_PER_GROUP = 500  # divergences listed per cause group; the rest are counted and found in results.jsonl
@@ -19,12 +19,15 @@ LISTED_IN_PAGE = 2000  # divergences rendered in report.html; all are in results
 
 
 def target_label(r: Result) -> str:
-    return f"{r.framework} / {r.api} / {r.device}" + ("" if r.part == "forward" else f" / {r.part}")
+    """"framework / api / device", then " / mode" where the mode is not eager (an eager-only report reads as
+    before modes existed), then " / part" where the part is not the forward one."""
+    return where_label(r) + ("" if r.part == "forward" else f" / {r.part}")
 
 
 def where_label(r: Result) -> str:
-    """The framework, API and device of a row, without its part (what a cause section lists as targets)."""
-    return f"{r.framework} / {r.api} / {r.device}"
+    """The framework, API, device and (where not eager) mode of a row, without its part (what a cause section
+    lists as targets)."""
+    return f"{r.framework} / {r.api} / {r.device}" + ("" if r.mode == EAGER else f" / {r.mode}")
 
 
 # what a cause group counts of its rows, beside their targets: each a Result field shown in report.md's section
@@ -32,10 +35,13 @@ SPANS = ("part", "dtype", "reduction", "log_target", "family")
 
 
 def split_label(label: str) -> dict[str, str]:
-    """Inverse of `target_label`: the framework, api, device and part of a label."""
+    """Inverse of `target_label`: the framework, api, device, mode and part of a label (a piece after the device
+    that is not a part is the mode; no mode is named a part, adapters/base.py `Mode`)."""
     pieces = label.split(" / ")
-    return {"framework": pieces[0], "api": pieces[1], "device": pieces[2],
-            "part": pieces[3] if len(pieces) > 3 else "forward"}
+    rest = pieces[3:]
+    part = rest.pop() if rest and rest[-1] in PARTS else "forward"
+    return {"framework": pieces[0], "api": pieces[1], "device": pieces[2], "mode": rest[0] if rest else EAGER,
+            "part": part}
 
 
 class Tally:
@@ -60,11 +66,13 @@ class Tally:
         self.missing_warnings: Counter = Counter()
         self.undocumented: Counter = Counter()  # divergences neither documented nor known: what --strict fails on
         self.known: Counter = Counter()  # divergences a known-findings file accepts and no profile documents
+        self.fallback: Counter = Counter()  # calls of a mode that ran eagerly instead: the mode was not checked
+        self.modes: Counter = Counter()  # rows per mode
         self.accepted_cells: Counter = Counter()
         self.ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
         self.listed_in_page: list[Result] = []
         self.spec_hashes: set[str] = set()
-        self._labels: dict[tuple[str, str, str, str], str] = {}
+        self._labels: dict[tuple[str, str, str, str, str], str] = {}
         for r in rows:
             self.add(r)
 
@@ -72,7 +80,8 @@ class Tally:
         """Count one more row (rows come in results.jsonl's order: the first ones are those listed)."""
         self.total += 1
         self.spec_hashes.add(r.spec_hash)
-        where = (r.framework, r.api, r.device, r.part)
+        self.modes[r.mode] += 1
+        where = (r.framework, r.api, r.device, r.mode, r.part)
         target = self._labels.get(where)
         if target is None:
             target = self._labels[where] = target_label(r)
@@ -89,6 +98,7 @@ class Tally:
                 self.listed_in_page.append(r)
             self.undocumented[target] += not r.is_accepted
             self.known[target] += bool(r.known_by) and not r.documented
+            self.fallback[target] += r.verdict is Verdict.FALLBACK
             self.accepted_cells[((r.family, r.reduction, int(r.log_target)), target)] += r.is_accepted
             key = (r.cause or "unknown", r.verdict.value)
             self.group_sizes[key] += 1

@@ -7,13 +7,14 @@ as one run that produced all of their rows.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from conformance.core.errors import ResultsError
-from conformance.core.model import Result
+from conformance.core.errors import ResultsError, UsageError
+from conformance.core.model import EAGER, Result
 from conformance.core.results import (DETAIL_KEYS, DETAILS_FILE, RESULTS_FILE, AtomicLines, iter_details,
                                       write_atomic, write_lines_atomic)
 from conformance.core.rundirs import DIVERGENCES_FILE, REPORT_FILE, RUNS_FILE, iter_rows, load_manifests
@@ -184,9 +185,12 @@ def _feeding(consume: Callable[[Result], Any], rows: Iterator[Result]) -> Iterat
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False,
                baseline: str | Path | None = None, known: Any = None, gates: Gates = Gates(),
-               like: LikeMarks | None = None) -> Written:
+               like: LikeMarks | None = None, modes: Sequence[str] = ()) -> Written:
     """Merge run directories into `out_dir`: results.jsonl (with `known`, its rows' known_by set by that
-    file), details.jsonl, runs.json and the reports. `out_dir` must not be one of the runs.
+    file), details.jsonl, runs.json and the reports. `out_dir` must not be one of the runs. With `modes`
+    (`report --mode`), the rows of the other modes are left out, and runs.json records each run as selecting
+    those modes only (a baseline's rows of the other modes are then not checked, and a known entry of them is
+    not stale); one line of the decision's notes says what was left out.
 
     The merged rows are written in the same pass that tallies them and writes junit.xml, so the runs'
     rows are read once here (`report` has read them once before, to check they can be merged)."""
@@ -194,19 +198,77 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     if out_dir.resolve() in {p.resolve() for p in present}:
         raise ResultsError("the output directory is one of the runs to merge", file=str(out_dir), where="--out",
                            fix="write the merged report into another directory")
+    left_out: Counter = Counter()
+    if modes:
+        manifests = [scoped_manifest(m, modes) for m in manifests]
     # runs.json first: it records what the merge writes here (`written`), so that a later --force removes
     # those files and nothing else, even after a merge cut short
     written = [RESULTS_FILE, DETAILS_FILE, RUNS_FILE, *MERGED_REPORTS, *(["baseline.json"] if baseline else [])]
     write_atomic(out_dir / RUNS_FILE, json.dumps({"runs": manifests, "written": sorted(written)}, indent=2,
                                                  sort_keys=True) + "\n")
     rows = iter_rows(present)
+    if modes:
+        rows = _in_modes(rows, set(modes), left_out)
     rows = (known.mark(r) for r in rows) if known is not None else rows
     with AtomicLines(out_dir / RESULTS_FILE) as results:
         feed = _fed(ReportFeed(out_dir, known, baseline, gates, like),
                     _feeding(lambda row: results.write(row.to_json() + "\n"), rows))
-    write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)))
+    write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)
+                                                if not modes or d.get("mode", EAGER) in modes))
     _, merged = load_manifests([out_dir])  # as a later `report` of this directory reads them
     tally, diff, decision = feed.finish(merged)
+    if left_out:
+        decision.notes.append(f"--mode {', '.join(dict.fromkeys(modes))}: {sum(left_out.values())} results of "
+                              f"the modes {', '.join(sorted(left_out))} left out of this report")
     if like is not None:
         like.finish([out_dir])
     return _write_reports(out_dir, tally, [out_dir], merged, diff, known, decision, like=like)
+
+
+def check_modes(manifests: Sequence[dict[str, Any]], modes: Sequence[str]) -> None:
+    """Every mode `report --mode` names is one a run asked for (a run.json older than modes ran eager).
+
+    Raises
+    ------
+    UsageError
+        naming the mode and the modes the runs hold.
+    """
+    held = sorted({str(m) for manifest in manifests for m in manifest.get("modes") or [EAGER]})
+    for mode in modes:
+        if mode not in held:
+            raise UsageError(f"no run here was made in mode {mode!r}", where="--mode",
+                             fix=f"name one of the modes the runs hold: {held}")
+
+
+def scoped_manifest(manifest: dict[str, Any], modes: Sequence[str]) -> dict[str, Any]:
+    """A run's manifest as a report scoped to `modes` records it: its targets, modes and modes not run of those
+    modes only, and --mode among the options that narrowed its selection where a mode was left out."""
+    kept = dict(manifest)
+    asked = [str(m) for m in manifest.get("modes") or [EAGER]]
+    kept["modes"] = [m for m in asked if m in modes]
+    if isinstance(manifest.get("targets"), list):
+        kept["targets"] = [t for t in manifest["targets"] if _target_mode(str(t)) in modes]
+    if isinstance(manifest.get("modes_not_run"), dict):
+        kept["modes_not_run"] = {m: why for m, why in manifest["modes_not_run"].items() if m in modes}
+        if not kept["modes_not_run"]:
+            del kept["modes_not_run"]
+    selection = manifest.get("selection")
+    if isinstance(selection, dict) and set(asked) - set(modes):
+        kept["selection"] = {**selection, "modes": kept["modes"],
+                             "narrowed_by": sorted({*map(str, selection.get("narrowed_by") or ()), "--mode"})}
+    return kept
+
+
+def _target_mode(target: str) -> str:
+    """The mode of a run.json target: framework/api/device (eager) or framework/api/device/mode."""
+    pieces = target.split("/")
+    return pieces[3] if len(pieces) > 3 else EAGER
+
+
+def _in_modes(rows: Iterator[Result], modes: set[str], left_out: Counter) -> Iterator[Result]:
+    """The rows of `modes`; the others counted by mode in `left_out`."""
+    for row in rows:
+        if row.mode in modes:
+            yield row
+        else:
+            left_out[row.mode] += 1

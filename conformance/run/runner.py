@@ -516,7 +516,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
             else:
                 observed = outcome.observations[call]
                 judgement = judge.judgement(part, dialect, observed)
-            documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed)
+            documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2])
                              if judgement.verdict.is_divergence and judgement.verdict is not Verdict.FALLBACK
                              and failed is None else ())
             result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
