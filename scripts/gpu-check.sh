@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The checks of a lent GPU machine, in one run: torch on cpu and cuda, torch's compiled and exported modes on
-# the mode suite, the planted-bug self-test on cuda, optax eager and jit on cpu and gpu, and the merged report. Each step has its own time limit and its own log, so a step
-# that fails or runs out of time loses none of the others, and the self-test, the longest, takes what is left of
-# KL_GPU_DEADLINE_S. Everything is packed into $OUT/gpu-check.tar.gz, with the steps' summary in $OUT/steps.log.
+# The checks of a lent GPU machine, in one run: torch on cpu and cuda, torch's Inductor on cuda over the mode
+# suite, the planted-bug self-test on cuda, optax eager and jit on cpu and gpu, and the merged report. Each step
+# has its own time limit and its own log, so a step that fails or runs out of time loses none of the others, and
+# the self-test, the longest, takes what is left of KL_GPU_DEADLINE_S. Everything is packed into
+# $OUT/gpu-check.tar.gz, with the steps' summary in $OUT/steps.log.
 #
 #   OUT=/tmp/gpu bash scripts/gpu-check.sh            # the machine's python3 holds torch, JAX and optax
 #   KL_GPU_SELFTEST_ONLY="fwd/*/4x6/*" ...             # narrow the self-test's cases (glob, repeatable by space)
@@ -47,14 +48,17 @@ kl=(python3 -m conformance)
 
 step torch "${KL_GPU_TORCH_S:-120}" "${kl[@]}" run --framework torch --out "$work/torch" --no-progress --force
 step modes 30 "${kl[@]}" modes
-# every torch mode on the mode suite, cpu and cuda (Inductor compiles with Triton on cuda); one compile per
-# signature, so the mode suite, not the default one
-step torch-modes "${KL_GPU_MODES_S:-170}" "${kl[@]}" run --framework torch --suite modes --mode inductor \
-    --mode inductor-emulated --mode onnx-torchscript --mode onnx-dynamo --out "$work/torch-modes" --no-progress --force
+# torch's compiled modes on cuda, where Inductor compiles with Triton: one compile per signature, so the mode
+# suite, on one API (the ONNX modes run on CPU only, checked on the CPU machines); Inductor first, then the
+# emulated casts on the pinned cases only
+step torch-inductor "${KL_GPU_MODES_S:-200}" "${kl[@]}" run --framework torch --suite modes --mode inductor \
+    --device cuda --api torch.nn.functional.kl_div --out "$work/torch-inductor" --no-progress --force
+step torch-emulated 60 "${kl[@]}" run --framework torch --suite modes --family pinned --mode inductor \
+    --mode inductor-emulated --out "$work/torch-emulated" --no-progress --force
 JAX_ENABLE_X64=1 step optax "${KL_GPU_OPTAX_S:-100}" "${kl[@]}" run --framework optax --mode eager --mode jit \
     --out "$work/optax" --no-progress --force
-step report 30 "${kl[@]}" report "$work/torch" "$work/torch-modes" "$work/optax" --out "$work/all" --allow-missing \
-    --force
+step report 30 "${kl[@]}" report "$work/torch" "$work/torch-inductor" "$work/torch-emulated" "$work/optax" \
+    --out "$work/all" --allow-missing --force
 only=()
 for pattern in ${KL_GPU_SELFTEST_ONLY:-}; do only+=(--only "$pattern"); done
 left=$(( ${KL_GPU_DEADLINE_S:-450} - SECONDS - 20 ))

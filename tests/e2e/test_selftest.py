@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conformance.cli import main
+from conformance.core.results import iter_results
 
 # The whole default suite on torch (the CI gate the issue asks for), every dtype; on the other frameworks,
 # which are slower per call, the 4x6 float32 cases of every family and reduction (float32 stands for the
@@ -73,6 +74,33 @@ def test_every_planted_fault_is_flagged(framework, tmp_path, half):
     # a variant is left out only where the framework cannot carry its fault, as its APIs and profile say
     assert {v["name"]: v["not_applicable"] for v in report["variants"] if v["not_applicable"]} == \
         {name: why for name, why in NOT_APPLICABLE.get(framework, {}).items() if name in names}
+
+
+# The self-test through a compiled mode, in CI: Inductor, on one API and the subset's handful of signatures
+# (one compile each), the compiled artifacts shared by the control run and every variant through the compile
+# cache (the harness's cache directory, $KL_CACHE_DIR). The verdicts of a mode's rows must be as sound as eager's.
+MODE_SELFTEST = {"torch": ("inductor", "torch.nn.functional.kl_div")}
+
+
+@pytest.mark.parametrize("half", [0, 1])
+def test_every_planted_fault_is_flagged_through_a_compiled_mode(framework, tmp_path, half):
+    if framework not in MODE_SELFTEST:
+        pytest.skip(f"the self-test through a compiled mode runs on {sorted(MODE_SELFTEST)}")
+    mode, api = MODE_SELFTEST[framework]
+    out = tmp_path / "selftest"
+    names = _variant_halves()[half]
+    code = main(["selftest", "--framework", framework, "--mode", mode, "--api", api, "--out", str(out),
+                 *[arg for pattern in _subset() for arg in ("--only", pattern)],
+                 *[arg for name in names for arg in ("--variant", name)]])
+    report = json.loads((out / "selftest.json").read_text())
+    failed = {v["name"]: v["missed"] or v.get("misattributed") or "planted nothing"
+              for v in report["variants"] if not v["ok"]}
+    assert not failed and code == 0, failed
+    assert [v["name"] for v in report["variants"]] == names
+    assert all((v["planted"] > 0 or v["not_applicable"]) and v["flagged"] == v["planted"] for v in report["variants"])
+    # the rows were made in the mode, none of them a fallback to eager
+    rows = [r for r in iter_results(out / "control")]
+    assert rows and {r.mode for r in rows} == {mode} and not [r for r in rows if r.verdict.value == "fallback"]
 
 
 # Variants whose fault no call of the framework can carry, and why (derived by the selftest from the
