@@ -29,8 +29,9 @@ Quirks live here:
   compiled backward takes no double backward. One compiled function per call and part kind. Each call
   proves it compiled: tf.function and jax.jit trace the function (tf.config.run_functions_eagerly and
   jax_disable_jit silently run it eagerly; adapters/compiled.py checks), and on torch the adapter's
-  backend counts the runs of the graph Inductor compiled (Dynamo's recompile limit silently runs the
-  function eagerly; fullgraph=True makes a graph break raise instead).
+  backend counts the runs of the graph Inductor compiled: with fullgraph=True a graph break or Dynamo's
+  recompile limit raises (FailOnRecompileLimitHit) rather than running eagerly, but
+  torch.compiler.set_stance("force_eager") still runs it eagerly without a word.
 """
 
 from __future__ import annotations
@@ -306,7 +307,8 @@ class KerasAdapter(Adapter):
         if backend == "jax":
             lines += ["jax.config.update('jax_enable_x64', True)  # else float64 is silently float32"]
         lines += ["import keras", ""]
-        if backend == "tensorflow" and part != "forward":
+        no_double = backend == "torch" and self.mode != EAGER and part == "grad2_input"
+        if (backend == "tensorflow" and part != "forward") or no_double:
             lines += ["", "class MissingGradient(Exception):", "    \"\"\"The tape gave no gradient (None).\"\"\"", ""]
         lines += [f"with keras.device({scope!r}):"]
         body = []
@@ -324,6 +326,9 @@ class KerasAdapter(Adapter):
         missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
         body += (self._repro_part(part, backend, missing) if self.mode == EAGER or backend == "torch"
                  else self._repro_jit_part(part, backend, missing))
+        if no_double:  # the compiled backward is not differentiable: autograd gives no second gradient
+            body[-1] = body[-1].replace("[t])", "[t], allow_unused=True)")
+            body += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing]
         if backend == "tensorflow" and part != "forward":  # a tape answers None where it has no gradient
             body += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing]
         # JAX answers a float0 array, not a tensor, for an integer argument's gradient: the harness records a TypeError
@@ -433,8 +438,9 @@ class TorchCompiled:
     """torch.compile of a function (Inductor, fullgraph=True so a graph break raises, static shapes), each call
     checked to have run the graph Inductor compiled: the backend given to torch.compile is Inductor's own
     compile_fx, wrapped to count the compiled graph's runs. A call during which no compiled graph ran is
-    Dynamo running the function eagerly (its recompile limit reached, or Dynamo switched off): ModeFallback.
-    The limit is raised at the first compile so every signature of a run compiles."""
+    Dynamo running the function eagerly (torch.compiler.set_stance("force_eager"); without fullgraph, also a
+    graph break or the recompile limit): ModeFallback. The recompile limit is raised so every signature of a
+    run compiles, where with fullgraph=True it would raise."""
 
     def __init__(self, torch, fn) -> None:
         import torch._dynamo
@@ -460,6 +466,6 @@ class TorchCompiled:
         before = self.graph_runs
         result = self._fn(*args)
         if self.graph_runs == before:
-            raise ModeFallback("torch.compile ran the call eagerly: no graph Inductor compiled ran (Dynamo's "
-                               "recompile limit, or Dynamo switched off)")
+            raise ModeFallback("torch.compile ran the call eagerly: no graph Inductor compiled ran (a stance that "
+                               "forces eager, or Dynamo's recompile limit)")
         return result

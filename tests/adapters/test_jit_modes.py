@@ -66,10 +66,10 @@ def _compiling_switched_off(adapter):
             yield
         finally:
             tf.config.run_functions_eagerly(False)
-    else:
-        import torch._dynamo
+    else:  # Dynamo disabled raises under fullgraph=True; this stance runs the compiled function eagerly
+        import torch
 
-        with torch._dynamo.config.patch(disable=True):
+        with torch.compiler.set_stance("force_eager"):
             yield
 
 
@@ -110,20 +110,28 @@ def test_mode_run_rows_carry_the_mode_and_are_judged(compiled, tmp_path):
 @pytest.mark.parametrize("part", PARTS)
 def test_a_call_run_eagerly_is_a_fallback(compiled, spec, part):
     """With the framework's switch that runs compiled functions eagerly (jax.disable_jit, mx.disable_compile,
-    tf.config.run_functions_eagerly, Dynamo disabled), the mode's call is a fallback, never the eager answer;
+    tf.config.run_functions_eagerly, torch's force_eager stance), the mode's call is a fallback, never the eager answer;
     the same call compiled is not."""
     adapter, mode = compiled
     api = adapter.apis[0]
     device = _device(adapter)
     adapter.mode = mode
     compiled_first = adapter.run(_case(adapter, api, spec, seed=1), api, device, part)
-    assert compiled_first.fallback is None and not compiled_first.raised, compiled_first
+    assert compiled_first.fallback is None and (not compiled_first.raised or _no_double_backward(adapter, part)), \
+        compiled_first
     with _compiling_switched_off(adapter):
         for case in (_case(adapter, api, spec, seed=1), _case(adapter, api, spec, shape=(2, 7), seed=2)):
             observed = adapter.run(case, api, device, part)  # a signature compiled before, and a new one
             assert observed.fallback and "eagerly" in observed.fallback, observed
     again = adapter.run(_case(adapter, api, spec, seed=1), api, device, part)
-    assert again.fallback is None and np.array_equal(again.value, compiled_first.value, equal_nan=True)
+    assert again.fallback is None and again.exception_type == compiled_first.exception_type
+    assert compiled_first.raised or np.array_equal(again.value, compiled_first.value, equal_nan=True)
+
+
+def _no_double_backward(adapter, part: str) -> bool:
+    """Keras on torch: autograd cannot differentiate the backward Inductor compiled, so the second gradient is
+    None (MissingGradient), the finding the issue names for torch.compile."""
+    return adapter.name == "keras" and adapter.backend == "torch" and part == "grad2_input"
 
 
 @pytest.mark.parametrize("part", PARTS)
@@ -144,9 +152,14 @@ def test_reproducer_makes_the_compiled_call(compiled, spec, tmp_path, part):
         assert _wrapper(adapter) not in adapter.repro_source(case, api, device, part)
         script = tmp_path / f"repro_{api.name.replace('.', '_')}_{part}.py"
         script.write_text(source, encoding="utf-8")
-        namespace = runpy.run_path(str(script), init_globals={"np": np, "x_values": case.input,
-                                                              "t_values": case.target, "upstream": upstream_gradient})
-        assert observed.fallback is None and not observed.raised, observed
+        assert observed.fallback is None and (not observed.raised or _no_double_backward(adapter, part)), observed
+        try:
+            namespace = runpy.run_path(str(script), init_globals={"np": np, "x_values": case.input,
+                                                                  "t_values": case.target, "upstream": upstream_gradient})
+        except Exception as exc:  # the reproducer raises what the run recorded
+            assert type(exc).__name__ == observed.exception_type, (exc, observed)
+            continue
+        assert not observed.raised, observed
         np.testing.assert_array_equal(np.asarray(namespace["result"]), observed.value, err_msg=f"{api.name}/{part}")
 
 
