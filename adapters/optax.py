@@ -59,7 +59,7 @@ class OptaxAdapter(Adapter):
 
     def __init__(self) -> None:
         self.jax = self.jnp = self.optax = None
-        self._jitted: dict = {}
+        self._compiled: dict = {}
 
     def load(self) -> None:
         try:
@@ -114,9 +114,9 @@ class OptaxAdapter(Adapter):
     def _jit(self, call: ApiCall, kind: str, body):
         """The jitted function of `call` for `kind` ("forward", "vjp", "grad2"), made once from `body()`."""
         key = (self.mode, call, kind)
-        if key not in self._jitted:
-            self._jitted[key] = jax_traced(self.jax, body())
-        return self._jitted[key]
+        if key not in self._compiled:
+            self._compiled[key] = jax_traced(self.jax, body())
+        return self._compiled[key]
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
         """jax.vjp of the call with the upstream gradient; grad2_input is jax.grad, with respect to target,

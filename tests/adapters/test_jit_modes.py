@@ -19,6 +19,7 @@ import sys
 import numpy as np
 import pytest
 
+from conformance.adapters.compiled import Traced
 from conformance.cli import main
 from conformance.core.model import EAGER, upstream_gradient
 from conformance.judge.casejudge import expected_for
@@ -190,6 +191,27 @@ def test_whole_reproducer_script_runs_compiled(compiled, spec, tmp_path):
     hexes = re.search(r"hex \[(.*?)\]", shown, re.S).group(1)
     values = [float.fromhex(h.strip().strip("'")) for h in hexes.split(",") if h.strip()]
     np.testing.assert_array_equal(np.array(values), observed.value.reshape(-1))
+
+
+@pytest.mark.parametrize("part", ("forward", "grad_input"))
+def test_a_signature_compiles_once(compiled, spec, part):
+    """The adapter keeps one compiled function per call and part: calls of a signature already compiled, other
+    values or the same, trace nothing more (MLX may trace a signature's second call once more, then never)."""
+    adapter, mode = compiled
+    if adapter.name == "keras" and adapter.backend == "torch":
+        pytest.skip("torch.compile's calls are counted by graph runs, not traces (test_a_call_run_eagerly...)")
+    api, device = adapter.apis[0], _device(adapter)
+    adapter.mode = mode
+
+    def traces():
+        return sum(f.traces for f in adapter._compiled.values() if isinstance(f, Traced))
+    for seed in (21, 21):
+        assert not adapter.run(_case(adapter, api, spec, shape=(5, 3), seed=seed), api, device, part).raised
+    before, functions = traces(), dict(adapter._compiled)
+    for seed in (21, 22, 23):
+        assert not adapter.run(_case(adapter, api, spec, shape=(5, 3), seed=seed), api, device, part).raised
+    assert before >= 1 and traces() == before
+    assert all(adapter._compiled[key] is f for key, f in functions.items()), "the same compiled functions serve"
 
 
 def test_modes_listed(compiled):
