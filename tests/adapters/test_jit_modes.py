@@ -162,8 +162,8 @@ def test_reproducer_makes_the_compiled_call(compiled, spec, tmp_path, part):
         script.write_text(source, encoding="utf-8")
         assert observed.fallback is None and (not observed.raised or _no_double_backward(adapter, part)), observed
         try:
-            namespace = runpy.run_path(str(script), init_globals={"np": np, "x_values": case.input,
-                                                                  "t_values": case.target, "upstream": upstream_gradient})
+            namespace = runpy.run_path(str(script), init_globals={
+                "np": np, "x_values": case.input, "t_values": case.target, "upstream": upstream_gradient})
         except Exception as exc:  # the reproducer raises what the run recorded
             assert type(exc).__name__ == observed.exception_type, (exc, observed)
             continue
