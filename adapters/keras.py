@@ -22,6 +22,16 @@ Quirks live here:
   (as in adapters/optax.py); on torch it is a real strided view.
 - Gradients through the backend's own autodiff: tf.GradientTape (nested for the second order),
   jax.vjp (jax.grad of that vjp), torch.autograd.grad (create_graph=True).
+- Mode `jit`: the call compiled as each backend compiles (Keras' own jit_compile=True does the same):
+  tf.function(jit_compile=True), jax.jit, torch.compile (Inductor, fullgraph=True, static shapes), the
+  tensors passed as arguments. Gradients: the tapes inside the tf.function, jax.vjp under jax.jit; on torch
+  the compiled forward differentiated by autograd (Dynamo does not trace torch.autograd.grad), whose
+  compiled backward takes no double backward. One compiled function per call and part kind. Each call
+  proves it compiled: tf.function and jax.jit trace the function (tf.config.run_functions_eagerly and
+  jax_disable_jit silently run it eagerly; adapters/compiled.py checks), and on torch the adapter's
+  backend counts the runs of the graph Inductor compiled: with fullgraph=True a graph break or Dynamo's
+  recompile limit raises (FailOnRecompileLimitHit) rather than running eagerly, but
+  torch.compiler.set_stance("force_eager") still runs it eagerly without a word.
 """
 
 from __future__ import annotations
@@ -32,14 +42,18 @@ import platform
 import numpy as np
 
 from conformance.adapters import jaxcache
-from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
-from conformance.core.model import Case, upstream_gradient
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
+                                       layout_buffer, layout_buffer_source)
+from conformance.adapters.compiled import Traced, jax_jit_gradient, jax_jit_repro_lines, jax_traced
+from conformance.core.model import EAGER, Case, upstream_gradient
 
 CLASS, FUNCTION = "keras.losses.KLDivergence", "keras.losses.kl_divergence"
 REDUCTIONS = {"none": None, "mean": "sum_over_batch_size", "sum": "sum"}  # spec -> KLDivergence(reduction=)
 ACCELERATORS = {"tensorflow": "gpu", "jax": "gpu", "torch": "cuda"}  # each backend's own word
 VIEWS = {"contiguous": "{}", "transposed": "keras.ops.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}
 NO_KERNEL_MARKERS = ("No registered", "OpKernel", "not implemented for")  # TF's and torch's "no kernel" words
+JIT = "jit"
+RECOMPILE_LIMIT = 1 << 20  # Dynamo's limit per function, past which it runs eagerly: one compile per signature
 
 
 def keras_reduction(reduction: str):
@@ -55,11 +69,13 @@ class KerasAdapter(Adapter):
             reductions=("none",)),
     )
     known_devices = tuple(f"{backend}:{kind}" for backend, accel in ACCELERATORS.items() for kind in ("cpu", accel))
+    modes = (Mode(JIT, "the backend's compiler: tf.function(jit_compile=True), jax.jit or torch.compile"),)
 
     def __init__(self) -> None:
         self.keras = None
         self.backend = ""
         self._device = ""
+        self._compiled: dict = {}
 
     def load(self) -> None:
         jax_first = os.environ.get("KERAS_BACKEND") == "jax"  # then JAX is set up before Keras imports it
@@ -169,12 +185,69 @@ class KerasAdapter(Adapter):
     def invoke(self, case: Case, api: Api, inputs):
         x, t = inputs
         with self._scope(self._device):
-            return self._loss(case, api)(x, t)
+            if self.mode == EAGER:
+                return self._loss(case, api)(x, t)
+            return self._compile(case, api, "forward", self._device, lambda: self._loss(case, api))(x, t)
+
+    def _compile(self, case: Case, api: Api, kind: str, device: str, body):
+        """The backend's compiled function of the call for `kind` on `device`, made once from `body()`."""
+        key = (self.mode, self.call(case, api), kind, device)
+        if key not in self._compiled:
+            module = self._module()
+            if self.backend == "tensorflow":
+                self._compiled[key] = Traced(body(), lambda f: module.function(f, jit_compile=True),
+                                             lambda args: not module.executing_eagerly(),
+                                             "tf.function(jit_compile=True)")
+            elif self.backend == "jax":
+                self._compiled[key] = jax_traced(module, body())
+            else:
+                self._compiled[key] = TorchCompiled(module, body())
+        return self._compiled[key]
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
         loss = self._loss(case, api)
         with self._scope(device):
+            if self.mode != EAGER:
+                return getattr(self, f"_jit_gradient_{self.backend}")(case, api, loss, device, part)
             return getattr(self, f"_gradient_{self.backend}")(case, loss, device, part)
+
+    def _jit_gradient_tensorflow(self, case: Case, api: Api, loss, device: str, part: str):
+        """The eager tapes inside tf.function(jit_compile=True), the upstream and weights passed as arguments;
+        the compiled forward gives the upstream's shape."""
+        tf = self._module()
+        x, t = self._cache.get(case, device, self.build)
+        out = self._compile(case, api, "forward", device, lambda: loss)(x, t)
+        upstream = tf.constant(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
+
+        def first(a, b, g):
+            with tf.GradientTape() as tape:
+                tape.watch([a, b])
+                value = loss(a, b)
+            return tape.gradient(value, [a, b], output_gradients=g)
+        grad_input, grad_target = self._compile(case, api, "grad", device, lambda: first)(x, t, upstream)
+        if part != "grad2_input" or grad_input is None:
+            return grad_input if part != "grad_target" else grad_target
+
+        def second(a, b, g, w):
+            with tf.GradientTape() as outer:
+                outer.watch(b)
+                with tf.GradientTape() as inner:
+                    inner.watch([a, b])
+                    value = loss(a, b)
+                weighted = tf.reduce_sum(inner.gradient(value, a, output_gradients=g) * w)
+            return outer.gradient(weighted, b)
+        w = tf.constant(upstream_gradient(tuple(grad_input.shape)), dtype=grad_input.dtype)
+        return self._compile(case, api, "grad2", device, lambda: second)(x, t, upstream, w)
+
+    def _jit_gradient_jax(self, case: Case, api: Api, loss, device: str, part: str):
+        """jax.vjp (jax.grad of it) under jax.jit, as optax's mode does (adapters/compiled.py)."""
+        x, t = self._cache.get(case, device, self.build)
+        return jax_jit_gradient(self._module(), loss, x, t, part,
+                                lambda kind, body: self._compile(case, api, kind, device, body))
+
+    def _jit_gradient_torch(self, case: Case, api: Api, loss, device: str, part: str):
+        """The eager gradient of the compiled forward: autograd runs the backward Inductor compiled with it."""
+        return self._gradient_torch(case, self._compile(case, api, "forward", device, lambda: loss), device, part)
 
     def _gradient_tensorflow(self, case: Case, loss, device: str, part: str):
         """tf.GradientTape with the upstream as output_gradients; grad2_input is an outer tape's gradient,
@@ -234,7 +307,8 @@ class KerasAdapter(Adapter):
         if backend == "jax":
             lines += ["jax.config.update('jax_enable_x64', True)  # else float64 is silently float32"]
         lines += ["import keras", ""]
-        if backend == "tensorflow" and part != "forward":
+        no_double = backend == "torch" and self.mode != EAGER and part == "grad2_input"
+        if (backend == "tensorflow" and part != "forward") or no_double:
             lines += ["", "class MissingGradient(Exception):", "    \"\"\"The tape gave no gradient (None).\"\"\"", ""]
         lines += [f"with keras.device({scope!r}):"]
         body = []
@@ -247,8 +321,14 @@ class KerasAdapter(Adapter):
         body += [f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}  # y_pred",
                  f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}  # y_true"]
         body.append(f"loss = lambda x, t: {self.call(case, api).source()}")
+        if self.mode != EAGER:
+            body += self._repro_jit(backend, part)
         missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
-        body += self._repro_part(part, backend, missing)
+        body += (self._repro_part(part, backend, missing) if self.mode == EAGER or backend == "torch"
+                 else self._repro_jit_part(part, backend, missing))
+        if no_double:  # the compiled backward is not differentiable: autograd gives no second gradient
+            body[-1] = body[-1].replace("[t])", "[t], allow_unused=True)")
+            body += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing]
         if backend == "tensorflow" and part != "forward":  # a tape answers None where it has no gradient
             body += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing]
         # JAX answers a float0 array, not a tensor, for an integer argument's gradient: the harness records a TypeError
@@ -259,6 +339,49 @@ class KerasAdapter(Adapter):
                                    "jax": "np.asarray(grad).astype(np.float64)",
                                    "torch": "grad.detach().to('cpu', torch.float64).numpy()"}[backend])
         return "\n".join(lines + ["    " + line if line else "" for line in body])
+
+    @staticmethod
+    def _repro_jit(backend: str, part: str) -> list[str]:
+        """Mode `jit` lines after `loss`: torch compiles the loss itself (autograd differentiates it as in
+        eager); TF and JAX compile the part's function (`_repro_jit_part`)."""
+        if backend != "torch":
+            return []
+        return ["import torch._dynamo",
+                f"torch._dynamo.config.recompile_limit = {RECOMPILE_LIMIT}  # else Dynamo runs eagerly past it",
+                "loss = torch.compile(loss, fullgraph=True, dynamic=False)  # Inductor"]
+
+    @staticmethod
+    def _repro_jit_part(part: str, backend: str, missing: str) -> list[str]:
+        """The lines of mode `jit` on TF or JAX that leave the part's value in `grad`, every tensor an argument
+        of the compiled function."""
+        if backend == "jax":
+            lines = jax_jit_repro_lines(part)
+            return ["import jax.numpy as jnp", *lines[:-1]] if part != "forward" else \
+                [lines[0], lines[1].replace("out =", "grad =")]
+        lines = ["compiled = tf.function(loss, jit_compile=True)  # XLA; the tensors passed as arguments",
+                 "out = compiled(x, t)"]
+        if part == "forward":
+            return lines + ["grad = out"]
+        lines += ["g = tf.constant(upstream(tuple(out.shape)), dtype=out.dtype)",
+                  "def first(a, b, g):",
+                  "    with tf.GradientTape() as tape:",
+                  "        tape.watch([a, b])",
+                  "        value = loss(a, b)",
+                  "    return tape.gradient(value, [a, b], output_gradients=g)",
+                  "grad_input, grad_target = tf.function(first, jit_compile=True)(x, t, g)"]
+        if part != "grad2_input":
+            return lines + [f"grad = {part}"]
+        return lines + ["if grad_input is None:", "    " + missing,
+                        "def second(a, b, g, w):",
+                        "    with tf.GradientTape() as outer:",
+                        "        outer.watch(b)",
+                        "        with tf.GradientTape() as inner:",
+                        "            inner.watch([a, b])",
+                        "            value = loss(a, b)",
+                        "        weighted = tf.reduce_sum(inner.gradient(value, a, output_gradients=g) * w)",
+                        "    return outer.gradient(weighted, b)",
+                        "w = tf.constant(upstream(tuple(grad_input.shape)), dtype=grad_input.dtype)",
+                        "grad = tf.function(second, jit_compile=True)(x, t, g, w)"]
 
     @staticmethod
     def _repro_part(part: str, backend: str, missing: str) -> list[str]:
@@ -309,3 +432,40 @@ class KerasAdapter(Adapter):
         else:
             value = np.asarray(result)  # waits for the computation (JAX dispatches asynchronously)
         return np.asarray(value).astype(np.float64), dtype, tuple(result.shape)
+
+
+class TorchCompiled:
+    """torch.compile of a function (Inductor, fullgraph=True so a graph break raises, static shapes), each call
+    checked to have run the graph Inductor compiled: the backend given to torch.compile is Inductor's own
+    compile_fx, wrapped to count the compiled graph's runs. A call during which no compiled graph ran is
+    Dynamo running the function eagerly (torch.compiler.set_stance("force_eager"); without fullgraph, also a
+    graph break or the recompile limit): ModeFallback. The recompile limit is raised so every signature of a
+    run compiles, where with fullgraph=True it would raise."""
+
+    def __init__(self, torch, fn) -> None:
+        import torch._dynamo
+        from torch._inductor.compile_fx import compile_fx
+
+        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                     "accumulated_cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, RECOMPILE_LIMIT)
+        self.graph_runs = 0
+
+        def backend(gm, example_inputs):
+            compiled = compile_fx(gm, example_inputs)
+
+            def counted(*args):
+                self.graph_runs += 1
+                return compiled(*args)
+            counted._boxed_call = getattr(compiled, "_boxed_call", False)  # Dynamo calls a boxed one with a list
+            return counted
+        self._fn = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
+
+    def __call__(self, *args):
+        before = self.graph_runs
+        result = self._fn(*args)
+        if self.graph_runs == before:
+            raise ModeFallback("torch.compile ran the call eagerly: no graph Inductor compiled ran (a stance that "
+                               "forces eager, or Dynamo's recompile limit)")
+        return result

@@ -13,6 +13,11 @@ Quirks live here:
   strided layout is a real strided array over its buffer, not a copy.
 - Arrays live in unified memory; the device is the stream an operation runs on.
   MLX has no float64 on a GPU ("float64 is not supported on the GPU"): no kernel.
+- Mode `compile`: mx.compile of the call, and of the gradient function (mx.vjp, mx.grad of it), the arrays
+  and the upstream passed as arguments (a compiled function's closed-over arrays are constants). One
+  compiled function per call, part kind and device, so a signature compiles once. mx.disable_compile or
+  MLX_DISABLE_COMPILE silently runs a compiled function eagerly: adapters/compiled.py checks each call was
+  traced (a traced body's arrays are placeholders that refuse mx.eval).
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ import platform
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
-from conformance.core.model import Case, upstream_gradient
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, layout_buffer,
+                                       layout_buffer_source)
+from conformance.adapters.compiled import Traced
+from conformance.core.model import EAGER, Case, upstream_gradient
 
 API = "mlx.nn.losses.kl_div_loss"
+COMPILE = "compile"
 NO_KERNEL_MARKERS = ("is not supported on the GPU",)  # MLX's array constructor for float64 on a GPU stream
 VIEWS = {"contiguous": "", "transposed": ".swapaxes(-1, -2)", "strided": "[..., ::2]"}
 
@@ -33,10 +41,12 @@ class MlxAdapter(Adapter):
     name = "mlx"
     apis = (Api(API, grads=("input", "target"), dialect="distribution_sum", only_log_target=True),)
     known_devices = ("cpu", "gpu")
+    modes = (Mode(COMPILE, "mx.compile of the call (and of its vjp), the arrays passed as arguments"),)
 
     def __init__(self) -> None:
         self.mx = None
         self._device = "cpu"
+        self._compiled: dict = {}
 
     def load(self) -> None:
         try:
@@ -80,9 +90,28 @@ class MlxAdapter(Adapter):
     def invoke(self, case: Case, api: Api, inputs):
         x, t = inputs
         with self._stream(self._device):
-            result = self.call(case, api).apply(x, t)
+            if self.mode == EAGER:
+                result = self.call(case, api).apply(x, t)
+            else:
+                call = self.call(case, api)
+                result = self._compile(call, "forward", self._device, call.bound)(x, t)
             self.mx.eval(result)
         return result
+
+    def _compile(self, call: ApiCall, kind: str, device: str, body):
+        """The compiled function of `call` for `kind` on `device`, made once from `body()`."""
+        key = (self.mode, call, kind, device)
+        if key not in self._compiled:
+            self._compiled[key] = Traced(body(), self.mx.compile, self._tracing, "mx.compile")
+        return self._compiled[key]
+
+    def _tracing(self, args) -> bool:
+        """Whether mx.compile is tracing the body: a placeholder array refuses evaluation, a real one does not."""
+        try:
+            self.mx.eval(args[0])
+        except ValueError:  # "[eval] Attempting to eval an array during function transformations like compile"
+            return True
+        return False
 
     def call(self, case: Case, api: Api) -> ApiCall:
         """The default axis, and the case's reduction string as is."""
@@ -93,10 +122,15 @@ class MlxAdapter(Adapter):
         target through that vjp (MLX's transforms compose)."""
         mx = self.mx
         x, t = self._cache.get(case, device, self.build)  # MLX arrays are immutable: the forward's inputs serve
-        loss = self.call(case, api).apply
+        call = self.call(case, api)
+        loss = call.apply
         with self._stream(device):
             out = loss(x, t)  # the shape is known before evaluation
             upstream = mx.array(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
+            if self.mode != EAGER:
+                grad = self._compiled_gradient(call, loss, device, part, x, t, upstream)
+                mx.eval(grad)
+                return grad
 
             def grad_input(b):
                 return mx.vjp(lambda a: loss(a, b), [x], [upstream])[1][0]
@@ -109,6 +143,25 @@ class MlxAdapter(Adapter):
                 grad = mx.grad(lambda b: mx.sum(w * grad_input(b)))(t)
             mx.eval(grad)
         return grad
+
+    def _compiled_gradient(self, call: ApiCall, loss, device: str, part: str, x, t, upstream):
+        """The gradient as in eager, the whole of it (the vjp, and mx.grad of it) one compiled function of the
+        arrays, the upstream and the weights."""
+        mx = self.mx
+
+        def grad_input(a, b, g):
+            return mx.vjp(lambda c: loss(c, b), [a], [g])[1][0]
+        if part == "grad_input":
+            return self._compile(call, part, device, lambda: grad_input)(x, t, upstream)
+        if part == "grad_target":
+            def grad_target(a, b, g):
+                return mx.vjp(lambda c: loss(a, c), [b], [g])[1][0]
+            return self._compile(call, part, device, lambda: grad_target)(x, t, upstream)
+        w = mx.array(upstream_gradient(tuple(x.shape)), dtype=x.dtype)
+
+        def grad2(a, b, g, v):
+            return mx.grad(lambda c: mx.sum(v * grad_input(a, c, g)))(b)
+        return self._compile(call, part, device, lambda: grad2)(x, t, upstream, w)
 
     def is_no_kernel(self, exc: Exception) -> bool:
         return any(m in str(exc) for m in NO_KERNEL_MARKERS)
@@ -125,7 +178,9 @@ class MlxAdapter(Adapter):
                  f"t = {array('t_values', case.dtype.target)}",
                  f"loss = lambda x, t: {self.call(case, api).source()}",
                  "out = loss(x, t)"]
-        if part == "forward":
+        if self.mode != EAGER:
+            lines += self._repro_compiled(part)
+        elif part == "forward":
             lines.append("grad = out")
         else:
             lines.append("g = mx.array(upstream(tuple(out.shape)), dtype=out.dtype)")
@@ -139,6 +194,23 @@ class MlxAdapter(Adapter):
                 lines.append("grad = mx.grad(lambda b: mx.sum(w * grad_input(b)))(t)")
         lines.append("result = np.array(grad.astype(mx.float32) if grad.dtype == mx.bfloat16 else grad).astype(np.float64)")
         return "\n".join(lines)
+
+    @staticmethod
+    def _repro_compiled(part: str) -> list[str]:
+        """The lines of mode `compile` that leave the part's value in `grad`: mx.compile of the call or of the
+        gradient function, every array an argument (closed-over arrays are constants)."""
+        if part == "forward":
+            return ["grad = mx.compile(loss)(x, t)  # the arrays passed as arguments"]
+        lines = ["g = mx.array(upstream(tuple(out.shape)), dtype=out.dtype)",
+                 "grad_input = lambda a, b, g: mx.vjp(lambda c: loss(c, b), [a], [g])[1][0]"]
+        if part == "grad_input":
+            return lines + ["grad = mx.compile(grad_input)(x, t, g)  # the arrays passed as arguments"]
+        if part == "grad_target":
+            return lines + ["grad_target = lambda a, b, g: mx.vjp(lambda c: loss(a, c), [b], [g])[1][0]",
+                            "grad = mx.compile(grad_target)(x, t, g)  # the arrays passed as arguments"]
+        return lines + ["w = mx.array(upstream(tuple(x.shape)), dtype=x.dtype)",
+                        "grad2 = lambda a, b, g, v: mx.grad(lambda c: mx.sum(v * grad_input(a, c, g)))(b)",
+                        "grad = mx.compile(grad2)(x, t, g, w)  # the arrays passed as arguments"]
 
     def to_numpy(self, result):
         mx = self.mx

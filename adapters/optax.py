@@ -19,8 +19,13 @@ Quirks live here:
 - Compiling: eager JAX compiles every primitive once per shape and dtype, which is most of a
   run. `load()` points JAX's persistent compilation cache into the harness's cache directory
   (adapters/jaxcache.py), so the next run reads the executables back; --no-cache turns it off.
-- Calls are eager (what a user calls), not under jax.jit; XLA may fuse a jitted call
-  differently (last-ulp float32 differences, within the spec's bound).
+- Modes: eager calls are what a user calls first. Mode `jit` makes the call through jax.jit with the
+  arrays passed as arguments: arrays closed over would be constants XLA folds at compile time, which
+  bypasses the flush-to-zero the compiled kernels apply. XLA fuses and reassociates a jitted call
+  (reduced-precision sums differ from eager's). Gradients in `jit` are jax.vjp (and jax.grad of it)
+  under jax.jit, the upstream passed as an argument too. One jitted function per API, call and part kind,
+  so a signature compiles once; adapters/compiled.py checks every call was traced, since
+  jax_disable_jit silently runs a jitted function eagerly.
 - Gradients: jax.vjp with the upstream gradient; the second order differentiates that
   vjp with jax.grad (double backward through JAX's own autodiff).
 - Devices: `cpu`, and `gpu` where jax reports a GPU backend (a CUDA jaxlib plugin).
@@ -33,8 +38,12 @@ import platform
 import numpy as np
 
 from conformance.adapters import jaxcache
-from conformance.adapters.base import Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source
-from conformance.core.model import Case, upstream_gradient
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, layout_buffer,
+                                       layout_buffer_source)
+from conformance.adapters.compiled import jax_jit_gradient, jax_jit_repro_lines, jax_traced
+from conformance.core.model import EAGER, Case, upstream_gradient
+
+JIT = "jit"
 
 
 class OptaxAdapter(Adapter):
@@ -46,9 +55,11 @@ class OptaxAdapter(Adapter):
             dialect="distribution_sum", reductions=("none",)),
     )
     known_devices = ("cpu", "gpu")
+    modes = (Mode(JIT, "jax.jit of the call (and of its vjp), the arrays passed as arguments"),)
 
     def __init__(self) -> None:
         self.jax = self.jnp = self.optax = None
+        self._compiled: dict = {}
 
     def load(self) -> None:
         try:
@@ -94,12 +105,28 @@ class OptaxAdapter(Adapter):
         """The default axis=-1 (one value per distribution); log_target is the choice of function."""
         return ApiCall.function(api.name, "x", "t")
 
+    def invoke(self, case: Case, api: Api, inputs):
+        if self.mode == EAGER:
+            return super().invoke(case, api, inputs)
+        call = self.call(case, api)
+        return self._jit(call, "forward", lambda: call.resolve())(*inputs)
+
+    def _jit(self, call: ApiCall, kind: str, body):
+        """The jitted function of `call` for `kind` ("forward", "vjp", "grad2"), made once from `body()`."""
+        key = (self.mode, call, kind)
+        if key not in self._compiled:
+            self._compiled[key] = jax_traced(self.jax, body())
+        return self._compiled[key]
+
     def gradient(self, case: Case, api: Api, device: str, part: str):
         """jax.vjp of the call with the upstream gradient; grad2_input is jax.grad, with respect to target,
-        of sum(w * grad_input)."""
+        of sum(w * grad_input). In `jit` both run under jax.jit."""
         jax, jnp = self.jax, self.jnp
         x, t = self._cache.get(case, device, self.build)  # JAX arrays are immutable: shared safely
-        loss = self.call(case, api).resolve()  # the function itself: jax.vjp differentiates what the run calls
+        call = self.call(case, api)
+        loss = call.resolve()  # the function itself: jax.vjp differentiates what the run calls
+        if self.mode != EAGER:
+            return jax_jit_gradient(jax, loss, x, t, part, lambda kind, body: self._jit(call, kind, body))
         out, pullback = jax.vjp(loss, x, t)
         upstream = jnp.asarray(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
         grad_input, grad_target = pullback(upstream)
@@ -127,8 +154,10 @@ class OptaxAdapter(Adapter):
                  f"device = jax.devices({device!r})[0]",
                  f"x = {array('x_values', case.dtype.input)}",
                  f"t = {array('t_values', case.dtype.target)}",
-                 f"loss = lambda x, t: {self.call(case, api).source()}  # default axis=-1: one value per distribution",
-                 "out = loss(x, t)"]
+                 f"loss = lambda x, t: {self.call(case, api).source()}  # default axis=-1: one value per distribution"]
+        if self.mode != EAGER:
+            return "\n".join(lines + jax_jit_repro_lines(part))
+        lines.append("out = loss(x, t)")
         if part == "forward":
             lines.append("result = np.asarray(out).astype(np.float64)")
             return "\n".join(lines)
@@ -147,3 +176,4 @@ class OptaxAdapter(Adapter):
             raise TypeError(f"{type(result).__name__} returned, not a jax.Array")
         value = np.asarray(result)  # waits for the computation (JAX dispatches asynchronously)
         return value.astype(np.float64), str(result.dtype), tuple(result.shape)
+
