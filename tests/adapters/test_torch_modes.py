@@ -93,3 +93,43 @@ def test_the_modes_answers_of_the_float16_mean(torch_adapter, mode, value):
     adapter.mode = mode
     observed = adapter.run(case, adapter.apis[0], "cpu", "forward")
     assert (observed.value, observed.dtype, observed.fallback) == (value, "float16", None)
+
+
+def _script_result(adapter, case, mode, part, tmp_path):
+    """The reproducer `repro_script` writes for `mode`, run with this environment's python: what it printed."""
+    adapter.mode = mode
+    script, suffix = adapter.repro_script(case, adapter.apis[0], "cpu", part, ("a case", "a message", "its params."),
+                                          Expected("float32", (), np.asarray(1.0), np.asarray(0.0)), "a value")
+    path = tmp_path / f"repro_{mode}{suffix}"
+    path.write_text(script, encoding="utf-8")
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    (shown,) = [line for line in run.stdout.splitlines() if line.startswith("torch:")]
+    return shown, run
+
+
+@pytest.mark.parametrize("mode, part, expected", [
+    # float16 mean: Inductor's float32 terms (eager: +inf)
+    ("inductor", "forward", "array(50016.)"),
+    # the TorchScript exporter's where(t > 0, ...): a NaN target gives 0 (eager: NaN)
+    ("onnx-torchscript", "forward", "array(0.)"),
+])
+def test_a_reproducer_shows_the_modes_answer(torch_adapter, tmp_path, mode, part, expected):
+    if mode == "inductor":
+        case = make_case([[-60000.0, 0, 0], [0, 0, 0]], [[5.0, 0, 0], [0, 0, 0]], reduction="mean", dtype="float16")
+    else:
+        case = make_case([[-1.0]], [[np.nan]], reduction="sum", dtype="float32")
+    adapter = TorchAdapter()
+    adapter.load()
+    adapter.mode = mode
+    observed = adapter.run(case, adapter.apis[0], "cpu", part)
+    shown, run = _script_result(adapter, case, mode, part, tmp_path)
+    assert shown.startswith(f"torch:  {expected} ") and observed.value == float(expected[6:-1]), (shown, run.stderr)
+    assert shown.endswith(observed.dtype) and run.returncode == 1, run.stdout + run.stderr[-2000:]
+
+
+def test_inductor_keeps_its_cache_under_the_cache_dir(torch_adapter, tmp_path):
+    code, rows = _run(tmp_path, SHAPES, "--mode", "inductor", "--api", "torch.nn.functional.kl_div", "--cache-dir",
+                      str(tmp_path / "cache"))
+    assert {r.verdict.value for r in rows.values()} == {"pass"}
+    assert any((tmp_path / "cache" / "torchinductor").rglob("*")), "Inductor wrote nothing under --cache-dir"
