@@ -133,3 +133,20 @@ def test_inductor_keeps_its_cache_under_the_cache_dir(torch_adapter, tmp_path):
                       str(tmp_path / "cache"))
     assert {r.verdict.value for r in rows.values()} == {"pass"}
     assert any((tmp_path / "cache" / "torchinductor").rglob("*")), "Inductor wrote nothing under --cache-dir"
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_inductor_double_backward_is_never_a_pass(torch_adapter, layout):
+    """AOTAutograd has no double backward: it raises, or (a non-contiguous input) the second gradient comes back
+    None; either is a row of its own (an exception, MissingGradient), never eager's gradient."""
+    case = make_case([[-1.0, -2.0], [-0.5, -1.5]], [[0.2, 0.3], [0.4, 0.1]], reduction="sum", dtype="float32",
+                     layout=layout)
+    adapter = TorchAdapter()
+    adapter.load()
+    eager = adapter.run(case, adapter.apis[0], "cpu", "grad2_input")
+    adapter.mode = "inductor"
+    observed = adapter.run(case, adapter.apis[0], "cpu", "grad2_input")
+    assert eager.value is not None and observed.value is None and observed.fallback is None
+    assert observed.exception_type in ("RuntimeError", "MissingGradient"), observed
+    if observed.exception_type == "RuntimeError":
+        assert "does not currently support double backward" in observed.exception_message
