@@ -192,7 +192,7 @@ class TorchAdapter(Adapter):
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
         """The tensors as the run built them: `requires_grad_` only on what a gradient part differentiates, as
         in `gradient` (an integer tensor refuses it, so a forward reproducer that called it would show that
-        refusal instead of the run's finding)."""
+        refusal instead of the run's finding). In a mode, the call is wrapped as the run wrapped it (`self.mode`)."""
         def tensor(name: str, dtype: str, differentiated: bool) -> str:
             grad = ".requires_grad_(True)" if differentiated and part != "forward" else ""
             leaf = (f"torch.from_numpy({layout_buffer_source(name + '_values', case.layout)})"
@@ -200,6 +200,8 @@ class TorchAdapter(Adapter):
             return f"{name} = {layout_view_source(leaf, case.layout)}"
         if self.mode not in self.mode_names():
             raise ValueError(f"unknown mode {self.mode!r} for a reproducer (one of {list(self.mode_names())})")
+        if self.mode in ONNX_EXPORTERS and part != "forward":
+            raise ValueError(f"mode {self.mode} has no gradients")
         source = self.call(case, api).source()
         lines = ["import torch", "",
                  tensor("x", case.dtype.input, part != "grad_target"),
@@ -207,10 +209,7 @@ class TorchAdapter(Adapter):
         if self.mode in INDUCTOR_OPTIONS:
             lines += self._inductor_repro(source)
         elif self.mode in ONNX_EXPORTERS:
-            lines += self._onnx_repro(source)
-            if part != "forward":
-                raise ValueError(f"mode {self.mode} has no gradients")
-            return "\n".join(lines)
+            return "\n".join(lines + self._onnx_repro(source))
         else:
             lines.append(f"out = {source}")
         if part == "forward":

@@ -6,7 +6,6 @@ limit, so a naive compiled run quietly becomes an eager one. LowLimitTorch lower
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.adapters.base import python_repro_script
 from conformance.adapters.torch import TorchAdapter
 from conformance.cli import main
 from conformance.core.model import Expected
