@@ -1,4 +1,5 @@
-"""PyTorch adapter: torch.nn.functional.kl_div and torch.nn.KLDivLoss on cpu and cuda.
+"""PyTorch adapter: torch.nn.functional.kl_div and torch.nn.KLDivLoss on cpu and cuda, eager and in the modes
+people deploy: compiled by Inductor (`torch.compile`) and exported to ONNX, run by onnxruntime.
 
 Quirks live here: the legacy size_average/reduce arguments are passed through as
 given, because torch's own mapping of them is what is under test
@@ -7,16 +8,45 @@ given, because torch's own mapping of them is what is under test
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
+import os
 import platform
 import re
+import types
+import warnings
 
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, layout_buffer, layout_buffer_source,
-                                      layout_view_source)
-from conformance.core.model import Case, upstream_gradient
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback, layout_buffer,
+                                      layout_buffer_source, layout_view_source)
+from conformance.core.model import EAGER, Case, upstream_gradient
 
 # torch's words for a floating dtype with no kernel on a device: '"log_vml_cpu" not implemented for 'Half''
 # (torch 1.12 on CPU). An integer dtype raises the same words, but that is the refusal the spec expects.
 NO_KERNEL = re.compile(r"not implemented for '(Half|BFloat16)'")
+# onnxruntime's words for a dtype its CPU build has no kernel for (bfloat16 Log, Mul): the session refuses the model
+ORT_NO_KERNEL = re.compile(r"NOT_IMPLEMENTED : Could not find an implementation for")
+
+# Inductor's options per compiled mode, passed to each compile (never set globally), so the two modes never
+# share compiled code: the emulated one rounds every float16/bfloat16 intermediate as eager does
+# (https://pytorch.org/docs/stable/torch.compiler_faq.html, torch._inductor.config.emulate_precision_casts).
+INDUCTOR_OPTIONS = {"inductor": {}, "inductor-emulated": {"emulate_precision_casts": True}}
+# Each ONNX mode's exporter (torch.onnx.export's `dynamo` argument) and the packages it needs beside torch.
+ONNX_EXPORTERS = {"onnx-torchscript": (False, ("onnx", "onnxruntime")),
+                  "onnx-dynamo": (True, ("onnx", "onnxruntime", "onnxscript"))}
+MODES = (
+    Mode("inductor", "torch.compile(backend='inductor', dynamic=False)"),
+    Mode("inductor-emulated", "torch.compile(backend='inductor', dynamic=False, "
+                              "options={'emulate_precision_casts': True})"),
+    Mode("onnx-torchscript", "torch.onnx.export(dynamo=False), run by an onnxruntime InferenceSession on CPU",
+         gradients=False),
+    Mode("onnx-dynamo", "torch.onnx.export(dynamo=True), run by an onnxruntime InferenceSession on CPU",
+         gradients=False),
+)
+
+
+class OrtDeviceUnsupported(Exception):
+    """An ONNX mode asked for a device onnxruntime's CPU build does not run on."""
 
 
 class TorchAdapter(Adapter):
@@ -26,16 +56,32 @@ class TorchAdapter(Adapter):
         Api("torch.nn.KLDivLoss", grads=("input", "target"), legacy_args=True),
     )
     known_devices = ("cpu", "cuda")
+    modes = MODES
+    # Dynamo compiles a function again for each new signature (dtype, shape, layout) and, past its recompile
+    # limit, silently runs it eagerly: raised so a suite compiles (each compiled function serves one API and
+    # call's arguments); a call that still ran eagerly is a `fallback` row
+    recompile_limit = 1_000_000
 
     def __init__(self) -> None:
         self.torch = None
+        self._compiled: dict = {}  # (mode, api, ApiCall) -> _Inductor
+        self._exported: dict = {}  # (mode, api, ApiCall, input signature) -> onnxruntime InferenceSession
 
     def load(self) -> None:
+        if self.compile_cache_dir is not None:  # read by Inductor when it compiles (its FX graph cache lives there)
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.compile_cache_dir / "torchinductor")
         try:
             import torch
         except ImportError as exc:
             raise FrameworkUnavailable(f"cannot import torch: {exc}") from None
         self.torch = torch
+
+    def mode_unavailable(self, mode: str) -> str | None:
+        if mode in ONNX_EXPORTERS:
+            missing = [name for name in ONNX_EXPORTERS[mode][1] if importlib.util.find_spec(name) is None]
+            if missing:
+                return f"{', '.join(missing)} not importable (pip install {' '.join(missing)})"
+        return None
 
     def version(self) -> str:
         return self.torch.__version__
@@ -69,7 +115,7 @@ class TorchAdapter(Adapter):
         second = part == "grad2_input"
         x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=part != "grad_target")
         t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=part != "grad_input")
-        out = self.invoke(case, api, (x, t))
+        out = self.invoke(case, api, (x, t))  # in a compiled mode, the forward graph must have run
         upstream = torch.from_numpy(upstream_gradient(tuple(out.shape))).to(device=device, dtype=out.dtype)
         (grad,) = torch.autograd.grad((out * upstream).sum(), [t if part == "grad_target" else x],
                                       allow_unused=True, create_graph=second)
@@ -89,19 +135,83 @@ class TorchAdapter(Adapter):
             return ApiCall.function(api.name, "x", "t", **kwargs)
         return ApiCall.module(api.name, "x", "t", **kwargs)
 
+    def invoke(self, case: Case, api: Api, inputs):
+        """Eager: the call. Inductor modes: the call compiled once per (mode, API, call), raising ModeFallback
+        where its compiled graph did not run. ONNX modes: the call exported once per input signature and run by
+        onnxruntime on CPU (its result as a torch tensor of onnxruntime's dtype)."""
+        if self.mode == EAGER:
+            return super().invoke(case, api, inputs)
+        if self.mode in INDUCTOR_OPTIONS:
+            return self._inductor_call(case, api, inputs)
+        if self.mode in ONNX_EXPORTERS:
+            return self._onnx_call(case, api, inputs)
+        raise ValueError(f"unknown mode {self.mode!r} (one of {list(self.mode_names())})")
+
+    def _inductor_call(self, case: Case, api: Api, inputs):
+        """The call compiled by Inductor, with the recompile limits raised for this call only (a subclass may
+        lower them). Warnings are not recorded: they fire while Dynamo traces, once per compile, so which case
+        saw them would depend on the order the cases ran in."""
+        torch = self.torch
+        call = self.call(case, api)
+        key = (self.mode, api.name, call)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = _Inductor(torch, call.bound(), INDUCTOR_OPTIONS[self.mode])
+        limit = self.recompile_limit
+        with torch._dynamo.config.patch(recompile_limit=limit, accumulated_recompile_limit=limit), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compiled(*inputs)
+
+    def _onnx_call(self, case: Case, api: Api, inputs):
+        """The call exported (a module wrapping it) and run in an onnxruntime InferenceSession on CPU; one export
+        per (mode, API, call, input shapes and dtypes). Warnings are not recorded: the exporter's fire once per
+        export."""
+        torch = self.torch
+        x, t = inputs
+        if x.device.type != "cpu":
+            raise OrtDeviceUnsupported(f"mode {self.mode} runs in onnxruntime's CPU build (CPUExecutionProvider), "
+                                       f"not on {x.device.type}")
+        import onnxruntime
+
+        call = self.call(case, api)
+        key = (self.mode, api.name, call, tuple((tuple(a.shape), a.dtype) for a in inputs))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            session = self._exported.get(key)
+            if session is None:
+                model = _export(torch, call.bound(), inputs, ONNX_EXPORTERS[self.mode][0])
+                session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+                self._exported[key] = session
+            given = {"x": x, "t": t}
+            # an exporter may fold an input the result does not depend on (an empty one) out of the graph
+            feeds = {i.name: given[i.name].detach().contiguous().numpy() for i in session.get_inputs()}
+            (out,) = session.run(None, feeds)
+        return torch.from_numpy(_np_array(out))
+
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
         """The tensors as the run built them: `requires_grad_` only on what a gradient part differentiates, as
         in `gradient` (an integer tensor refuses it, so a forward reproducer that called it would show that
-        refusal instead of the run's finding)."""
+        refusal instead of the run's finding). In a mode, the call is wrapped as the run wrapped it (`self.mode`)."""
         def tensor(name: str, dtype: str, differentiated: bool) -> str:
             grad = ".requires_grad_(True)" if differentiated and part != "forward" else ""
             leaf = (f"torch.from_numpy({layout_buffer_source(name + '_values', case.layout)})"
                     f".to({device!r}, torch.{dtype}){grad}")
             return f"{name} = {layout_view_source(leaf, case.layout)}"
+        if self.mode not in self.mode_names():
+            raise ValueError(f"unknown mode {self.mode!r} for a reproducer (one of {list(self.mode_names())})")
+        if self.mode in ONNX_EXPORTERS and part != "forward":
+            raise ValueError(f"mode {self.mode} has no gradients")
+        source = self.call(case, api).source()
         lines = ["import torch", "",
                  tensor("x", case.dtype.input, part != "grad_target"),
-                 tensor("t", case.dtype.target, part != "grad_input"),
-                 f"out = {self.call(case, api).source()}"]
+                 tensor("t", case.dtype.target, part != "grad_input")]
+        if self.mode in INDUCTOR_OPTIONS:
+            lines += self._inductor_repro(source)
+        elif self.mode in ONNX_EXPORTERS:
+            return "\n".join(lines + self._onnx_repro(source))
+        else:
+            lines.append(f"out = {source}")
         if part == "forward":
             lines.append("result = out.detach().double().cpu().numpy()")
             lines.append("result_dtype = str(out.dtype).removeprefix('torch.')")
@@ -116,11 +226,137 @@ class TorchAdapter(Adapter):
             lines.append("result_dtype = str(grad.dtype).removeprefix('torch.')")
         return "\n".join(lines)
 
+    def _inductor_repro(self, source: str) -> list[str]:
+        """The compiled call as a user writes it: torch.compile with the mode's options and the raised limits;
+        it fails where no compiled graph ran (Dynamo ran the call eagerly), which the script reads as cannot
+        tell."""
+        options = INDUCTOR_OPTIONS[self.mode]
+        given = f", options={options!r}" if options else ""
+        return [f"# mode {self.mode}: the call compiled by Inductor, as the run compiled it",
+                "import torch._dynamo",
+                f"torch._dynamo.config.recompile_limit = {self.recompile_limit!r}",
+                f"torch._dynamo.config.accumulated_recompile_limit = {self.recompile_limit!r}",
+                "",
+                "",
+                "def kl_div(x, t):",
+                f"    return {source}",
+                "",
+                "",
+                f"kl_div = torch.compile(kl_div, backend='inductor', dynamic=False{given})",
+                "out = kl_div(x, t)",
+                "if not torch._dynamo.utils.counters['stats']['unique_graphs']:",
+                "    raise RuntimeError('Dynamo ran the call eagerly: no compiled graph')"]
+
+    def _onnx_repro(self, source: str) -> list[str]:
+        """The call exported to ONNX as the run exported it, and run by an onnxruntime InferenceSession on CPU."""
+        dynamo = ONNX_EXPORTERS[self.mode][0]
+        export = "torch.onnx.export(Call().eval(), (x, t), {}input_names=['x', 't'], output_names=['out'], " \
+                 f"dynamo={dynamo!r})"
+        lines = [f"# mode {self.mode}: the call exported to ONNX and run by onnxruntime (pip install onnxruntime "
+                 f"onnx{' onnxscript' if dynamo else ''})",
+                 "import onnxruntime",
+                 "",
+                 "",
+                 "class Call(torch.nn.Module):",
+                 "    def forward(self, x, t):",
+                 f"        return {source}",
+                 ""]
+        if dynamo:
+            lines.append(f"model = {export.format('')}.model_proto.SerializeToString()")
+        else:
+            lines += ["import io", "buffer = io.BytesIO()", export.format("buffer, "), "model = buffer.getvalue()"]
+        return lines + [
+            "session = onnxruntime.InferenceSession(model, providers=['CPUExecutionProvider'])",
+            "feeds = {i.name: {'x': x, 't': t}[i.name].detach().contiguous().numpy() for i in session.get_inputs()}",
+            "(out,) = session.run(None, feeds)",
+            "result = np.asarray(out, dtype=np.float64)",
+            "result_dtype = str(out.dtype)"]
+
     def is_no_kernel(self, exc: Exception) -> bool:
-        return NO_KERNEL.search(str(exc)) is not None
+        """torch's no-kernel words; in the ONNX modes onnxruntime's, and a device its CPU build has not."""
+        return (NO_KERNEL.search(str(exc)) is not None or isinstance(exc, OrtDeviceUnsupported)
+                or (self.mode in ONNX_EXPORTERS and ORT_NO_KERNEL.search(str(exc)) is not None))
 
     def to_numpy(self, result):
         if not isinstance(result, self.torch.Tensor):
             raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
         dtype = str(result.dtype).removeprefix("torch.")
         return result.detach().to("cpu", self.torch.float64).numpy(), dtype, tuple(result.shape)
+
+
+class _Inductor:
+    """One API call compiled by Inductor (`dynamic=False`) through a backend that calls Inductor's compile_fx with
+    the mode's options and marks each run of a compiled graph: a call after which no compiled graph ran (Dynamo
+    skipped the frame: its recompile limit, a graph break that left no graph), or whose compile broke the graph,
+    raises ModeFallback instead of returning eager's answer as the mode's."""
+
+    def __init__(self, torch, bound, options: dict) -> None:
+        self.torch = torch
+        self.options = dict(options)
+        self.ran = False
+        self.broken: dict[tuple, str] = {}  # input signature -> the graph break its compile met
+        # a code object of its own: Dynamo keeps compiled code, and counts recompiles, per code object
+        fn = _through(bound)
+        fn = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, None, fn.__closure__)
+        self.fn = torch.compile(fn, backend=self._backend, dynamic=False)
+
+    def _backend(self, gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        compiled = compile_fx(gm, example_inputs, config_patches=dict(self.options))
+
+        def run(*args):
+            self.ran = True
+            return compiled(*args)
+        return run
+
+    def __call__(self, x, t):
+        from torch._dynamo.utils import counters
+
+        signature = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad) for a in (x, t))
+        breaks = dict(counters["graph_break"])
+        skipped = dict(counters["unimplemented"])
+        self.ran = False
+        out = self.fn(x, t)
+        new_breaks = [reason for reason, n in counters["graph_break"].items() if n > breaks.get(reason, 0)]
+        if new_breaks:
+            self.broken[signature] = new_breaks[0]
+        if signature in self.broken:
+            raise ModeFallback(f"a graph break left part of the call to run eagerly: {_first(self.broken[signature])}")
+        if not self.ran:
+            why = [reason for reason, n in counters["unimplemented"].items() if n > skipped.get(reason, 0)]
+            raise ModeFallback("no compiled graph ran: Dynamo ran the call eagerly"
+                               + (f" ({_first(why[0])})" if why else " (it skipped the frame)"))
+        return out
+
+
+def _through(bound):
+    def kl_div_compiled(x, t):
+        return bound(x, t)
+    return kl_div_compiled
+
+
+def _first(text: str) -> str:
+    return str(text).strip().splitlines()[0]
+
+
+def _export(torch, bound, inputs, dynamo: bool) -> bytes:
+    """The ONNX model of a module wrapping the call, traced on `inputs` (static shapes)."""
+    class Call(torch.nn.Module):
+        def forward(self, x, t):
+            return bound(x, t)
+
+    kwargs = dict(input_names=["x", "t"], output_names=["out"], dynamo=dynamo)
+    if dynamo:
+        with contextlib.redirect_stdout(io.StringIO()):  # its progress lines, printed on every export
+            program = torch.onnx.export(Call().eval(), tuple(inputs), verbose=False, **kwargs)
+        return program.model_proto.SerializeToString()
+    buffer = io.BytesIO()
+    torch.onnx.export(Call().eval(), tuple(inputs), buffer, **kwargs)
+    return buffer.getvalue()
+
+
+def _np_array(out):
+    import numpy as np
+
+    return np.array(out, copy=True)  # a 0-d result too; a writable copy, which torch.from_numpy wants
