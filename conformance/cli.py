@@ -163,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "that run had another seed, suite, samples, case files, --only, --shard, --known, spec, "
                           "profile set or framework version)")
     run.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S,
-                     help=f"time limit of one case; past it the verdict is timeout (default {DEFAULT_TIMEOUT_S:g})")
+                     help=f"time limit of one case, and as much again for each compiled mode its calls are made in; "
+                          f"past it the verdict is timeout (default {DEFAULT_TIMEOUT_S:g})")
     run.add_argument("--cache-dir", metavar="DIR",
                      help="where computed expectations are kept for later runs and other frameworks, and JAX's "
                           "compiled kernels (default $KL_CACHE_DIR, else ~/.cache/kl-conformance)")

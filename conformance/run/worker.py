@@ -32,7 +32,7 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Deque, Iterator
 
-from conformance.core.model import Case, Observation, Verdict
+from conformance.core.model import EAGER, Case, Observation, Verdict
 
 READY, UNAVAILABLE, CASE, CLOSED = "ready", "unavailable", "case", "closed"
 # How long closing waits for the worker to close its adapter; R torch, which ends its R session there,
@@ -173,6 +173,12 @@ def _main_script_hidden(framework: str) -> Iterator[None]:
         yield
     finally:
         sys.modules["__main__"] = main
+
+
+def case_limit(timeout_s: float, task: Task) -> float:
+    """The time limit of one case: `timeout_s` for its eager calls and as much again for each compiled or graph
+    mode among its calls, which may each compile (a new signature compiles once per mode and API)."""
+    return timeout_s * (1 + len({call[2] for call in task.calls} - {EAGER}))
 
 
 class WorkerUnavailable(Exception):
@@ -373,12 +379,13 @@ class WorkerPool:
 
     def _wait(self, head: Task):
         start = time.monotonic()
+        limit = case_limit(self.timeout_s, head)
         while True:
-            remaining = self.timeout_s - (time.monotonic() - start)
+            remaining = limit - (time.monotonic() - start)
             if remaining <= 0:
                 self._kill()
                 return Outcome(head, failure=Verdict.TIMEOUT,
-                               failure_message=f"timeout: no answer within {self.timeout_s:g} s; worker replaced")
+                               failure_message=f"timeout: no answer within {limit:g} s; worker replaced")
             try:
                 if self._conn.poll(min(remaining, 1.0)):
                     return self._conn.recv()
