@@ -36,6 +36,11 @@ issue's target is 2x):
 
     python bench/bench.py --framework torch --exhaustive
 
+`--mode NAME` measures a compiled or graph mode: its run of the mode suite (`--suite modes`) against its
+bare compiled loop over the same calls, one repeat (the loop's first pass compiles each signature):
+
+    python bench/bench.py --framework torch --mode inductor
+
 Prints one line per figure; no figure is asserted.
 
 Measures and prints only: no test runs it, and nothing in the harness imports it.
@@ -56,20 +61,21 @@ import numpy as np
 from conformance.adapters.base import FrameworkUnavailable
 from conformance.adapters.registry import get_adapter
 from conformance.cases.families import FAMILIES
-from conformance.cases.generate import DEFAULT_SEED, generate_cases
-from conformance.core.model import Case, DtypePair, Params
+from conformance.cases.generate import DEFAULT_SEED, build_case, generate_cases, generated_keys
+from conformance.core.model import EAGER, Case, DtypePair, Params
 from conformance.core.specload import load_spec
 from conformance.judge.refcache import MAX_CACHE_BYTES
 from conformance.reference.forward import expected_forward
 from conformance.run.runner import RunOptions, run_conformance
 
 
-def bare_loop(framework: str, cases: list[Case], repeat: int) -> tuple[float, int, float]:
+def bare_loop(framework: str, cases: list[Case], repeat: int, mode: str = EAGER) -> tuple[float, int, float]:
     """Best-of-`repeat` seconds for every API call of the suite on prebuilt inputs, the call count, and the
     seconds of the untimed first pass (the framework's first-call setup: any fresh process pays it, the
-    run's worker too)."""
+    run's worker too; in a compiled mode, every signature's compile)."""
     adapter = get_adapter(framework)
     adapter.load()
+    adapter.mode = mode
     cpu = adapter.devices()[0]  # "cpu", or "<backend>:cpu" for Keras
     prepared = []
     for case in cases:
@@ -119,7 +125,8 @@ def observed_loop(framework: str, cases: list[Case], repeat: int) -> float:
     return best
 
 
-def harness(framework: str, cases: list[Case], spec, cache_dir: Path | None) -> tuple[float, float, int]:
+def harness(framework: str, cases: list[Case], spec, cache_dir: Path | None,
+            mode: str = EAGER) -> tuple[float, float, int]:
     """Seconds for a whole run, seconds after the worker was up, and results written."""
     adapter = get_adapter(framework)
     adapter.load()
@@ -131,7 +138,8 @@ def harness(framework: str, cases: list[Case], spec, cache_dir: Path | None) -> 
 
         def first_result(case, result):
             started.setdefault("t", time.perf_counter())
-        summary = run_conformance(spec, framework, cases, out, RunOptions(devices=(cpu,), cache_dir=cache_dir),
+        summary = run_conformance(spec, framework, cases, out, RunOptions(devices=(cpu,), modes=(mode,),
+                                                                          cache_dir=cache_dir, timeout_s=600),
                                   on_result=first_result)
         total = time.perf_counter() - start
     steady = total - (started.get("t", start) - start)
@@ -263,12 +271,34 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def mode_bench(framework: str, mode: str, spec) -> int:
+    """A compiled or graph mode: its run of the mode suite against its bare compiled loop, one repeat (the
+    loop's first pass compiles every signature, the timed pass calls what was compiled)."""
+    cases = [build_case(key, DEFAULT_SEED) for _, key in generated_keys(spec, suite="modes")]
+    try:
+        bare_s, calls, first_s = bare_loop(framework, cases, 1, mode)
+    except FrameworkUnavailable as exc:
+        print(f"framework            {framework} is not installed here; nothing measured: {exc}")
+        return 0
+    with tempfile.TemporaryDirectory() as cache_dir:
+        total_s, steady_s, results = harness(framework, cases, spec, Path(cache_dir), mode)
+    print(f"framework            {framework} (python {sys.version.split()[0]}, numpy {np.__version__}), mode {mode}")
+    print(f"mode suite           {len(cases)} cases, {calls} runnable calls (forward and gradients), {results} results")
+    print(f"(a) compiled loop    {bare_s:.3f} s once compiled ({1e6 * bare_s / max(calls, 1):.1f} us per call); "
+          f"its first pass, which compiles every signature: {first_s:.3f} s")
+    print(f"(b) harness          {total_s:.3f} s total, {steady_s:.3f} s after the worker started (it compiles too)")
+    print(f"ratio b/(a first)    {total_s / first_s:.1f} total: the run against the loop that compiles as it does")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--reference-elements", type=int, default=16 * 2**20)
     parser.add_argument("--reference-only", action="store_true", help="measure only the reference (no framework)")
+    parser.add_argument("--mode", default=EAGER,
+                        help="a compiled or graph mode: its run of the mode suite against its bare compiled loop")
     parser.add_argument("--exhaustive", action="store_true",
                         help="measure the exhaustive suite (two samples) end to end instead of the default suite")
     args = parser.parse_args(argv)
@@ -282,6 +312,8 @@ def main(argv=None) -> int:
     spec = load_spec()
     if args.exhaustive:
         return exhaustive(args.framework, spec)
+    if args.mode != EAGER:
+        return mode_bench(args.framework, args.mode, spec)
     cases = list(generate_cases(spec, DEFAULT_SEED))
     try:
         bare_s, calls, first_s = bare_loop(args.framework, cases, args.repeat)
