@@ -34,6 +34,17 @@ def _subset() -> list[str]:
     return [*SUBSET, *chosen]
 
 
+def _ids(patterns: list[str]) -> list[str]:
+    """The ids of the default suite that `patterns` (--only globs) select."""
+    import fnmatch
+
+    from conformance.core.specload import load_spec
+    from conformance.run.selection import CaseSelection, select_lazily
+
+    return [case_id for case_id, _ in select_lazily(load_spec(), CaseSelection())
+            if any(fnmatch.fnmatchcase(case_id, p) for p in patterns)]
+
+
 def _variant_halves() -> tuple[list[str], list[str]]:
     """Every variant, in two halves that the test runs as two items, so that `pytest -n 2` (tox.ini) runs them
     side by side; each half repeats the control run."""
@@ -76,10 +87,15 @@ def test_every_planted_fault_is_flagged(framework, tmp_path, half):
         {name: why for name, why in NOT_APPLICABLE.get(framework, {}).items() if name in names}
 
 
-# The self-test through a compiled mode, in CI: Inductor, on one API and the subset's handful of signatures
-# (one compile each), the compiled artifacts shared by the control run and every variant through the compile
-# cache (the harness's cache directory, $KL_CACHE_DIR). The verdicts of a mode's rows must be as sound as eager's.
+# The self-test through a compiled mode, in CI: Inductor, on one API and a fixed handful of signatures (one
+# compile each: every family of four (reduction, log_target) pairs in float32 4x6, which hold a chosen case for
+# the crash and hang variants, and two integer error cases), the compiled artifacts shared by the control run
+# and every variant through the compile cache (the harness's cache directory). The verdicts of a mode's rows
+# must be as sound as eager's.
 MODE_SELFTEST = {"torch": ("inductor", "torch.nn.functional.kl_div")}
+MODE_SUBSET = ["fwd/none/log_target=0/4x6/float32/*", "fwd/sum/log_target=1/4x6/float32/*",
+               "fwd/mean/log_target=0/4x6/float32/*", "fwd/batchmean/log_target=0/4x6/float32/*",
+               "fwd/none/log_target=0/4x6/int32/integers/s0", "fwd/sum/log_target=0/4x6/int64/integers/s0"]
 
 
 @pytest.mark.parametrize("half", [0, 1])
@@ -90,7 +106,7 @@ def test_every_planted_fault_is_flagged_through_a_compiled_mode(framework, tmp_p
     out = tmp_path / "selftest"
     names = _variant_halves()[half]
     code = main(["selftest", "--framework", framework, "--mode", mode, "--api", api, "--out", str(out),
-                 *[arg for pattern in _subset() for arg in ("--only", pattern)],
+                 *[arg for pattern in MODE_SUBSET for arg in ("--only", pattern)],
                  *[arg for name in names for arg in ("--variant", name)]])
     report = json.loads((out / "selftest.json").read_text())
     failed = {v["name"]: v["missed"] or v.get("misattributed") or "planted nothing"
@@ -98,6 +114,8 @@ def test_every_planted_fault_is_flagged_through_a_compiled_mode(framework, tmp_p
     assert not failed and code == 0, failed
     assert [v["name"] for v in report["variants"]] == names
     assert all((v["planted"] > 0 or v["not_applicable"]) and v["flagged"] == v["planted"] for v in report["variants"])
+    from conformance.selftest import _chosen
+    assert any(_chosen(case_id) for case_id in _ids(MODE_SUBSET))  # the crash and hang variants have a case
     # the rows were made in the mode, none of them a fallback to eager
     rows = [r for r in iter_results(out / "control")]
     assert rows and {r.mode for r in rows} == {mode} and not [r for r in rows if r.verdict.value == "fallback"]

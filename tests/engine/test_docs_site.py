@@ -45,8 +45,8 @@ def test_the_readme_is_a_front_door_that_keeps_its_two_commands():
     assert len(readme.splitlines()) <= 250
     # the two commands CI and the tox labels rely on, exactly as they were
     assert "python3 -m pip install 'tox>=4.11' && tox -m conformance\n" in readme
-    assert "python3 -m pip install 'tox>=4.11' && tox -m tests\n" in readme
-    assert "tox -m tests" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "python3 -m pip install 'tox>=4.11' && tox -m tests -p auto\n" in readme
+    assert "tox -m tests -p auto" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
 def test_the_spec_page_shows_every_section_choice_point_and_value_of_the_yaml():
