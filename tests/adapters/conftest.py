@@ -16,6 +16,15 @@ def loaded_adapters():
         getattr(adapter, "close", lambda: None)()  # an adapter with a process of its own (R torch) ends it
 
 
+@pytest.fixture(autouse=True)
+def only_under_its_framework(request):
+    """A module that names its FRAMEWORK runs only in that framework's tests, whether or not a test asks for
+    the loaded adapter (a test may drive the CLI with `--framework paddle` itself)."""
+    name = getattr(request.module, "FRAMEWORK", None)
+    if name is not None and name not in request.config.getoption("--framework"):
+        pytest.skip(f"{name}-specific tests")
+
+
 @pytest.fixture
 def framework_adapter(framework, request, loaded_adapters):
     """The adapter named by the test module's FRAMEWORK, loaded; other frameworks' runs skip the module."""
