@@ -27,7 +27,7 @@ from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.core.errors import HarnessBug, ResultsError, UsageError
 from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Verdict
-from conformance.core.rundirs import safe_file_name
+from conformance.core.rundirs import script_name
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
 from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB, needs_mb
@@ -363,14 +363,6 @@ def within_budget(rows: Sequence[Result], case_of: Callable[[str], Case],
         used_mb += need_mb
     if group:
         yield group
-
-
-def script_name(case_id: str, api: str, device: str, part: str, suffix: str, mode: str = EAGER) -> str:
-    """A reproducer's file name: the call's names made safe and cut short, ending in a digest of the whole call
-    (core/rundirs.py: safe_file_name), so that the reports find a row's script by its name. The mode is among
-    the names where it is not eager (an eager row's script keeps the name it had before modes)."""
-    return safe_file_name((case_id, api, device, part) if mode == EAGER else (case_id, api, device, mode, part),
-                          suffix)
 
 
 def needs_reproducer(result: Result) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
-from conformance.core.model import FORMAT_VERSION, Result
+from conformance.core.model import EAGER, FORMAT_VERSION, Result
 from conformance.core.results import RESULTS_FILE, check_format_version, check_manifest, iter_results, read_manifest
 
 REPORT_FILE = "report.md"
@@ -32,6 +32,14 @@ def safe_file_name(names: Sequence[str], suffix: str) -> str:
         readable = "_" + readable[1:]
     whole = "\0".join(names).encode("utf-8", "surrogatepass")
     return f"{readable}__{hashlib.sha256(whole).hexdigest()[:12]}{suffix}"
+
+
+def script_name(case_id: str, api: str, device: str, part: str, suffix: str, mode: str = EAGER) -> str:
+    """A reproducer's file name: the call's names made safe and cut short, ending in a digest of the whole call
+    (safe_file_name), so that the reports (drafts.py) find a row's script by its name. The mode is among
+    the names where it is not eager (an eager row's script keeps the name it had before modes)."""
+    return safe_file_name((case_id, api, device, part) if mode == EAGER else (case_id, api, device, mode, part),
+                          suffix)
 
 
 def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) -> tuple[list[Path], list[dict[str, Any]]]:

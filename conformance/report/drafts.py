@@ -20,7 +20,7 @@ import yaml
 
 from conformance.core.model import EAGER, Result, Spec
 from conformance.core.results import write_atomic
-from conformance.core.rundirs import REPRO_DIR, iter_rows, safe_file_name
+from conformance.core.rundirs import REPRO_DIR, iter_rows, safe_file_name, script_name
 from conformance.report.markdown import repro_command
 
 ISSUES_DIR = "issues"
@@ -111,10 +111,9 @@ def _script_of(row: Result, run_dirs: Sequence[Path]) -> tuple[str, str] | None:
     """The reproducer a run wrote for `row` (a file inside a run directory, never one a link leads out to). A
     mode's script is named with the mode (eager's as before modes existed): an eager script never stands for a
     compiled mode's finding."""
-    call = (row.case_id, row.api, row.device, *([] if row.mode == EAGER else [row.mode]), row.part)
     for run_dir in run_dirs:
         for suffix, language in ((".py", "python"), (".R", "r")):
-            path = run_dir / REPRO_DIR / safe_file_name(call, suffix)
+            path = run_dir / REPRO_DIR / script_name(row.case_id, row.api, row.device, row.part, suffix, row.mode)
             try:
                 if path.is_file() and run_dir.resolve() in path.resolve().parents:
                     text = path.read_text(encoding="utf-8", errors="replace")
