@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shlex
 import tempfile
 from pathlib import Path
 
@@ -337,13 +336,10 @@ def _failure_text(row, framework: str, case, suite) -> str:
     from conformance.cases.generate import DEFAULT_SEED
     from conformance.core.model import EAGER
     from conformance.core.text import terminal_line
+    from conformance.report.markdown import repro_command
 
-    command = ["kl-conformance", "repro", case.id, "--framework", framework, "--api", row.api, "--device",
-               row.device, "--part", row.part, *([] if row.mode == EAGER else ["--mode", row.mode])]
-    if case.source != "generated":
-        command += ["--cases", case.source]
-    elif suite.selection.seed != DEFAULT_SEED:
-        command += ["--seed", str(suite.selection.seed)]
+    seed = suite.selection.seed
+    command = repro_command(row, {} if seed == DEFAULT_SEED else {"seed": seed}, framework)
     where = " / ".join([row.api, row.device, *([] if row.mode == EAGER else [row.mode]), row.part])
     lines = [f"{row.framework} {row.framework_version} / {where}: "
              f"{row.verdict.value}, undocumented",
@@ -353,5 +349,5 @@ def _failure_text(row, framework: str, case, suite) -> str:
              f"got against expected: {terminal_line(row.message)}"]
     if row.max_abs_err is not None and row.bound is not None:
         lines.append(f"worst |error| {row.max_abs_err:.3g} against the bound {row.bound:.3g}")
-    lines.append("reproduce: " + " ".join(shlex.quote(part) for part in command))
+    lines.append("reproduce: " + command)
     return "\n".join(lines)

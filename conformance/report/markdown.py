@@ -443,11 +443,12 @@ def _warnings(tally: Tally) -> list[str]:
     return out + [""]
 
 
-def repro_command(r: Result, run_info: dict[str, Any]) -> str:
-    """The one-line command that prints a standalone script reproducing exactly this result."""
+def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = None) -> str:
+    """The one-line command that prints a standalone script reproducing exactly this result; `framework` is the
+    word the user gave (a `module:Class` adapter's), where it is not the row's framework name."""
     # every value from a row is one shell word (shlex.quote) joined to its option, and the case id comes after
     # `--`: an id or path that starts with a dash is then never read as another option
-    words = ["kl-conformance", "repro", f"--framework={r.framework}", f"--api={r.api}", f"--device={r.device}",
+    words = ["kl-conformance", "repro", f"--framework={framework or r.framework}", f"--api={r.api}", f"--device={r.device}",
              *([] if r.mode == EAGER else [f"--mode={r.mode}"]), f"--part={r.part}"]
     if r.source != "generated":
         words += [f"--cases={r.source}"]

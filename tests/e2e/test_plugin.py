@@ -53,7 +53,7 @@ def test_a_case_with_an_undocumented_finding_fails_and_a_documented_one_xfails(p
     assert "2 failed" in output and "2 xfailed" in output and "4 passed" in output, output
     assert "verdict: nonfinite" in output and "cause:   pointwise.conventions.target_zero" in output
     assert re.search(r"got against expected: nonfinite: .*got nan, expected \d", output)  # a sum: finite
-    assert (f"reproduce: kl-conformance repro {FINDING} --framework torch --api torch.nn.functional.kl_div "
-            "--device cpu --part forward") in output
+    assert ("reproduce: kl-conformance repro --framework=torch --api=torch.nn.functional.kl_div "
+            f"--device=cpu --part=forward -- {FINDING} > repro.py && python repro.py") in output
     assert "documented by the torch profile: grad-target-nan-at-zero-target" in output
     assert "torch" not in modules

@@ -78,8 +78,10 @@ def test_one_item_per_call_pass_fail_with_verdict_cause_and_repro(project):
                         "the-fault[numpy.kl_div-cpu-forward]": "failure"}
     assert "verdict: value" in output and "cause:   unexplained" in output
     assert re.search(r"got against expected: .*got 2\.18766\d*, expected 1\.18766", output)  # off by one
-    assert ("reproduce: kl-conformance repro the-fault --framework tests.faults.adapters:OffByOneAdapter "
-            "--api numpy.kl_div --device cpu --part forward --cases cases.yaml") in output
+    # the case id after `--` (an id starting with a dash is no option), the framework word as the user gave it
+    assert ("reproduce: kl-conformance repro --framework=tests.faults.adapters:OffByOneAdapter "
+            "--api=numpy.kl_div --device=cpu --part=forward --cases=cases.yaml -- the-fault > repro.py && "
+            "python repro.py") in output
     # -k selects by case id
     code, output, outcomes = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml",
                                      "--kl-suite", "none", "-k", "ok-before")
