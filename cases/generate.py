@@ -153,7 +153,7 @@ SWAPPED_REDUCTIONS = ("none", "sum")
 
 def swapped_pairs(spec: Spec) -> list[DtypePair]:
     """Each mixed pair of spec: dtypes.promotion in the order its row does not spell (the table is written
-    with the narrower dtype as input; spec: dtypes.order says a row holds in both): a wide input with a narrow
+    with the narrower dtype as input; spec: dtypes.precision says a row holds in both): a wide input with a narrow
     target, as pytorch#117034's float32 input with a float16 target."""
     floating = spec.floating_dtypes
     return [DtypePair(row["target"], row["input"]) for row in spec.data["dtypes"]["promotion"]
