@@ -187,9 +187,9 @@ def probability_keys(spec: Spec, levels: dict[str, list[Any]]) -> Iterator[CaseK
 
 
 def log_target_keys(spec: Spec, levels: dict[str, list[Any]]) -> Iterator[CaseKey]:
-    """Every shape and every mixed dtype pair (in both orders) with softmax values, and every error case, with a log-space
-    target and no legacy argument: what an API that takes log-probability targets only (MLX's kl_div_loss)
-    can express. The pairwise design meets most of them in log space only beside a legacy argument."""
+    """Every shape and every mixed dtype pair (in both orders) with softmax values, and every error case, with a
+    log-space target and no legacy argument: what an API that takes log-probability targets only (MLX's
+    kl_div_loss) can express. The pairwise design meets most of them in log space only beside a legacy argument."""
     for shape, reduction in itertools.product(levels["shape"], levels["reduction"]):
         yield _key(reduction, True, (None, None), shape, DtypePair("float32", "float32"), "softmax")
     for dtype in [d for d in levels["dtype"] if d.is_mixed] + swapped_pairs(spec):
