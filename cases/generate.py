@@ -140,6 +140,34 @@ def default_keys(spec: Spec) -> Iterator[CaseKey]:
     yield from probability_keys(spec, levels)
     yield from error_keys(spec)
     yield from log_target_keys(spec, levels)
+    yield from swapped_dtype_keys(spec)
+
+
+# The families a swapped dtype pair is run on: where computing in the narrower argument's dtype instead of the
+# promoted one shows (rounding of ordinary values, underflow, overflow). The special values of the other edge
+# families (0, 1, +-inf, NaN, negatives) are the same in every floating dtype.
+SWAPPED_FAMILIES = ("softmax", "unnormalized", "tiny", "large")
+# Elementwise, each term is judged on its own; summed, on the reduction's bound.
+SWAPPED_REDUCTIONS = ("none", "sum")
+
+
+def swapped_pairs(spec: Spec) -> list[DtypePair]:
+    """Each mixed pair of spec: dtypes.promotion in the order its row does not spell (the table is written
+    with the narrower dtype as input; spec: dtypes.precision says a row holds in both): a wide input with a narrow
+    target, as pytorch#117034's float32 input with a float16 target."""
+    floating = spec.floating_dtypes
+    return [DtypePair(row["target"], row["input"]) for row in spec.data["dtypes"]["promotion"]
+            if row["input"] in floating and row["target"] in floating]
+
+
+def swapped_dtype_keys(spec: Spec) -> Iterator[CaseKey]:
+    """The swapped pairs (`swapped_pairs`) on the families where promotion matters, in full over log_target and
+    two reductions, on the full shape. The pairwise design keeps its dtype levels (the rows' own order), so the
+    ids it draws stay those of earlier releases."""
+    for dtype in swapped_pairs(spec):
+        for family in SWAPPED_FAMILIES:
+            for log_target, reduction in itertools.product(FAMILIES[family].log_targets, SWAPPED_REDUCTIONS):
+                yield _key(reduction, log_target, (None, None), FULL_SHAPE_LEVEL, dtype, family)
 
 
 def probability_keys(spec: Spec, levels: dict[str, list[Any]]) -> Iterator[CaseKey]:
@@ -154,17 +182,17 @@ def probability_keys(spec: Spec, levels: dict[str, list[Any]]) -> Iterator[CaseK
             yield _key(reduction, False, (None, None), FULL_SHAPE_LEVEL, dtype, family, prob_input=True)
     for shape, reduction in itertools.product(levels["shape"], levels["reduction"]):
         yield _key(reduction, False, (None, None), shape, DtypePair("float32", "float32"), "softmax", prob_input=True)
-    for dtype in [d for d in levels["dtype"] if d.is_mixed]:
+    for dtype in [d for d in levels["dtype"] if d.is_mixed] + swapped_pairs(spec):
         yield _key("sum", False, (None, None), FULL_SHAPE_LEVEL, dtype, "softmax", prob_input=True)
 
 
 def log_target_keys(spec: Spec, levels: dict[str, list[Any]]) -> Iterator[CaseKey]:
-    """Every shape and every mixed dtype pair with softmax values, and every error case, with a log-space
-    target and no legacy argument: what an API that takes log-probability targets only (MLX's kl_div_loss)
-    can express. The pairwise design meets most of them in log space only beside a legacy argument."""
+    """Every shape and every mixed dtype pair (in both orders) with softmax values, and every error case, with a
+    log-space target and no legacy argument: what an API that takes log-probability targets only (MLX's
+    kl_div_loss) can express. The pairwise design meets most of them in log space only beside a legacy argument."""
     for shape, reduction in itertools.product(levels["shape"], levels["reduction"]):
         yield _key(reduction, True, (None, None), shape, DtypePair("float32", "float32"), "softmax")
-    for dtype in [d for d in levels["dtype"] if d.is_mixed]:
+    for dtype in [d for d in levels["dtype"] if d.is_mixed] + swapped_pairs(spec):
         yield _key("sum", True, (None, None), FULL_SHAPE_LEVEL, dtype, "softmax")
     yield from error_keys(spec, log_target=True)
 
@@ -207,12 +235,12 @@ def mode_keys(spec: Spec) -> Iterator[CaseKey]:
     for key in default_keys(spec):
         if key.family in FAMILIES:  # error cases follow, as in the default suite
             covered.setdefault((key.family, key.dtype, key.params.reduction, key.params.prob_input), None)
-    families = list(FAMILIES)
+    families, dtypes = list(FAMILIES), levels["dtype"] + swapped_pairs(spec)
     for family, dtype, reduction, prob_input in covered:
         if reduction not in levels["reduction"]:
             continue
         allowed = [False] if prob_input else list(FAMILIES[family].log_targets)
-        turn = families.index(family) + levels["dtype"].index(dtype) + levels["reduction"].index(reduction)
+        turn = families.index(family) + dtypes.index(dtype) + levels["reduction"].index(reduction)
         yield _key(reduction, allowed[turn % len(allowed)], (None, None), FULL_SHAPE_LEVEL, dtype, family,
                    prob_input=prob_input)
     f32 = DtypePair("float32", "float32")
@@ -228,8 +256,9 @@ def mode_keys(spec: Spec) -> Iterator[CaseKey]:
 
 
 def exhaustive_keys(spec: Spec) -> Iterator[CaseKey]:
-    """Every valid combination of every factor level, then the error cases."""
+    """Every valid combination of every factor level, mixed dtypes in both orders, then the error cases."""
     levels = parameter_levels(spec)
+    levels["dtype"] = levels["dtype"] + swapped_pairs(spec)
     names = list(levels)
     for combo in itertools.product(*(levels[n] for n in names)):
         row = dict(zip(names, combo))

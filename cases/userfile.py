@@ -1,8 +1,10 @@
 """Loads user case files: YAML lists of hand-written cases, e.g. regressions from bug reports.
 
 Each entry: `id`, `input`, `target` (nested lists of numbers; .inf, -.inf, .nan
-allowed), and optionally `dtype` (a name, or {input: NAME, target: NAME}),
-`reduction`, `log_target`, `size_average`, `reduce`, `layout`, `grad`, `note`.
+allowed), and optionally `dtype` (a name, or {input: NAME, target: NAME}), `shape`
+(a list of sizes, or {input: SIZES, target: SIZES}: what a nested list cannot state,
+such as [0, 4]), `reduction`, `log_target`, `size_average`, `reduce`, `layout`, `grad`
+(input, target, grad2_input), `input_space`, `note`.
 Numbers follow YAML 1.2 (`1e-3` is a number; conformance/core/yamlload.py). Every problem
 is reported with the file, the case id and the field.
 
@@ -11,6 +13,7 @@ Never imports a framework or the reference.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +24,16 @@ from conformance.core.model import FLOAT_DTYPES, LAYOUTS, Case, DtypePair, Param
 from conformance.core.rounding import INTEGER_DTYPES, is_representable, round_to_dtype
 from conformance.core.yamlload import parse_yaml, read_text
 
-FIELDS = ("id", "input", "target", "dtype", "reduction", "log_target", "size_average", "reduce", "layout", "grad",
-          "input_space", "note")
+FIELDS = ("id", "input", "target", "dtype", "shape", "reduction", "log_target", "size_average", "reduce", "layout",
+          "grad", "input_space", "note")
 INPUT_SPACES = ("log", "probability")  # input as log q (canonical), or q (spec: dialects.*.input_space)
 REQUIRED = ("id", "input", "target")
 KNOWN_DTYPES = FLOAT_DTYPES + INTEGER_DTYPES
-GRADS = ("input", "target")
+# gradients a case may ask for, and the part each is: the first derivatives by argument, and the second-order
+# part by its own name (spec: gradients.second_order.part, d/dtarget of grad_input)
+GRADS = {"input": "grad_input", "target": "grad_target", "grad2_input": "grad2_input"}
 MAX_DIMS = 32  # NumPy's limit is 32 (1.x) or 64 (2.x) dimensions
+MAX_ELEMENTS = 1 << 24  # per tensor stated by `shape`: a number fills it, so a typo must not fill the memory
 
 
 def load_case_file(path: str | Path) -> list[Case]:
@@ -91,14 +97,19 @@ def _parse_entry(entry: Any, index: int, shown: str) -> Case:
     if layout not in LAYOUTS:
         raise fail("layout", f"unknown layout {layout!r}", f"use one of {list(LAYOUTS)}")
     grad = entry.get("grad", [])
-    if not isinstance(grad, list) or any(g not in GRADS for g in grad):
-        raise fail("grad", f"must be a list drawn from {list(GRADS)}, got {grad!r}", "write e.g. 'grad: [input]'")
+    if not isinstance(grad, list) or any(not isinstance(g, str) or g not in GRADS for g in grad):
+        raise fail("grad", f"must be a list drawn from {list(GRADS)}, got {grad!r}",
+                   "write e.g. 'grad: [input]' or 'grad: [input, target, grad2_input]'")
     note = entry.get("note", "")
     if not isinstance(note, str):
         raise fail("note", f"must be a string, got {note!r}", "quote the note")
 
     x = _parse_tensor(entry["input"], dtype.input, f"{where}, field 'input'", shown)
     t = _parse_tensor(entry["target"], dtype.target, f"{where}, field 'target'", shown)
+    if "shape" in entry:
+        shapes = _parse_shape(entry["shape"], fail)
+        x = _to_shape(x, shapes["input"], "input", fail)
+        t = _to_shape(t, shapes["target"], "target", fail)
     if layout == "transposed" and (x.ndim < 2 or t.ndim < 2):
         raise fail("layout", "'transposed' needs tensors of at least 2 dimensions", "use 'contiguous' or 'strided'")
     if layout == "strided" and (x.ndim < 1 or t.ndim < 1):
@@ -108,7 +119,7 @@ def _parse_entry(entry: Any, index: int, shown: str) -> Case:
         raise fail("input_space", f"unknown input space {input_space!r}", f"use one of {list(INPUT_SPACES)}")
     params = Params(reduction, flags["log_target"], flags["size_average"], flags["reduce"],
                     prob_input=input_space == "probability")
-    parts = ("forward",) + tuple(f"grad_{g}" for g in grad)
+    parts = ("forward",) + tuple(dict.fromkeys(GRADS[g] for g in grad))
     return Case(id=case_id, params=params, input=x, target=t, dtype=dtype, family="user", layout=layout,
                 parts=parts, source=shown)
 
@@ -125,6 +136,36 @@ def _parse_dtype(value: Any, fail) -> DtypePair:
         if name not in KNOWN_DTYPES:
             raise fail("dtype", f"unknown dtype {name!r} for {side}", f"use one of {list(KNOWN_DTYPES)}")
     return DtypePair(names["input"], names["target"])
+
+
+def _parse_shape(value: Any, fail) -> dict[str, tuple[int, ...]]:
+    """`shape`: one list of sizes for both tensors, or {input: SIZES, target: SIZES}, as `dtype` is written."""
+    sides = value if isinstance(value, dict) and set(value) == {"input", "target"} else {"input": value,
+                                                                                        "target": value}
+    shapes = {}
+    for side, sizes in sides.items():
+        if not isinstance(sizes, list) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in sizes):
+            raise fail("shape", f"expected a list of sizes (integers >= 0) or {{input: SIZES, target: SIZES}}, "
+                                f"got {sizes!r}" + (f" for {side}" if sides is value else ""),
+                       "write e.g. 'shape: [0, 4]', or 'shape: {input: [0, 4], target: [4]}'")
+        if len(sizes) > MAX_DIMS:
+            raise fail("shape", f"{len(sizes)} dimensions for {side}", f"give tensors at most {MAX_DIMS} dimensions")
+        if math.prod(sizes) > MAX_ELEMENTS:
+            raise fail("shape", f"{math.prod(sizes)} elements for {side}",
+                       f"give a tensor at most {MAX_ELEMENTS} elements")
+        shapes[side] = tuple(sizes)
+    return shapes
+
+
+def _to_shape(values: np.ndarray, shape: tuple[int, ...], side: str, fail) -> np.ndarray:
+    """The values in `shape`: one number fills it; a list gives its elements in row-major order."""
+    if values.ndim == 0:
+        return np.full(shape, values, dtype=np.float64)
+    if values.size != math.prod(shape):
+        raise fail(side, f"{values.size} numbers for shape {list(shape)}, which holds {math.prod(shape)}",
+                   f"give {math.prod(shape)} numbers (row-major, nested or flat), or one number to fill the "
+                   f"shape; an empty shape such as [0, 4] takes []")
+    return values.reshape(shape)
 
 
 def _parse_tensor(value: Any, dtype: str, where: str, shown: str) -> np.ndarray:

@@ -101,7 +101,8 @@ def _judge(expected: Expected, observed: Observation) -> Judgement:
 
 def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
     """The element rule (spec: tolerance.comparison): the NaN/inf pattern must match exactly, sign of
-    infinity included; then every finite expectation must be met within its finite bound.
+    infinity included; then every finite expectation must be met within its finite bound. The sign of a zero
+    is never judged (spec: tolerance.comparison.signed_zero): |-0 - 0| is 0, within any bound.
 
     Is equivalent to ``assert_equal(isnan(got), isnan(want)); assert_equal(got[isinf(want)],
     want[isinf(want)]); assert isfinite(got[finite]).all() and (abs(got - want) <= bound)[finite].all()``.

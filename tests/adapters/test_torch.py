@@ -79,6 +79,25 @@ def test_functional_legacy_with_batchmean_divides_again(framework_adapter, spec)
     assert [str(a) for a in explain(case, functional, spec)] == ["signature.legacy.precedence = legacy_then_batchmean"]
 
 
+def test_pytorch_117034_a_float16_target_beside_a_float32_input_is_flagged(framework_adapter, spec):
+    """pytorch#117034: eager computes xlogy(t, t) of a float16 target in float16 before promoting to float32.
+    The default suite's case of that pair is a value divergence (seen on torch 2.13), every term beyond the
+    float32 bound; the same values with the target already float32 pass, so the half-precision step is why."""
+    from conformance.cases.generate import DEFAULT_SEED, build_case, generated_keys
+
+    case_id = "fwd/none/log_target=0/4x6/float32:float16/softmax/s0"
+    key = dict(generated_keys(spec))[case_id]  # in the default suite
+    case = build_case(key, DEFAULT_SEED)
+    for api in ("torch.nn.functional.kl_div", "torch.nn.KLDivLoss"):
+        observed = _run(framework_adapter, case, api)
+        judgement = classify(expected_forward(case, spec), observed, spec)
+        assert observed.dtype == "float32" and judgement.verdict is Verdict.VALUE, judgement.message
+        assert judgement.message.startswith(f"value: {case.target.size} of {case.target.size} elements")
+        promoted = make_case(case.input, case.target, dtype="float32")
+        assert classify(expected_forward(promoted, spec), _run(framework_adapter, promoted, api), spec).verdict \
+            is Verdict.PASS
+
+
 def test_errors_raise_runtime_error_not_the_spec_types(framework_adapter, spec):
     for case, spec_type in (
         (make_case(np.zeros((2, 3)), np.zeros((2, 3)), dtype="int64"), "TypeError"),

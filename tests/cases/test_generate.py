@@ -149,3 +149,42 @@ def test_pairwise_design_is_deterministic_and_small():
 def test_exhaustive_is_lazy_and_larger(spec):
     first = list(itertools.islice(generate_cases(spec, exhaustive=True), 2000))
     assert len(first) == 2000
+
+
+def test_mixed_dtypes_come_in_both_orders(spec):
+    """Every mixed pair of the promotion table is run with the wider dtype as input and as target, on the
+    families where the narrower dtype's rounding, underflow or overflow shows, elementwise and summed."""
+    suite = _suite(spec)
+    pairs = {c.dtype for c in suite if c.dtype.is_mixed and c.family in FAMILIES}
+    for row in spec.data["dtypes"]["promotion"]:
+        assert {(row["input"], row["target"]), (row["target"], row["input"])} <= {(p.input, p.target) for p in pairs}
+    ids = {c.id for c in suite}
+    width = {name: i for i, name in enumerate(("float16", "bfloat16", "float32", "float64"))}
+    for row in spec.data["dtypes"]["promotion"]:
+        wide, narrow = sorted((row["input"], row["target"]), key=width.get, reverse=True)
+        for family in ("softmax", "unnormalized", "tiny", "large"):
+            for reduction, log_target in itertools.product(("none", "sum"), (0, 1)):
+                assert f"fwd/{reduction}/log_target={log_target}/4x6/{wide}:{narrow}/{family}/s0" in ids
+        # the APIs of a probability-space input and of log-space targets only meet the order too
+        assert f"fwd/sum/log_target=0,input=prob/4x6/{wide}:{narrow}/softmax/s0" in ids
+        assert f"fwd/sum/log_target=1/4x6/{wide}:{narrow}/softmax/s0" in ids
+
+
+def test_the_float32_input_float16_target_case_fails_a_half_precision_xlogy(spec):
+    """pytorch#117034: torch eager computes xlogy(t, t) of a float16 target in float16, then promotes. The
+    default suite's case of that pair has targets whose t * log t in float16 is off by more than the float32
+    bound, so a framework doing so is flagged (here a NumPy stand-in doing the same); promoted first, it passes."""
+    from conformance.core.model import Observation, Verdict
+    from conformance.judge.compare import classify
+    from conformance.reference.forward import expected_forward
+
+    case_id = "fwd/none/log_target=0/4x6/float32:float16/softmax/s0"
+    case = next(c for c in _suite(spec) if c.id == case_id)
+    expected = expected_forward(case, spec)
+    x32, t16 = case.input.astype(np.float32), case.target.astype(np.float16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        in_half = (t16 * np.log(t16)).astype(np.float32) - t16.astype(np.float32) * x32
+        promoted = t16.astype(np.float32) * np.log(t16.astype(np.float32)) - t16.astype(np.float32) * x32
+    for value, verdict in ((in_half, Verdict.VALUE), (promoted, Verdict.PASS)):
+        observed = Observation(value=value.astype(np.float64), dtype="float32", shape=value.shape)
+        assert classify(expected, observed, spec).verdict is verdict, verdict

@@ -45,6 +45,62 @@ def test_documented_format_loads(tmp_path):
     assert scalar.input.shape == () and np.isnan(scalar.target)
 
 
+SHAPED = """
+- id: empty-batch
+  input: []
+  target: []
+  shape: [0, 4]
+  reduction: batchmean
+  grad: [input, target, grad2_input]
+- id: filled
+  input: -0.0
+  target: 0.1
+  shape: {input: [4], target: [3, 4]}
+  dtype: {input: float32, target: float16}
+  grad: [grad2_input]
+- id: flat
+  input: [-1, -2, -3, -4, -5, -6]
+  target: [[0.5, 0.25, 0.25], [0.125, 0.125, 0.75]]
+  shape: [2, 3]
+"""
+
+
+def test_a_shape_states_what_a_nested_list_cannot_and_grad2_input_is_a_part(tmp_path):
+    """`shape: [0, 4]`: an empty batch of four classes, which no nested list can write ([] is (0,), [[]] is
+    (1, 0)); a single number fills its shape; a flat list is read row-major. `grad2_input` asks for the
+    second-order part beside the first derivatives."""
+    empty, filled, flat = load_case_file(_write(tmp_path, SHAPED))
+    assert empty.input.shape == empty.target.shape == (0, 4)
+    assert empty.parts == ("forward", "grad_input", "grad_target", "grad2_input")
+    assert filled.input.shape == (4,) and filled.target.shape == (3, 4) and filled.parts == ("forward", "grad2_input")
+    assert np.all(filled.input == 0) and np.all(np.signbit(filled.input))  # every element the number, sign kept
+    assert np.all(filled.target == np.float16(0.1))  # rounded to the target's dtype
+    assert flat.input.tolist() == [[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]] and flat.target[1, 2] == 0.75
+
+
+@pytest.mark.parametrize("fields, where, words", [
+    ("input: [1.0]\n  target: [1.0]\n  shape: 3", "field 'shape'", "expected a list of sizes"),
+    ("input: [1.0]\n  target: [1.0]\n  shape: [2, -1]", "field 'shape'", "expected a list of sizes"),
+    ("input: [1.0]\n  target: [1.0]\n  shape: [true]", "field 'shape'", "expected a list of sizes"),
+    ("input: [1.0]\n  target: [1.0]\n  shape: [1.5]", "field 'shape'", "expected a list of sizes"),
+    ("input: [1.0]\n  target: [1.0]\n  shape: {input: [1]}", "field 'shape'", "expected a list of sizes"),
+    ("input: [1.0]\n  target: [1.0]\n  shape: {input: [1], target: x}", "field 'shape'", "for target"),
+    ("input: 1.0\n  target: 1.0\n  shape: [100000, 100000]", "field 'shape'", "10000000000 elements"),
+    ("input: 1.0\n  target: 1.0\n  shape: [" + ", ".join(["1"] * 33) + "]", "field 'shape'", "33 dimensions"),
+    ("input: [1.0, 2.0]\n  target: 0.5\n  shape: [0, 4]", "field 'input'", "2 numbers for shape [0, 4]"),
+    ("input: []\n  target: [0.5, 0.5]\n  shape: [0, 4]", "field 'target'", "which holds 0"),
+    ("input: [1.0]\n  target: [1.0]\n  grad: [input2]", "field 'grad'", "must be a list drawn from"),
+    ("input: [1.0]\n  target: [1.0]\n  grad: [[input]]", "field 'grad'", "must be a list drawn from"),
+])
+def test_a_bad_shape_or_grad_names_file_case_and_field(tmp_path, fields, where, words):
+    path = _write(tmp_path, "- id: a\n  " + fields + "\n")
+    with pytest.raises(CaseFileError) as info:
+        load_case_file(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: case 'a', {where}: ") and words in message and "Fix:" in message, message
+    assert "\n" not in message
+
+
 @pytest.mark.parametrize("text, where, words", [
     ("- id: a\n  input: [1\n", "line", "invalid YAML"),
     ("- id: a\n  input: [1.0]\n  target: [1.0]\n  colour: red\n", "case 'a', field 'colour'", "unknown field"),

@@ -27,6 +27,17 @@ def test_bad_case_file_exits_2_naming_file_case_and_field(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_case_whose_values_do_not_fill_its_shape_exits_2_in_one_line(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("- id: mine\n  input: [-1.0, -2.0]\n  target: 0.5\n  shape: [0, 4]\n")
+    out = tmp_path / "out"
+    assert main(["run", "--framework", "tests.faults.adapters:NumpyAdapter", "--cases", str(path), "--suite", "none",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: case 'mine', field 'input': 2 numbers for shape [0, 4]" in err
+    assert "Fix:" in err and not out.exists()
+
+
 def test_cases_lists_ids_and_counts(capsys):
     assert main(["cases", "--count"]) == 0
     count = int(capsys.readouterr().out)

@@ -98,3 +98,21 @@ def test_error_past_the_bound_flips_the_verdict(spec, values, bound, over):
     got[0] = values[0] + bound / over
     if abs(got[0] - values[0]) <= bound:
         assert classify(_expected(values, bound=bound), _observed(got), spec).verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize("part", ["forward", "grad_input"])
+def test_the_sign_of_a_zero_result_is_not_judged(spec, part):
+    """spec: tolerance.comparison.signed_zero says the sign of a zero never matters: on zero targets, whose
+    terms and grad_input (-t) are zeros, a result with each zero's sign flipped passes, as do all +0 and all
+    -0, while a small number where a zero is expected still fails."""
+    from conformance.reference.grad import expected_for
+    from tests.helpers import make_case
+
+    assert spec.data["tolerance"]["comparison"]["signed_zero"]["matters"] == "never"
+    case = make_case([-1.5, 0.25, -0.5], [0.0, -0.0, 0.0], reduction="none", dtype="float32")
+    expected = expected_for(case, spec, part)
+    assert (expected.value == 0).all(), expected.value  # every element a zero: the case is about their sign
+    flipped = np.where(np.signbit(expected.value), 0.0, -0.0)
+    for got in (flipped, np.zeros(3), np.full(3, -0.0)):
+        assert classify(expected, _observed(got), spec).verdict is Verdict.PASS, got
+    assert classify(expected, _observed([0.0, -1e-3, 0.0]), spec).verdict is Verdict.VALUE

@@ -78,6 +78,11 @@ def test_hash_ignores_layout_but_not_meaning(tmp_path):
      "every adapter and reproducer applies"),
     (lambda d: d["warnings"]["expected"][0].update(when="reduction is mean"), "warnings.expected[0].when",
      "is not of type 'object'"),
+    # the spec says whether a zero's sign matters; the comparator knows only `never`
+    (lambda d: d["tolerance"]["comparison"].pop("signed_zero"), "tolerance.comparison",
+     "'signed_zero' is a required property"),
+    (lambda d: d["tolerance"]["comparison"]["signed_zero"].update(matters="always"),
+     "tolerance.comparison.signed_zero.matters", "is not one of ['never']"),
 ])
 def test_malformed_spec_names_the_yaml_path(tmp_path, mutate, where, words):
     path = _mutated(tmp_path, mutate)

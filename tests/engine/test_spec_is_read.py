@@ -37,8 +37,9 @@ PROSE = {"rationale", "reference", "references", "meaning", "title", "summary", 
 #   checked to be one of its values; the others are read by nothing.)
 PROSE_AT = {"errors[].when", "gradients.dtype", "signature.parameters.*.default"}
 # Fields checked by the schema alone: a constant the document declares about itself, or a field the
-# schema allows one value, which the code assumes (gradients.second_order.part is `grad2_input`).
-SCHEMA_ONLY = {"spec_version", "name", "gradients.second_order.part"}
+# schema allows one value, which the code assumes (gradients.second_order.part is `grad2_input`;
+# tolerance.comparison.signed_zero.matters is `never`: the comparator's |result - expected| treats -0 as +0).
+SCHEMA_ONLY = {"spec_version", "name", "gradients.second_order.part", "tolerance.comparison.signed_zero.matters"}
 
 
 def _matches(path: str, patterns: set[str]) -> bool:
