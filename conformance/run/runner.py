@@ -68,6 +68,8 @@ class RunSummary:
     unspoken: int = 0  # cases in an input space no selected API's dialect takes: no rows
     restarts: int = 0
     not_run: str | None = None  # why the framework could not be loaded
+    apis_not_run: dict[str, str] = field(default_factory=dict)  # APIs the installed release lacks, and why
+    notes: list[str] = field(default_factory=list)  # the harness's own options that degraded on this release
     stopped: str | None = None  # why the run ended before its last case (the worker could not be restarted)
     current: str | None = None  # the case being judged, for the reason of a failure
 
@@ -213,6 +215,17 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
             prefetched = _prefetch(ctx, cases)
             # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
             ctx.info = pool.info if pool.info is not None else pool.wait_ready()
+            offer = adapter.offer = ctx.info.offer  # unsupported_reason reads the arguments the release takes
+            missing = offer.missing_apis if offer is not None else {}
+            apis_not_run = {a: missing[a] for a in dict.fromkeys(options.apis or api_names) if a in missing}
+            notes = list(offer.notes) if offer is not None else []
+            summary.apis_not_run, summary.notes = apis_not_run, notes
+            if apis_not_run or notes:
+                manifest.update({**({"apis_not_run": apis_not_run} if apis_not_run else {}),
+                                 **({"notes": notes} if notes else {})})
+            if len(apis_not_run) == len(dict.fromkeys(options.apis or api_names)):  # the release has none of them
+                manifest["framework_version"] = ctx.info.version
+                raise WorkerUnavailable("; ".join(dict.fromkeys(apis_not_run.values())))
         except WorkerUnavailable as exc:
             summary.not_run = str(exc)
             _prepare(out, options, manifest, lock, before)
@@ -232,7 +245,7 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
         # a mode this machine cannot run (a package it needs is missing) is not run, with the reason, once
         unusable = {m: why for m in dict.fromkeys(t.mode for t in ctx.targets)
                     if (why := ctx.info.unusable_modes.get(m))}
-        ctx.targets = [t for t in ctx.targets if t.mode not in unusable]
+        ctx.targets = [t for t in ctx.targets if t.mode not in unusable and t.api not in apis_not_run]
         manifest.update(framework_version=ctx.info.version, targets=[str(t) for t in ctx.targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         modes=list(dict.fromkeys(options.modes or (EAGER,))),
