@@ -11,6 +11,7 @@ public and kept); every other name starting with an underscore is private and ma
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import keyword
 import math
@@ -254,10 +255,14 @@ class Adapter:
         if obj is None:
             return None, None
         for depth, name in enumerate(rest, 1):
+            dotted = ".".join([first, *rest[:depth]])
             try:
                 obj = getattr(obj, name)
-            except Exception:  # AttributeError, or a lazy submodule that fails to import
-                return None, f"{self.release()} has no {'.'.join([first, *rest[:depth]])}"
+            except Exception:  # AttributeError: a submodule not imported yet (mlx.nn), or none in this release
+                try:
+                    obj = importlib.import_module(dotted)
+                except Exception:
+                    return None, f"{self.release()} has no {dotted}"
         return obj, None
 
     def api_unavailable(self, api: Api) -> str | None:
