@@ -100,3 +100,31 @@ def test_signatures_that_cannot_say_pass_every_argument():
     assert signature_arguments(type("Loss", (), {"__init__": lambda self, reduction="mean": None,
                                                  "forward": lambda self, input, label: None})) == \
         frozenset({"reduction", "input", "label"})
+
+
+def _profile(tmp_path, oldest):
+    profiles = tmp_path / "profiles"
+    profiles.mkdir(exist_ok=True)
+    (profiles / "numpy-test.yaml").write_text(f"framework: numpy-test\noldest_release: {oldest}\ndeviations: []\n")
+    return str(profiles)
+
+
+def test_a_release_older_than_the_profile_says_is_noted(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KL_TEST_VERSION", "1.9.3")
+    assert _run(tmp_path, "VersionedAdapter", "--part", "forward", "--only", "probs-*", "--profiles",
+                _profile(tmp_path, '"1.10"')) == 0
+    note = ("numpy-test 1.9.3 is older than 1.10, the oldest release its profile says the adapter supports "
+            "(oldest_release): what the release lacks may show as findings")
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["notes"] == [note]
+    assert note in capsys.readouterr().err
+    monkeypatch.setenv("KL_TEST_VERSION", "1.10.0")
+    assert _run(tmp_path, "VersionedAdapter", "--part", "forward", "--only", "probs-*", "--profiles",
+                _profile(tmp_path, '"1.10"'), "--force") == 0
+    assert "notes" not in json.loads((tmp_path / "out" / "run.json").read_text())
+
+
+def test_a_bad_oldest_release_is_one_line_and_exit_2(tmp_path, capsys):
+    assert _run(tmp_path, "NumpyAdapter", "--profiles", _profile(tmp_path, '"two point six"')) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "numpy-test.yaml" in err[0] and "oldest_release" in err[0]
+    assert not (tmp_path / "out").exists()
