@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from conformance.cli import main
 from conformance.core.results import iter_results
 
@@ -44,3 +46,28 @@ def test_a_run_judges_the_apis_the_release_has(tmp_path, capsys):
     assert manifest["apis_not_run"] == {FUNCTIONAL: why}
     assert (out / "report.md").read_text().count(why) == 1
     assert capsys.readouterr().out.count(why) == 1
+
+
+def test_what_oneflow_0_8_computes_otherwise(framework_adapter, spec):
+    """Findings of OneFlow 0.8.0 that 0.9.0 fixed, stated per release: KLDivLoss(reduction='batchmean') raises
+    an AssertionError with no message, and the gradient with respect to the target of a reduced loss comes back
+    0-d instead of the target's shape."""
+    from conformance.judge.compare import classify
+    from conformance.reference.forward import expected_forward
+    from conformance.reference.grad import expected_grad
+    from tests.helpers import make_case
+
+    adapter, layer = framework_adapter, framework_adapter.api(LAYER)
+    x, t = np.log([[0.2, 0.8], [0.5, 0.5]]), np.array([[0.3, 0.7], [0.6, 0.4]])
+    batchmean = make_case(x, t, reduction="batchmean", dtype="float32")
+    summed = make_case(x, t, reduction="sum", dtype="float32")
+    forward = adapter.run(batchmean, layer, "cpu", "forward")
+    grad_target = adapter.run(summed, layer, "cpu", "grad_target")
+    if adapter.version().startswith("0.8."):
+        assert (forward.exception_type, forward.exception_message) == ("AssertionError", "")
+        assert grad_target.shape == ()
+        assert classify(expected_grad(summed, spec, "grad_target", "canonical"), grad_target, spec).verdict.value \
+            == "shape"
+    else:
+        assert classify(expected_forward(batchmean, spec, "canonical"), forward, spec).verdict.value == "pass"
+        assert grad_target.shape == (2, 2)
