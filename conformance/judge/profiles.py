@@ -154,8 +154,9 @@ def oldest_release(framework: str, profiles_dir: Path | None = None,
     if found is None:
         return None
     shown, source = found
-    data = source if isinstance(source, dict) else parse_yaml(
-        read_text(source, shown, SpecError, fix="pass --profiles with a directory of readable profiles"), shown, SpecError)
+    fix = "pass --profiles with a directory of readable profiles"
+    data = source if isinstance(source, dict) else parse_yaml(read_text(source, shown, SpecError, fix=fix), shown,
+                                                              SpecError)
     value = data.get("oldest_release") if isinstance(data, dict) else None
     return value if isinstance(value, str) else None
 
