@@ -128,3 +128,15 @@ def test_a_bad_oldest_release_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "numpy-test.yaml" in err[0] and "oldest_release" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_an_api_not_run_narrows_the_run_for_its_entries_only(tmp_path):
+    """A known-findings entry pinned to the API the release lacks was not checked (never stale); one pinned to
+    the API that ran was, as in a run of the whole suite."""
+    from conformance.core.scope import Scope
+
+    assert _run(tmp_path, "OldReleaseAdapter", "--no-repro") == 0
+    scope = Scope.of([json.loads((tmp_path / "out" / "run.json").read_text())])
+    assert "--api" in scope.narrowing("klfake", api="klfake.losses.kl_div")
+    assert "--api" not in scope.narrowing("klfake", api="klfake.kl_div")
+    assert not scope.selects("klfake", "klfake.losses.kl_div", "cpu", "forward")
