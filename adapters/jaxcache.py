@@ -28,16 +28,18 @@ import platform
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 MAX_BYTES = 256 * 2**20
 MAX_IDLE_S = 30 * 86400
 PREFIX = "jax-"
 
 
-def enable(jax, directory: Path | None) -> Path | None:
+def enable(jax, directory: Path | None, note: Callable[[str], None] = lambda text: None) -> Path | None:
     """Point JAX's persistent compilation cache at a host-scoped folder of `directory` (None: leave it off),
     caching every executable however fast it compiled. Call it before JAX compiles anything. Returns the
-    folder used, or None."""
+    folder used, or None. An older JAX that lacks one of these options is run without it: `note` is told in one
+    line (the adapter's `degraded`), and the run goes on, since the cache only saves time."""
     if directory is None or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return None
     scoped = Path(directory) / f"{PREFIX}{host_key(jax)}"
@@ -48,10 +50,24 @@ def enable(jax, directory: Path | None) -> Path | None:
     except OSError:
         return None  # an unwritable cache directory costs time, never a result
     remove_idle_scopes(Path(directory), keep=scoped)
-    jax.config.update("jax_compilation_cache_dir", str(scoped))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # eager primitives compile in ms
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    if not _update(jax, "jax_compilation_cache_dir", str(scoped), note, "the run goes on without JAX's "
+                   "persistent compilation cache (slower, the same results)"):
+        return None
+    _update(jax, "jax_persistent_cache_min_compile_time_secs", 0.0, note,  # eager primitives compile in ms
+            "JAX caches only what it compiled slowly")
+    _update(jax, "jax_persistent_cache_min_entry_size_bytes", -1, note, "JAX caches only its larger executables")
     return scoped
+
+
+def _update(jax, option: str, value, note: Callable[[str], None], otherwise: str) -> bool:
+    """Set a JAX option; where this JAX does not know it ("Unrecognized config option"), tell `note` so."""
+    try:
+        jax.config.update(option, value)
+    except Exception as exc:  # AttributeError on JAX 0.4.13; any other refusal is the same to the run
+        note(f"JAX {jax.__version__} does not take the option {option} ({type(exc).__name__}: "
+             f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}): {otherwise}")
+        return False
+    return True
 
 
 def host_key(jax) -> str:

@@ -86,7 +86,7 @@ class KerasAdapter(Adapter):
                 raise FrameworkUnavailable(f"KERAS_BACKEND=jax, but jax cannot be imported: "
                                            f"{type(exc).__name__}: {exc}") from None
             jax.config.update("jax_enable_x64", True)  # before Keras makes any array: float64 stays float64
-            jaxcache.enable(jax, self.compile_cache_dir)  # before anything compiles
+            jaxcache.enable(jax, self.compile_cache_dir, self.degraded)  # before anything compiles
         try:
             import keras
         except Exception as exc:  # ImportError, or the backend Keras picked cannot be imported
@@ -95,7 +95,7 @@ class KerasAdapter(Adapter):
         if self.backend == "jax":  # chosen by ~/.keras/keras.json, not KERAS_BACKEND: x64 now, before any case
             self._module().config.update("jax_enable_x64", True)
             if not jax_first:  # else enabled above
-                jaxcache.enable(self._module(), self.compile_cache_dir)
+                jaxcache.enable(self._module(), self.compile_cache_dir, self.degraded)
         if self.backend not in ACCELERATORS:
             raise FrameworkUnavailable(f"Keras backend {self.backend!r} is not one this adapter runs "
                                        f"(KERAS_BACKEND one of {list(ACCELERATORS)})")

@@ -69,8 +69,17 @@ class OptaxAdapter(Adapter):
         except Exception as exc:  # ImportError, or a jaxlib that does not match jax
             raise FrameworkUnavailable(f"cannot import optax: {type(exc).__name__}: {exc}") from None
         jax.config.update("jax_enable_x64", True)  # before any array: float64 stays float64
-        jaxcache.enable(jax, self.compile_cache_dir)  # before anything compiles
+        jaxcache.enable(jax, self.compile_cache_dir, self.degraded)  # before anything compiles
         self.jax, self.jnp, self.optax = jax, jnp, optax
+
+    def api_unavailable(self, api: Api) -> str | None:
+        """optax before 0.1.8 has no public optax.losses: its kl_divergence lives in the private optax._src.loss,
+        which no user calls, so the API is not run there (the reason says so)."""
+        why = super().api_unavailable(api)
+        if why and not hasattr(self.optax, "losses"):
+            return (f"{why}: the public optax.losses came in optax 0.1.8; this release keeps kl_divergence in its "
+                    "private optax._src.loss")
+        return why
 
     def version(self) -> str:
         import jaxlib

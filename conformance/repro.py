@@ -392,10 +392,15 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
         raise UsageError(f"{api.name} cannot express case {case_id!r} ({part}): {why}", where="CASE_ID",
                          fix="pick a case and part the report shows for this API (its rows are not `unsupported`)")
     adapter.load()
+    adapter.learn_release()  # the call the reproducer makes is the one this release takes
     why = adapter.mode_unavailable(mode) if mode != EAGER else None
     if why:
         raise UsageError(f"mode {mode} of {framework} cannot run here: {_shown(why, 200)}", where="--mode",
                          fix="write the reproducer where the mode's packages are installed, or pick another mode")
+    why = adapter.offer.missing_apis.get(api.name) or adapter.missing_argument(case, api)
+    if why:
+        raise UsageError(f"{api.name} cannot make case {case_id!r} here: {_shown(why, 200)}", where="--api",
+                         fix="write the reproducer where a release of the framework that has it is installed")
     expect = expectations(spec)
     job = _Job(case, api, device, part, verdict=None, minimize=minimize, mode=mode)
     _minimise_all([job], in_process(adapter), expect, spec)

@@ -151,22 +151,26 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         reason = "writing the reports: " + failure_reason(exc)
         record_end(summary.out_dir, "failed", reason)
         return _failed(args.out, reason, None)
+    for note in summary.notes:  # the harness's own options that this release could not take
+        print(f"kl-conformance: note: {terminal_line(note)}", file=sys.stderr)
     if summary.not_run:
         print(f"{args.framework}: not run: {terminal_line(summary.not_run)}. Report: {written.report}")
-    else:
-        # pytest's way: the undocumented causes, largest first, then the counts as the last line
-        for line in written.summary:
-            print(line)
-        counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
-        extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
-            (f"; {summary.unspoken} cases in an input space its APIs do not take (no rows)" if summary.unspoken
-             else "") + \
-            (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
-        print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
-              f"{written.counts}{extra}. Report: {written.report}")
-        if summary.stopped:
-            print(f"kl-conformance: the run stopped before its end: {terminal_line(summary.stopped)}. The results so "
-                  f"far are in {summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
+        return written.decision.print()
+    for api, why in summary.apis_not_run.items():
+        print(f"{args.framework}: {terminal_line(api)} not run: {terminal_line(why)}")
+    # pytest's way: the undocumented causes, largest first, then the counts as the last line
+    for line in written.summary:
+        print(line)
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(summary.counts.items()))
+    extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
+        (f"; {summary.unspoken} cases in an input space its APIs do not take (no rows)" if summary.unspoken
+         else "") + \
+        (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
+    print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
+          f"{written.counts}{extra}. Report: {written.report}")
+    if summary.stopped:
+        print(f"kl-conformance: the run stopped before its end: {terminal_line(summary.stopped)}. The results so "
+              f"far are in {summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
     return written.decision.print()
 
 

@@ -26,6 +26,7 @@ def load_adapter(loaded: dict, name: str):
 
         adapter = get_adapter(name)
         adapter.load()
+        adapter.learn_release()  # calls fitted to the installed release, as the worker's are
         loaded[name] = adapter
     return loaded[name]
 

@@ -72,9 +72,14 @@ class Scope:
             modes = frozenset(map(str, m.get("modes") or sel.get("modes") or [EAGER])) - set(map(str, not_run))
             if not_run:  # a mode asked for and not run here: the run selected less than it was asked
                 narrowed |= {"--mode"}
+            apis = frozenset(sel.get("apis") or ())
+            missing = m.get("apis_not_run") if isinstance(m.get("apis_not_run"), dict) else {}
+            if missing:  # APIs the installed release lacks: as if --api had named the others
+                narrowed |= {"--api"}
+                apis = (apis or frozenset(api for api, _, _ in targets or ())) - set(map(str, missing))
             scope.runs.setdefault(framework, []).append(_RunSelection(
                 narrowed, sel.get("shard"), sel.get("seed"), frozenset(parts) if parts else None,
-                frozenset(sel.get("apis") or ()), frozenset(sel.get("devices") or ()), targets, modes))
+                apis, frozenset(sel.get("devices") or ()), targets, modes))
         return scope
 
     def selects(self, framework: str, api: str, device: str, part: str, mode: str = EAGER) -> bool:

@@ -146,6 +146,33 @@ def _load(framework: str, spec: Spec, profiles_dir: Path | None, carried, chain:
     return deviations
 
 
+def oldest_release(framework: str, profiles_dir: Path | None = None,
+                   carried: str | Path | dict | None = None) -> str | None:
+    """The oldest release of `framework` its profile says the adapter supports (`oldest_release:`), or None.
+    Read from a profile `load_profile` has validated (the run's ledger loads it first)."""
+    found = profile_source(framework, profiles_dir, carried)
+    if found is None:
+        return None
+    shown, source = found
+    fix = "pass --profiles with a directory of readable profiles"
+    data = source if isinstance(source, dict) else parse_yaml(read_text(source, shown, SpecError, fix=fix), shown,
+                                                              SpecError)
+    value = data.get("oldest_release") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def older_than(release: str, oldest: str) -> bool:
+    """Whether the installed `release` ("2.5.1", "0.1.7 (jax 0.4.13, ...)", "2.13.0+cpu") comes before `oldest`
+    ("2.6.2"), by their leading numbers; False where the release states none."""
+    match = re.match(r"\d+(?:\.\d+)*", release.strip())
+    if match is None:
+        return False
+    installed = tuple(int(n) for n in match.group().split("."))
+    wanted = tuple(int(n) for n in oldest.split("."))
+    width = max(len(installed), len(wanted))
+    return installed + (0,) * (width - len(installed)) < wanted + (0,) * (width - len(wanted))
+
+
 def parent_dir(framework: str, profiles_dir: Path | None) -> Path | None:
     """Where a framework a profile extends (or --like names) has its profile: --profiles where it has one
     there, else the shipped profiles."""

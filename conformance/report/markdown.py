@@ -163,7 +163,18 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
                 + (", `fallback` (a compiled mode's call ran eagerly instead: the mode was not checked, and no "
                    "gate accepts it)" if sum(tally.fallback.values()) else "")
                 + "; and `unsupported` (the API cannot express the case).", ""]
-    return out + _modes(tally, manifests)
+    return out + _modes(tally, manifests) + _release_gaps(manifests)
+
+
+def _release_gaps(manifests: Sequence[dict[str, Any]]) -> list[str]:
+    """Once per run, each API its framework's installed release lacks (not run: no rows for it) and each of the
+    harness's own options that release could not take (run.json's `apis_not_run` and `notes`)."""
+    out = [f"Not run: {_cell(str(m.get('framework', '?')))} API {_cell(str(api))}: {_cell(str(why), _LISTED_CELL)}."
+           for m in manifests if isinstance(m.get("apis_not_run"), dict) and m.get("status") != "not_run"
+           for api, why in m["apis_not_run"].items()]  # a framework not run at all says why once, in its status
+    out += [f"Note: {_cell(str(m.get('framework', '?')))}: {_cell(str(note), _LISTED_CELL)}."
+            for m in manifests if isinstance(m.get("notes"), list) for note in m["notes"]]
+    return out + [""] if out else []
 
 
 def _modes(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:

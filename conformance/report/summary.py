@@ -23,7 +23,7 @@ def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
         "spec_hash": sorted(tally.spec_hashes)[0] if tally.spec_hashes else None,
         "runs": [{k: m.get(k) for k in ("framework", "framework_version", "status", "reason", "cases", "seed",
                                         "shard", "python_version", "numpy_version", "harness_version", "modes",
-                                        "modes_not_run")}
+                                        "modes_not_run", "apis_not_run", "notes")}
                  for m in manifests],
         "targets": {key: {"results": sum(c.values()), "undocumented": tally.undocumented[label],
                           "known": tally.known[label], "fallback": tally.fallback[label],

@@ -36,7 +36,7 @@ from conformance.core.results import (DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE,
                                       iter_results, manifest_text, read_manifest, write_lines_atomic, write_manifest)
 from conformance.core.rundirs import other_spec
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
-from conformance.judge.profiles import DeviationLedger, default_profiles_dir
+from conformance.judge.profiles import DeviationLedger, default_profiles_dir, older_than, oldest_release
 from conformance.judge.refcache import ReferenceCache
 from conformance.reference.forward import takes_input_space
 from conformance.run.outdir import (RUN_FILES, OutDirLock, check_out_dir, clear_temporary_files, prepare_out_dir,
@@ -68,6 +68,8 @@ class RunSummary:
     unspoken: int = 0  # cases in an input space no selected API's dialect takes: no rows
     restarts: int = 0
     not_run: str | None = None  # why the framework could not be loaded
+    apis_not_run: dict[str, str] = field(default_factory=dict)  # APIs the installed release lacks, and why
+    notes: list[str] = field(default_factory=list)  # the harness's own options that degraded on this release
     stopped: str | None = None  # why the run ended before its last case (the worker could not be restarted)
     current: str | None = None  # the case being judged, for the reason of a failure
 
@@ -213,6 +215,14 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
             prefetched = _prefetch(ctx, cases)
             # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
             ctx.info = pool.info if pool.info is not None else pool.wait_ready()
+            apis_not_run, notes = _release_gaps(adapter, ctx.info, options, api_names)
+            summary.apis_not_run, summary.notes = apis_not_run, notes
+            if apis_not_run or notes:
+                manifest.update({**({"apis_not_run": apis_not_run} if apis_not_run else {}),
+                                 **({"notes": notes} if notes else {})})
+            if len(apis_not_run) == len(dict.fromkeys(options.apis or api_names)):  # the release has none of them
+                manifest["framework_version"] = ctx.info.version
+                raise WorkerUnavailable("; ".join(dict.fromkeys(apis_not_run.values())))
         except WorkerUnavailable as exc:
             summary.not_run = str(exc)
             _prepare(out, options, manifest, lock, before)
@@ -232,7 +242,7 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
         # a mode this machine cannot run (a package it needs is missing) is not run, with the reason, once
         unusable = {m: why for m in dict.fromkeys(t.mode for t in ctx.targets)
                     if (why := ctx.info.unusable_modes.get(m))}
-        ctx.targets = [t for t in ctx.targets if t.mode not in unusable]
+        ctx.targets = [t for t in ctx.targets if t.mode not in unusable and t.api not in apis_not_run]
         manifest.update(framework_version=ctx.info.version, targets=[str(t) for t in ctx.targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         modes=list(dict.fromkeys(options.modes or (EAGER,))),
@@ -294,6 +304,22 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     if progress is not None:
         progress(summary.cases)
     return summary
+
+
+def _release_gaps(adapter, info: WorkerInfo, options: RunOptions, api_names: list[str]) -> tuple[dict, list[str]]:
+    """What the installed release lacks, learnt by the worker: the selected APIs it has not (each with why: they
+    are not run), and one line per harness option it did not take and where it is older than its profile's
+    `oldest_release`. Gives the parent's adapter the release's arguments (its unsupported_reason reads them)."""
+    offer = adapter.offer = info.offer
+    missing = offer.missing_apis if offer is not None else {}
+    apis_not_run = {a: missing[a] for a in dict.fromkeys(options.apis or api_names) if a in missing}
+    notes = list(offer.notes) if offer is not None else []
+    oldest = oldest_release(adapter.name, options.profiles_dir, adapter.carried_profile())
+    if oldest is not None and older_than(str(info.version), oldest):
+        notes.append(f"{adapter.name} {str(info.version).split(' ')[0]} is older than {oldest}, the oldest release "
+                     "its profile says the adapter supports (oldest_release): what the release lacks may show as "
+                     "findings")
+    return apis_not_run, notes
 
 
 def interruption(exc: BaseException) -> str:

@@ -30,7 +30,7 @@ import weakref
 from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
-from typing import Deque, Iterator
+from typing import Any, Deque, Iterator
 
 from conformance.core.model import EAGER, Case, Observation, Verdict
 
@@ -74,6 +74,7 @@ class WorkerInfo:
     devices: tuple[str, ...]
     device_names: dict[str, str]
     unusable_modes: dict[str, str] = field(default_factory=dict)  # mode -> why it cannot run here
+    offer: Any = None  # what the installed release offers (adapters.base.Offer): APIs, arguments, notes
 
 
 def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str | None = None,
@@ -88,7 +89,7 @@ def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str |
     fd = os.open(output_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)  # the framework's own printing goes to a file the parent reads after a crash
     os.dup2(fd, 2)
-    from conformance.adapters.base import FrameworkUnavailable
+    from conformance.adapters.base import FrameworkUnavailable, Offer
     from conformance.adapters.registry import get_adapter
 
     adapter = get_adapter(framework)
@@ -102,8 +103,13 @@ def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str |
     devices = adapter.devices()
     # plain str: torch.__version__ is a TorchVersion, and unpickling it would import torch in the parent
     unusable = {str(m.name): str(why) for m in adapter.modes if (why := adapter.mode_unavailable(m.name))}
+    try:
+        offer = adapter.learn_release()
+    except Exception as exc:  # an adapter bug: the run goes on as if the release offered everything
+        offer = adapter.offer = Offer(notes=(f"what the release offers could not be learnt: {type(exc).__name__}: "
+                                             f"{exc}".splitlines()[0][:300],))
     conn.send((READY, WorkerInfo(str(adapter.version()), tuple(map(str, devices)),
-                                 {str(d): str(adapter.device_name(d)) for d in devices}, unusable)))
+                                 {str(d): str(adapter.device_name(d)) for d in devices}, unusable, offer)))
     while True:
         batch = conn.recv()
         if batch is None:  # what the adapter started outside this process ends before this one is killed

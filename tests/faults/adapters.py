@@ -13,10 +13,11 @@ import os
 import signal
 import sys
 import time
+import types
 
 import numpy as np
 
-from conformance.adapters.base import Adapter, Api, Mode, call_observed
+from conformance.adapters.base import Adapter, Api, ApiCall, Mode, call_observed
 from conformance.core.model import Case, Observation
 
 
@@ -356,3 +357,70 @@ class ModalAdapter(OffByOneAdapter):
         shift = " + 1.0" if self.mode == "shifted" else ""
         return (f"# mode: {self.mode}\nx, t = x_values, t_values\n"
                 f"result = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0){shift}")
+
+
+def _old_kl_div(input, target, reduction="mean"):
+    """kl_div of an older release of the stand-in framework: no log_target argument (the target is always
+    probabilities), as Paddle 2.6's. Honest float64 NumPy, the spec's formula."""
+    x, t = np.broadcast_arrays(np.asarray(input, dtype=np.float64), np.asarray(target, dtype=np.float64))
+    with np.errstate(all="ignore"):
+        loss = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0)
+    if reduction == "batchmean":
+        return np.asarray(loss.sum() / (loss.shape[0] if loss.ndim else 1))
+    reduced = {"none": lambda: loss, "sum": lambda: np.asarray(loss.sum()), "mean": lambda: np.asarray(loss.mean())}
+    if reduction not in reduced:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return reduced[reduction]()
+
+
+class OldReleaseAdapter(Adapter):
+    """A stand-in framework `klfake` in an older release, made through the real call machinery (`call`, the
+    base `run`): its `klfake.kl_div` has no log_target argument, and its `klfake.losses` module does not exist
+    yet. The harness learns both from the loaded module, as it does for Paddle 2.6 and optax 0.1.7."""
+
+    name = "klfake"
+    apis = (Api("klfake.kl_div"), Api("klfake.losses.kl_div"))
+    known_devices = ("cpu",)
+
+    def load(self) -> None:
+        module = types.ModuleType("klfake")
+        module.__version__ = "0.9"
+        module.kl_div = _old_kl_div
+        sys.modules["klfake"] = module  # what `import klfake` would leave: ApiCall finds the API there
+
+    def version(self) -> str:
+        return sys.modules["klfake"].__version__
+
+    def devices(self) -> tuple[str, ...]:
+        return ("cpu",)
+
+    def build(self, case: Case, device: str):
+        return case.input.astype(case.dtype.input), case.target.astype(case.dtype.target)
+
+    def call(self, case: Case, api: Api) -> ApiCall:
+        return ApiCall.function(api.name, "x", "t", reduction=case.params.reduction,
+                                log_target=case.params.log_target)
+
+    def to_numpy(self, result):
+        value = np.asarray(result)
+        return value.astype(np.float64), "float64", value.shape
+
+    def repro_source(self, case, api, device, part):
+        return f"x, t = x_values, t_values\nresult = {self.call(case, api).source()}"
+
+
+class NoApiAdapter(OldReleaseAdapter):
+    """The stand-in framework in a release that has none of the APIs the adapter runs."""
+
+    apis = (Api("klfake.losses.kl_div"), Api("klfake.losses.kl_div_with_log_targets"))
+
+
+class NoCacheOptionAdapter(OldReleaseAdapter):
+    """The stand-in framework's kl_div, from a release that does not take one of the harness's own options (as
+    JAX 0.4.13 has no jax_compilation_cache_dir), which the run notes and goes on without."""
+
+    apis = (Api("klfake.kl_div"),)
+
+    def load(self) -> None:
+        super().load()
+        self.degraded("klfake 0.9 does not take the option compile_cache_dir: the run goes on without it")
