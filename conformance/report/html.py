@@ -20,12 +20,12 @@ from itertools import product
 from typing import Any, Iterable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
-from conformance.core.results import DETAIL_KEYS
+from conformance.core.results import detail_matcher
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally
 from conformance.report.tally import split_label as _split
-from conformance.report.tally import target_label, where_label
+from conformance.report.tally import join_framework, target_label, where_label
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}
@@ -76,7 +76,7 @@ applyFilters();
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{}'; base-uri 'none'; "
        "form-action 'none'")
 
-FILTER_KEYS = ("cause", "framework", "api", "device", "mode", "part", "dtype", "reduction", "family", "verdict",
+FILTER_KEYS = ("cause", "framework", "release", "api", "device", "mode", "part", "dtype", "reduction", "family", "verdict",
                "documented")
 
 
@@ -90,9 +90,10 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
     listed = tally.listed_in_page
     detail_by_key = {}
     wanted = {_key(r) for r in listed}
+    match = detail_matcher(wanted)
     for d in details if wanted else ():
-        key = tuple(d[k] for k in DETAIL_KEYS)
-        if key in wanted:
+        key = match(d)
+        if key is not None and key not in detail_by_key:
             detail_by_key[key] = d
             if len(detail_by_key) == len(wanted):  # the page lists the first divergences: the rest is not read
                 break
@@ -111,7 +112,7 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
 
 
 def _key(r: Result) -> tuple:
-    return r.key  # results.DETAIL_KEYS' values
+    return (*r.key, r.framework_version)  # results.DETAIL_KEYS' values, then the release
 
 
 def _e(text: Any) -> str:
@@ -159,7 +160,7 @@ def _short(target: str) -> str:
     eager), part."""
     t = _split(target)
     mode = "" if t["mode"] == EAGER else f" {t['mode']}"
-    return f"{t['framework']} {t['api'].rsplit('.', 1)[-1]} {t['device']}{mode} {t['part']}"
+    return f"{join_framework(t)} {t['api'].rsplit('.', 1)[-1]} {t['device']}{mode} {t['part']}"
 
 
 def _group_key(r: Result) -> tuple[str, str]:
@@ -182,6 +183,8 @@ def _filters(tally: Tally) -> list[str]:
     out = ["<h2>Filters</h2><div class='filters'>"]
     for key in FILTER_KEYS:
         if key == "mode" and values[key] <= {EAGER}:  # an eager-only report reads as before modes existed
+            continue
+        if key == "release" and not values[key]:  # one release per framework: as before releases were compared
             continue
         options = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in sorted(values[key]))
         out.append(f"<label>{key} <select data-key='{key}'><option value=''>all</option>{options}</select></label>")
@@ -264,7 +267,7 @@ def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list
             out.append(f"<div class='group verdict-group' {_data({'verdict': key[1]})}><details><summary>"
                        f"<span class='v-div'>{_e(key[1])}</span>: {n}, {_acceptance(group, n)}, "
                        f"<span class='shown-n'>{len(group)}</span> shown</summary>")
-            out += [_divergence(r, run_info, details.get(_key(r))) for r in group]
+            out += [_divergence(r, run_info, details.get(_key(r)), tally.released) for r in group]
             out.append("</details></div>")
         out.append("</details></section>")
     return out + ["</div>"]
@@ -281,9 +284,9 @@ def _acceptance(rows: list[Result], size: int) -> str:
     return text + (f" (of the {len(rows)} in this page)" if len(rows) < size else "")
 
 
-def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
+def _divergence(r: Result, run_info: dict, detail: dict | None, released: frozenset[str] = frozenset()) -> str:
     accepted = "documented" if r.documented else ("known" if r.known_by else "no")
-    attrs = {**_split(target_label(r)), "cause": _group_key(r)[0], "verdict": r.verdict.value, "dtype": r.dtype,
+    attrs = {**_split(target_label(r, released)), "cause": _group_key(r)[0], "verdict": r.verdict.value, "dtype": r.dtype,
              "reduction": r.reduction, "family": r.family, "documented": accepted}
     doc = ((f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
            + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
@@ -311,7 +314,7 @@ def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
             if detail.get(name):
                 body.append(f"<p>{name}: <code>{_e(detail[name])}</code></p>")
     return (f"<div class='divergence' {_data(attrs)}><details><summary><code>{_e(r.case_id)}</code> "
-            f"{_e(where_label(r) + ' ' + r.part)} <span class='v-div'>{_e(r.verdict.value)}</span>"
+            f"{_e(where_label(r, released) + ' ' + r.part)} <span class='v-div'>{_e(r.verdict.value)}</span>"
             f"{doc} <span class='worst'>{_worst(r, detail, bad)}</span></summary>" + "".join(body) + "</details></div>")
 
 

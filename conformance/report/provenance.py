@@ -1,7 +1,7 @@
 """Refuses result sets that would mix, in one read-only pass before a report writes anything.
 
 A merged report counts each row once and reads each case id as one case. That holds only
-when every row judges a distinct (case, framework, api, device, part), and when one case
+when every row judges a distinct (case, framework, api, device, mode, part, release), and when one case
 id has one content (`case_digest`) in every run and in the baseline: a run given twice, a
 merged directory beside one of its own runs, two seeds, or two versions of a user's case
 file under one id would otherwise be counted, or compared, as one matrix. The pass also
@@ -43,11 +43,13 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
     present, _ = load_manifests(run_dirs, allow_missing)
     first_digest: dict[str, tuple[str, Path]] = {}
     seen_targets: dict[str, int] = {}  # case id -> bit mask over `targets`
-    targets: dict[tuple[str, str, str, str, str], int] = {}  # (framework, api, device, mode, part)
+    # (framework, api, device, mode, part, release): two releases of one call are two results, one release twice
+    # the same result
+    targets: dict[tuple[str, str, str, str, str, str], int] = {}
     for run_dir in present:
         results = run_dir / RESULTS_FILE
         for row in iter_results(run_dir):
-            where = f"case {row.case_id!r}, {key_label(row.key)}"
+            where = f"case {row.case_id!r}, {key_label(row.key)}, release {row.framework_version}"
             if row.spec_hash != spec_hash:
                 raise other_spec(row.spec_hash, spec_hash, str(results), where, redo)
             digest, origin = first_digest.setdefault(row.case_id, (row.case_digest, results))
@@ -57,7 +59,7 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
                                    f"version of its case file", file=str(results), where=where,
                                    fix="merge runs made with the same --seed and case files (rerun the odd one), "
                                        "or give an edited user case a new id")
-            bit = 1 << targets.setdefault(row.key[1:], len(targets))
+            bit = 1 << targets.setdefault((*row.key[1:], row.framework_version), len(targets))
             mask = seen_targets.get(row.case_id, 0)
             if mask & bit:
                 raise ResultsError("the same result appears twice: a run given twice (under two paths), or a "
