@@ -104,6 +104,11 @@ def detail_key(r: Result) -> tuple[str, ...]:
     return (*r.key, r.framework_version)
 
 
+def _example_detail(examples: dict[tuple, dict[str, Any]], r: Result) -> dict[str, Any] | None:
+    """The worked example's detail: by its key and release, else by its key alone (a caller's details by key)."""
+    return examples.get(detail_key(r), examples.get(r.key))
+
+
 def wanted_details(tally: Tally) -> set[tuple[str, str, str, str, str]]:
     """The details report.md's worked examples show: one row per cause group."""
     return {detail_key(r) for r in tally.group_example.values()}
@@ -312,7 +317,7 @@ def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]], examples: di
     used, shown = _size(out) + 400, 0  # room for the line that counts what is left out
     for key in order:
         section = _section(tally, key, run_info.get(tally.group_example[key].framework, {}),
-                           examples.get(detail_key(tally.group_example[key])))
+                           _example_detail(examples, tally.group_example[key]))
         if used + _size(section) > budget:
             break
         out += section
