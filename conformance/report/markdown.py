@@ -281,7 +281,8 @@ def _releases(pairs: list[ReleasePair], listed: int) -> list[str]:
             out += [f"- {KIND_TEXT[kind]}: {len(calls)}. Example: {_code(_cut(call[0], _CELL))} on "
                     f"{_cell(call_text(call))}: {_cell(p.older)} {_cell(seen_text(old))}, {_cell(p.newer)} "
                     f"{_cell(seen_text(now))}; {_cell(shown.dtype)}; message: {_cell(shown.message, _CELL) or '-'}"]
-        out.append("")
+        if any(p.calls.values()):
+            out.append("")
         for kind in KINDS if listed else ():
             calls = p.calls[kind]
             if not calls:
