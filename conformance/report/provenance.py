@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from conformance.core.errors import ResultsError
-from conformance.core.model import key_label
+from conformance.core.model import Result, key_label
 from conformance.core.results import RESULTS_FILE, iter_details, iter_results
 from conformance.core.rundirs import load_manifests, other_spec
 
@@ -43,6 +43,7 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
     present, _ = load_manifests(run_dirs, allow_missing)
     first_digest: dict[str, tuple[str, Path]] = {}
     seen_targets: dict[str, int] = {}  # case id -> bit mask over `targets`
+    first_release: dict[str, str] = {}  # framework -> the release of its first row
     # (framework, api, device, mode, part, release): two releases of one call are two results, one release twice
     # the same result
     targets: dict[tuple[str, str, str, str, str, str], int] = {}
@@ -66,6 +67,10 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
                                    "merged directory given together with one of its runs",
                                    file=str(results), where=where, fix="pass each run once")
             seen_targets[row.case_id] = mask | bit
+            if baseline is not None:
+                _one_release(row, first_release, str(results), "--baseline",
+                             "compare each release with the baseline in a report of its own (one release per "
+                             "framework), or merge the releases without --baseline")
         for _ in iter_details(run_dir):
             pass
     if baseline is not None:
@@ -76,7 +81,10 @@ def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], s
                     rebaseline: str) -> None:
     """The baseline must be readable, of the same spec, and hold the same content under each shared id."""
     results = baseline / RESULTS_FILE
+    first_release: dict[str, str] = {}
     for row in iter_results(baseline):
+        _one_release(row, first_release, str(results), "--baseline",
+                     "give as the baseline a run (or merge) of one release per framework")
         if row.spec_hash != spec_hash:
             raise other_spec(row.spec_hash, spec_hash, str(baseline), "--baseline", rebaseline)
         mine = first_digest.get(row.case_id)
@@ -85,3 +93,13 @@ def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], s
                                f"{row.case_digest} against {mine[0]}): another --seed or another version of its "
                                "case file", file=str(results), where=f"case {row.case_id!r}",
                                fix="compare runs made with the same --seed and case files")
+
+
+def _one_release(row: Result, first_release: dict[str, str], file: str, where: str, fix: str) -> None:
+    """A baseline compares a call with the same call of another release: each side may hold one release of a
+    framework (two would make one key two rows). Raises ResultsError at a framework's second release."""
+    first = first_release.setdefault(row.framework, row.framework_version)
+    if row.framework_version != first:
+        raise ResultsError(f"these results hold two releases of {row.framework} ({first} and "
+                           f"{row.framework_version}): a baseline compares one call with the same call of one "
+                           "release", file=file, where=where, fix=fix)

@@ -135,3 +135,17 @@ def test_text_from_the_rows_stays_text_in_what_changed(tmp_path, monkeypatch):
     assert not re.search(r"(?<!\\)<(?:script|img|/td)", report)  # each < of the rows' text escaped
     page = (out / "report.html").read_text()
     assert "<script>window.pwned" not in page and "&lt;script&gt;window.pwned=4" in page
+
+
+def test_a_baseline_takes_one_release_per_framework_on_each_side(tmp_path, monkeypatch, capsys):
+    """One key, two rows: a comparison with a baseline would count the second release's rows as added."""
+    older, newer = _run(tmp_path, monkeypatch, "1.0", "old"), _run(tmp_path, monkeypatch, "2.0", "new")
+    base = _run(tmp_path, monkeypatch, "1.0", "base")
+    assert main(["report", older, newer, "--out", str(tmp_path / "both")]) == 0
+    capsys.readouterr()
+    for args in ([older, newer, "--baseline", base], [newer, "--baseline", str(tmp_path / "both")]):
+        assert main(["report", *args, "--out", str(tmp_path / "refused")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert "two releases of numpy-released (1.0 and 2.0)" in err and "--baseline" in err and "Fix:" in err
+        assert not (tmp_path / "refused").exists()
