@@ -23,6 +23,7 @@ from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.results import detail_matcher
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
+from conformance.report.releases import KINDS, call_text, release_pairs, seen_text
 from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally
 from conformance.report.tally import split_label as _split
 from conformance.report.tally import join_framework, target_label, where_label
@@ -103,6 +104,7 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
              "<h1>kl_div conformance report</h1>"]
     parts += _provenance(manifests, tally)
     parts += _summary(tally)
+    parts += _releases(tally)
     parts += _filters(tally)
     parts += _matrix(tally)
     parts += _plots(tally)
@@ -149,6 +151,39 @@ def _summary(tally: Tally) -> list[str]:
                    f"<td class='num'>{known}</td>"
                    + "".join(f"<td class='num'>{c[v]}</td>" for v in present) + "</tr>")
     return out + ["</table>"]
+
+
+def _releases(tally: Tally, listed: int = 20) -> list[str]:
+    """What changed between each framework's consecutive releases (report/releases.py): the counts, and the first
+    `listed` calls of each kind; nothing where the report holds one release per framework."""
+    pairs = release_pairs(tally)
+    if not pairs:
+        return []
+    out = ["<h2>Changed between releases</h2><p class='note'>Each release against the next newer one, call by call: "
+           "new (passed, now diverges), fixed, changed (another verdict or cause), lost (no row or unsupported "
+           "now); every call in divergences.md.</p>",
+           "<table id='releases'><tr><th>framework</th><th>older</th><th>newer</th>"
+           + "".join(f"<th>{k}</th>" for k in KINDS) + "<th>judged in newer only</th></tr>"]
+    for p in pairs:
+        counts = p.counts()
+        out.append(f"<tr><td>{_e(p.framework)}</td><td>{_e(p.older)}</td><td>{_e(p.newer)}</td>"
+                   + "".join(f"<td class='num'>{counts[k]}</td>" for k in KINDS)
+                   + f"<td class='num'>{p.gained}</td></tr>")
+    out.append("</table>")
+    for p in pairs:
+        for kind in KINDS:
+            calls = p.calls[kind]
+            if not calls:
+                continue
+            out.append(f"<details><summary>{_e(p.framework)} {_e(p.older)} to {_e(p.newer)}: {kind} "
+                       f"({len(calls)})</summary><table><tr><th>case</th><th>call</th><th>{_e(p.older)}</th>"
+                       f"<th>{_e(p.newer)}</th></tr>"
+                       + "".join(f"<tr><td><code>{_e(c[0])}</code></td><td>{_e(call_text(c))}</td>"
+                                 f"<td>{_e(seen_text(old))}</td><td>{_e(seen_text(now))}</td></tr>"
+                                 for c, old, now in calls[:listed])
+                       + "</table>" + (f"<p class='note'>and {len(calls) - listed} more</p>" if len(calls) > listed
+                                       else "") + "</details>")
+    return out
 
 
 def _data(attrs: dict[str, str]) -> str:

@@ -74,6 +74,8 @@ def test_two_releases_merge_and_report_what_changed_between_them(tmp_path, monke
     page = (out / "report.html").read_text()
     assert "<select data-key='release'><option value=''>all</option><option value='1.0'>1.0</option>" \
            "<option value='2.0'>2.0</option></select>" in page
+    assert "<tr><td>numpy-released</td><td>1.0</td><td>2.0</td><td class='num'>1</td><td class='num'>1</td>" \
+           "<td class='num'>1</td><td class='num'>1</td><td class='num'>0</td></tr>" in page
     divergences = (out / "divergences.md").read_text()
     assert re.search(r"^\| `changes-1` \| numpy\.kl_div / cpu, release 2\.0 \|", divergences, re.M)
     assert re.search(r"^\| `changes-1` \| numpy\.kl_div / cpu, release 1\.0 \|", divergences, re.M)
@@ -95,6 +97,7 @@ def test_a_report_of_one_release_per_framework_names_no_release(tmp_path, monkey
     summary = json.loads((out / "summary.json").read_text())
     assert "releases" not in summary and not any("@" in k or "release" in v for k, v in summary["targets"].items())
     assert "data-key='release'" not in (out / "report.html").read_text()
+    assert "Changed between releases" not in (out / "report.html").read_text()
     assert 'classname="numpy-released.numpy.kl_div.cpu.forward"' in (out / "junit.xml").read_text()
     assert ", release " not in (out / "divergences.md").read_text()
 
