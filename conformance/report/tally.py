@@ -37,8 +37,9 @@ def framework_label(r: Result, released: frozenset[str] = frozenset()) -> str:
 
 
 def release_text(version: str) -> str:
-    """A release as one piece of a label: no blank or " / " inside (a framework's version is text from outside)."""
-    return "/".join("_".join(piece.split()) for piece in str(version).split(" / ")) or "-"
+    """A release as one piece of a label: on one line, without " / " (a framework's version is text from outside;
+    optax's names its JAX: "0.2.8 (jax 0.12.0.1, jaxlib 0.12.0.1, x64)")."""
+    return " ".join(str(version).split()).replace(" / ", "/") or "-"
 
 
 # what a cause group counts of its rows, beside their targets: each a Result field shown in report.md's section
