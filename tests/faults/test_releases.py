@@ -13,6 +13,7 @@ import jsonschema
 from conformance.cli import main
 from conformance.core.results import iter_results
 from conformance.core.specload import load_schema
+from conformance.report.findings import write_findings
 from tests.faults.adapters import HOSTILE_MESSAGE
 
 ADAPTERS = "tests.faults.adapters:"
@@ -79,6 +80,10 @@ def test_two_releases_merge_and_report_what_changed_between_them(tmp_path, monke
     divergences = (out / "divergences.md").read_text()
     assert re.search(r"^\| `changes-1` \| numpy\.kl_div / cpu, release 2\.0 \|", divergences, re.M)
     assert re.search(r"^\| `changes-1` \| numpy\.kl_div / cpu, release 1\.0 \|", divergences, re.M)
+    pages = write_findings([older, newer], tmp_path / "findings")
+    (page,) = [p.read_text() for p in pages if p.name != "index.md"]
+    assert "numpy\\-released@1\\.0/numpy\\.kl\\_div/cpu/forward" in page
+    assert "numpy\\-released@2\\.0/numpy\\.kl\\_div/cpu/forward" in page
     # a baseline across releases still compares one call with the same call: fixed-1 is fixed, worse-1 new
     assert main(["report", newer, "--baseline", older, "--out", str(tmp_path / "since")]) == 0
     since = json.loads((tmp_path / "since" / "baseline.json").read_text())
