@@ -110,19 +110,21 @@ def other_spec(found_hash: str, spec_hash: str, file: str, where: str, redo: str
 
 
 def release_order(release: str) -> tuple:
-    """A sort key that orders releases as versions (packaging's rules where it is installed and the text is a
-    version; else by the numbers and words in it): 1.13.1 before 2.13.0, 0.9 before 0.10."""
+    """A sort key that orders releases as versions: by packaging's rules where it is installed and the release's
+    first word is a version (optax's release names its JAX after it), else by the numbers and words in the text:
+    1.13.1 before 2.13.0, 0.9 before 0.10."""
+    head = release.split()[0] if release.split() else release
     try:
         from packaging.version import InvalidVersion, Version
     except ImportError:
         Version = None
     if Version is not None:
         try:
-            return (0, Version(release), ())
+            return (0, Version(head), release)
         except InvalidVersion:
             pass
-    pieces = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|[^\d.+\-_]+", release))
-    return (1, (), pieces)
+    pieces = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|[^\d.+\-_\s]+", release))
+    return (1, pieces, release)
 
 
 def releases(manifests: Sequence[dict[str, Any]]) -> dict[str, list[str]]:

@@ -65,3 +65,15 @@ def test_a_report_of_one_release_per_framework_has_no_such_section():
     rows = [r for r in _rows() if r.framework_version == "2.13.0"]
     assert "Changed between releases" not in render_markdown(Tally(rows), [])
     assert "releases" not in json.loads(render_summary(Tally(rows), []))
+
+
+def test_releases_are_ordered_as_versions_with_or_without_packaging(monkeypatch):
+    """1.9 before 1.10, a local or Debian suffix after its release, optax's version with its JAX in it by optax's
+    release; the same order where packaging is not installed (then by the numbers in the text)."""
+    from conformance.core.rundirs import release_order
+
+    given = ["2.13.0+cpu", "1.10", "0.2.8 (jax 0.12.0.1, x64)", "1.9", "0.2.2 (jax 0.4.30, x64)", "1.13.1"]
+    want = ["0.2.2 (jax 0.4.30, x64)", "0.2.8 (jax 0.12.0.1, x64)", "1.9", "1.10", "1.13.1", "2.13.0+cpu"]
+    assert sorted(given, key=release_order) == want
+    monkeypatch.setitem(__import__("sys").modules, "packaging.version", None)  # import fails: packaging absent
+    assert sorted(given, key=release_order) == want
