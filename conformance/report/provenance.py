@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Sequence
 
 from conformance.core.errors import ResultsError
-from conformance.core.model import Result, key_label
+from conformance.core.model import key_label
 from conformance.core.results import RESULTS_FILE, iter_details, iter_results
 from conformance.core.rundirs import load_manifests, other_spec
+from conformance.report.baseline import one_release
 
 
 def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bool = False,
@@ -68,7 +69,7 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
                                    file=str(results), where=where, fix="pass each run once")
             seen_targets[row.case_id] = mask | bit
             if baseline is not None:
-                _one_release(row, first_release, str(results), "--baseline",
+                one_release(row, first_release, str(results), "--baseline",
                              "compare each release with the baseline in a report of its own (one release per "
                              "framework), or merge the releases without --baseline")
         for _ in iter_details(run_dir):
@@ -83,7 +84,7 @@ def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], s
     results = baseline / RESULTS_FILE
     first_release: dict[str, str] = {}
     for row in iter_results(baseline):
-        _one_release(row, first_release, str(results), "--baseline",
+        one_release(row, first_release, str(results), "--baseline",
                      "give as the baseline a run (or merge) of one release per framework")
         if row.spec_hash != spec_hash:
             raise other_spec(row.spec_hash, spec_hash, str(baseline), "--baseline", rebaseline)
@@ -94,12 +95,3 @@ def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], s
                                "case file", file=str(results), where=f"case {row.case_id!r}",
                                fix="compare runs made with the same --seed and case files")
 
-
-def _one_release(row: Result, first_release: dict[str, str], file: str, where: str, fix: str) -> None:
-    """A baseline compares a call with the same call of another release: each side may hold one release of a
-    framework (two would make one key two rows). Raises ResultsError at a framework's second release."""
-    first = first_release.setdefault(row.framework, row.framework_version)
-    if row.framework_version != first:
-        raise ResultsError(f"these results hold two releases of {row.framework} ({first} and "
-                           f"{row.framework_version}): a baseline compares one call with the same call of one "
-                           "release", file=file, where=where, fix=fix)

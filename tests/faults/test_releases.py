@@ -157,3 +157,17 @@ def test_a_baseline_takes_one_release_per_framework_on_each_side(tmp_path, monke
         assert len(err.splitlines()) == 1 and "Traceback" not in err, err
         assert "two releases of numpy-released (1.0 and 2.0)" in err and "--baseline" in err and "Fix:" in err
         assert not (tmp_path / "refused").exists()
+
+
+def test_a_run_refuses_a_baseline_of_two_releases(tmp_path, monkeypatch, capsys):
+    older, newer = _run(tmp_path, monkeypatch, "1.0", "old"), _run(tmp_path, monkeypatch, "2.0", "new")
+    assert main(["report", older, newer, "--out", str(tmp_path / "both")]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("KL_TEST_VERSION", "3.0")
+    assert main(["run", "--framework", ADAPTERS + "ReleasedAdapter", "--cases", str(tmp_path / "cases.yaml"),
+                 "--suite", "none", "--out", str(tmp_path / "third"), "--no-progress", "--no-repro",
+                 "--baseline", str(tmp_path / "both")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "two releases of numpy-released (1.0 and 2.0)" in err and "--baseline" in err and "Fix:" in err
+    assert not (tmp_path / "third").exists()
