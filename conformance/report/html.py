@@ -77,8 +77,8 @@ applyFilters();
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{}'; base-uri 'none'; "
        "form-action 'none'")
 
-FILTER_KEYS = ("cause", "framework", "release", "api", "device", "mode", "part", "dtype", "reduction", "family", "verdict",
-               "documented")
+FILTER_KEYS = ("cause", "framework", "release", "api", "device", "mode", "part", "dtype", "reduction", "family",
+               "verdict", "documented")
 
 
 def script_hash(script: str = SCRIPT) -> str:
@@ -321,8 +321,8 @@ def _acceptance(rows: list[Result], size: int) -> str:
 
 def _divergence(r: Result, run_info: dict, detail: dict | None, released: frozenset[str] = frozenset()) -> str:
     accepted = "documented" if r.documented else ("known" if r.known_by else "no")
-    attrs = {**_split(target_label(r, released)), "cause": _group_key(r)[0], "verdict": r.verdict.value, "dtype": r.dtype,
-             "reduction": r.reduction, "family": r.family, "documented": accepted}
+    attrs = {**_split(target_label(r, released)), "cause": _group_key(r)[0], "verdict": r.verdict.value,
+             "dtype": r.dtype, "reduction": r.reduction, "family": r.family, "documented": accepted}
     doc = ((f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
            + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
     bad = _differing(detail, r.bound) if detail else None
