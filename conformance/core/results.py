@@ -14,7 +14,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
 from conformance.core.model import FORMAT_VERSION, PARTS, RESULT_FIELDS, STRICT_JSON, Result, Verdict
@@ -24,6 +24,27 @@ DETAILS_FILE = "details.jsonl"
 DETAIL_ELEMENTS = 64  # elements kept per array in details.jsonl
 MANIFEST_FILE = "run.json"
 DETAIL_KEYS = ("case_id", "framework", "api", "device", "mode", "part")  # a detail's row key in details.jsonl
+# written after the key since releases are set side by side: which release's row a detail belongs to (a detail
+# without it, written before, belongs to the one release of its framework in a report)
+DETAIL_RELEASE = "framework_version"
+
+
+def detail_matcher(wanted: Iterable[tuple]) -> "Callable[[dict[str, Any]], tuple | None]":
+    """For `wanted` rows (each its DETAIL_KEYS values, then its framework_version), a function giving the wanted
+    row a detail is of, or None. A detail of a run made before details named their release matches the first
+    wanted row of any release under its key."""
+    wanted = set(wanted)
+    by_key: dict[tuple, tuple] = {}
+    for full in sorted(wanted):
+        by_key.setdefault(full[:-1], full)
+
+    def match(d: dict[str, Any]) -> tuple | None:
+        key = tuple(d[k] for k in DETAIL_KEYS)
+        release = d.get(DETAIL_RELEASE)
+        if isinstance(release, str):
+            return key + (release,) if key + (release,) in wanted else None
+        return by_key.get(key)
+    return match
 
 
 class ResultsWriter:
@@ -41,7 +62,7 @@ class ResultsWriter:
         line in details.jsonl: the row's DETAIL_KEYS, then those fields."""
         self._file.write(result.to_json() + "\n")
         if detail is not None:
-            key = encoded_fields(**{k: getattr(result, k) for k in DETAIL_KEYS})
+            key = encoded_fields(**{k: getattr(result, k) for k in (*DETAIL_KEYS, DETAIL_RELEASE)})
             self._details.write("{" + ", ".join((key, *detail)) + "}\n")
 
     def flush(self) -> None:

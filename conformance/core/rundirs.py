@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
 from conformance.core.model import EAGER, FORMAT_VERSION, Result
 from conformance.core.results import RESULTS_FILE, check_format_version, check_manifest, iter_results, read_manifest
+from conformance.core.scope import row_framework
 
 REPORT_FILE = "report.md"
 DIVERGENCES_FILE = "divergences.md"  # every divergent row, linked from report.md
@@ -105,3 +107,38 @@ def other_spec(found_hash: str, spec_hash: str, file: str, where: str, redo: str
     return ResultsError(f"these results were made with another spec (hash {found_hash}) than this command's "
                         f"(hash {spec_hash})", file=file, where=where,
                         fix=f"{redo}; CHANGELOG.md says what changed between spec versions")
+
+
+def release_order(release: str) -> tuple:
+    """A sort key that orders releases as versions: by packaging's rules where it is installed and the release's
+    first word is a version (optax's release names its JAX after it), else by the numbers and words in the text:
+    1.13.1 before 2.13.0, 0.9 before 0.10."""
+    head = release.split()[0] if release.split() else release
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        Version = None
+    if Version is not None:
+        try:
+            return (0, Version(head), release)
+        except InvalidVersion:
+            pass
+    pieces = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|[^\d.+\-_\s]+", release))
+    return (1, pieces, release)
+
+
+def releases(manifests: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """The releases of each framework the runs hold (the name its rows carry -> the framework_versions its runs
+    found, oldest first); a run that loaded no framework names none."""
+    found: dict[str, set[str]] = {}
+    for m in manifests:
+        version = m.get("framework_version")
+        if isinstance(version, str) and version:
+            found.setdefault(row_framework(m), set()).add(version)
+    return {name: sorted(versions, key=release_order) for name, versions in found.items()}
+
+
+def released(manifests: Sequence[dict[str, Any]]) -> frozenset[str]:
+    """The frameworks of which the runs hold two releases or more: the reports name a release for these only (a
+    report of one release per framework reads as before releases were set side by side)."""
+    return frozenset(name for name, versions in releases(manifests).items() if len(versions) > 1)

@@ -96,7 +96,10 @@ class BaselineComparison:
         self._spec_hashes: set[str] = set()
         self._seen_cases: set[tuple[str, str]] = set()  # (framework, case id) the run wrote rows for
         self._problem: ResultsError | None = None
+        first_release: dict[str, str] = {}
         for r in iter_results(baseline_dir):
+            one_release(r, first_release, str(Path(baseline_dir) / "results.jsonl"), "--baseline",
+                        "give as the baseline a run (or merge) of one release per framework")
             self._before[_key(r)] = _state(r)
             self._digests[r.case_id] = r.case_digest
             self._spec_hashes.add(r.spec_hash)
@@ -200,3 +203,13 @@ def render_baseline_markdown(diff: BaselineDiff, listed: int = 200) -> list[str]
             out.append(f"\n{len(items) - listed} more in baseline.json.")
         out.append("")
     return out
+
+
+def one_release(row: Result, first_release: dict[str, str], file: str, where: str, fix: str) -> None:
+    """A baseline compares a call with the same call of another release: each side may hold one release of a
+    framework (two would make one key two rows). Raises ResultsError at a framework's second release."""
+    first = first_release.setdefault(row.framework, row.framework_version)
+    if row.framework_version != first:
+        raise ResultsError(f"these results hold two releases of {row.framework} ({first} and "
+                           f"{row.framework_version}): a baseline compares one call with the same call of one "
+                           "release", file=file, where=where, fix=fix)

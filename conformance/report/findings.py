@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import EAGER, Verdict
-from conformance.core.rundirs import iter_rows, load_manifests, safe_file_name
+from conformance.core.rundirs import iter_rows, load_manifests, released, safe_file_name
 from conformance.report.markdown import repro_command
 from conformance.report.sitetext import code, text
 from conformance.report.summary import divergence_counts, render_summary
@@ -41,7 +41,8 @@ def write_findings(run_dirs: Sequence[str | Path], out_dir: str | Path, commit: 
 
     `commit` is the harness's commit the runs were made at, for runs whose run.json does not record one."""
     present, manifests = load_manifests(run_dirs)
-    tallies: dict[str, Tally] = defaultdict(Tally)
+    several = released(manifests)  # a framework of several releases: its targets are named with the release
+    tallies: dict[str, Tally] = defaultdict(lambda: Tally(released=several))
     for row in iter_rows(present):
         tallies[row.framework].add(row)
     by_framework: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -20,12 +20,13 @@ from itertools import product
 from typing import Any, Iterable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
-from conformance.core.results import DETAIL_KEYS
+from conformance.core.results import detail_matcher
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
+from conformance.report.releases import KINDS, call_text, release_pairs, seen_text
 from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally
 from conformance.report.tally import split_label as _split
-from conformance.report.tally import target_label, where_label
+from conformance.report.tally import join_framework, target_label, where_label
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}
@@ -76,8 +77,8 @@ applyFilters();
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{}'; base-uri 'none'; "
        "form-action 'none'")
 
-FILTER_KEYS = ("cause", "framework", "api", "device", "mode", "part", "dtype", "reduction", "family", "verdict",
-               "documented")
+FILTER_KEYS = ("cause", "framework", "release", "api", "device", "mode", "part", "dtype", "reduction", "family",
+               "verdict", "documented")
 
 
 def script_hash(script: str = SCRIPT) -> str:
@@ -90,9 +91,10 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
     listed = tally.listed_in_page
     detail_by_key = {}
     wanted = {_key(r) for r in listed}
+    match = detail_matcher(wanted)
     for d in details if wanted else ():
-        key = tuple(d[k] for k in DETAIL_KEYS)
-        if key in wanted:
+        key = match(d)
+        if key is not None and key not in detail_by_key:
             detail_by_key[key] = d
             if len(detail_by_key) == len(wanted):  # the page lists the first divergences: the rest is not read
                 break
@@ -102,6 +104,7 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
              "<h1>kl_div conformance report</h1>"]
     parts += _provenance(manifests, tally)
     parts += _summary(tally)
+    parts += _releases(tally)
     parts += _filters(tally)
     parts += _matrix(tally)
     parts += _plots(tally)
@@ -111,7 +114,7 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
 
 
 def _key(r: Result) -> tuple:
-    return r.key  # results.DETAIL_KEYS' values
+    return (*r.key, r.framework_version)  # results.DETAIL_KEYS' values, then the release
 
 
 def _e(text: Any) -> str:
@@ -150,6 +153,39 @@ def _summary(tally: Tally) -> list[str]:
     return out + ["</table>"]
 
 
+def _releases(tally: Tally, listed: int = 20) -> list[str]:
+    """What changed between each framework's consecutive releases (report/releases.py): the counts, and the first
+    `listed` calls of each kind; nothing where the report holds one release per framework."""
+    pairs = release_pairs(tally)
+    if not pairs:
+        return []
+    out = ["<h2>Changed between releases</h2><p class='note'>Each release against the next newer one, call by call: "
+           "new (passed, now diverges), fixed, changed (another verdict or cause), lost (no row or unsupported "
+           "now); every call in divergences.md.</p>",
+           "<table id='releases'><tr><th>framework</th><th>older</th><th>newer</th>"
+           + "".join(f"<th>{k}</th>" for k in KINDS) + "<th>judged in newer only</th></tr>"]
+    for p in pairs:
+        counts = p.counts()
+        out.append(f"<tr><td>{_e(p.framework)}</td><td>{_e(p.older)}</td><td>{_e(p.newer)}</td>"
+                   + "".join(f"<td class='num'>{counts[k]}</td>" for k in KINDS)
+                   + f"<td class='num'>{p.gained}</td></tr>")
+    out.append("</table>")
+    for p in pairs:
+        for kind in KINDS:
+            calls = p.calls[kind]
+            if not calls:
+                continue
+            out.append(f"<details><summary>{_e(p.framework)} {_e(p.older)} to {_e(p.newer)}: {kind} "
+                       f"({len(calls)})</summary><table><tr><th>case</th><th>call</th><th>{_e(p.older)}</th>"
+                       f"<th>{_e(p.newer)}</th></tr>"
+                       + "".join(f"<tr><td><code>{_e(c[0])}</code></td><td>{_e(call_text(c))}</td>"
+                                 f"<td>{_e(seen_text(old))}</td><td>{_e(seen_text(now))}</td></tr>"
+                                 for c, old, now in calls[:listed])
+                       + "</table>" + (f"<p class='note'>and {len(calls) - listed} more</p>" if len(calls) > listed
+                                       else "") + "</details>")
+    return out
+
+
 def _data(attrs: dict[str, str]) -> str:
     return " ".join(f"data-{k}='{_e(v)}'" for k, v in attrs.items())
 
@@ -159,7 +195,7 @@ def _short(target: str) -> str:
     eager), part."""
     t = _split(target)
     mode = "" if t["mode"] == EAGER else f" {t['mode']}"
-    return f"{t['framework']} {t['api'].rsplit('.', 1)[-1]} {t['device']}{mode} {t['part']}"
+    return f"{join_framework(t)} {t['api'].rsplit('.', 1)[-1]} {t['device']}{mode} {t['part']}"
 
 
 def _group_key(r: Result) -> tuple[str, str]:
@@ -182,6 +218,8 @@ def _filters(tally: Tally) -> list[str]:
     out = ["<h2>Filters</h2><div class='filters'>"]
     for key in FILTER_KEYS:
         if key == "mode" and values[key] <= {EAGER}:  # an eager-only report reads as before modes existed
+            continue
+        if key == "release" and not values[key]:  # one release per framework: as before releases were compared
             continue
         options = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in sorted(values[key]))
         out.append(f"<label>{key} <select data-key='{key}'><option value=''>all</option>{options}</select></label>")
@@ -264,7 +302,7 @@ def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list
             out.append(f"<div class='group verdict-group' {_data({'verdict': key[1]})}><details><summary>"
                        f"<span class='v-div'>{_e(key[1])}</span>: {n}, {_acceptance(group, n)}, "
                        f"<span class='shown-n'>{len(group)}</span> shown</summary>")
-            out += [_divergence(r, run_info, details.get(_key(r))) for r in group]
+            out += [_divergence(r, run_info, details.get(_key(r)), tally.released) for r in group]
             out.append("</details></div>")
         out.append("</details></section>")
     return out + ["</div>"]
@@ -281,10 +319,10 @@ def _acceptance(rows: list[Result], size: int) -> str:
     return text + (f" (of the {len(rows)} in this page)" if len(rows) < size else "")
 
 
-def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
+def _divergence(r: Result, run_info: dict, detail: dict | None, released: frozenset[str] = frozenset()) -> str:
     accepted = "documented" if r.documented else ("known" if r.known_by else "no")
-    attrs = {**_split(target_label(r)), "cause": _group_key(r)[0], "verdict": r.verdict.value, "dtype": r.dtype,
-             "reduction": r.reduction, "family": r.family, "documented": accepted}
+    attrs = {**_split(target_label(r, released)), "cause": _group_key(r)[0], "verdict": r.verdict.value,
+             "dtype": r.dtype, "reduction": r.reduction, "family": r.family, "documented": accepted}
     doc = ((f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
            + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
     bad = _differing(detail, r.bound) if detail else None
@@ -311,7 +349,7 @@ def _divergence(r: Result, run_info: dict, detail: dict | None) -> str:
             if detail.get(name):
                 body.append(f"<p>{name}: <code>{_e(detail[name])}</code></p>")
     return (f"<div class='divergence' {_data(attrs)}><details><summary><code>{_e(r.case_id)}</code> "
-            f"{_e(where_label(r) + ' ' + r.part)} <span class='v-div'>{_e(r.verdict.value)}</span>"
+            f"{_e(where_label(r, released) + ' ' + r.part)} <span class='v-div'>{_e(r.verdict.value)}</span>"
             f"{doc} <span class='worst'>{_worst(r, detail, bad)}</span></summary>" + "".join(body) + "</details></div>")
 
 

@@ -31,12 +31,15 @@ def _text(s: str) -> str:
     return _NOT_XML.sub("", s)
 
 
+_RELEASE_NAME = re.compile(r"[^A-Za-z0-9_+-]+")  # what a release may keep in a suite's name (a dot reads as a name)
+
+
 class JunitWriter:
     """junit.xml written as rows arrive (`add`), so the report's one pass over the rows feeds it too;
     the file appears, whole, when the writer is closed without an error."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, released: frozenset[str] = frozenset()) -> None:
+        self.path, self.released = path, released  # frameworks whose suites are named with the release
         self._counts: dict[str, Counter] = defaultdict(Counter)
         self._tmp = tempfile.TemporaryDirectory(dir=path.parent, prefix=".junit-")
         self._files: dict[str, IO[str]] = {}
@@ -46,7 +49,9 @@ class JunitWriter:
     def add(self, r: Result, view: tuple[str, str] | None = None) -> None:
         """One row's testcase; `view` is the gate's ("failure" or "skipped", message), None for the usual one."""
         # the mode where it is not eager: an eager run's test names are those of runs made before modes existed
-        name = f"{r.framework}.{r.api}.{r.device}." + ("" if r.mode == EAGER else f"{r.mode}.") + r.part
+        # and the release after the framework where the report holds several of it (dots in it read as names)
+        release = f"-{_RELEASE_NAME.sub('_', r.framework_version)}" if r.framework in self.released else ""
+        name = f"{r.framework}{release}.{r.api}.{r.device}." + ("" if r.mode == EAGER else f"{r.mode}.") + r.part
         if name not in self._files:
             self._files[name] = open(Path(self._tmp.name) / f"{len(self._files)}.xml", "w+", encoding="utf-8")
             self._suites[name] = quoteattr(name)

@@ -19,18 +19,21 @@ from typing import Any, Callable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
-from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, split_label
+from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
+from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_label, join_framework, split_label
 
 REPORT_LIMIT = 65_536  # characters an issue body holds: report.md stays below
 _BUDGET = REPORT_LIMIT - 1_536  # what the parts may fill together; the rest is slack for the lines that say "more"
 # the most characters each part but the divergences may take; the divergences' sections get what is left
 _PART_BUDGETS = {"provenance": 8_000, "summary": 12_000, "families": 12_000, "known": 4_000, "warnings": 4_000,
-                 "baseline": 6_000}
+                 "baseline": 6_000, "releases": 10_000}
 _CELL = 160  # characters of a row's text shown in one cell of report.md
 _MESSAGE = 400  # characters of the worked example's message
 _LISTED_CELL = 600  # characters of a row's text in one cell of divergences.md
 _VALUES = 6  # values shown per span and per array preview
 _LINK = f"[{DIVERGENCES_FILE}]({DIVERGENCES_FILE})"
+_RELEASE_LISTS = (5, 2, 0)  # calls listed per kind in report.md's "Changed between releases", the most that fit
+_RELEASE_LISTED = 500  # calls listed per kind in divergences.md
 _SPAN_NAMES = {"part": "parts", "dtype": "dtypes", "reduction": "reductions", "log_target": "log_target",
                "family": "families"}
 
@@ -47,11 +50,12 @@ def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]], known_aud
                            "command's output and junit.xml") if known_audit is not None else [],
              "warnings": _fit(_warnings(tally), _PART_BUDGETS["warnings"], "rows", "see missing_warnings in "
                               "results.jsonl"),
-             "baseline": _fit(list(baseline), _PART_BUDGETS["baseline"], "lines", f"see {_LINK} and baseline.json")}
+             "baseline": _fit(list(baseline), _PART_BUDGETS["baseline"], "lines", f"see {_LINK} and baseline.json"),
+             "releases": _fitted_releases(release_pairs(tally))}
     parts["provenance"] = _fit(parts["provenance"], _PART_BUDGETS["provenance"], "runs", "see each run's run.json")
     used = sum(_size(lines) for lines in parts.values()) + 100
     out: list[str] = ["# kl_div conformance report", ""]
-    out += parts["provenance"] + parts["summary"] + parts["families"]
+    out += parts["provenance"] + parts["summary"] + parts["releases"] + parts["families"]
     out += _divergences(tally, manifests, examples or {}, _BUDGET - used)
     out += parts["known"] + parts["warnings"] + parts["baseline"]
     return "\n".join(out).rstrip() + "\n"
@@ -72,17 +76,20 @@ def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseli
         size, members = tally.group_sizes[key], tally.groups[key]
         out += [f"## {_code(cause)}: {_cell(verdict)} ({_counts(tally, key)})", "",
                 "| case | api / device | finding | reproduce |", "|---|---|---|---|"]
-        for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device, r.mode)):
+        for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device, r.mode, r.framework_version)):
             tags = (f" **documented** ({_cell(', '.join(r.documented_by))})" if r.documented else "") + \
                 (f" **known** ({_cell(', '.join(r.known_by))})" if r.known_by else "")
             out.append(f"| {_code(r.case_id)} | {_cell(r.api)} / {_cell(r.device)}"
                        f"{'' if r.mode == EAGER else ' / ' + _cell(r.mode)}"
-                       f"{'' if r.part == 'forward' else ' / ' + _cell(r.part)} | {_cell(r.message, _LISTED_CELL)}"
+                       f"{'' if r.part == 'forward' else ' / ' + _cell(r.part)}"
+                       f"{', release ' + _cell(r.framework_version) if r.framework in tally.released else ''}"
+                       f" | {_cell(r.message, _LISTED_CELL)}"
                        f"{tags} | {_code(repro_command(r, run_info.get(r.framework, {})))} |")
         if size > len(members):
             out.append(f"\n{size - len(members)} more in results.jsonl (cause {_code(cause)}, verdict "
                        f"{_code(verdict)}).")
         out.append("")
+    out += _releases(release_pairs(tally), _RELEASE_LISTED)
     for render in (_summary, _family_matrix):  # the tables report.md shows by coarser targets, by every one here
         lines = render(tally, "target")
         if _size(lines) > _PART_BUDGETS["summary" if render is _summary else "families"]:
@@ -91,9 +98,15 @@ def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseli
     return "\n".join(out).rstrip() + "\n"
 
 
-def detail_key(r: Result) -> tuple[str, str, str, str, str, str]:
-    """A row's key in details.jsonl (results.DETAIL_KEYS' values, in Result.key's order)."""
-    return r.key
+def detail_key(r: Result) -> tuple[str, ...]:
+    """A row's key in details.jsonl (results.DETAIL_KEYS' values, in Result.key's order), then its release
+    (results.detail_matcher)."""
+    return (*r.key, r.framework_version)
+
+
+def _example_detail(examples: dict[tuple, dict[str, Any]], r: Result) -> dict[str, Any] | None:
+    """The worked example's detail: by its key and release, else by its key alone (a caller's details by key)."""
+    return examples.get(detail_key(r), examples.get(r.key))
 
 
 def wanted_details(tally: Tally) -> set[tuple[str, str, str, str, str]]:
@@ -134,8 +147,8 @@ def _level(label: str, level: str) -> str:
         return label
     pieces = split_label(label)
     if level == "framework":
-        return pieces["framework"]
-    return " / ".join((pieces["framework"], pieces["api"], pieces["device"],
+        return join_framework(pieces)
+    return " / ".join((join_framework(pieces), pieces["api"], pieces["device"],
                        *([] if pieces["mode"] == EAGER else [pieces["mode"]])))
 
 
@@ -245,6 +258,56 @@ def _family_matrix(tally: Tally, level: str = "target") -> list[str]:
     return out + [""]
 
 
+def _fitted_releases(pairs: list[ReleasePair]) -> list[str]:
+    """"Changed between releases" with as many calls listed per kind as fit its part's budget."""
+    budget = _PART_BUDGETS["releases"]
+    for listed in _RELEASE_LISTS:
+        lines = _releases(pairs, listed)
+        if _size(lines) <= budget:
+            return lines
+    return _fit(lines, budget, "lines")
+
+
+def _releases(pairs: list[ReleasePair], listed: int) -> list[str]:
+    """Per framework and consecutive releases, what changed: counts per kind, one worked example each, and the
+    first `listed` calls of each kind; nothing where the report holds one release per framework."""
+    if not pairs:
+        return []
+    out = ["## Changed between releases", "",
+           "Each framework's releases in this report, each against the next newer one (ordered by version), call by "
+           "call (case, API, device, mode, part): `new` passed and now diverges, `fixed` diverged and now passes, "
+           "`changed` diverges by another verdict or cause, `lost` was judged and now has no row or is unsupported."
+           f" Every such call is listed in {_LINK}.", ""]
+    for p in pairs:
+        counts = p.counts()
+        out += [f"### {_cell(p.framework)}: {_cell(p.older)} to {_cell(p.newer)}", "",
+                f"{p.compared} calls judged in both releases: " + ", ".join(f"{counts[k]} {k}" for k in KINDS)
+                + f"; {p.gained} judged in {_cell(p.newer)} only.", ""]
+        for kind in KINDS:
+            calls = p.calls[kind]
+            if not calls:
+                continue
+            call, old, now = calls[0]
+            shown = now if now is not None and kind != "fixed" else old
+            out += [f"- {KIND_TEXT[kind]}: {len(calls)}. Example: {_code(_cut(call[0], _CELL))} on "
+                    f"{_cell(call_text(call))}: {_cell(p.older)} {_cell(seen_text(old))}, {_cell(p.newer)} "
+                    f"{_cell(seen_text(now))}; {_cell(shown.dtype)}; message: {_cell(shown.message, _CELL) or '-'}"]
+        if any(p.calls.values()):
+            out.append("")
+        for kind in KINDS if listed else ():
+            calls = p.calls[kind]
+            if not calls:
+                continue
+            out += [f"| {kind} | api / device / part | {_cell(p.older)} | {_cell(p.newer)} |", "|---|---|---|---|"]
+            out += [f"| {_code(_cut(call[0], _CELL))} | {_cell(call_text(call))} | {_cell(seen_text(old))} | "
+                    f"{_cell(seen_text(now))} |" for call, old, now in calls[:listed]]
+            if len(calls) > listed:
+                out.append(f"\nAnd {len(calls) - listed} more {kind}"
+                           + (f": see {_LINK}." if listed < _RELEASE_LISTED else " (see results.jsonl)."))
+            out.append("")
+    return out
+
+
 def _counts(tally: Tally, key: tuple[str, str]) -> str:
     return (f"{tally.group_sizes[key]} results: {tally.group_undocumented[key]} undocumented, "
             f"{tally.group_documented[key]} documented, {tally.group_known[key]} known")
@@ -266,7 +329,7 @@ def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]], examples: di
     used, shown = _size(out) + 400, 0  # room for the line that counts what is left out
     for key in order:
         section = _section(tally, key, run_info.get(tally.group_example[key].framework, {}),
-                           examples.get(detail_key(tally.group_example[key])))
+                           _example_detail(examples, tally.group_example[key]))
         if used + _size(section) > budget:
             break
         out += section
@@ -292,7 +355,8 @@ def _section(tally: Tally, key: tuple[str, str], run_info: dict[str, Any], detai
         out.append("- touches: " + (_values(spans["rules"]) if spans["rules"] else "no rule recorded"))
     r = tally.group_example[key]
     status = "documented" if r.documented else "known" if r.known_by else "undocumented"
-    out += ["", f"Example ({status}): {_code(_cut(r.case_id, _CELL))} on {_cell(r.framework)} / {_cell(r.api)} / "
+    out += ["", f"Example ({status}): {_code(_cut(r.case_id, _CELL))} on {_cell(framework_label(r, tally.released))}"
+                f" / {_cell(r.api)} / "
                 f"{_cell(r.device)}{'' if r.mode == EAGER else ', mode ' + _cell(r.mode)}, part {_cell(r.part)}, "
                 f"{_cell(r.dtype)}, reduction {_cell(r.reduction)}, "
                 f"log_target {int(r.log_target)}.", ""]

@@ -1,7 +1,7 @@
 """Refuses result sets that would mix, in one read-only pass before a report writes anything.
 
 A merged report counts each row once and reads each case id as one case. That holds only
-when every row judges a distinct (case, framework, api, device, part), and when one case
+when every row judges a distinct (case, framework, api, device, mode, part, release), and when one case
 id has one content (`case_digest`) in every run and in the baseline: a run given twice, a
 merged directory beside one of its own runs, two seeds, or two versions of a user's case
 file under one id would otherwise be counted, or compared, as one matrix. The pass also
@@ -20,6 +20,7 @@ from conformance.core.errors import ResultsError
 from conformance.core.model import key_label
 from conformance.core.results import RESULTS_FILE, iter_details, iter_results
 from conformance.core.rundirs import load_manifests, other_spec
+from conformance.report.baseline import one_release
 
 
 def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bool = False,
@@ -43,11 +44,14 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
     present, _ = load_manifests(run_dirs, allow_missing)
     first_digest: dict[str, tuple[str, Path]] = {}
     seen_targets: dict[str, int] = {}  # case id -> bit mask over `targets`
-    targets: dict[tuple[str, str, str, str, str], int] = {}  # (framework, api, device, mode, part)
+    first_release: dict[str, str] = {}  # framework -> the release of its first row
+    # (framework, api, device, mode, part, release): two releases of one call are two results, one release twice
+    # the same result
+    targets: dict[tuple[str, str, str, str, str, str], int] = {}
     for run_dir in present:
         results = run_dir / RESULTS_FILE
         for row in iter_results(run_dir):
-            where = f"case {row.case_id!r}, {key_label(row.key)}"
+            where = f"case {row.case_id!r}, {key_label(row.key)}, release {row.framework_version}"
             if row.spec_hash != spec_hash:
                 raise other_spec(row.spec_hash, spec_hash, str(results), where, redo)
             digest, origin = first_digest.setdefault(row.case_id, (row.case_digest, results))
@@ -57,13 +61,17 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
                                    f"version of its case file", file=str(results), where=where,
                                    fix="merge runs made with the same --seed and case files (rerun the odd one), "
                                        "or give an edited user case a new id")
-            bit = 1 << targets.setdefault(row.key[1:], len(targets))
+            bit = 1 << targets.setdefault((*row.key[1:], row.framework_version), len(targets))
             mask = seen_targets.get(row.case_id, 0)
             if mask & bit:
                 raise ResultsError("the same result appears twice: a run given twice (under two paths), or a "
                                    "merged directory given together with one of its runs",
                                    file=str(results), where=where, fix="pass each run once")
             seen_targets[row.case_id] = mask | bit
+            if baseline is not None:
+                one_release(row, first_release, str(results), "--baseline",
+                             "compare each release with the baseline in a report of its own (one release per "
+                             "framework), or merge the releases without --baseline")
         for _ in iter_details(run_dir):
             pass
     if baseline is not None:
@@ -74,7 +82,10 @@ def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], s
                     rebaseline: str) -> None:
     """The baseline must be readable, of the same spec, and hold the same content under each shared id."""
     results = baseline / RESULTS_FILE
+    first_release: dict[str, str] = {}
     for row in iter_results(baseline):
+        one_release(row, first_release, str(results), "--baseline",
+                     "give as the baseline a run (or merge) of one release per framework")
         if row.spec_hash != spec_hash:
             raise other_spec(row.spec_hash, spec_hash, str(baseline), "--baseline", rebaseline)
         mine = first_digest.get(row.case_id)
@@ -83,3 +94,4 @@ def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], s
                                f"{row.case_digest} against {mine[0]}): another --seed or another version of its "
                                "case file", file=str(results), where=f"case {row.case_id!r}",
                                fix="compare runs made with the same --seed and case files")
+

@@ -11,6 +11,8 @@ from typing import Any, Sequence
 
 from conformance.core.model import EAGER, FORMAT_VERSION
 from conformance.core.text import terminal_line
+from conformance.report.releases import release_pairs
+from conformance.report.releases import summary_json as releases_json
 from conformance.report.tally import Tally, split_label
 
 SHORT_SUMMARY_CAUSES = 10  # undocumented causes named at the end of a command's output; the rest are counted
@@ -27,7 +29,8 @@ def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
                  for m in manifests],
         "targets": {key: {"results": sum(c.values()), "undocumented": tally.undocumented[label],
                           "known": tally.known[label], "fallback": tally.fallback[label],
-                          "mode": split_label(label)["mode"], "verdicts": dict(c)}
+                          "mode": split_label(label)["mode"], "verdicts": dict(c),
+                          **({"release": split_label(label)["release"]} if "release" in split_label(label) else {})}
                     for key, (label, c) in sorted(targets.items())},
         "modes": dict(sorted(tally.modes.items())),
         "fallback": sum(tally.fallback.values()),
@@ -41,14 +44,19 @@ def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
         "known": sum(tally.known.values()),
         "results": tally.total,
     }
+    pairs = release_pairs(tally)
+    if pairs:  # a report of one release per framework reads as before releases were set side by side
+        summary["releases"] = releases_json(pairs)
     return json.dumps(summary, indent=2, sort_keys=True) + "\n"
 
 
 def _target_key(label: str) -> str:
     """summary.json's name of a target: framework/api/device/part, with /mode before the part where the mode is
-    not eager (an eager run's names are those of the runs made before modes existed)."""
+    not eager (an eager run's names are those of the runs made before modes existed), and @release after the
+    framework where the report holds several releases of it."""
     pieces = split_label(label)
-    return "/".join([pieces["framework"], pieces["api"], pieces["device"],
+    release = f"@{pieces['release'].replace('/', '_')}" if pieces.get("release") else ""
+    return "/".join([pieces["framework"] + release, pieces["api"], pieces["device"],
                      *([] if pieces["mode"] == EAGER else [pieces["mode"]]), pieces["part"]])
 
 

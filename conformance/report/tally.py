@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from conformance.core.model import EAGER, PARTS, Result, Verdict
 
@@ -18,16 +18,28 @@ RATIO_SAMPLES = 20_000  # error/bound ratios kept per (framework, dtype) for the
 LISTED_IN_PAGE = 2000  # divergences rendered in report.html; all are in results.jsonl
 
 
-def target_label(r: Result) -> str:
+def target_label(r: Result, released: frozenset[str] = frozenset()) -> str:
     """"framework / api / device", then " / mode" where the mode is not eager (an eager-only report reads as
-    before modes existed), then " / part" where the part is not the forward one."""
-    return where_label(r) + ("" if r.part == "forward" else f" / {r.part}")
+    before modes existed), then " / part" where the part is not the forward one. A framework of `released` (the
+    report holds two releases of it or more) is named with its release: "torch 1.13.1 / ..."."""
+    return where_label(r, released) + ("" if r.part == "forward" else f" / {r.part}")
 
 
-def where_label(r: Result) -> str:
-    """The framework, API, device and (where not eager) mode of a row, without its part (what a cause section
-    lists as targets)."""
-    return f"{r.framework} / {r.api} / {r.device}" + ("" if r.mode == EAGER else f" / {r.mode}")
+def where_label(r: Result, released: frozenset[str] = frozenset()) -> str:
+    """The framework (with its release where `released` names it), API, device and (where not eager) mode of a
+    row, without its part (what a cause section lists as targets)."""
+    return f"{framework_label(r, released)} / {r.api} / {r.device}" + ("" if r.mode == EAGER else f" / {r.mode}")
+
+
+def framework_label(r: Result, released: frozenset[str] = frozenset()) -> str:
+    """The row's framework, and its release after a space where the report holds several releases of it."""
+    return f"{r.framework} {release_text(r.framework_version)}" if r.framework in released else r.framework
+
+
+def release_text(version: str) -> str:
+    """A release as one piece of a label: on one line, without " / " (a framework's version is text from outside;
+    optax's names its JAX: "0.2.8 (jax 0.12.0.1, jaxlib 0.12.0.1, x64)")."""
+    return " ".join(str(version).split()).replace(" / ", "/") or "-"
 
 
 # what a cause group counts of its rows, beside their targets: each a Result field shown in report.md's section
@@ -36,20 +48,43 @@ SPANS = ("part", "dtype", "reduction", "log_target", "family")
 
 def split_label(label: str) -> dict[str, str]:
     """Inverse of `target_label`: the framework, api, device, mode and part of a label (a piece after the device
-    that is not a part is the mode; no mode is named a part, adapters/base.py `Mode`)."""
+    that is not a part is the mode; no mode is named a part, adapters/base.py `Mode`), and `release` where the
+    label names one."""
     pieces = label.split(" / ")
     rest = pieces[3:]
     part = rest.pop() if rest and rest[-1] in PARTS else "forward"
-    return {"framework": pieces[0], "api": pieces[1], "device": pieces[2], "mode": rest[0] if rest else EAGER,
-            "part": part}
+    framework, _, release = pieces[0].partition(" ")
+    return {"framework": framework, **({"release": release} if release else {}), "api": pieces[1],
+            "device": pieces[2], "mode": rest[0] if rest else EAGER, "part": part}
+
+
+def join_framework(pieces: dict[str, str]) -> str:
+    """The framework piece of a label split by `split_label`: the framework, with its release where it has one."""
+    return pieces["framework"] + (f" {pieces['release']}" if pieces.get("release") else "")
+
+
+SEEN_MESSAGE = 400  # characters of a row's message kept to show what changed between releases
+
+
+class Seen(NamedTuple):
+    """What a row of a framework with several releases in the report found: what its release is compared by."""
+
+    verdict: str
+    cause: str
+    message: str
+    dtype: str
 
 
 class Tally:
     """Everything a report shows, gathered in one pass over the rows: memory grows with the
     number of divergences listed, not with the number of results."""
 
-    def __init__(self, rows: Iterable[Result] = ()) -> None:
+    def __init__(self, rows: Iterable[Result] = (), released: frozenset[str] = frozenset()) -> None:
         self.total = 0
+        # the frameworks whose labels name a release (writer: rundirs.released), and their rows by release and call
+        # (what "Changed between releases" compares): memory grows with the rows of those frameworks only
+        self.released = released
+        self.by_release: dict[str, dict[str, dict[tuple, Seen]]] = defaultdict(lambda: defaultdict(dict))
         self.by_target: dict[str, Counter] = defaultdict(Counter)
         self.by_family: dict[tuple, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
         self.groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
@@ -72,7 +107,7 @@ class Tally:
         self.ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
         self.listed_in_page: list[Result] = []
         self.spec_hashes: set[str] = set()
-        self._labels: dict[tuple[str, str, str, str, str], str] = {}
+        self._labels: dict[tuple[str, str, str, str, str, str], str] = {}
         for r in rows:
             self.add(r)
 
@@ -81,10 +116,13 @@ class Tally:
         self.total += 1
         self.spec_hashes.add(r.spec_hash)
         self.modes[r.mode] += 1
-        where = (r.framework, r.api, r.device, r.mode, r.part)
+        where = (r.framework, r.framework_version, r.api, r.device, r.mode, r.part)
         target = self._labels.get(where)
         if target is None:
-            target = self._labels[where] = target_label(r)
+            target = self._labels[where] = target_label(r, self.released)
+        if r.framework in self.released:
+            self.by_release[r.framework][r.framework_version][r.call] = \
+                Seen(r.verdict.value, r.cause, r.message[:SEEN_MESSAGE], r.dtype)
         self.by_target[target][r.verdict.value] += 1
         self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
         for warning_id in r.missing_warnings:
@@ -114,7 +152,7 @@ class Tally:
         self.group_documented[key] += r.documented
         self.group_known[key] += bool(r.known_by) and not r.documented
         spans = self.group_spans[key]
-        spans["target"][where_label(r)] += 1
+        spans["target"][where_label(r, self.released)] += 1
         for name in SPANS:
             value = getattr(r, name)
             spans[name][str(int(value)) if isinstance(value, bool) else str(value)] += 1

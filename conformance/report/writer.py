@@ -15,9 +15,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 from conformance.core.errors import ResultsError, UsageError
 from conformance.core.model import EAGER, Result
-from conformance.core.results import (DETAIL_KEYS, DETAILS_FILE, RESULTS_FILE, AtomicLines, iter_details,
+from conformance.core.results import (DETAILS_FILE, RESULTS_FILE, AtomicLines, detail_matcher, iter_details,
                                       write_atomic, write_lines_atomic)
-from conformance.core.rundirs import DIVERGENCES_FILE, REPORT_FILE, RUNS_FILE, iter_rows, load_manifests
+from conformance.core.rundirs import DIVERGENCES_FILE, REPORT_FILE, RUNS_FILE, iter_rows, load_manifests, released
 from conformance.core.scope import Scope
 from conformance.report.baseline import BaselineComparison, BaselineDiff, render_baseline_markdown
 from conformance.report.drafts import write_drafts
@@ -61,7 +61,7 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
     if fed is None:
-        fed = _fed(ReportFeed(out_dir, known, baseline, gates, like), iter_rows(present))
+        fed = _fed(ReportFeed(out_dir, known, baseline, gates, like, released(manifests)), iter_rows(present))
     tally, diff, decision = fed.finish(manifests)
     if fed.like is not None:
         fed.like.finish(present)
@@ -73,12 +73,15 @@ class ReportFeed:
     fared), a row at a time: `add` each row in results.jsonl's order. A run feeds it as it writes its rows,
     so its own report reads none of them back. junit.xml's parts wait in a temporary directory beside it,
     created with the first row (the run's directory is prepared only then). With `baseline`, each row is
-    compared as it comes, so junit.xml shows it as the `gates` judge it."""
+    compared as it comes, so junit.xml shows it as the `gates` judge it. `released` names the frameworks the rows
+    hold two releases or more of (rundirs.released): their targets and tests are named with the release."""
 
     def __init__(self, out_dir: Path, known: Any = None, baseline: str | Path | None = None,
-                 gates: Gates = Gates(), like: LikeMarks | None = None) -> None:
+                 gates: Gates = Gates(), like: LikeMarks | None = None,
+                 released: frozenset[str] = frozenset()) -> None:
         self.out_dir, self.known, self.gates, self.like = out_dir, known, gates, like
-        self._tally = Tally()
+        self.released = released
+        self._tally = Tally(released=released)
         self._junit: JunitWriter | None = None
         self._baseline = BaselineComparison(baseline) if baseline is not None else None
         if known is not None:
@@ -113,7 +116,7 @@ class ReportFeed:
 
     def _writer(self) -> JunitWriter:
         if self._junit is None:
-            self._junit = JunitWriter(self.out_dir / "junit.xml")
+            self._junit = JunitWriter(self.out_dir / "junit.xml", self.released)
         return self._junit
 
     def discard(self) -> None:
@@ -167,9 +170,10 @@ def _examples(tally: Tally, present: Sequence[Path]) -> dict[tuple, dict[str, An
     """The details of report.md's worked examples, read from details.jsonl until each is found."""
     wanted = wanted_details(tally)
     found: dict[tuple, dict[str, Any]] = {}
+    match = detail_matcher(wanted)
     for d in (d for run_dir in present for d in iter_details(run_dir)) if wanted else ():
-        key = tuple(d[k] for k in DETAIL_KEYS)
-        if key in wanted and key not in found:
+        key = match(d)
+        if key is not None and key not in found:
             found[key] = d
             if len(found) == len(wanted):
                 break
@@ -211,7 +215,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
         rows = _in_modes(rows, set(modes), left_out)
     rows = (known.mark(r) for r in rows) if known is not None else rows
     with AtomicLines(out_dir / RESULTS_FILE) as results:
-        feed = _fed(ReportFeed(out_dir, known, baseline, gates, like),
+        feed = _fed(ReportFeed(out_dir, known, baseline, gates, like, released(manifests)),
                     _feeding(lambda row: results.write(row.to_json() + "\n"), rows))
     write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)
                                                 if not modes or d.get("mode", EAGER) in modes))

@@ -119,7 +119,7 @@ def test_a_row_lists_every_field_in_the_formats_order():
 
 def test_a_detail_line_is_the_json_of_its_key_and_fields(tmp_path):
     """A divergence's detail comes as groups of fields encoded once (a case's arrays, an expectation, an
-    observed value); its line must be the JSON object of the row's key and those fields, in order."""
+    observed value); its line must be the JSON object of the row's key, its release and those fields, in order."""
     from conformance.core.results import DETAIL_KEYS, encoded_fields
 
     row = make_result(verdict="value")
@@ -131,6 +131,7 @@ def test_a_detail_line_is_the_json_of_its_key_and_fields(tmp_path):
         writer.write(row, tuple(encoded_fields(**group) for group in fields))
     (line,) = (tmp_path / "details.jsonl").read_text().splitlines()
     merged = {k: getattr(row, k) for k in DETAIL_KEYS}
+    merged["framework_version"] = row.framework_version
     for group in fields:
         merged.update(group)
     assert line == json.dumps(merged, allow_nan=False)

@@ -424,3 +424,30 @@ class NoCacheOptionAdapter(OldReleaseAdapter):
     def load(self) -> None:
         super().load()
         self.degraded("klfake 0.9 does not take the option compile_cache_dir: the run goes on without it")
+
+
+class ReleasedAdapter(NumpyAdapter):
+    """One framework ("numpy-released") at the release $KL_TEST_VERSION names (1.0 unless set), whose releases differ
+    on the cases whose id says how: "worse" is honest in 1.x and off by one from 2.0 on; "fixed" is off by one in
+    1.x and honest from 2.0; "changes" is off by one in 1.x and raises from 2.0 (its message markup:
+    HOSTILE_MESSAGE); "goes" is honest in 1.x and has no kernel from 2.0 (unsupported); "off" is off by one in
+    every release; any other case is honest in every release."""
+
+    name = "numpy-released"
+
+    def version(self) -> str:
+        return os.environ.get("KL_TEST_VERSION", "1.0")
+
+    def run(self, case, api, device, part):
+        newer = not self.version().startswith("1.")
+
+        def compute():
+            if newer and "changes" in case.id:
+                raise RuntimeError(HOSTILE_MESSAGE)
+            if newer and "goes" in case.id:
+                raise NotImplementedError(f"no kernel for {case.id}")
+            off = "off" in case.id or ("worse" in case.id if newer else ("fixed" in case.id or "changes" in case.id))
+            return self.compute(case) + (1.0 if off else 0.0)
+
+        return call_observed(compute, lambda v: (v, "float64", v.shape),
+                             is_no_kernel=lambda exc: isinstance(exc, NotImplementedError))
