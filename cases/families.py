@@ -158,7 +158,8 @@ def draw_pinned(shape: Shape, log_target: bool) -> tuple[np.ndarray, np.ndarray]
     return x, t
 
 
-def draw_certain(rng: np.random.Generator, in_shape: Shape, tg_shape: Shape, log_target: bool) -> tuple[np.ndarray, np.ndarray]:
+def draw_certain(rng: np.random.Generator, in_shape: Shape, tg_shape: Shape,
+                 log_target: bool) -> tuple[np.ndarray, np.ndarray]:
     """The construction cases' values (cases/generate.py `construction_keys`): an input at full precision in
     every element (a 0-d one too), against a certain target, probability 1 (0 in log space). Each term is then
     -input, exact in every dtype and by any formula (exp(0) and log(1) are exact), so what the case judges is
