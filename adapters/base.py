@@ -397,11 +397,11 @@ def fill_value(buffer: np.ndarray) -> float:
 
 
 def construction_source(name: str, values: np.ndarray, case: Case, dtype: str) -> str:
-    """Python source for what a reproducer hands the framework's constructor for the case's construction,
-    from its NumPy array `name` holding `values` (in the case's layout): the buffer `layout_buffer_source` makes (from=numpy), it
-    in the case's dtype (from=numpy,inferred), its nested lists of Python floats (from=list: `.tolist()`, a
-    bare float for a 0-d one), or the shape and the value of a fill (from=factory: "(3, 0), float.fromhex(...)",
-    both literals)."""
+    """Python source for what a reproducer hands the framework's constructor for the case's construction, from
+    its NumPy array `name` holding `values` (in the case's layout): the buffer `layout_buffer_source` makes
+    (from=numpy), that buffer in the case's dtype (from=numpy,inferred), its nested lists of Python floats
+    (from=list: `.tolist()`, a bare float for a 0-d one), or the shape and the value of a fill (from=factory:
+    "(3, 0), float.fromhex(...)", both literals)."""
     made = case.construction
     buffer = layout_buffer_source(name, case.layout)
     if made.source == "list":
