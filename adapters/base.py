@@ -506,6 +506,45 @@ def layout_view_source(expr: str, layout: str, swap: str = "{}.transpose(-1, -2)
     raise ValueError(f"unknown layout {layout!r}")
 
 
+NUMPY_FLOATS = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+
+
+def numpy_source(buffer: np.ndarray, dtype: str) -> np.ndarray:
+    """The NumPy array a case of construction `from=numpy,inferred` hands its framework: `buffer` (float64, the
+    case's values) in the case's own dtype, so the framework infers that dtype from the array (spec:
+    dtypes.inferred.numpy_array)."""
+    return np.asarray(buffer).astype(NUMPY_FLOATS[dtype])
+
+
+def fill_value(buffer: np.ndarray) -> float:
+    """The one value a fill factory (`full(shape, value)`) is given to make `buffer`: its only element, or 0.0
+    for an empty one. A buffer of several values has no fill (the generator gives a factory none)."""
+    flat = np.asarray(buffer, dtype=np.float64).reshape(-1)
+    if flat.size == 0:
+        return 0.0
+    if np.unique(flat.view(np.uint64)).size > 1:
+        raise ValueError("a fill factory makes one value; this tensor holds several")
+    return float(flat[0])
+
+
+def construction_source(name: str, values: np.ndarray, case: Case, dtype: str) -> str:
+    """Python source for what a reproducer hands the framework's constructor for the case's construction, from
+    its NumPy array `name` holding `values` (in the case's layout): the buffer `layout_buffer_source` makes
+    (from=numpy), that buffer in the case's dtype (from=numpy,inferred), its nested lists of Python floats
+    (from=list: `.tolist()`, a bare float for a 0-d one), or the shape and the value of a fill (from=factory:
+    "(3, 0), float.fromhex(...)", both literals)."""
+    made = case.construction
+    buffer = layout_buffer_source(name, case.layout)
+    if made.source == "list":
+        return f"{buffer}.tolist()"
+    if made.source == "factory":
+        array, _ = layout_buffer(values, case.layout)
+        return f"{tuple(array.shape)!r}, float.fromhex({fill_value(array).hex()!r})"
+    if made.inferred:
+        return f"{buffer}.astype(np.{NUMPY_FLOATS[dtype].__name__})"
+    return buffer
+
+
 def check_script_names(case: Case, device: str, part: str, known_devices: tuple[str, ...]) -> None:
     """Refuse names a reproducer writes as code (a dtype as `torch.float32`, a device as `mx.cpu`, a part as a
     variable) unless each is one the harness knows: a case file or a run directory cannot put code there."""
@@ -686,7 +725,7 @@ class TensorCache:
 # What an adapter needs to write its reproducer (docs/guide/ports.md): public, kept across releases.
 REPRODUCER_HELPERS = ("ApiCall", "layout_buffer", "layout_buffer_source", "layout_view_source", "check_script_names",
                       "script_devices", "python_repro_script", "python_docstring", "python_comment", "hex_floats",
-                      "call_observed")
+                      "call_observed", "numpy_source", "fill_value", "construction_source")
 
 # Warnings the harness's own machinery causes during a call, not the framework's answer: JAX's
 # persistent compilation cache (adapters/jaxcache.py) warns when it meets an entry another run is

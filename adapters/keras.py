@@ -43,9 +43,9 @@ import numpy as np
 
 from conformance.adapters import jaxcache
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
-                                       layout_buffer, layout_buffer_source)
+                                       construction_source, fill_value, layout_buffer, numpy_source)
 from conformance.adapters.compiled import Traced, jax_jit_gradient, jax_jit_repro_lines, jax_traced
-from conformance.core.model import EAGER, Case, upstream_gradient
+from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 CLASS, FUNCTION = "keras.losses.KLDivergence", "keras.losses.kl_divergence"
 REDUCTIONS = {"none": None, "mean": "sum_over_batch_size", "sum": "sum"}  # spec -> KLDivergence(reduction=)
@@ -154,18 +154,26 @@ class KerasAdapter(Adapter):
     def _scope(self, device: str):
         return self.keras.device(self._keras_device(device))
 
-    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False):
-        """The case's values as a tensor of the backend of `dtype` on `device`, in `layout`."""
+    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False,
+                made: Construction = NUMPY_DEFAULT):
+        """The case's values as a tensor of the backend of `dtype` on `device`, in `layout`: converted from a NumPy
+        array or from nested Python floats, or made by keras.ops.full; the dtype named, or left to Keras."""
         ops = self.keras.ops
         buffer, view = layout_buffer(values, layout, swap=lambda a: ops.swapaxes(a, -1, -2))
+        given = None if made.inferred else dtype
         with self._scope(device):
-            leaf = ops.convert_to_tensor(buffer, dtype=dtype)
+            if made.source == "factory":
+                leaf = ops.full(buffer.shape, fill_value(buffer), dtype=given)
+            else:
+                data = buffer.tolist() if made.source == "list" else numpy_source(buffer, dtype) if made.inferred \
+                    else buffer
+                leaf = ops.convert_to_tensor(data, dtype=given)
             if requires_grad:  # torch only: a leaf that records, its view is what the loss sees
                 leaf.requires_grad_(True)
             return view(leaf)
 
     def build(self, case: Case, device: str):
-        return tuple(self._tensor(values, dtype, case.layout, device)
+        return tuple(self._tensor(values, dtype, case.layout, device, made=case.construction)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
     def call(self, case: Case, api: Api) -> ApiCall:
@@ -284,8 +292,8 @@ class KerasAdapter(Adapter):
         with respect to target, of sum(w * grad_input)."""
         torch = self._module()
         second = part == "grad2_input"
-        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=part != "grad_target")
-        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=part != "grad_input")
+        x = self._tensor(case.input, case.dtype.input, case.layout, device, part != "grad_target", case.construction)
+        t = self._tensor(case.target, case.dtype.target, case.layout, device, part != "grad_input", case.construction)
         out = loss(x, t)
         upstream = torch.from_numpy(upstream_gradient(tuple(out.shape))).to(device=out.device, dtype=out.dtype)
         (grad,) = torch.autograd.grad(out, [t if part == "grad_target" else x], grad_outputs=upstream,
@@ -314,7 +322,10 @@ class KerasAdapter(Adapter):
         body = []
 
         def tensor(name: str, dtype: str, grad: bool) -> str:
-            leaf = f"keras.ops.convert_to_tensor({layout_buffer_source(name, case.layout)}, dtype={dtype!r})"
+            made = case.construction
+            source = construction_source(name, case.input if name[0] == "x" else case.target, case, dtype)
+            given = "" if made.inferred else f", dtype={dtype!r}"
+            leaf = f"keras.ops.{'full' if made.source == 'factory' else 'convert_to_tensor'}({source}{given})"
             if backend == "torch" and part != "forward":
                 leaf += f".requires_grad_({grad})"
             return VIEWS[case.layout].format(leaf)

@@ -31,9 +31,10 @@ import re
 
 import numpy as np
 
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback, layout_buffer,
-                                       layout_buffer_source)
-from conformance.core.model import Case, upstream_gradient
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
+                                       construction_source, fill_value, layout_buffer, layout_buffer_source,
+                                       numpy_source)
+from conformance.core.model import NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
 # "The kernel KLDiv unregistered." (PyNative); "Unsupported op [KLDiv] on CPU" (graph kernel selection)
@@ -156,7 +157,7 @@ class MindSporeAdapter(Adapter):
 
     def build(self, case: Case, device: str):
         self._use_device(device)
-        return tuple(self._tensor(values, dtype, case.layout)
+        return tuple(self._tensor(values, dtype, case.layout, case.construction)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
     def call(self, case: Case, api: Api) -> ApiCall:
@@ -188,8 +189,17 @@ class MindSporeAdapter(Adapter):
             self.ms.set_context(device_target=DEVICE_TARGETS[device])
             self._device = device
 
-    def _tensor(self, values: np.ndarray, dtype: str, layout: str):
+    def _tensor(self, values: np.ndarray, dtype: str, layout: str, made: Construction = NUMPY_DEFAULT):
+        """The tensor as the case's construction makes it (ms.Tensor of nested Python floats, ops.full, or of a
+        NumPy array in its own dtype, the dtype named or inferred); a NumPy case as before."""
         buffer, view = layout_buffer(values, layout, swap=lambda t: t.swapaxes(-1, -2))
+        given = {} if made.inferred else {"dtype": getattr(self.ms, dtype)}
+        if made.source == "list":
+            return view(self.ms.Tensor(buffer.tolist(), **given))
+        if made.source == "factory":
+            return view(self.ms.ops.full(buffer.shape, fill_value(buffer), **given))
+        if made.inferred:
+            return view(self.ms.Tensor(numpy_source(buffer, dtype)))
         if dtype == "bfloat16":  # float32 holds these values exactly
             return view(self.ms.Tensor(buffer.astype(np.float32), self.ms.float32).astype(self.ms.bfloat16))
         return view(self.ms.Tensor(buffer, getattr(self.ms, dtype)))
@@ -198,6 +208,11 @@ class MindSporeAdapter(Adapter):
         view = {"contiguous": "", "transposed": ".swapaxes(-1, -2)", "strided": "[..., ::2]"}[case.layout]
 
         def tensor(name, dtype):
+            made = case.construction
+            if not made.is_default:
+                source = construction_source(name, case.input if name[0] == "x" else case.target, case, dtype)
+                given = "" if made.inferred else f", dtype=ms.{dtype}"
+                return f"{'ms.ops.full' if made.source == 'factory' else 'ms.Tensor'}({source}{given}){view}"
             if dtype == "bfloat16":
                 return (f"ms.Tensor({layout_buffer_source(name, case.layout)}.astype(np.float32), ms.float32)"
                         f".astype(ms.bfloat16){view}")

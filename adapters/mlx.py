@@ -26,10 +26,10 @@ import platform
 
 import numpy as np
 
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, layout_buffer,
-                                       layout_buffer_source)
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, construction_source,
+                                       fill_value, layout_buffer, numpy_source)
 from conformance.adapters.compiled import Traced
-from conformance.core.model import EAGER, Case, upstream_gradient
+from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 API = "mlx.nn.losses.kl_div_loss"
 COMPILE = "compile"
@@ -71,14 +71,22 @@ class MlxAdapter(Adapter):
 
     def build(self, case: Case, device: str):
         with self._stream(device):
-            inputs = tuple(self._array(values, dtype, case.layout)
+            inputs = tuple(self._array(values, dtype, case.layout, case.construction)
                            for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
             self.mx.eval(*inputs)
         return inputs
 
-    def _array(self, values: np.ndarray, dtype: str, layout: str):
+    def _array(self, values: np.ndarray, dtype: str, layout: str, made: Construction = NUMPY_DEFAULT):
+        """The array as the case's construction makes it: mx.array of a NumPy array or of nested Python floats, or
+        mx.full; with the dtype named, or left to MLX (float32 for Python floats, and for a NumPy float64 array)."""
+        mx = self.mx
         buffer, view = layout_buffer(values, layout, swap=lambda a: a.swapaxes(-1, -2))
-        return view(self.mx.array(buffer, dtype=self._dtype(dtype)))
+        given = {} if made.inferred else {"dtype": self._dtype(dtype)}
+        if made.source == "list":
+            return view(mx.array(buffer.tolist(), **given))
+        if made.source == "factory":
+            return view(mx.full(buffer.shape, fill_value(buffer), **given))
+        return view(mx.array(numpy_source(buffer, dtype) if made.inferred else buffer, **given))
 
     def _dtype(self, name: str):
         return getattr(self.mx, "bool_" if name == "bool" else name)
@@ -169,13 +177,16 @@ class MlxAdapter(Adapter):
     def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
         view = VIEWS[case.layout]
 
-        def array(name, dtype):
-            return f"mx.array({layout_buffer_source(name, case.layout)}, dtype=mx.{'bool_' if dtype == 'bool' else dtype}){view}"
+        def array(name, values, dtype):
+            source = construction_source(name, values, case, dtype)
+            given = "" if case.construction.inferred else f", dtype=mx.{'bool_' if dtype == 'bool' else dtype}"
+            return f"mx.{'full' if case.construction.source == 'factory' else 'array'}({source}{given}){view}"
         lines = ["import mlx.core as mx",
                  "import mlx.nn.losses", "",
                  f"mx.set_default_device(mx.{device})",
-                 f"x = {array('x_values', case.dtype.input)}  # explicit dtype: mx.array(float64 NumPy) is float32",
-                 f"t = {array('t_values', case.dtype.target)}",
+                 f"x = {array('x_values', case.input, case.dtype.input)}"
+                 + ("  # explicit dtype: mx.array(float64 NumPy) is float32" if case.construction.is_default else ""),
+                 f"t = {array('t_values', case.target, case.dtype.target)}",
                  f"loss = lambda x, t: {self.call(case, api).source()}",
                  "out = loss(x, t)"]
         if self.mode != EAGER:

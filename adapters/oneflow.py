@@ -25,9 +25,10 @@ import sys
 
 import numpy as np
 
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback, layout_buffer,
-                                       layout_buffer_source)
-from conformance.core.model import Case, upstream_gradient
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
+                                       construction_source, fill_value, layout_buffer, layout_buffer_source,
+                                       numpy_source)
+from conformance.core.model import NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
 GRAPH = "graph"
@@ -126,7 +127,7 @@ class OneFlowAdapter(Adapter):
         return ("cpu", "cuda") if self.flow.cuda.is_available() else ("cpu",)
 
     def build(self, case: Case, device: str):
-        return tuple(self._tensor(values, dtype, case.layout, device)
+        return tuple(self._tensor(values, dtype, case.layout, device, made=case.construction)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
     def call(self, case: Case, api: Api) -> ApiCall:
@@ -144,9 +145,19 @@ class OneFlowAdapter(Adapter):
         # and its graphs ("KLGraph_3"), in mode graph
         return re.sub(r"(op_name: [A-Za-z_]+?|\bKLGraph_)\d+\b", r"\1", str(exc))
 
-    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False):
+    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False,
+                made: Construction = NUMPY_DEFAULT):
+        """The tensor as the case's construction makes it (flow.tensor of nested Python floats, flow.full, or of a
+        NumPy array in its own dtype, the dtype named or inferred); a NumPy case as before."""
         buffer, view = layout_buffer(values, layout)
-        if dtype == "bfloat16":  # no float64 -> bfloat16 cast kernel on CPU; float32 holds these values exactly
+        given = {} if made.inferred else {"dtype": getattr(self.flow, dtype)}
+        if made.source == "list":
+            tensor = self.flow.tensor(buffer.tolist(), device=device, **given)
+        elif made.source == "factory":
+            tensor = self.flow.full(buffer.shape, fill_value(buffer), device=device, **given)
+        elif made.inferred:
+            tensor = self.flow.tensor(numpy_source(buffer, dtype), device=device)
+        elif dtype == "bfloat16":  # no float64 -> bfloat16 cast kernel on CPU; float32 holds these values exactly
             tensor = self.flow.tensor(buffer.astype(np.float32), device=device).to(self.flow.bfloat16)
         else:
             tensor = self.flow.tensor(buffer, dtype=getattr(self.flow, dtype), device=device)
@@ -155,8 +166,8 @@ class OneFlowAdapter(Adapter):
     def gradient(self, case: Case, api: Api, device: str, part: str):
         flow = self.flow
         second = part == "grad2_input"
-        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=part != "grad_target")
-        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=part != "grad_input")
+        x = self._tensor(case.input, case.dtype.input, case.layout, device, part != "grad_target", case.construction)
+        t = self._tensor(case.target, case.dtype.target, case.layout, device, part != "grad_input", case.construction)
         out = self.invoke(case, api, (x, t))
         upstream = flow.tensor(upstream_gradient(tuple(out.shape)), dtype=out.dtype, device=device)
         (grad,) = flow.autograd.grad(out, [t if part == "grad_target" else x], grad_outputs=upstream,
@@ -172,6 +183,12 @@ class OneFlowAdapter(Adapter):
 
         def tensor(name, dtype, grad):  # requires_grad_ only on what a gradient part differentiates, as the run
             grad = ".requires_grad_(True)" if grad and part != "forward" else ""
+            if not case.construction.is_default:
+                made = case.construction
+                source = construction_source(name, case.input if name[0] == "x" else case.target, case, dtype)
+                given = "" if made.inferred else f", dtype=flow.{dtype}"
+                maker = {"list": "tensor", "factory": "full", "numpy": "tensor"}[made.source]
+                return f"flow.{maker}({source}{given}, device={device!r}){grad}{view}"
             base = f"flow.tensor({layout_buffer_source(name, case.layout)}.astype(np.float32), device={device!r})"
             if dtype == "bfloat16":
                 return f"{base}.to(flow.bfloat16){grad}{view}"

@@ -38,10 +38,10 @@ import platform
 import numpy as np
 
 from conformance.adapters import jaxcache
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, layout_buffer,
-                                       layout_buffer_source)
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, construction_source,
+                                       fill_value, layout_buffer, layout_buffer_source, numpy_source)
 from conformance.adapters.compiled import jax_jit_gradient, jax_jit_repro_lines, jax_traced
-from conformance.core.model import EAGER, Case, upstream_gradient
+from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 JIT = "jit"
 
@@ -102,13 +102,25 @@ class OptaxAdapter(Adapter):
             return []
 
     def build(self, case: Case, device: str):
-        return tuple(self._array(values, dtype, case.layout, device)
+        return tuple(self._array(values, dtype, case.layout, device, case.construction)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
-    def _array(self, values: np.ndarray, dtype: str, layout: str, device: str):
-        """The case's values as a JAX array of `dtype` on `device`, the view taken by JAX (see the module doc)."""
-        buffer, view = layout_buffer(values, layout, swap=lambda a: self.jnp.swapaxes(a, -1, -2))
-        return view(self.jax.device_put(buffer.astype(self.jnp.dtype(dtype)), self._platform_devices(device)[0]))
+    def _array(self, values: np.ndarray, dtype: str, layout: str, device: str, made: Construction = NUMPY_DEFAULT):
+        """The case's values as a JAX array of `dtype` on `device`, the view taken by JAX (see the module doc).
+        A construction case makes it with jnp.array of nested Python floats, jnp.full, or jnp.asarray of a NumPy
+        array in its own dtype (the dtype named, or left to JAX: under x64, float64 for Python floats)."""
+        jnp = self.jnp
+        buffer, view = layout_buffer(values, layout, swap=lambda a: jnp.swapaxes(a, -1, -2))
+        given = {} if made.inferred else {"dtype": jnp.dtype(dtype)}
+        if made.source == "list":
+            array = jnp.array(buffer.tolist(), **given)
+        elif made.source == "factory":
+            array = jnp.full(buffer.shape, fill_value(buffer), **given)
+        elif made.inferred:
+            array = jnp.asarray(numpy_source(buffer, dtype))
+        else:
+            array = buffer.astype(jnp.dtype(dtype))
+        return view(self.jax.device_put(array, self._platform_devices(device)[0]))
 
     def call(self, case: Case, api: Api) -> ApiCall:
         """The default axis=-1 (one value per distribution); log_target is the choice of function."""
@@ -153,7 +165,13 @@ class OptaxAdapter(Adapter):
         view = {"contiguous": "", "transposed": "jnp.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}[case.layout]
 
         def array(name: str, dtype: str) -> str:
-            placed = f"jax.device_put({layout_buffer_source(name, case.layout)}.astype(jnp.{dtype}), device)"
+            made = case.construction
+            made_source = construction_source(name, case.input if name[0] == "x" else case.target, case, dtype)
+            given = "" if made.inferred else f", dtype=jnp.{dtype}"
+            made_source = {"list": f"jnp.array({made_source}{given})", "factory": f"jnp.full({made_source}{given})",
+                           "numpy": f"jnp.asarray({made_source})"}[made.source]
+            placed = (f"jax.device_put({layout_buffer_source(name, case.layout)}.astype(jnp.{dtype}), device)"
+                      if made.is_default else f"jax.device_put({made_source}, device)")
             return view.format(placed) if view else placed
         lines = ["import jax",
                  "jax.config.update('jax_enable_x64', True)  # else float64 is silently float32",

@@ -51,9 +51,9 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback, layout_buffer,
-                                       layout_buffer_source)
-from conformance.core.model import EAGER, Case, upstream_gradient
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
+                                       construction_source, fill_value, layout_buffer, numpy_source)
+from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 PLACES = {"cpu": "cpu", "gpu": "gpu:0"}
 # "(NotFound) The kernel with key (CPU, Undefined(AnyLayout), float16) of kernel `kldiv_loss` is not registered."
@@ -110,7 +110,7 @@ class PaddleAdapter(Adapter):
 
     def build(self, case: Case, device: str):
         self._use_device(device)
-        return tuple(self._tensor(values, dtype, case.layout, device)
+        return tuple(self._tensor(values, dtype, case.layout, device, made=case.construction)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
     def _use_device(self, device: str) -> None:
@@ -119,9 +119,20 @@ class PaddleAdapter(Adapter):
             self.paddle.set_device(PLACES[device])
             self._device = device
 
-    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, differentiated: bool = False):
+    def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, differentiated: bool = False,
+                made: Construction = NUMPY_DEFAULT):
+        """The tensor as the case's construction makes it: paddle.to_tensor of a NumPy array or of nested Python
+        floats, or paddle.full (on the global device, which `_use_device` set); the dtype named, or left to Paddle
+        (its default dtype, or the NumPy array's)."""
         buffer, view = layout_buffer(values, layout, swap=_swap_last_two)
-        leaf = self.paddle.to_tensor(buffer, dtype=dtype, place=PLACES[device], stop_gradient=not differentiated)
+        given = None if made.inferred else dtype
+        if made.source == "factory":
+            leaf = self.paddle.full(buffer.shape, fill_value(buffer), dtype=given)
+            leaf.stop_gradient = not differentiated
+        else:
+            data = (buffer.tolist() if made.source == "list" else numpy_source(buffer, dtype) if made.inferred
+                    else buffer)
+            leaf = self.paddle.to_tensor(data, dtype=given, place=PLACES[device], stop_gradient=not differentiated)
         return view(leaf)
 
     def call(self, case: Case, api: Api) -> ApiCall:
@@ -238,8 +249,8 @@ class PaddleAdapter(Adapter):
         paddle = self.paddle
         self._use_device(device)
         second = part == "grad2_input"
-        x = self._tensor(case.input, case.dtype.input, case.layout, device, differentiated=part != "grad_target")
-        t = self._tensor(case.target, case.dtype.target, case.layout, device, differentiated=part != "grad_input")
+        x = self._tensor(case.input, case.dtype.input, case.layout, device, part != "grad_target", case.construction)
+        t = self._tensor(case.target, case.dtype.target, case.layout, device, part != "grad_input", case.construction)
         out = self.invoke(case, api, (x, t))
         upstream = paddle.to_tensor(upstream_gradient(tuple(out.shape)), dtype=out.dtype, place=PLACES[device])
         (grad,) = paddle.grad([out], [t if part == "grad_target" else x], grad_outputs=[upstream],
@@ -269,8 +280,12 @@ class PaddleAdapter(Adapter):
             ndim = np.ndim(values)
             view = {"contiguous": "", "strided": "[..., ::2]",
                     "transposed": f".transpose({list(range(ndim - 2)) + [ndim - 1, ndim - 2]})"}[case.layout]
-            return (f"paddle.to_tensor({layout_buffer_source(name, case.layout)}, dtype={dtype!r}, place={place!r}, "
-                    f"stop_gradient={not differentiated}){view}")
+            source = construction_source(name, values, case, dtype)
+            given = "" if case.construction.inferred else f", dtype={dtype!r}"
+            if case.construction.source == "factory":  # paddle.full makes it on the device set above
+                return (f"paddle.full({source}{given})"
+                        + ("" if not differentiated else f"\n{name[0]}.stop_gradient = False"))
+            return f"paddle.to_tensor({source}{given}, place={place!r}, stop_gradient={not differentiated}){view}"
         lines = ["import paddle  # warns 'No ccache found' on stderr", ""]
         if part != "forward":
             lines += ["", "class MissingGradient(Exception):", "    \"\"\"paddle.grad gave no gradient (None).\"\"\"",

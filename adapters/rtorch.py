@@ -236,7 +236,12 @@ class RTorchAdapter(Adapter):
 
     def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
         """As Adapter.run, but a dtype this R torch does not have (bfloat16 before R torch 0.15) is
-        unsupported: no R user can make such a tensor."""
+        unsupported: no R user can make such a tensor; so is a construction other than the default (see below)."""
+        if not case.construction.is_default:
+            return Observation(unsupported=f"construction {case.construction} is not made here: the R worker makes "
+                                           "every tensor from an R numeric vector (torch_tensor(as.numeric(values), "
+                                           "dtype = torch_float64()), then a cast), neither with R torch's dtype "
+                                           "inference nor with torch_full")
         missing = [d for d in (case.dtype.input, case.dtype.target) if d not in self._dtypes]
         if missing:
             return Observation(unsupported=f"no such dtype in R torch {self._version.split(' ')[0]}: "

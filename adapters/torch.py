@@ -17,9 +17,9 @@ import re
 import types
 import warnings
 
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback, layout_buffer,
-                                      layout_buffer_source, layout_view_source)
-from conformance.core.model import EAGER, Case, upstream_gradient
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
+                                      construction_source, fill_value, layout_buffer, layout_view_source, numpy_source)
+from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 # torch's words for a floating dtype with no kernel on a device: '"log_vml_cpu" not implemented for 'Half''
 # (torch 1.12 on CPU). An integer dtype raises the same words, but that is the refusal the spec expects.
@@ -95,12 +95,24 @@ class TorchAdapter(Adapter):
         return platform.processor() or platform.machine()
 
     def build(self, case: Case, device: str):
-        return tuple(self._tensor(values, dtype, case.layout, device)
+        return tuple(self._tensor(values, dtype, case.layout, device, made=case.construction)
                      for values, dtype in ((case.input, case.dtype.input), (case.target, case.dtype.target)))
 
-    def _tensor(self, values, dtype: str, layout: str, device: str, requires_grad: bool = False):
+    def _tensor(self, values, dtype: str, layout: str, device: str, requires_grad: bool = False,
+                made: Construction = NUMPY_DEFAULT):
+        """The tensor as the case's construction makes it: torch.from_numpy, torch.tensor of nested Python floats,
+        or torch.full; with the dtype named, or left to torch (its default dtype, or the NumPy array's)."""
+        torch = self.torch
         buffer, view = layout_buffer(values, layout)
-        leaf = self.torch.from_numpy(buffer).to(device=device, dtype=getattr(self.torch, dtype))
+        given = None if made.inferred else getattr(torch, dtype)
+        if made.source == "list":
+            leaf = torch.tensor(buffer.tolist(), dtype=given, device=device)
+        elif made.source == "factory":
+            leaf = torch.full(buffer.shape, fill_value(buffer), dtype=given, device=device)
+        elif made.inferred:
+            leaf = torch.from_numpy(numpy_source(buffer, dtype)).to(device=device)
+        else:
+            leaf = torch.from_numpy(buffer).to(device=device, dtype=given)
         return view(leaf.requires_grad_(requires_grad))
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
@@ -113,8 +125,8 @@ class TorchAdapter(Adapter):
         """
         torch = self.torch
         second = part == "grad2_input"
-        x = self._tensor(case.input, case.dtype.input, case.layout, device, requires_grad=part != "grad_target")
-        t = self._tensor(case.target, case.dtype.target, case.layout, device, requires_grad=part != "grad_input")
+        x = self._tensor(case.input, case.dtype.input, case.layout, device, part != "grad_target", case.construction)
+        t = self._tensor(case.target, case.dtype.target, case.layout, device, part != "grad_input", case.construction)
         out = self.invoke(case, api, (x, t))  # in a compiled mode, the forward graph must have run
         upstream = torch.from_numpy(upstream_gradient(tuple(out.shape))).to(device=device, dtype=out.dtype)
         (grad,) = torch.autograd.grad((out * upstream).sum(), [t if part == "grad_target" else x],
@@ -193,10 +205,18 @@ class TorchAdapter(Adapter):
         """The tensors as the run built them: `requires_grad_` only on what a gradient part differentiates, as
         in `gradient` (an integer tensor refuses it, so a forward reproducer that called it would show that
         refusal instead of the run's finding). In a mode, the call is wrapped as the run wrapped it (`self.mode`)."""
-        def tensor(name: str, dtype: str, differentiated: bool) -> str:
+        def tensor(name: str, values, dtype: str, differentiated: bool) -> str:
             grad = ".requires_grad_(True)" if differentiated and part != "forward" else ""
-            leaf = (f"torch.from_numpy({layout_buffer_source(name + '_values', case.layout)})"
-                    f".to({device!r}, torch.{dtype}){grad}")
+            made, given = case.construction, ("" if case.construction.inferred else f", dtype=torch.{dtype}")
+            source = construction_source(name + "_values", values, case, dtype)
+            if made.source == "list":  # nested lists of Python floats
+                leaf = f"torch.tensor({source}{given}, device={device!r}){grad}"
+            elif made.source == "factory":
+                leaf = f"torch.full({source}{given}, device={device!r}){grad}"
+            elif made.inferred:
+                leaf = f"torch.from_numpy({source}).to({device!r}){grad}"
+            else:
+                leaf = f"torch.from_numpy({source}).to({device!r}, torch.{dtype}){grad}"
             return f"{name} = {layout_view_source(leaf, case.layout)}"
         if self.mode not in self.mode_names():
             raise ValueError(f"unknown mode {self.mode!r} for a reproducer (one of {list(self.mode_names())})")
@@ -204,8 +224,8 @@ class TorchAdapter(Adapter):
             raise ValueError(f"mode {self.mode} has no gradients")
         source = self.call(case, api).source()
         lines = ["import torch", "",
-                 tensor("x", case.dtype.input, part != "grad_target"),
-                 tensor("t", case.dtype.target, part != "grad_input")]
+                 tensor("x", case.input, case.dtype.input, part != "grad_target"),
+                 tensor("t", case.target, case.dtype.target, part != "grad_input")]
         if self.mode in INDUCTOR_OPTIONS:
             lines += self._inductor_repro(source)
         elif self.mode in ONNX_EXPORTERS:

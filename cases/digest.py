@@ -23,14 +23,16 @@ DIGEST_BYTES = 12
 def case_digest(case: Case) -> str:
     """A hex digest of the case's content.
 
-    Is equivalent to hashing ``repr((params, dtypes, layout, shapes))`` followed by the
+    Is equivalent to hashing ``repr((params, dtypes, layout, shapes))`` (with the construction's token after
+    the shapes where it is not the default, so every earlier case keeps its digest) followed by the
     bytes of ``input`` and ``target`` as little-endian float64.
     """
     p = case.params
     digest = hashlib.blake2b(digest_size=DIGEST_BYTES)
+    made = () if case.construction.is_default else (str(case.construction),)
     digest.update(repr((p.reduction, p.log_target, p.size_average, p.reduce, p.prob_input, case.dtype.input,
                         case.dtype.target, case.layout, tuple(case.input.shape),
-                        tuple(case.target.shape))).encode("utf-8"))
+                        tuple(case.target.shape), *made)).encode("utf-8"))
     for values in (case.input, case.target):
         digest.update(np.ascontiguousarray(values, dtype="<f8").view(np.uint8))
     return digest.hexdigest()

@@ -156,3 +156,12 @@ def draw_pinned(shape: Shape, log_target: bool) -> tuple[np.ndarray, np.ndarray]
     x, t = np.zeros(shape), np.zeros(shape)
     x[..., 0], t[..., 0] = -60000.0, 5.0
     return x, t
+
+
+def draw_certain(rng: np.random.Generator, in_shape: Shape, tg_shape: Shape,
+                 log_target: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The construction cases' values (cases/generate.py `construction_keys`): an input at full precision in
+    every element (a 0-d one too), against a certain target, probability 1 (0 in log space). Each term is then
+    -input, exact in every dtype and by any formula (exp(0) and log(1) are exact), so what the case judges is
+    the input's values as the framework made them: a constructor that rounds through a narrower dtype shows."""
+    return rng.normal(-1.0, 2.0, in_shape), np.full(tg_shape, 0.0 if log_target else 1.0)

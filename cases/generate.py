@@ -21,9 +21,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from conformance.cases import rounded_math
-from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_integers, draw_pinned
+from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_certain, draw_integers, draw_pinned
 from conformance.cases.ids import CaseKey, build_id
-from conformance.core.model import FLOAT_DTYPES, PARTS, Case, DtypePair, Params, Spec
+from conformance.core.model import FLOAT_DTYPES, NUMPY_DEFAULT, PARTS, Case, Construction, DtypePair, Params, Spec
 from conformance.core.rounding import INTEGER_DTYPES, round_to_dtype
 
 DEFAULT_SEED = 20261122
@@ -118,10 +118,10 @@ def pairwise_design(levels: dict[str, Sequence[Any]], rng: np.random.Generator) 
 
 
 def _key(reduction, log_target, legacy, shape: ShapeLevel, dtype: DtypePair, family: str,
-         prob_input: bool = False) -> CaseKey:
+         prob_input: bool = False, construction: Construction = NUMPY_DEFAULT) -> CaseKey:
     size_average, reduce = legacy
     return CaseKey(Params(reduction, log_target, size_average, reduce, prob_input), shape.input, shape.target,
-                   shape.layout, dtype, family)
+                   shape.layout, dtype, family, construction=construction)
 
 
 def default_keys(spec: Spec) -> Iterator[CaseKey]:
@@ -141,6 +141,7 @@ def default_keys(spec: Spec) -> Iterator[CaseKey]:
     yield from error_keys(spec)
     yield from log_target_keys(spec, levels)
     yield from swapped_dtype_keys(spec)
+    yield from construction_keys(spec)
 
 
 # The families a swapped dtype pair is run on: where computing in the narrower argument's dtype instead of the
@@ -168,6 +169,47 @@ def swapped_dtype_keys(spec: Spec) -> Iterator[CaseKey]:
         for family in SWAPPED_FAMILIES:
             for log_target, reduction in itertools.product(FAMILIES[family].log_targets, SWAPPED_REDUCTIONS):
                 yield _key(reduction, log_target, (None, None), FULL_SHAPE_LEVEL, dtype, family)
+
+
+# The construction cases (`construction_keys`): shapes where how a tensor is made can change what it holds: a batch
+# of values, a 0-d tensor (a bare Python float, a scalar fill) and an empty one a nested list can state (a list
+# cannot state (0, 5): [] is 1-d). A fill factory makes one value, so it has only the 0-d and the empty shape.
+EMPTY_LIST_SHAPE = ShapeLevel((3, 0), (3, 0))
+CONSTRUCTION_SHAPES = {
+    "numpy": (FULL_SHAPE_LEVEL, ShapeLevel((), ()), EMPTY_LIST_SHAPE),
+    "list": (FULL_SHAPE_LEVEL, ShapeLevel((), ()), EMPTY_LIST_SHAPE),
+    "factory": (ShapeLevel((), ()), EMPTY_LIST_SHAPE),
+}
+NUMPY_FLOATS = ("float16", "float32", "float64")  # the floating dtypes a NumPy array can hold (no bfloat16)
+# families.py draw_certain: the input at full precision in every element, a certain target; the loss is -input
+# exactly, so a framework's float64 exp or log that is less accurate than float64 (MLX's) cannot hide the input's
+# construction. Outside FAMILIES, as "pinned" is: the default suite's pairwise design does not change.
+CONSTRUCTION_FAMILY = "certain"
+
+
+def construction_keys(spec: Spec) -> Iterator[CaseKey]:
+    """The cases of every way a tensor is made (issue 30), on the values where it can matter, not across the suite.
+
+    With the dtype given: a nested list and a fill factory, in every floating dtype but the one the spec says
+    Python floats are inferred as (dtypes.inferred.python_float: float32, what the NumPy cases already cover
+    most), so float64 and the half-precision dtypes. With the dtype inferred: a list and a factory in that
+    inferred dtype, and a NumPy array of each dtype NumPy holds (dtypes.inferred.numpy_array: the array's own).
+    Each in log space and in linear space, and with probabilities as input where a dialect takes those; the
+    reduction `none` (every element judged) where the tensor has elements, `sum` on the empty one.
+    """
+    python_float = spec.data["dtypes"]["inferred"]["python_float"]
+    explicit = [d for d in spec.floating_dtypes if d != python_float]
+    builds = [(Construction(source), dtype) for source in ("list", "factory") for dtype in explicit]
+    builds += [(Construction(source, inferred=True), python_float) for source in ("list", "factory")]
+    builds += [(Construction("numpy", inferred=True), d) for d in NUMPY_FLOATS if d in spec.floating_dtypes]
+    spaces = [(False, False), (True, False)]
+    if any(d["input_space"] == "probability" for d in spec.data["dialects"].values()):
+        spaces.append((False, True))
+    for (log_target, prob_input), (construction, dtype) in itertools.product(spaces, builds):
+        for shape in CONSTRUCTION_SHAPES[construction.source]:
+            reduction = "sum" if 0 in shape.input else "none"
+            yield _key(reduction, log_target, (None, None), shape, DtypePair(dtype, dtype), CONSTRUCTION_FAMILY,
+                       prob_input=prob_input, construction=construction)
 
 
 def probability_keys(spec: Spec, levels: dict[str, list[Any]]) -> Iterator[CaseKey]:
@@ -228,7 +270,8 @@ def mode_keys(spec: Spec) -> Iterator[CaseKey]:
     Every (family, dtype pair, reduction) the default suite has, in each input space it has it in, once, on
     the full shape, log_target alternating between the families; then every shape level and every legacy
     pair once (float32 softmax values), the error cases, and the pinned cases. Whatever the default suite
-    checks of one family, dtype and reduction is here; what it loses is only the product with every shape.
+    checks of one family, dtype and reduction is here; what it loses is only the product with every shape,
+    and the construction cases: a tensor is made before any compiled call, which a mode does not change.
     """
     levels = parameter_levels(spec)
     covered: dict[tuple, None] = {}
@@ -266,6 +309,7 @@ def exhaustive_keys(spec: Spec) -> Iterator[CaseKey]:
             yield _key(row["reduction"], row["log_target"], row["legacy"], row["shape"], row["dtype"], row["family"])
     yield from error_keys(spec)
     yield from error_keys(spec, log_target=True)
+    yield from construction_keys(spec)
 
 
 def generate_cases(spec: Spec, seed: int = DEFAULT_SEED, exhaustive: bool = False, samples: int = 1) -> Iterator[Case]:
@@ -291,7 +335,8 @@ def generated_keys(spec: Spec, exhaustive: bool = False, samples: int = 1,
                 continue
             seen.add(case_id)
             yield case_id, (key if sample == key.sample else CaseKey(key.params, key.input_shape, key.target_shape,
-                                                                     key.layout, key.dtype, key.family, sample))
+                                                                     key.layout, key.dtype, key.family, sample,
+                                                                     key.construction))
 
 
 def case_rng(seed: int, case_id: str) -> np.random.Generator:
@@ -299,22 +344,29 @@ def case_rng(seed: int, case_id: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(case_id.encode("utf-8"))])
 
 
-def check_key(key: CaseKey) -> None:
+def check_key(key: CaseKey, spec: Spec | None = None) -> None:
     """Refuse a key no generator draws (an id typed by hand): ValueError naming the field.
 
     Raises
     ------
     ValueError
-        for an unknown family or dtype, a layout the shape cannot have, or a log_target
-        the family does not draw.
+        for an unknown family or dtype, a layout the shape cannot have, a log_target
+        the family does not draw, or a construction the case cannot have (with `spec`, an inferred
+        dtype other than the one spec: dtypes.inferred names).
     """
+    _check_construction(key, spec)
     if key.family == "pinned":
         if (key.input_shape, key.target_shape, key.layout) != (FULL_SHAPE, FULL_SHAPE, "contiguous") or \
                 ((key.params.reduction, key.params.log_target), key.dtype) not in PINNED_KEYS:
             raise ValueError("family 'pinned' has only the mode suite's cases; list them with "
                              "`kl-conformance cases --suite modes --family pinned`")
+    elif key.family == CONSTRUCTION_FAMILY:
+        if key.construction.is_default:
+            raise ValueError(f"family {CONSTRUCTION_FAMILY!r} has only the construction cases (DTYPE,from=...); list "
+                             f"them with `kl-conformance cases --family {CONSTRUCTION_FAMILY}`")
     elif key.family != "integers" and key.family not in FAMILIES:
-        raise ValueError(f"unknown family {key.family!r}; use one of {sorted(FAMILIES) + ['integers', 'pinned']}")
+        raise ValueError(f"unknown family {key.family!r}; use one of "
+                         f"{sorted(FAMILIES) + ['integers', 'pinned', CONSTRUCTION_FAMILY]}")
     for name in (key.dtype.input, key.dtype.target):
         if name not in FLOAT_DTYPES + INTEGER_DTYPES:
             raise ValueError(f"unknown dtype {name!r}; use one of {list(FLOAT_DTYPES + INTEGER_DTYPES)}")
@@ -325,6 +377,29 @@ def check_key(key: CaseKey) -> None:
         raise ValueError(f"family {key.family!r} has no log_target={int(key.params.log_target)} cases")
 
 
+def _check_construction(key: CaseKey, spec: Spec | None) -> None:
+    """A construction other than the default needs one floating dtype of a drawn family, a contiguous layout, a
+    shape the source can state (a fill factory: one value, so 0-d or empty), and an inferred dtype the source
+    infers."""
+    c = key.construction
+    if c.is_default:
+        return
+    if key.family != CONSTRUCTION_FAMILY or key.dtype.is_mixed or key.dtype.input not in FLOAT_DTYPES:
+        raise ValueError(f"construction {c} needs one floating dtype and family {CONSTRUCTION_FAMILY!r}, "
+                         f"not {key.dtype} {key.family}")
+    if key.layout != "contiguous":
+        raise ValueError(f"construction {c} makes contiguous tensors only, not {key.layout}")
+    if c.source == "factory" and key.input_shape and 0 not in key.input_shape:
+        raise ValueError("from=factory fills a tensor with one value: only 0-d (scalar) or empty shapes")
+    if c.source == "numpy" and c.inferred and key.dtype.input not in NUMPY_FLOATS:
+        raise ValueError(f"NumPy has no {key.dtype.input}: from=numpy,inferred takes one of {list(NUMPY_FLOATS)}")
+    if c.source != "numpy" and c.inferred and spec is not None:
+        inferred = spec.data["dtypes"]["inferred"]["python_float"]
+        if key.dtype.input != inferred:
+            raise ValueError(f"from={c.source},inferred makes {inferred} (spec: dtypes.inferred.python_float), "
+                             f"not {key.dtype.input}")
+
+
 def build_case(key: CaseKey, seed: int) -> Case:
     """Draw the values of `key` and round them to its dtypes."""
     case_id = build_id(key)
@@ -333,6 +408,8 @@ def build_case(key: CaseKey, seed: int) -> Case:
         x, t = draw_integers(rng, key.input_shape, key.target_shape)
     elif key.family == "pinned":
         x, t = draw_pinned(key.input_shape, key.params.log_target)
+    elif key.family == CONSTRUCTION_FAMILY:
+        x, t = draw_certain(rng, key.input_shape, key.target_shape, key.params.log_target)
     else:
         x, t = FAMILIES[key.family].draw(rng, key.input_shape, key.target_shape, key.params.log_target)
     if key.params.prob_input:  # the family draws log q; the case holds q
@@ -341,7 +418,7 @@ def build_case(key: CaseKey, seed: int) -> Case:
         id=case_id, params=key.params,
         input=round_to_dtype(np.asarray(x, dtype=np.float64), key.dtype.input),
         target=round_to_dtype(np.asarray(t, dtype=np.float64), key.dtype.target),
-        dtype=key.dtype, family=key.family, layout=key.layout, parts=parts_of(key),
+        dtype=key.dtype, family=key.family, layout=key.layout, parts=parts_of(key), construction=key.construction,
     )
 
 

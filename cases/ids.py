@@ -5,7 +5,11 @@ Format: ``fwd/{reduction}/log_target={0|1}/{shape}/{dtype}/{family}/s{n}``, e.g.
 a probability-space dialect, Keras) says so after log_target: ``log_target=0,input=prob``. The reduction may carry legacy
 arguments, ``mean(size_average=0,reduce=1)``; a shape may be ``input:target`` when
 they differ and may end in ``.T`` or ``.strided`` for non-contiguous views; 0-d is
-``scalar``; mixed dtypes are ``input:target``. Changing this format is a breaking change.
+``scalar``; mixed dtypes are ``input:target``. A case whose tensors the adapter makes otherwise than from a
+NumPy array with the dtype given says how after the dtype: ``float64,from=list`` (nested lists of Python
+floats), ``float64,from=factory`` (the framework's ``full``), ``float32,from=list,inferred`` (no dtype given:
+the framework infers it, spec: dtypes.inferred); ``from=numpy`` appears only with ``,inferred``.
+Changing this format is a breaking change.
 
 Works on strings and keys only; never draws values.
 """
@@ -16,13 +20,14 @@ import functools
 import re
 from dataclasses import dataclass
 
-from conformance.core.model import DtypePair, Params
+from conformance.core.model import NUMPY_DEFAULT, SOURCES, Construction, DtypePair, Params
 
 _LAYOUT_SUFFIX = {"contiguous": "", "transposed": ".T", "strided": ".strided"}
 _ID = re.compile(
     r"^fwd/(?P<reduction>[A-Za-z_]*)(?:\((?P<legacy>[a-z_=01,]*)\))?/log_target=(?P<lt>[01])(?P<prob>,input=prob)?/"
     r"(?P<shape>[0-9x]+|scalar)(?::(?P<tshape>[0-9x]+|scalar))?(?P<layout>\.T|\.strided)?/"
-    r"(?P<dtype>[a-z0-9]+)(?::(?P<tdtype>[a-z0-9]+))?/(?P<family>[a-z_0-9]+)/s(?P<sample>[0-9]+)$"
+    r"(?P<dtype>[a-z0-9]+)(?::(?P<tdtype>[a-z0-9]+))?(?:,from=(?P<source>[a-z]+)(?P<inferred>,inferred)?)?/"
+    r"(?P<family>[a-z_0-9]+)/s(?P<sample>[0-9]+)$"
 )
 
 
@@ -37,6 +42,7 @@ class CaseKey:
     dtype: DtypePair
     family: str
     sample: int = 0
+    construction: Construction = NUMPY_DEFAULT
 
 
 def format_shape(shape: tuple[int, ...]) -> str:
@@ -72,7 +78,11 @@ def build_id(key: CaseKey) -> str:
     of each), because every shard of an exhaustive suite lists all of its ids, and building each field
     anew for every id would be wasted work."""
     return "/".join((_head_fields(key.params), _shape_field(key.input_shape, key.target_shape, key.layout),
-                     str(key.dtype), key.family, f"s{key.sample}"))
+                     _dtype_field(key.dtype, key.construction), key.family, f"s{key.sample}"))
+
+
+def _dtype_field(dtype: DtypePair, construction: Construction) -> str:
+    return str(dtype) + ("," + str(construction) if not construction.is_default else "")
 
 
 def parse_id(case_id: str) -> CaseKey:
@@ -80,7 +90,9 @@ def parse_id(case_id: str) -> CaseKey:
     m = _ID.match(case_id)
     if not m:
         raise ValueError(f"{case_id!r} is not a generated case id "
-                         "(fwd/REDUCTION/log_target=0|1/SHAPE/DTYPE/FAMILY/sN)")
+                         "(fwd/REDUCTION/log_target=0|1/SHAPE/DTYPE[,from=SOURCE[,inferred]]/FAMILY/sN)")
+    if m["source"] is not None and m["source"] not in SOURCES:
+        raise ValueError(f"{case_id!r}: from={m['source']} is no construction (one of {list(SOURCES)})")
     legacy = _parse_legacy(m["legacy"], case_id) if m["legacy"] is not None else {}
     params = Params(
         reduction=m["reduction"], log_target=m["lt"] == "1",
@@ -94,6 +106,7 @@ def parse_id(case_id: str) -> CaseKey:
         params=params, input_shape=input_shape,
         target_shape=parse_shape(m["tshape"]) if m["tshape"] else input_shape, layout=layout,
         dtype=DtypePair(m["dtype"], m["tdtype"] or m["dtype"]), family=m["family"], sample=int(m["sample"]),
+        construction=Construction(m["source"], bool(m["inferred"])) if m["source"] else NUMPY_DEFAULT,
     )
 
 

@@ -24,6 +24,9 @@ FLOAT_FORMATS = {
 }
 PARTS = ("forward", "grad_input", "grad_target", "grad2_input")
 LAYOUTS = ("contiguous", "transposed", "strided")  # how adapters lay a case's tensors out in memory
+# What an adapter makes a case's tensors from: a NumPy array (every case but the construction ones), nested lists of
+# Python floats, or the framework's fill factory (`full(shape, value)`, so only for tensors of one value)
+SOURCES = ("numpy", "list", "factory")
 # the argument each gradient part is differentiated with respect to (grad2_input: d/dtarget of grad_input)
 GRAD_PARTS = {"grad_input": "input", "grad_target": "target", "grad2_input": "target"}
 
@@ -181,6 +184,29 @@ class DtypePair:
         return self.input if not self.is_mixed else f"{self.input}:{self.target}"
 
 
+@dataclass(frozen=True)
+class Construction:
+    """How an adapter makes a case's tensors: from what (`SOURCES`), and whether it names the dtype or lets the
+    framework infer it (spec: dtypes.inferred says what the framework infers, and so what the case's dtype is).
+
+    The default, a NumPy array with the dtype given, is how every case was made before constructions existed; only
+    other constructions appear in a case id (cases/ids.py)."""
+
+    source: str = "numpy"
+    inferred: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == "numpy" and not self.inferred
+
+    def __str__(self) -> str:
+        """The id's token: "" for the default, else "from=list", "from=factory,inferred" ..."""
+        return "" if self.is_default else f"from={self.source}" + (",inferred" if self.inferred else "")
+
+
+NUMPY_DEFAULT = Construction()
+
+
 @dataclass(frozen=True, eq=False)
 class Case:
     """One call to make: parameters, inputs and how to lay them out.
@@ -198,6 +224,7 @@ class Case:
     layout: str = "contiguous"
     parts: tuple[str, ...] = ("forward",)
     source: str = "generated"
+    construction: Construction = NUMPY_DEFAULT  # how the adapter makes the tensors
 
 
 @dataclass(frozen=True, eq=False)

@@ -71,7 +71,7 @@ def meaning_values(spec: Spec) -> dict[str, tuple[str, ...]]:
     can come from."""
     return {"reduction": spec.reductions, "log_target": ("0", "1"),
             "dtype": tuple(dict.fromkeys(spec.floating_dtypes + spec.rejected_dtypes)),
-            "family": (*sorted(FAMILIES), "integers", "pinned", "user")}
+            "family": (*sorted(FAMILIES), "integers", "pinned", "certain", "user")}
 
 
 def check_meaning(spec: Spec, selection: CaseSelection) -> None:
@@ -145,7 +145,7 @@ def _selected(spec: Spec, selection: CaseSelection) -> Iterator[tuple[str, Calla
         for case_id in exact:
             if case_id in seen_user:
                 continue
-            key = _generated_key(case_id, selection.memory_budget_mb)
+            key = _generated_key(case_id, selection.memory_budget_mb, spec)
             if not matches_meaning(spec, selection, key.params, key.dtype, key.family):
                 continue
             yield case_id, functools.partial(build_case, key, selection.seed)
@@ -182,12 +182,12 @@ def _user_cases(paths: tuple[str, ...]) -> list[Case]:
     return cases
 
 
-def _generated_key(case_id: str, budget_mb: float) -> CaseKey:
+def _generated_key(case_id: str, budget_mb: float, spec: Spec | None = None) -> CaseKey:
     """The key of a generated id given to --only, checked before any value is drawn."""
     fix = "copy the id from a report or `kl-conformance cases`"
     try:
         key = parse_id(case_id)
-        check_key(key)
+        check_key(key, spec)
     except ValueError as exc:
         raise UsageError(str(exc), where="--only", fix=fix) from None
     if build_id(key) != case_id:

@@ -242,3 +242,19 @@ def test_reproducer_of_an_unimportable_framework_exits_125(adapter, spec, tmp_pa
     env = {**os.environ, "PYTHONPATH": str(broken)}
     code, out, _ = _script_exit(adapter, spec, case, tmp_path, env=env)
     assert code == 125 and "this build of the framework is broken" in out, out
+
+
+def test_reproducer_of_a_list_built_case_builds_from_a_list(adapter, spec, tmp_path):
+    """A case whose tensors the run made from nested Python floats (issue 30 item 3) is reproduced the same way:
+    the script hands the framework `.tolist()` of the values, never the NumPy array, and exits as the run judged."""
+    from conformance.cases.generate import DEFAULT_SEED, build_case
+    from conformance.cases.ids import parse_id
+
+    if not _writes_python(adapter):
+        pytest.skip(f"{adapter.name} writes R scripts")
+    case = build_case(parse_id("fwd/none/log_target=0/4x6/float64,from=list/certain/s0"), DEFAULT_SEED)
+    code, out, diverges = _script_exit(adapter, spec, case, tmp_path)
+    script = (tmp_path / "repro.py").read_text()
+    made = [line.strip() for line in script.splitlines() if line.strip().startswith(("x = ", "t = "))]
+    assert len(made) == 2 and all(".tolist()" in line for line in made), made
+    assert code == (1 if diverges else 0), out

@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conformance.cases.generate import DEFAULT_SEED, build_case
+from conformance.cases.ids import parse_id
 from conformance.core.model import Verdict
 from conformance.judge.compare import classify
 from conformance.judge.explain import explain
 from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_grad
 from tests.helpers import make_case
 
 FRAMEWORK = "torch"
@@ -154,3 +157,67 @@ def test_gradient_is_bitwise_the_grad_outputs_vector_jacobian_product(framework_
                     assert mine == answer(lambda: with_grad_outputs(case, api, part)), (case.id, api.name, part)
                     compared += mine is not None and len(mine) == 3
     assert compared > 3000  # the suite's gradient calls, not a handful
+
+
+# issue 30 item 3: one construction case of each kind, the dtype torch must give it (the case's where it is named,
+# torch's default float32 for Python floats and a fill, the array's own for a NumPy array), and what torch is given
+CONSTRUCTIONS = [
+    ("fwd/none/log_target=1/4x6/float64,from=list/certain/s0", "float64", ("tensor", list)),
+    ("fwd/none/log_target=0/4x6/float16,from=list/certain/s0", "float16", ("tensor", list)),
+    ("fwd/none/log_target=0/scalar/float64,from=list/certain/s0", "float64", ("tensor", float)),
+    ("fwd/sum/log_target=0/3x0/bfloat16,from=list/certain/s0", "bfloat16", ("tensor", list)),
+    ("fwd/none/log_target=0/4x6/float32,from=list,inferred/certain/s0", "float32", ("tensor", list)),
+    ("fwd/none/log_target=1/scalar/float64,from=factory/certain/s0", "float64", ("full", float)),
+    ("fwd/sum/log_target=1/3x0/float16,from=factory/certain/s0", "float16", ("full", float)),
+    ("fwd/none/log_target=0/scalar/float32,from=factory,inferred/certain/s0", "float32", ("full", float)),
+    ("fwd/none/log_target=0/4x6/float64,from=numpy,inferred/certain/s0", "float64", ("from_numpy", "float64")),
+    ("fwd/none/log_target=0/4x6/float16,from=numpy,inferred/certain/s0", "float16", ("from_numpy", "float16")),
+]
+
+
+@pytest.mark.parametrize("case_id, dtype, given", CONSTRUCTIONS)
+def test_each_construction_makes_the_tensors_the_case_asks_for(framework_adapter, spec, monkeypatch, case_id, dtype,
+                                                                given):
+    """dtype, shape and every value exact; torch is handed what the construction says (nested Python floats, a
+    bare float for 0-d, a fill value, a NumPy array of the case's dtype), the dtype named only where the case
+    names it; every part passes."""
+    import torch
+
+    case = build_case(parse_id(case_id), DEFAULT_SEED)
+    seen = []
+
+    def spy(name):
+        real = getattr(torch, name)
+
+        def call(*args, **kw):
+            data = args[1] if name == "full" else args[0]
+            seen.append((name, str(data.dtype) if name == "from_numpy" else type(data), kw.get("dtype")))
+            return real(*args, **kw)
+        monkeypatch.setattr(torch, name, call)
+    for name in ("tensor", "full", "from_numpy"):
+        spy(name)
+    x, t = framework_adapter.build(case, "cpu")
+    monkeypatch.undo()
+    for tensor, values in ((x, case.input), (t, case.target)):
+        assert tensor.dtype == getattr(torch, dtype) and tuple(tensor.shape) == values.shape
+        np.testing.assert_array_equal(tensor.double().numpy(), values)
+    named = None if case.construction.inferred else getattr(torch, dtype)
+    assert seen == [(*given, named)] * 2
+    for api in framework_adapter.apis:
+        for part in case.parts:
+            observed = framework_adapter.run(case, api, "cpu", part)
+            expected = expected_forward(case, spec) if part == "forward" else expected_grad(case, spec, part)
+            assert classify(expected, observed, spec).verdict is Verdict.PASS, (api.name, part)
+
+
+def test_the_reproducer_of_a_list_case_builds_from_a_list(framework_adapter):
+    api = framework_adapter.api("torch.nn.functional.kl_div")
+    listed = build_case(parse_id("fwd/none/log_target=1/4x6/float64,from=list/certain/s0"), DEFAULT_SEED)
+    source = framework_adapter.repro_source(listed, api, "cpu", "grad_input")
+    assert "x = torch.tensor(np.array(x_values, order='C').tolist(), dtype=torch.float64, device='cpu')" \
+           ".requires_grad_(True)" in source
+    inferred = build_case(parse_id("fwd/none/log_target=0/scalar/float32,from=factory,inferred/certain/s0"),
+                          DEFAULT_SEED)
+    source = framework_adapter.repro_source(inferred, api, "cpu", "forward")
+    assert f"x = torch.full((), float.fromhex({float(inferred.input).hex()!r}), device='cpu')" in source
+    assert "torch.from_numpy" not in source
