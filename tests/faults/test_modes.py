@@ -166,5 +166,5 @@ def test_the_pytest_plugin_makes_items_per_mode(tmp_path):
     assert done.returncode == 1, output
     assert "1 failed, 3 passed, 2 skipped" in output, output
     assert "FAILED kl-conformance[numpy-test]::the-fault[numpy.kl_div-cpu-shifted-forward]" in output
-    assert "--part forward --mode shifted" in output
+    assert "--mode=shifted --part=forward" in output
     assert "mode missing cannot run here: kl_conformance_no_such_runtime is not installed" in output
