@@ -10,7 +10,8 @@
 - 3: a gate was asked for (--strict, --fail-on-new or --known) and not everything was judged: a framework
   could not be loaded (not_run), a run stopped before its end, a framework judged nothing (no results,
   or every result unsupported), a mode's call ran eagerly instead of compiled (a `fallback` row: the mode
-  was not checked), or a mode asked for could not run here (run.json's `modes_not_run`). The gates fail
+  was not checked), a mode asked for could not run here (run.json's `modes_not_run`), or an API the installed
+  release lacks (run.json's `apis_not_run`; select the APIs it has with --api to gate on those). The gates fail
   closed: what was not checked never passes. A fallback row is not a finding --strict counts: it is what
   was not checked. Without a gate
   these print a line and exit 0, so a matrix with one missing framework still writes its merged report.
@@ -132,14 +133,16 @@ def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
 
 
 def mode_gaps(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
-    """One line per mode a run asked for and could not run here (run.json's `modes_not_run`), and per target
-    whose calls ran eagerly instead of in its mode (fallback rows): what a mode left unchecked."""
+    """One line per mode a run asked for and could not run here (run.json's `modes_not_run`), per API the
+    installed release lacks (`apis_not_run`), and per target whose calls ran eagerly instead of in its mode
+    (fallback rows): what a mode or a release left unchecked."""
     lines = []
     for m in manifests:
-        not_run = m.get("modes_not_run")
-        if isinstance(not_run, dict):
-            lines += [f"{m.get('framework', '?')} did not run mode {mode}: {why}"
-                      for mode, why in sorted(not_run.items())]
+        for key, what in (("modes_not_run", "mode"), ("apis_not_run", "API")):
+            not_run = m.get(key)
+            if isinstance(not_run, dict) and m.get("status") != "not_run":  # a framework not run says it once
+                lines += [f"{m.get('framework', '?')} did not run {what} {name}: {why}"
+                          for name, why in sorted(not_run.items())]
     for label, n in sorted(tally.fallback.items()):
         if n:
             lines.append(f"{label}: {n} results ran eagerly instead of in mode {split_label(label)['mode']} "

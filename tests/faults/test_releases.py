@@ -30,13 +30,22 @@ def _run(tmp_path, adapter, *extra, out="out"):
 def test_a_missing_argument_makes_only_the_cases_that_need_it_unsupported(tmp_path, capsys):
     """log_target=False is the default, left out of the call, so the release computes those cases and they are
     judged; log_target=True needs the argument: unsupported, the reason naming the release and the argument."""
-    assert _run(tmp_path, "OldReleaseAdapter", "--strict") == 0
+    assert _run(tmp_path, "OldReleaseAdapter", "--api", "klfake.kl_div", "--strict") == 0
     rows = {r.case_id: r for r in iter_results(tmp_path / "out") if r.api == "klfake.kl_div"}
     assert {rows["probs-sum"].verdict.value, rows["probs-none"].verdict.value} == {"pass"}
     assert rows["logs-sum"].verdict.value == "unsupported"
     assert "klfake 0.9's klfake.kl_div has no argument log_target" in rows["logs-sum"].message
-    out = capsys.readouterr().out
-    assert out.count("klfake.losses.kl_div not run: klfake 0.9 has no klfake.losses") == 1
+    assert "klfake.losses" not in capsys.readouterr().out  # not selected, so not missed
+
+
+def test_a_gate_fails_closed_on_an_api_the_release_lacks(tmp_path, capsys):
+    """An API not run is what was not checked: with a gate the run is incomplete (exit 3), saying which API and
+    why, however well the rest conforms; without a gate it is said once and the run exits 0."""
+    assert _run(tmp_path, "OldReleaseAdapter", "--strict") == 3
+    printed = capsys.readouterr()
+    assert "did not run API klfake.losses.kl_div: klfake 0.9 has no klfake.losses" in printed.out + printed.err
+    assert _run(tmp_path, "OldReleaseAdapter", out="plain") == 0
+    assert capsys.readouterr().out.count("klfake.losses.kl_div not run: klfake 0.9 has no klfake.losses") == 1
 
 
 def test_a_missing_api_is_not_run_and_recorded_once(tmp_path):
