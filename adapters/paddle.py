@@ -97,6 +97,15 @@ class PaddleAdapter(Adapter):
     def version(self) -> str:
         return self.paddle.__version__
 
+    def mode_unavailable(self, mode: str) -> str | None:
+        """The to_static modes are built on Paddle 3's translation: Paddle 2's AST translation cannot resolve
+        the wrapper's closure (NameError), and its SOT has another interface."""
+        major = re.match(r"\d+", self.version())
+        if mode != EAGER and major is not None and int(major.group()) < 3:
+            return (f"paddle {self.version()}: the adapter's to_static modes need Paddle 3 (Paddle 2's translation "
+                    "cannot resolve the call's wrapper)")
+        return None
+
     def devices(self) -> tuple[str, ...]:
         device = self.paddle.device
         if device.is_compiled_with_cuda() and device.cuda.device_count() > 0:

@@ -64,3 +64,18 @@ def test_a_run_judges_what_the_release_computes(tmp_path):
             assert verdicts[(name, True)].verdict.value == "unsupported"
             assert "has no argument log_target" in verdicts[(name, True)].message
     assert "apis_not_run" not in json.loads((out / "run.json").read_text())
+
+
+def test_the_to_static_modes_run_on_paddle_3_only(framework_adapter):
+    """The to_static modes are built on Paddle 3's translation (Paddle 2's cannot resolve the call's wrapper): on an
+    older release each is not run, with that reason, so a run asking for them records why instead of erroring
+    on every call."""
+    adapter = framework_adapter
+    major = int(adapter.version().split(".")[0])
+    assert adapter.mode_unavailable("eager") is None
+    for mode in adapter.modes:
+        reason = adapter.mode_unavailable(mode.name)
+        if major >= 3:
+            assert reason is None, reason
+        else:
+            assert reason is not None and adapter.version() in reason and "need Paddle 3" in reason
