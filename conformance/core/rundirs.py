@@ -139,6 +139,18 @@ def releases(manifests: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def released(manifests: Sequence[dict[str, Any]]) -> frozenset[str]:
-    """The frameworks of which the runs hold two releases or more: the reports name a release for these only (a
-    report of one release per framework reads as before releases were set side by side)."""
-    return frozenset(name for name, versions in releases(manifests).items() if len(versions) > 1)
+    """The frameworks of which the runs hold two releases or more on one device: the reports name a release for
+    these only (a report of one release per framework reads as before releases were set side by side). Runs on
+    devices of their own are not releases of one another: Keras' backends (tensorflow:cpu, jax:cpu) each give
+    a version of their own, and share no call."""
+    found: dict[str, dict[str, set[str]]] = {}
+    for m in manifests:
+        version = m.get("framework_version")
+        targets = m.get("targets")
+        if not (isinstance(version, str) and version):
+            continue
+        devices = {t.split("/")[2] for t in targets if isinstance(t, str) and t.count("/") >= 2} \
+            if isinstance(targets, list) else set()
+        for device in devices or {""}:  # a run that names no target still counts once
+            found.setdefault(row_framework(m), {}).setdefault(device, set()).add(version)
+    return frozenset(name for name, by_device in found.items() if any(len(v) > 1 for v in by_device.values()))

@@ -77,3 +77,19 @@ def test_releases_are_ordered_as_versions_with_or_without_packaging(monkeypatch)
     assert sorted(given, key=release_order) == want
     monkeypatch.setitem(__import__("sys").modules, "packaging.version", None)  # import fails: packaging absent
     assert sorted(given, key=release_order) == want
+
+
+def test_versions_on_devices_of_their_own_are_not_releases_of_one_another():
+    """Keras names its backend in its version and its device: the TensorFlow and JAX runs of one Keras are two
+    backends, not two releases, and share no call, so their report names no release and compares nothing."""
+    from conformance.core.rundirs import released
+
+    def run(version, device):
+        return {"framework": "keras", "framework_version": version, "status": "complete",
+                "targets": [f"keras/keras.losses.KLDivergence/{device}", f"keras/keras.losses.kl_divergence/{device}"]}
+
+    backends = [run("3.15.1 (tensorflow 2.21.0)", "tensorflow:cpu"), run("3.15.1 (jax 0.12.0.1)", "jax:cpu")]
+    assert released(backends) == frozenset()
+    assert released([*backends, run("3.14.0 (jax 0.12.0.1)", "jax:cpu")]) == {"keras"}  # two releases on jax
+    assert released([run("1.13.1", "cpu") | {"framework": "torch"}, run("2.13.0", "cpu") | {"framework": "torch"}]) \
+        == {"torch"}
