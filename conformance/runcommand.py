@@ -156,8 +156,6 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     if summary.not_run:
         print(f"{args.framework}: not run: {terminal_line(summary.not_run)}. Report: {written.report}")
         return written.decision.print()
-    for api, why in summary.apis_not_run.items():
-        print(f"{args.framework}: {terminal_line(api)} not run: {terminal_line(why)}")
     # pytest's way: the undocumented causes, largest first, then the counts as the last line
     for line in written.summary:
         print(line)
