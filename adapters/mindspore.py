@@ -225,6 +225,7 @@ class MindSporeAdapter(Adapter):
                  *self._kl_source(self.call(case, api)),
                  "out = kl(x, t)"]
         if part == "forward":
+            lines.append("result_dtype = str(out.dtype).lower()  # as the run records it")
             lines.append("result = out.astype(ms.float32 if out.dtype == ms.bfloat16 else out.dtype).asnumpy().astype(np.float64)")
         else:
             lines.append("g = ms.Tensor(upstream(tuple(out.shape)), out.dtype)")
@@ -235,6 +236,7 @@ class MindSporeAdapter(Adapter):
                 lines.append("grad = ms.grad(lambda a, b: (grad_input(a, b) * w).sum(), grad_position=1)(x, t)")
             else:
                 lines.append(f"grad = ms.grad(weighted, grad_position={0 if part == 'grad_input' else 1})(x, t)")
+            lines.append("result_dtype = str(grad.dtype).lower()  # as the run records it")
             lines.append("result = grad.asnumpy().astype(np.float64)")
         return "\n".join(lines)
 

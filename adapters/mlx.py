@@ -203,6 +203,7 @@ class MlxAdapter(Adapter):
             else:
                 lines.append("w = mx.array(upstream(tuple(x.shape)), dtype=x.dtype)")
                 lines.append("grad = mx.grad(lambda b: mx.sum(w * grad_input(b)))(t)")
+        lines.append("result_dtype = str(grad.dtype).removeprefix('mlx.core.')  # as the run records it")
         lines.append("result = np.array(grad.astype(mx.float32) if grad.dtype == mx.bfloat16 else grad).astype(np.float64)")
         return "\n".join(lines)
 

@@ -206,6 +206,7 @@ class OneFlowAdapter(Adapter):
             f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}",
             *self._call_source(self.call(case, api))]
         if part == "forward":
+            lines.append("result_dtype = str(out.dtype).removeprefix('oneflow.')  # as the run records it")
             lines.append("result = out.to(flow.float32 if out.dtype == flow.bfloat16 else out.dtype).numpy().astype(np.float64)")
         else:
             wrt = "t" if part == "grad_target" else "x"
@@ -216,6 +217,7 @@ class OneFlowAdapter(Adapter):
             if second:
                 lines.append("w = flow.tensor(upstream(tuple(grad.shape)), dtype=grad.dtype, device=grad.device)")
                 lines.append("(grad,) = flow.autograd.grad((grad * w).sum(), [t])")
+            lines.append("result_dtype = str(grad.dtype).removeprefix('oneflow.')  # as the run records it")
             lines.append("result = grad.numpy().astype(np.float64)")
         return "\n".join(lines)
 

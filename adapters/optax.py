@@ -186,6 +186,7 @@ class OptaxAdapter(Adapter):
             return "\n".join(lines + jax_jit_repro_lines(part))
         lines.append("out = loss(x, t)")
         if part == "forward":
+            lines.append("result_dtype = str(out.dtype)  # as the run records it")
             lines.append("result = np.asarray(out).astype(np.float64)")
             return "\n".join(lines)
         lines += ["g = jnp.asarray(upstream(out.shape), dtype=out.dtype)",
@@ -195,6 +196,7 @@ class OptaxAdapter(Adapter):
                       "grad = jax.grad(lambda b: jnp.sum(jax.vjp(loss, x, b)[1](g)[0] * w))(t)"]
         else:
             lines.append(f"grad = {part}")
+        lines.append("result_dtype = str(grad.dtype)  # as the run records it")
         lines.append("result = np.asarray(grad).astype(np.float64)")
         return "\n".join(lines)
 

@@ -307,6 +307,7 @@ class PaddleAdapter(Adapter):
         else:
             lines += self._mode_source(case, api)
         if part == "forward":
+            lines.append("result_dtype = str(out.dtype).removeprefix('paddle.')  # as the run records it")
             lines.append("result = out.astype('float32' if out.dtype == paddle.bfloat16 else out.dtype).numpy().astype(np.float64)")
         else:
             wrt = "t" if part == "grad_target" else "x"
@@ -318,6 +319,7 @@ class PaddleAdapter(Adapter):
                 lines.append("(grad,) = paddle.grad([(grad * w).sum()], [t], allow_unused=True)")
             missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
             lines += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing,
+                      "result_dtype = str(grad.dtype).removeprefix('paddle.')  # as the run records it",
                       "result = grad.numpy().astype(np.float64)"]
         return "\n".join(lines)
 
