@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 from conformance.core.errors import ResultsError
 from conformance.core.model import EAGER, FORMAT_VERSION, Result
 from conformance.core.results import RESULTS_FILE, check_format_version, check_manifest, iter_results, read_manifest
-from conformance.core.scope import row_framework
+from conformance.core.scope import row_framework, target_call
 
 REPORT_FILE = "report.md"
 DIVERGENCES_FILE = "divergences.md"  # every divergent row, linked from report.md
@@ -127,17 +127,6 @@ def release_order(release: str) -> tuple:
     return (1, pieces, release)
 
 
-def releases(manifests: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
-    """The releases of each framework the runs hold (the name its rows carry -> the framework_versions its runs
-    found, oldest first); a run that loaded no framework names none."""
-    found: dict[str, set[str]] = {}
-    for m in manifests:
-        version = m.get("framework_version")
-        if isinstance(version, str) and version:
-            found.setdefault(row_framework(m), set()).add(version)
-    return {name: sorted(versions, key=release_order) for name, versions in found.items()}
-
-
 def released(manifests: Sequence[dict[str, Any]]) -> frozenset[str]:
     """The frameworks of which the runs hold two releases or more on one device: the reports name a release for
     these only (a report of one release per framework reads as before releases were set side by side). Runs on
@@ -149,7 +138,7 @@ def released(manifests: Sequence[dict[str, Any]]) -> frozenset[str]:
         targets = m.get("targets")
         if not (isinstance(version, str) and version):
             continue
-        devices = {t.split("/")[2] for t in targets if isinstance(t, str) and t.count("/") >= 2} \
+        devices = {target_call(t)[1] for t in targets if isinstance(t, str) and t.count("/") in (2, 3)} \
             if isinstance(targets, list) else set()
         for device in devices or {""}:  # a run that names no target still counts once
             found.setdefault(row_framework(m), {}).setdefault(device, set()).add(version)

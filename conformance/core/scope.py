@@ -67,7 +67,7 @@ class Scope:
             parts = sel.get("parts") or None
             targets = None
             if isinstance(m.get("targets"), list):
-                targets = frozenset(_target_call(str(t)) for t in m["targets"] if str(t).count("/") in (2, 3))
+                targets = frozenset(target_call(str(t)) for t in m["targets"] if str(t).count("/") in (2, 3))
             not_run = m.get("modes_not_run") if isinstance(m.get("modes_not_run"), dict) else {}
             modes = frozenset(map(str, m.get("modes") or sel.get("modes") or [EAGER])) - set(map(str, not_run))
             if not_run:  # a mode asked for and not run here: the run selected less than it was asked
@@ -103,7 +103,7 @@ class Scope:
         return tuple(o for o in NARROWING if any(o in c for c in cuts))
 
 
-def _target_call(text: str) -> tuple[str, str, str]:
+def target_call(text: str) -> tuple[str, str, str]:
     """(api, device, mode) of a run.json target, "framework/api/device" (eager) or "framework/api/device/mode"."""
     _, api, device, *mode = text.split("/")
     return (api, device, mode[0] if mode else EAGER)
