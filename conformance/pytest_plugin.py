@@ -334,14 +334,13 @@ def _accepted(row, suite) -> str:
 
 def _failure_text(row, framework: str, case, suite) -> str:
     from conformance.cases.generate import DEFAULT_SEED
-    from conformance.core.model import EAGER
     from conformance.core.text import terminal_line
     from conformance.report.markdown import repro_command
+    from conformance.report.releases import call_text
 
     seed = suite.selection.seed
     command = repro_command(row, {} if seed == DEFAULT_SEED else {"seed": seed}, framework)
-    where = " / ".join([row.api, row.device, *([] if row.mode == EAGER else [row.mode]), row.part])
-    lines = [f"{row.framework} {row.framework_version} / {where}: "
+    lines = [f"{row.framework} {row.framework_version} / {call_text(row.call)}: "
              f"{row.verdict.value}, undocumented",
              f"case:    {terminal_line(case.id)}",
              f"verdict: {row.verdict.value}",
