@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.results import detail_matcher
+from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.releases import KINDS, call_text, release_pairs, seen_text
@@ -132,6 +133,11 @@ def _provenance(manifests, tally: Tally) -> list[str]:
                              for k in ("cases", "seed", "shard", "python_version", "numpy_version", "spec_hash",
                                        "harness_version")) + "</tr>")
     out.append(f"</table><p>{tally.total} results.</p>")
+    gaps = mode_gaps(manifests) + release_gaps(manifests)
+    if gaps:  # what was asked and not checked: a page without its rows must not read as a clean bill
+        out.append("<ul id='not-run'>" + "".join(
+            f"<li>Note: {_e(g.framework)}: {_e(g.why)}</li>" if g.what == "note"
+            else f"<li>Not run: {_e(g.framework)} {_e(g.what)} {_e(g.name)}: {_e(g.why)}</li>" for g in gaps) + "</ul>")
     return out
 
 

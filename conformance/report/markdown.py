@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
+from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
 from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_label, join_framework, split_label
 
@@ -181,24 +182,19 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
 
 def _release_gaps(manifests: Sequence[dict[str, Any]]) -> list[str]:
     """Once per run, each API its framework's installed release lacks (not run: no rows for it) and each of the
-    harness's own options that release could not take (run.json's `apis_not_run` and `notes`)."""
-    out = [f"Not run: {_cell(str(m.get('framework', '?')))} API {_cell(str(api))}: {_cell(str(why), _LISTED_CELL)}."
-           for m in manifests if isinstance(m.get("apis_not_run"), dict) and m.get("status") != "not_run"
-           for api, why in m["apis_not_run"].items()]  # a framework not run at all says why once, in its status
-    out += [f"Note: {_cell(str(m.get('framework', '?')))}: {_cell(str(note), _LISTED_CELL)}."
-            for m in manifests if isinstance(m.get("notes"), list) for note in m["notes"]]
+    harness's own options that release could not take (gaps.release_gaps)."""
+    out = [f"Not run: {_cell(g.framework)} API {_cell(g.name)}: {_cell(g.why, _LISTED_CELL)}." if g.what == "API"
+           else f"Note: {_cell(g.framework)}: {_cell(g.why, _LISTED_CELL)}." for g in release_gaps(manifests)]
     return out + [""] if out else []
 
 
 def _modes(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
     """The modes the rows were made in and those a run could not run here; nothing for an eager-only report."""
-    not_run = [(str(m.get("framework", "?")), str(mode), str(why)) for m in manifests
-               if isinstance(m.get("modes_not_run"), dict) for mode, why in m["modes_not_run"].items()]
+    not_run = mode_gaps(manifests)
     if set(tally.modes) <= {EAGER} and not not_run:
         return []
     out = ["Modes: " + ", ".join(f"{_cell(mode)} ({n} results)" for mode, n in sorted(tally.modes.items())) + "."]
-    out += [f"Not run: {_cell(framework)} mode {_cell(mode)}: {_cell(why, _LISTED_CELL)}." for framework, mode, why
-            in sorted(not_run)]
+    out += [f"Not run: {_cell(g.framework)} mode {_cell(g.name)}: {_cell(g.why, _LISTED_CELL)}." for g in not_run]
     return out + [""]
 
 

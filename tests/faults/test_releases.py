@@ -61,6 +61,7 @@ def test_a_missing_api_is_not_run_and_recorded_once(tmp_path):
     assert json.loads((out / "summary.json").read_text())["runs"][0]["apis_not_run"] == manifest["apis_not_run"]
     report = (out / "report.md").read_text()
     assert report.count("klfake 0.9 has no klfake.losses") == 1
+    assert (out / "report.html").read_text().count("klfake.losses.kl_div: klfake 0.9 has no klfake.losses") == 1
 
 
 def test_a_release_without_any_api_is_not_run_in_one_line(tmp_path, capsys):

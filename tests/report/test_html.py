@@ -223,6 +223,22 @@ def test_hostile_row_text_is_escaped_everywhere_it_appears():
     assert HOSTILE in [o.attrs["value"] for s in tree.root.all("select") for o in s.all("option")]
 
 
+def test_what_a_run_did_not_check_is_listed_and_escaped():
+    """A mode not run here, an API the release lacks and a note are listed under the provenance (report.md says
+    them too), so a page without their rows does not read as a clean bill; their text is shown, never run."""
+    manifest = {"framework": "fw", "status": "complete", "modes_not_run": {"inductor": "no compiler" + HOSTILE},
+                "apis_not_run": {"fw.losses.kl": HOSTILE}, "notes": ["cache off: " + HOSTILE]}
+    page = render_html(Tally([_value_row("c1")]), [manifest])
+    tree = Tree(page)
+    (listed,) = [n for n in tree.root.all("ul") if n.attrs.get("id") == "not-run"]
+    assert [li.content() for li in listed.all("li")] == [
+        f"Not run: fw mode inductor: no compiler{HOSTILE}", f"Not run: fw API fw.losses.kl: {HOSTILE}",
+        f"Note: fw: cache off: {HOSTILE}"]
+    assert [t for t, _ in tree.tags if t in ("img", "script")] == ["script"]
+    # nothing to say, nothing listed
+    assert "id='not-run'" not in render_html(Tally([_value_row("c1")]), [{"framework": "fw", "status": "complete"}])
+
+
 def test_the_csp_admits_the_pages_own_script_by_its_hash_and_nothing_else():
     page = render_html(Tally([_value_row("x")]), [])
     policy = re.search(r"<meta http-equiv='Content-Security-Policy' content=\"([^\"]*)\">", page).group(1)
