@@ -256,6 +256,7 @@ def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
     Every framework is loaded in a worker process of its own (none is imported here), all at once: a framework
     that cannot be loaded makes each of its modes unusable with its reason."""
     from conformance.core.model import EAGER
+    from conformance.judge.profiles import older_than, oldest_release
     from conformance.run.worker import WorkerUnavailable
 
     if args.framework is not None and not is_known(args.framework):
@@ -273,7 +274,11 @@ def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
                 version, unusable, not_loaded = info.version, info.unusable_modes, None
             except WorkerUnavailable as exc:
                 version, unusable, not_loaded = None, {}, terminal_line(exc)
-            print(f"{name}" + (f" {terminal_line(version)}" if version else " (not loaded here)"))
+            oldest = oldest_release(adapter.name, None, adapter.carried_profile())
+            older = version is not None and oldest is not None and older_than(str(version), oldest)
+            print(f"{name}" + (f" {terminal_line(version)}" if version else " (not loaded here)")
+                  + (f"; oldest release supported: {terminal_line(oldest)}" if oldest else "")
+                  + (" (this one is older: what it lacks may show as findings)" if older else ""))
             about = {EAGER: "each call made as a user types it, nothing compiled",
                      **{m.name: m.about for m in adapter.modes}}
             width = max(map(len, about))

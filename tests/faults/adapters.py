@@ -329,6 +329,15 @@ class HangWhileToldAdapter(NumpyAdapter):
         return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
 
 
+class OlderThanItsProfileAdapter(NumpyAdapter):
+    """Honest, at release 0.9, carrying a profile that says the adapter supports 1.10 and later."""
+
+    profile = {"framework": "numpy-test", "oldest_release": "1.10", "deviations": []}
+
+    def version(self) -> str:
+        return "0.9"
+
+
 class VersionedAdapter(NumpyAdapter):
     """Honest, with the version $KL_TEST_VERSION says (another release of the same framework)."""
 

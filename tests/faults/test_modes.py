@@ -30,6 +30,17 @@ def test_modes_lists_each_mode_eager_first_and_why_one_cannot_run(capsys):
     assert by_mode["eager"].endswith("; usable")
 
 
+def test_modes_names_the_oldest_release_supported_and_an_installed_one_older(capsys):
+    """The profile's oldest_release is printed beside the installed release, and a release older than it is
+    said to be (what it lacks may show as findings); an adapter whose profile states none prints nothing."""
+    assert main(["modes", "--framework", ADAPTERS + "OlderThanItsProfileAdapter"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (f"{ADAPTERS}OlderThanItsProfileAdapter 0.9; oldest release supported: 1.10 "
+                     "(this one is older: what it lacks may show as findings)")
+    assert main(["modes", "--framework", ADAPTERS + "ModalAdapter"]) == 0
+    assert "oldest release" not in capsys.readouterr().out
+
+
 def test_modes_of_a_framework_that_cannot_load_gives_its_reason(capsys):
     assert main(["modes", "--framework", ADAPTERS + "UnloadableAdapter"]) == 0
     lines = capsys.readouterr().out.splitlines()
