@@ -90,13 +90,15 @@ class Offer:
     report). `arguments`: per API, the argument names its installed signature takes; an API absent here has a
     signature that could not be read, and every argument is passed as before (the call itself tells).
     `notes`: the harness's own options that degraded on this release (a compile cache left off), one line each.
-    Plain strings only: the worker sends it to the parent.
+    `missing_dtypes`: each dtype of the spec the release has no tensors of, with the reason (the cases that need
+    it are unsupported, not errors). Plain strings only: the worker sends it to the parent.
     """
 
     release: str = ""
     missing_apis: dict[str, str] = field(default_factory=dict)
     arguments: dict[str, frozenset[str]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    missing_dtypes: dict[str, str] = field(default_factory=dict)
 
 
 def signature_arguments(obj: Any) -> frozenset[str] | None:
@@ -270,6 +272,11 @@ class Adapter:
         The default looks its path up (`api_object`); an adapter may say more (where the API went)."""
         return self.api_object(api)[1]
 
+    def dtype_unavailable(self, dtype: str) -> str | None:
+        """Why the installed release cannot make a tensor of `dtype` at all (it has no such dtype), or None;
+        called after `load`. A dtype an API or a device refuses is the call's to tell, not this."""
+        return None
+
     def api_arguments(self, api: Api) -> frozenset[str] | None:
         """The argument names the installed `api` takes (read from its signature), or None where unknown."""
         obj, _ = self.api_object(api)
@@ -285,7 +292,9 @@ class Adapter:
         missing = {api.name: str(why) for api in self.apis if (why := self.api_unavailable(api))}
         arguments = {api.name: args for api in self.apis if api.name not in missing
                      and (args := self.api_arguments(api)) is not None}
-        self.offer = Offer(self.release(), missing, arguments, tuple(self.__dict__.get("_notes", ())))
+        dtypes = {dtype: str(why) for dtype in (*FLOAT_DTYPES, *INTEGER_DTYPES)
+                  if (why := self.dtype_unavailable(dtype))}
+        self.offer = Offer(self.release(), missing, arguments, tuple(self.__dict__.get("_notes", ())), dtypes)
         return self.offer
 
     def fit_call(self, call: Any, api: Api) -> Any:
@@ -345,6 +354,10 @@ class Adapter:
                     else f"{api.name} takes log-probabilities as input, not probabilities")
         if api.reductions is not None and case.params.reduction not in api.reductions:
             return f"{api.name} has no reduction {case.params.reduction!r} (it takes {list(api.reductions)})"
+        lacking = self.offer.missing_dtypes if self.offer is not None else {}
+        for dtype in dict.fromkeys((case.dtype.input, case.dtype.target)):
+            if dtype in lacking:
+                return lacking[dtype]
         return self.missing_argument(case, api)
 
     def unsupported_part(self, api: Api, part: str) -> str | None:

@@ -397,7 +397,7 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
     if why:
         raise UsageError(f"mode {mode} of {framework} cannot run here: {_shown(why, 200)}", where="--mode",
                          fix="write the reproducer where the mode's packages are installed, or pick another mode")
-    why = adapter.offer.missing_apis.get(api.name) or adapter.missing_argument(case, api)
+    why = adapter.offer.missing_apis.get(api.name) or adapter.unsupported_reason(case, api)  # now with its release
     if why:
         raise UsageError(f"{api.name} cannot make case {case_id!r} here: {_shown(why, 200)}", where="--api",
                          fix="write the reproducer where a release of the framework that has it is installed")

@@ -49,6 +49,26 @@ def test_a_run_judges_the_apis_the_release_has(tmp_path, capsys):
     assert (printed.out + printed.err).count(why) == 1  # said once, in the line that names what was not run
 
 
+def test_a_dtype_the_release_lacks_is_unsupported_not_an_error(framework_adapter, tmp_path):
+    """OneFlow 0.8.0 has no oneflow.int16: its int16 cases are unsupported with that reason (no tensor can be
+    made), where 0.9.0 judges them (the spec expects integer inputs to be refused)."""
+    import oneflow
+
+    lacking = {d for d in ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                           "bool") if not hasattr(oneflow, d)}
+    assert set(framework_adapter.offer.missing_dtypes) == lacking
+    out = tmp_path / "out"
+    assert main(["run", "--framework", "oneflow", "--only", "fwd/*/4x6/int16/*", "--api", LAYER, "--part", "forward",
+                 "--out", str(out), "--no-progress", "--no-repro"]) == 0
+    rows = list(iter_results(out))
+    assert rows
+    why = f"oneflow {oneflow.__version__} has no dtype oneflow.int16"
+    if "int16" in lacking:
+        assert {(r.verdict.value, r.message) for r in rows} == {("unsupported", why)}
+    else:
+        assert all(r.verdict.value != "unsupported" for r in rows)
+
+
 def test_what_oneflow_0_8_computes_otherwise(framework_adapter, spec):
     """Findings of OneFlow 0.8.0 that 0.9.0 fixed, stated per release: KLDivLoss(reduction='batchmean') raises
     an AssertionError with no message, and the gradient with respect to the target of a reduced loss comes back

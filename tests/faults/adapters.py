@@ -395,6 +395,7 @@ class OldReleaseAdapter(Adapter):
         module = types.ModuleType("klfake")
         module.__version__ = "0.9"
         module.kl_div = _old_kl_div
+        module.float32, module.float64 = np.float32, np.float64  # no float16 yet, as OneFlow 0.8.0 has no int16
         sys.modules["klfake"] = module  # what `import klfake` would leave: ApiCall finds the API there
 
     def version(self) -> str:
@@ -403,8 +404,13 @@ class OldReleaseAdapter(Adapter):
     def devices(self) -> tuple[str, ...]:
         return ("cpu",)
 
+    def dtype_unavailable(self, dtype: str) -> str | None:
+        return None if hasattr(sys.modules["klfake"], dtype) else f"klfake 0.9 has no dtype klfake.{dtype}"
+
     def build(self, case: Case, device: str):
-        return case.input.astype(case.dtype.input), case.target.astype(case.dtype.target)
+        klfake = sys.modules["klfake"]
+        return (case.input.astype(getattr(klfake, case.dtype.input)),
+                case.target.astype(getattr(klfake, case.dtype.target)))
 
     def call(self, case: Case, api: Api) -> ApiCall:
         return ApiCall.function(api.name, "x", "t", reduction=case.params.reduction,

@@ -104,6 +104,32 @@ def test_the_call_and_its_reproducer_leave_out_only_a_default_the_release_lacks(
     assert NoApiAdapter().api_unavailable(NoApiAdapter.apis[0]) == "klfake 0.9 has no klfake.losses"
 
 
+def test_a_dtype_the_release_lacks_makes_its_cases_unsupported_not_errors(tmp_path, capsys):
+    """klfake 0.9 has no float16 (as OneFlow 0.8.0 has no int16): building such a tensor would raise, so the
+    cases that need the dtype are unsupported with the reason naming the release, and the others are judged."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(CASES + "- {id: half-sum, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
+                             "dtype: float16}\n"
+                             "- {id: mixed-sum, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
+                             "dtype: {input: float32, target: float16}}\n")
+    assert main(["run", "--framework", ADAPTERS + "OldReleaseAdapter", "--api", "klfake.kl_div", "--cases",
+                 str(cases), "--suite", "none", "--out", str(tmp_path / "out"), "--no-progress", "--strict"]) == 0
+    rows = {r.case_id: r for r in iter_results(tmp_path / "out")}
+    assert {rows[c].verdict.value for c in ("half-sum", "mixed-sum")} == {"unsupported"}
+    assert {rows[c].message for c in ("half-sum", "mixed-sum")} == {"klfake 0.9 has no dtype klfake.float16"}
+    assert rows["probs-sum"].verdict.value == "pass"
+    adapter = OldReleaseAdapter()
+    adapter.load()
+    assert adapter.learn_release().missing_dtypes == {
+        d: f"klfake 0.9 has no dtype klfake.{d}" for d in ("float16", "bfloat16", "int8", "int16", "int32", "int64",
+                                                           "uint8", "bool")}
+    # the reproducer refuses in one line, as the run did
+    assert main(["repro", "half-sum", "--framework", ADAPTERS + "OldReleaseAdapter", "--api", "klfake.kl_div",
+                 "--from", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "klfake 0.9 has no dtype klfake.float16" in err[0]
+
+
 def test_signatures_that_cannot_say_pass_every_argument():
     """A builtin without a signature, or one taking **kwargs, is passed every argument: the call tells."""
     assert signature_arguments(getattr) is None
