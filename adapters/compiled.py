@@ -12,6 +12,8 @@ or when a signature never seen before was not traced at all.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Callable
 
 from conformance.adapters.base import ModeFallback
@@ -107,3 +109,11 @@ def jax_jit_repro_lines(part: str) -> list[str]:
         lines += ["grad_input, grad_target = jax.jit(vjp)(x, t, g)  # the arrays passed as arguments",
                   f"grad = {part}"]
     return lines + ["result = np.asarray(grad).astype(np.float64)"]
+
+
+def keep_inductor_cache(cache_dir: Path | None) -> None:
+    """Inductor's compiled artifacts (its FX graph cache and the kernels it builds) under the harness's cache
+    directory, where a second run of a mode finds them, instead of the system's temporary folder; called before
+    torch is imported. Nothing changes without a cache directory (--no-cache)."""
+    if cache_dir is not None:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache_dir) / "torchinductor")

@@ -44,7 +44,8 @@ import numpy as np
 from conformance.adapters import jaxcache
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
                                        construction_source, fill_value, layout_buffer, numpy_source)
-from conformance.adapters.compiled import Traced, jax_jit_gradient, jax_jit_repro_lines, jax_traced
+from conformance.adapters.compiled import (Traced, jax_jit_gradient, jax_jit_repro_lines, jax_traced,
+                                           keep_inductor_cache)
 from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 CLASS, FUNCTION = "keras.losses.KLDivergence", "keras.losses.kl_divergence"
@@ -87,6 +88,7 @@ class KerasAdapter(Adapter):
                                            f"{type(exc).__name__}: {exc}") from None
             jax.config.update("jax_enable_x64", True)  # before Keras makes any array: float64 stays float64
             jaxcache.enable(jax, self.compile_cache_dir, self.degraded)  # before anything compiles
+        keep_inductor_cache(self.compile_cache_dir)  # torch.compile's, on the torch backend; before torch loads
         try:
             import keras
         except Exception as exc:  # ImportError, or the backend Keras picked cannot be imported

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import os
 import platform
 import re
 import types
@@ -19,6 +18,7 @@ import warnings
 
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
                                       construction_source, fill_value, layout_buffer, layout_view_source, numpy_source)
+from conformance.adapters.compiled import keep_inductor_cache
 from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 # torch's words for a floating dtype with no kernel on a device: '"log_vml_cpu" not implemented for 'Half''
@@ -68,8 +68,7 @@ class TorchAdapter(Adapter):
         self._exported: dict = {}  # (mode, api, ApiCall, input signature) -> onnxruntime InferenceSession
 
     def load(self) -> None:
-        if self.compile_cache_dir is not None:  # read by Inductor when it compiles (its FX graph cache lives there)
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.compile_cache_dir / "torchinductor")
+        keep_inductor_cache(self.compile_cache_dir)
         try:
             import torch
         except ImportError as exc:

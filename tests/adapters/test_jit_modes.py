@@ -115,6 +115,19 @@ def test_mode_run_rows_carry_the_mode_and_are_judged(compiled, tmp_path):
     assert not differ, differ
 
 
+def test_torch_compile_under_keras_keeps_its_cache_under_the_cache_dir(compiled, tmp_path):
+    """Keras on torch compiles with Inductor, whose artifacts go under --cache-dir (as the torch adapter's do),
+    not the system's temporary folder, so that a second run finds them."""
+    adapter, mode = compiled
+    if getattr(adapter, "backend", None) != "torch":
+        pytest.skip("Inductor compiles only on Keras' torch backend")
+    code = main(["run", "--framework", adapter.name, "--mode", mode, "--part", "forward",
+                 "--only", "fwd/*/4x6/float32/softmax/s0", "--api", "keras.losses.kl_divergence",
+                 "--out", str(tmp_path / "run"), "--no-progress", "--no-repro", "--cache-dir", str(tmp_path / "cache")])
+    assert code == 0
+    assert any((tmp_path / "cache" / "torchinductor").rglob("*.so")), "Inductor built nothing under --cache-dir"
+
+
 @pytest.mark.parametrize("part", PARTS)
 def test_a_call_run_eagerly_is_a_fallback(compiled, spec, part):
     """With the framework's switch that runs compiled functions eagerly (jax.disable_jit, mx.disable_compile,
