@@ -4,6 +4,7 @@ The case comes from its id (generated cases are rebuilt from id and seed), from 
 case file, or from an earlier run directory (which keeps its seed and its user cases).
 Before writing, the case is minimised: if a single element of it diverges the same
 way, the script uses that element alone, which is what one pastes into an upstream issue.
+A run's reproducers of a compiled mode keep their whole case (each candidate would compile again).
 Composes the adapter, the reference and the comparator; runs in the framework's environment.
 
 Writes scripts beside a run's results; never rewrites the results themselves.
@@ -268,7 +269,8 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
               deadline: float | None = None, framework: str | None = None,
               results: Iterable[Result] | None = None,
               memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB) -> tuple[int, int]:
-    """Write a reproducer, minimised, for every undocumented divergence of a run into `out_dir`.
+    """Write a reproducer for every undocumented divergence of a run into `out_dir`, minimised where the row is
+    eager (a row of a compiled mode keeps its whole case: minimising it would compile each candidate's shape).
 
     `framework` is the adapter as the run named it (a "module:Class" too); by default the one the run's
     manifest names. The framework is called by `pool` (the run's worker), else by a worker started here. Expectations
@@ -325,7 +327,10 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     written = whole = 0
     try:
         for group in within_budget(rows, source.get, memory_budget_mb):
-            jobs = [_Job(case, apis[r.api], r.device, r.part, verdict=r.verdict, mode=r.mode) for r, case in group]
+            # a compiled mode's row keeps its whole case: each candidate would be a shape that mode compiles
+            # again; `repro CASE --mode M` minimises one on demand
+            jobs = [_Job(case, apis[r.api], r.device, r.part, verdict=r.verdict, mode=r.mode, minimize=r.mode == EAGER)
+                    for r, case in group]
             shown = None if progress is None else (lambda done, before=written: progress(before + done, len(rows)))
             _minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
             for (r, _), job in zip(group, jobs):
