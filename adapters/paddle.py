@@ -308,7 +308,7 @@ class PaddleAdapter(Adapter):
             lines += self._mode_source(case, api)
         if part == "forward":
             lines.append("result_dtype = str(out.dtype).removeprefix('paddle.')  # as the run records it")
-            lines.append("result = out.astype('float32' if out.dtype == paddle.bfloat16 else out.dtype).numpy().astype(np.float64)")
+            lines.append(f"result = {_host_source('out')}")
         else:
             wrt = "t" if part == "grad_target" else "x"
             second = part == "grad2_input"
@@ -320,7 +320,7 @@ class PaddleAdapter(Adapter):
             missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
             lines += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing,
                       "result_dtype = str(grad.dtype).removeprefix('paddle.')  # as the run records it",
-                      "result = grad.numpy().astype(np.float64)"]
+                      f"result = {_host_source('grad')}"]
         return "\n".join(lines)
 
     def _mode_source(self, case: Case, api: Api) -> list[str]:
@@ -371,3 +371,9 @@ def _swap_last_two(tensor):
     perm = list(range(tensor.ndim))
     perm[-2], perm[-1] = perm[-1], perm[-2]
     return tensor.transpose(perm)
+
+
+def _host_source(name: str) -> str:
+    """A reproducer's line that brings tensor `name` to NumPy float64 as the run does (to_numpy): a bfloat16
+    tensor's .numpy() gives its raw bits as uint16, so it goes through float32, which holds every bfloat16."""
+    return f"{name}.astype('float32' if {name}.dtype == paddle.bfloat16 else {name}.dtype).numpy().astype(np.float64)"

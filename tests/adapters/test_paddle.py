@@ -244,3 +244,19 @@ def test_reproducer_lines_compute_what_the_adapter_observes(framework_adapter, l
         return
     exec(source, namespace)
     np.testing.assert_array_equal(namespace["result"], observed.value)
+
+
+@pytest.mark.parametrize("part", ["forward", "grad_target"])
+def test_reproducer_brings_a_bfloat16_result_to_numpy_by_value_not_by_its_bits(framework_adapter, part):
+    """A bfloat16 tensor's .numpy() gives its raw bits (uint16): a gradient reproducer that read them compared
+    16128.0 for 0.5 against the spec, and so reproduced any bfloat16 gradient. The line that makes `result`
+    runs here on a real bfloat16 tensor (Paddle on CPU computes no bfloat16 kl_div gradient to take it from)."""
+    import paddle
+
+    case = make_case([[-1.0, -2.0]], [[0.25, 0.75]], reduction="sum", dtype="float32")
+    source = framework_adapter.repro_source(case, framework_adapter.api(FUNCTIONAL), "cpu", part)
+    (line,) = [line for line in source.splitlines() if line.startswith("result = ")]
+    name = "out" if part == "forward" else "grad"
+    namespace = {"np": np, "paddle": paddle, name: paddle.to_tensor([0.5, -3.0], dtype="bfloat16")}
+    exec(line, namespace)
+    np.testing.assert_array_equal(namespace["result"], [0.5, -3.0])
