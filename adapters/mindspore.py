@@ -226,7 +226,7 @@ class MindSporeAdapter(Adapter):
                  "out = kl(x, t)"]
         if part == "forward":
             lines.append("result_dtype = str(out.dtype).lower()  # as the run records it")
-            lines.append("result = out.astype(ms.float32 if out.dtype == ms.bfloat16 else out.dtype).asnumpy().astype(np.float64)")
+            lines.append(f"result = {_host_source('out')}")
         else:
             lines.append("g = ms.Tensor(upstream(tuple(out.shape)), out.dtype)")
             lines.append("weighted = lambda a, b: (kl(a, b) * g).sum()")
@@ -237,7 +237,7 @@ class MindSporeAdapter(Adapter):
             else:
                 lines.append(f"grad = ms.grad(weighted, grad_position={0 if part == 'grad_input' else 1})(x, t)")
             lines.append("result_dtype = str(grad.dtype).lower()  # as the run records it")
-            lines.append("result = grad.asnumpy().astype(np.float64)")
+            lines.append(f"result = {_host_source('grad')}")
         return "\n".join(lines)
 
     def _kl_source(self, call: ApiCall) -> list[str]:
@@ -259,3 +259,9 @@ class MindSporeAdapter(Adapter):
         if dtype == "bfloat16":
             result = result.astype(self.ms.float32)
         return result.asnumpy().astype(np.float64), dtype, tuple(result.shape)
+
+
+def _host_source(name: str) -> str:
+    """A reproducer's line that brings tensor `name` to NumPy float64 as the run does (to_numpy): a bfloat16
+    tensor goes through float32, which holds every bfloat16, as NumPy has no bfloat16 of its own."""
+    return f"{name}.astype(ms.float32 if {name}.dtype == ms.bfloat16 else {name}.dtype).asnumpy().astype(np.float64)"

@@ -211,7 +211,7 @@ class OneFlowAdapter(Adapter):
             *self._call_source(self.call(case, api))]
         if part == "forward":
             lines.append("result_dtype = str(out.dtype).removeprefix('oneflow.')  # as the run records it")
-            lines.append("result = out.to(flow.float32 if out.dtype == flow.bfloat16 else out.dtype).numpy().astype(np.float64)")
+            lines.append(f"result = {_host_source('out')}")
         else:
             wrt = "t" if part == "grad_target" else "x"
             lines.append("g = flow.tensor(upstream(tuple(out.shape)), dtype=out.dtype, device=out.device)")
@@ -222,7 +222,7 @@ class OneFlowAdapter(Adapter):
                 lines.append("w = flow.tensor(upstream(tuple(grad.shape)), dtype=grad.dtype, device=grad.device)")
                 lines.append("(grad,) = flow.autograd.grad((grad * w).sum(), [t])")
             lines.append("result_dtype = str(grad.dtype).removeprefix('oneflow.')  # as the run records it")
-            lines.append("result = grad.numpy().astype(np.float64)")
+            lines.append(f"result = {_host_source('grad')}")
         return "\n".join(lines)
 
     def _call_source(self, call: ApiCall) -> list[str]:
@@ -245,3 +245,9 @@ class OneFlowAdapter(Adapter):
         if dtype == "bfloat16":
             host = host.to(self.flow.float32)
         return host.numpy().astype(np.float64), dtype, tuple(result.shape)
+
+
+def _host_source(name: str) -> str:
+    """A reproducer's line that brings tensor `name` to NumPy float64 as the run does (to_numpy): a bfloat16
+    tensor goes through float32, which holds every bfloat16, as NumPy has no bfloat16 of its own."""
+    return f"{name}.to(flow.float32 if {name}.dtype == flow.bfloat16 else {name}.dtype).numpy().astype(np.float64)"

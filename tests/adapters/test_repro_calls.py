@@ -258,3 +258,26 @@ def test_reproducer_of_a_list_built_case_builds_from_a_list(adapter, spec, tmp_p
     made = [line.strip() for line in script.splitlines() if line.strip().startswith(("x = ", "t = "))]
     assert len(made) == 2 and all(".tolist()" in line for line in made), made
     assert code == (1 if diverges else 0), out
+
+
+@pytest.mark.parametrize("part", ["forward", "grad_input"])
+def test_a_bfloat16_result_is_read_by_value_not_by_its_bits(adapter, spec, part):
+    """A reproducer brings its result to NumPy float64 as the run's to_numpy does. For bfloat16, which NumPy
+    lacks, that is through float32: some frameworks' .numpy() gives the raw bits (Paddle: 16256 for 1.0), and a
+    gradient reproducer that read them reproduced every bfloat16 gradient. The script's line runs here on a
+    bfloat16 tensor the adapter builds (few frameworks compute a bfloat16 kl_div gradient on a CPU)."""
+    if not _writes_python(adapter):
+        pytest.skip(f"{adapter.name} writes R scripts")
+    case = make_case([[-1.0, -2.0]], [[0.25, 0.75]], reduction="none", dtype="bfloat16")
+    try:
+        x, _ = adapter.build(case, "cpu")
+    except Exception as exc:  # a framework without bfloat16 tensors on this machine
+        pytest.skip(f"{adapter.name} builds no bfloat16 tensor here: {type(exc).__name__}: {exc}")
+    api = adapter.apis[0]
+    lines = adapter.repro_source(as_api_takes(case, api, spec), api, "cpu", part).splitlines()
+    (line,) = [line.strip() for line in lines if line.strip().startswith("result = ")]
+    namespace: dict = {"np": np}
+    exec("\n".join(line for line in lines if line.startswith(("import ", "from ", "os."))), namespace)
+    namespace["out"] = namespace["grad"] = x  # the name the result is read from (some read `grad` for both)
+    exec(line, namespace)
+    np.testing.assert_array_equal(namespace["result"], [[-1.0, -2.0]])
