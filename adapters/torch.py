@@ -222,7 +222,9 @@ class TorchAdapter(Adapter):
         if self.mode in ONNX_EXPORTERS and part != "forward":
             raise ValueError(f"mode {self.mode} has no gradients")
         source = self.call(case, api).source()
-        lines = ["import torch", "",
+        missing = ["class MissingGradient(Exception):", '    """torch.autograd.grad gave no gradient (None)."""', "",
+                   ""] if part != "forward" else []
+        lines = ["import torch", "", *missing,
                  tensor("x", case.input, case.dtype.input, part != "grad_target"),
                  tensor("t", case.target, case.dtype.target, part != "grad_input")]
         if self.mode in INDUCTOR_OPTIONS:
@@ -235,12 +237,17 @@ class TorchAdapter(Adapter):
             lines.append("result = out.detach().double().cpu().numpy()")
             lines.append("result_dtype = str(out.dtype).removeprefix('torch.')")
         else:
-            wrt = "t" if part == "grad_target" else "x"
+            # as `gradient` differentiates: a gradient that does not come back is MissingGradient, not an error
+            wrt, second = ("t" if part == "grad_target" else "x"), part == "grad2_input"
             lines.append("g = torch.from_numpy(upstream(tuple(out.shape))).to(out.device, out.dtype)")
-            lines.append(f"(grad,) = torch.autograd.grad((out * g).sum(), [{wrt}], create_graph={part == 'grad2_input'})")
-            if part == "grad2_input":
-                lines.append("w = torch.from_numpy(upstream(tuple(grad.shape))).to(grad.device, grad.dtype)")
-                lines.append("(grad,) = torch.autograd.grad((grad * w).sum(), [t])")
+            lines.append(f"(grad,) = torch.autograd.grad((out * g).sum(), [{wrt}], allow_unused=True, "
+                         f"create_graph={second})")
+            if second:
+                lines += ["if grad is not None:",
+                          "    w = torch.from_numpy(upstream(tuple(grad.shape))).to(grad.device, grad.dtype)",
+                          "    (grad,) = torch.autograd.grad((grad * w).sum(), [t], allow_unused=True)"]
+            lines += ["if grad is None:  # the harness records this as MissingGradient",
+                      f"    raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"]
             lines.append("result = grad.detach().double().cpu().numpy()")
             lines.append("result_dtype = str(grad.dtype).removeprefix('torch.')")
         return "\n".join(lines)

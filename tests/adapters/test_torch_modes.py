@@ -93,11 +93,11 @@ def test_the_modes_answers_of_the_float16_mean(torch_adapter, mode, value):
     assert (observed.value, observed.dtype, observed.fallback) == (value, "float16", None)
 
 
-def _script_result(adapter, case, mode, part, tmp_path):
+def _script_result(adapter, case, mode, part, tmp_path, recorded="a value"):
     """The reproducer `repro_script` writes for `mode`, run with this environment's python: what it printed."""
     adapter.mode = mode
     script, suffix = adapter.repro_script(case, adapter.apis[0], "cpu", part, ("a case", "a message", "its params."),
-                                          Expected("float32", (), np.asarray(1.0), np.asarray(0.0)), "a value")
+                                          Expected("float32", (), np.asarray(1.0), np.asarray(0.0)), recorded)
     path = tmp_path / f"repro_{mode}{suffix}"
     path.write_text(script, encoding="utf-8")
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600,
@@ -134,7 +134,7 @@ def test_inductor_keeps_its_cache_under_the_cache_dir(torch_adapter, tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
-def test_inductor_double_backward_is_never_a_pass(torch_adapter, layout):
+def test_inductor_double_backward_is_never_a_pass(torch_adapter, layout, tmp_path):
     """AOTAutograd has no double backward: it raises, or (a non-contiguous input) the second gradient comes back
     None; either is a row of its own (an exception, MissingGradient), never eager's gradient."""
     case = make_case([[-1.0, -2.0], [-0.5, -1.5]], [[0.2, 0.3], [0.4, 0.1]], reduction="sum", dtype="float32",
@@ -148,3 +148,8 @@ def test_inductor_double_backward_is_never_a_pass(torch_adapter, layout):
     assert observed.exception_type in ("RuntimeError", "MissingGradient"), observed
     if observed.exception_type == "RuntimeError":
         assert "does not currently support double backward" in observed.exception_message
+    # its reproducer differentiates as the run did, so it shows the same: the exception, or no gradient
+    shown, run = _script_result(adapter, case, "inductor", "grad2_input", tmp_path,
+                                recorded=f"raises {observed.exception_type}")
+    assert shown.startswith(f"torch:  raises {observed.exception_type}") and run.returncode == 1, \
+        run.stdout[-2000:] + run.stderr[-2000:]
