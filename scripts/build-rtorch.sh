@@ -5,6 +5,7 @@
 #
 # Usage:
 #   scripts/build-rtorch.sh TORCH_SRC CORO_SRC PREFIX
+#   scripts/build-rtorch.sh --apt-only      step 1 alone: the Debian packages the build needs
 #
 #   TORCH_SRC  a source checkout of mlverse/torch at v0.11.0 (holds DESCRIPTION and src/lantern)
 #   CORO_SRC   a source checkout of r-lib/coro (any release >= 1.0.2, e.g. v1.1.0)
@@ -20,7 +21,7 @@
 # What it does:
 #   1. apt-get install (as root, unless RTORCH_APT=0): R (r-base-core, r-base-dev), torch's R
 #      dependencies from Debian (r-cran-*), libtorch-dev (Debian's libtorch 1.13.1, CPU only)
-#      and the tool chain to compile lantern (cmake, g++, make).
+#      and the tool chain to compile lantern (cmake, g++, make); skipped when all are installed.
 #   2. Builds lantern (TORCH_SRC/src/lantern) with CMake against the system libtorch. That
 #      release's CMakeLists reads TORCH_PATH only as a -D variable (the environment variable is
 #      ignored) and downloads libtorch when TORCH_PATH does not exist, so TORCH_PATH is always
@@ -42,13 +43,51 @@ set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 
+die() { echo "build-rtorch: $*" >&2; exit 1; }
+step() { echo; echo "=== build-rtorch: $* ($(date '+%H:%M:%S'))"; }
+RTORCH_APT=${RTORCH_APT:-1}
+RTORCH_APT_UPDATE=${RTORCH_APT_UPDATE:-1}
+APT_PACKAGES=(
+  r-base-core r-base-dev
+  r-cran-rcpp r-cran-r6 r-cran-withr r-cran-rlang r-cran-bit64 r-cran-magrittr r-cran-callr
+  r-cran-cli r-cran-glue r-cran-desc r-cran-jsonlite r-cran-scales r-cran-processx r-cran-ellipsis
+  libtorch-dev
+  cmake g++ make
+)
+
+# Installs the Debian packages that are not installed yet (none: no apt-get at all).
+install_debian_packages() {
+  local missing=() pkg
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    echo "all installed: ${APT_PACKAGES[*]}"
+    return
+  fi
+  if [ "$RTORCH_APT" != 1 ]; then
+    echo "skipped (RTORCH_APT=0); missing: ${missing[*]}"
+    return
+  fi
+  local sudo=
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || die "installing Debian packages needs root (or set RTORCH_APT=0)"
+    sudo=sudo
+  fi
+  if [ "$RTORCH_APT_UPDATE" = 1 ]; then
+    $sudo apt-get update
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+if [ "$#" -eq 1 ] && [ "$1" = --apt-only ]; then
+  install_debian_packages
+  exit 0
+fi
 if [ "$#" -ne 3 ]; then
   usage >&2
   exit 2
 fi
-
-die() { echo "build-rtorch: $*" >&2; exit 1; }
-step() { echo; echo "=== build-rtorch: $* ($(date '+%H:%M:%S'))"; }
 
 TORCH_SRC=$(cd "$1" 2>/dev/null && pwd) || die "TORCH_SRC '$1' is not a directory"
 CORO_SRC=$(cd "$2" 2>/dev/null && pwd) || die "CORO_SRC '$2' is not a directory"
@@ -56,8 +95,6 @@ mkdir -p "$3"
 PREFIX=$(cd "$3" && pwd)
 
 JOBS=${JOBS:-2}
-RTORCH_APT=${RTORCH_APT:-1}
-RTORCH_APT_UPDATE=${RTORCH_APT_UPDATE:-1}
 LIBTORCH_LIBDIR=${LIBTORCH_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 TORCH_CMAKE_DIR=${TORCH_CMAKE_DIR:-$LIBTORCH_LIBDIR/cmake/Torch}
 LANTERN_CXXFLAGS=${LANTERN_CXXFLAGS:--include fstream}
@@ -87,26 +124,7 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 step "1/5 Debian packages"
-APT_PACKAGES=(
-  r-base-core r-base-dev
-  r-cran-rcpp r-cran-r6 r-cran-withr r-cran-rlang r-cran-bit64 r-cran-magrittr r-cran-callr
-  r-cran-cli r-cran-glue r-cran-desc r-cran-jsonlite r-cran-scales r-cran-processx r-cran-ellipsis
-  libtorch-dev
-  cmake g++ make
-)
-if [ "$RTORCH_APT" = 1 ]; then
-  SUDO=
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || die "installing Debian packages needs root (or set RTORCH_APT=0)"
-    SUDO=sudo
-  fi
-  if [ "$RTORCH_APT_UPDATE" = 1 ]; then
-    $SUDO apt-get update
-  fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${APT_PACKAGES[@]}"
-else
-  echo "skipped (RTORCH_APT=0); expecting: ${APT_PACKAGES[*]}"
-fi
+install_debian_packages
 
 RSCRIPT=${RSCRIPT:-$(command -v Rscript || true)}
 R_CMD=${R_CMD:-$(command -v R || true)}

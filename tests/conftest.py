@@ -26,11 +26,17 @@ def pytest_configure(config):
         reason = _why_unavailable(name)
         if reason is None:
             continue
-        if not config.getoption("--allow-unavailable"):
-            # asking for a framework that is not installed is an error, not a skip
+        if not config.getoption("--allow-unavailable") or name in required_frameworks():
+            # asking for a framework that is not installed is an error, not a skip; so is one that
+            # scripts/rtorch_env.py built from sources (KL_REQUIRE_FRAMEWORKS) and that still fails to load
             raise pytest.UsageError(f"--framework {name!r}: the framework is not installed in this environment "
                                     f"({reason})")
         config.unavailable_frameworks[name] = reason
+
+
+def required_frameworks() -> set[str]:
+    """Frameworks that must load even under --allow-unavailable (KL_REQUIRE_FRAMEWORKS, comma-separated)."""
+    return {name.strip() for name in os.environ.get("KL_REQUIRE_FRAMEWORKS", "").split(",") if name.strip()}
 
 
 def _why_unavailable(name: str) -> str | None:
