@@ -3,7 +3,7 @@
 Two compositions: a sum over the last axis into one value per distribution (distribution_sum,
 keras), and Keras' probability-space terms, clipped to [epsilon, 1] and formed as
 target * log(target / input). Every number and choice is read from the spec; the canonical
-pointwise loss and its conventions stay in forward.py. Never imports a framework.
+pointwise loss and its conventions stay in pointwise.py. Never imports a framework.
 """
 
 from __future__ import annotations

@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import RULE_NAMES, Case, Expected, Params, Spec
 from conformance.core.rounding import round_to_dtype
 from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bound
 from conformance.core.tolerance import reduction_bound, sensitivity
 from conformance.reference.dialect import keras_pointwise, operand_dtype, sum_distributions
-from conformance.reference.klterm import kl_term
+from conformance.reference.pointwise import FORMULA, SMALL, WIDE, pointwise
 from conformance.reference.statements import verify_formulas
-
-WIDE = np.longdouble
-
-# Codes of Expected.rule_map, in the order of model.RULE_NAMES.
-FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, NAN_PROPAGATION, INFINITIES = range(6)
 
 
 def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expected:
@@ -139,7 +133,6 @@ def reduce_operand(operand: np.ndarray, reduction: str, divisor: int, spec: Spec
 FLOAT64_MAX = np.finfo(np.float64).max
 # Arrays up to this many elements take the plain full-array passes: there a NumPy call costs more
 # than the pass, and the shortcuts below (reductions first, no copies) add calls.
-SMALL = 1 << 12
 
 
 def as_bound(bound) -> np.ndarray:
@@ -167,93 +160,6 @@ def in_result_dtype(value: np.ndarray, result_dtype: str) -> np.ndarray:
         overflow = np.isinf(round_to_dtype(out, result_dtype)) & np.isfinite(out)
         out[overflow] = np.copysign(np.inf, out[overflow])
     return out
-
-
-def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
-              extended: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pointwise loss, |term_1| + |term_2| for the bound, and the rule map.
-
-    spec: pointwise.log_target_false / log_target_true, pointwise.conventions.
-    The formula's value is within 1 ulp of float64 (klterm); with `extended` the loss is
-    returned in long double with the rest of the term added (what a reduction sums), else
-    in float64. The masks are read off the float64 inputs, and the magnitude, which only
-    scales the bound, is float64 (klterm computes it with the term, from the same log).
-    """
-    rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
-    loss, residual, magnitude, ordinary = kl_term(x, t, log_target, residual=extended)
-    magnitude = term_magnitude(spec.data["pointwise"][f"log_target_{str(log_target).lower()}"]["terms"], x, t,
-                               fused=magnitude, log_target=log_target)
-    if ordinary:  # no convention applies (klterm's chunks saw every input finite, every t > 0 without log_target)
-        return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
-    nan_in = np.isnan(x) | np.isnan(t)
-    inf_in = (np.isinf(x) | np.isinf(t)) & ~nan_in
-
-    # spec: pointwise.conventions.infinities
-    rule_map[inf_in] = INFINITIES
-    if not log_target and spec.convention("infinities") == "xlogy":
-        with np.errstate(all="ignore"):  # only taken where an input is infinite: float64 is exact there
-            xlogy = np.where(t == 0, 0.0, t * np.log(t)) - t * x
-        loss = np.where(inf_in & (t > 0), xlogy, loss)
-
-    if log_target:
-        # spec: pointwise.conventions.log_target_neg_inf
-        mask = (t == -np.inf) & ~nan_in
-        rule_map[mask] = LOG_TARGET_NEG_INF
-        loss[mask] = 0 if spec.convention("log_target_neg_inf") == "zero" else np.nan
-    else:
-        # spec: pointwise.conventions.target_zero
-        mask = (t == 0) & ~nan_in
-        rule_map[mask] = TARGET_ZERO
-        if spec.convention("target_zero") == "zero":
-            loss[mask] = 0
-        else:  # ieee: xlogy(0, 0) - 0 * x
-            loss[mask] = np.where(np.isinf(x[mask]), np.nan, 0)
-        # spec: pointwise.conventions.target_negative
-        mask = (t < 0) & ~nan_in
-        rule_map[mask] = TARGET_NEGATIVE
-        loss[mask] = np.nan if spec.convention("target_negative") == "nan" else 0
-    # spec: pointwise.conventions.nan_propagation (always last)
-    nan_choice = spec.convention("nan_propagation")
-    if not log_target and nan_choice in ("masked_by_zero_target", "where_target_positive"):
-        masked = ((t == 0) & np.isnan(x)) if nan_choice == "masked_by_zero_target" else (nan_in & ~(t > 0))
-        nan_in = nan_in & ~masked
-        rule_map[masked] = NAN_PROPAGATION  # the convention decided this 0
-        loss[masked] = 0
-    rule_map[nan_in] = NAN_PROPAGATION
-    loss[nan_in] = np.nan
-    magnitude[rule_map != FORMULA] = 0  # convention values are exact: no rounding error to allow
-    return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
-
-
-def _with_residual(loss: np.ndarray, residual: np.ndarray, rule_map: np.ndarray, extended: bool) -> np.ndarray:
-    """The float64 loss, or with `extended` loss + residual in long double (residual only where the formula holds)."""
-    if not extended:
-        return loss
-    return np.asarray(np.asarray(loss, dtype=WIDE) + np.where(rule_map == FORMULA, residual, 0.0))  # 0-d stays an array
-
-
-# The terms whose magnitude klterm computes in its fused pass (spec: pointwise.*.terms as shipped).
-FUSED_TERMS = {False: ["target * log(target)", "target * input"], True: ["exp(target) * target", "exp(target) * input"]}
-
-
-def term_magnitude(terms: list[str], x: np.ndarray, t: np.ndarray, fused: np.ndarray | None = None,
-                   log_target: bool | None = None) -> np.ndarray:
-    """sum |term| over the spec's terms, in float64 (it only scales a bound): klterm's fused magnitude when
-    the spec states the terms it computes, else the spec's terms evaluated; where float64 overflows at
-    finite arguments (|t * x| past 1.8e308 while the loss cancels), in extended precision."""
-    names = VARIABLES["pointwise.log_target_false.terms[]"]
-    if fused is not None and list(terms) == FUSED_TERMS[log_target]:
-        magnitude = np.asarray(fused, dtype=np.float64)  # klterm's own array: pointwise may zero parts of it
-    else:
-        magnitude = np.array(sum_of_abs(terms, names, input=x, target=t), dtype=np.float64)
-    if magnitude.size > SMALL and magnitude.max() < np.inf:  # all finite (a NaN makes the max NaN): nothing overflowed
-        return magnitude
-    with np.errstate(invalid="ignore"):
-        overflow = ~np.isfinite(magnitude) & np.isfinite(x) & np.isfinite(t)
-    if overflow.any():
-        magnitude = magnitude.astype(WIDE)
-        magnitude[overflow] = sum_of_abs(terms, names, input=x[overflow].astype(WIDE), target=t[overflow].astype(WIDE))
-    return magnitude
 
 
 # What each divisor the spec names is (spec: reductions.*.divisor): (n, input's shape, the reduced shape,

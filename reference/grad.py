@@ -11,19 +11,15 @@ from typing import Callable
 
 import numpy as np
 
-from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import GRAD_PARTS, Case, Expected, Spec, upstream_gradient
 from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 from conformance.reference import dialect
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
                                            expected_error, expected_forward, expected_warnings, in_result_dtype,
                                            legacy_then_batchmean, reduction_divisor)
+from conformance.reference.derivative import (FORMULA, NAN_PROPAGATION, RULES, mixed_second_derivative,
+                                              pointwise_derivative)
 from conformance.reference.statements import verify_formulas
-
-FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, INFINITE_INPUT, NAN_PROPAGATION = range(6)
-RULES = ("gradients.formula", "gradients.conventions.target_zero", "gradients.conventions.target_negative",
-         "gradients.conventions.log_target_neg_inf", "gradients.conventions.infinite_input",
-         "gradients.conventions.nan_propagation")
 
 
 # The rules of Keras' gradients (spec: dialects.keras), in the codes reference/dialect.py gives them.
@@ -105,88 +101,6 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
     return Expected(result_dtype=arg_dtype, shape=tuple(arg_shape), value=in_result_dtype(value, arg_dtype),
                     bound=as_bound(bound), rules=rules,
                     rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULE_NAMES)
-
-
-def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argument: str, spec: Spec):
-    """dL/d(argument) per element, the sum of its terms' magnitudes (for the bound), and the rule map.
-
-    spec: gradients.log_target_false / log_target_true (the formula and its terms), gradients.conventions.
-    """
-    conventions = spec.data["gradients"]["conventions"]
-    space = spec.data["gradients"][f"log_target_{str(log_target).lower()}"]
-    rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
-    with np.errstate(all="ignore"):
-        if log_target:
-            p = np.exp(t)
-            d = -p if argument == "input" else p * (t - x + 1)
-        else:
-            d = -t if argument == "input" else np.log(t) - x + 1
-    d = np.array(d, dtype=WIDE)
-    magnitude = np.array(sum_of_abs(space["terms"][argument], VARIABLES["gradients.log_target_false.terms.*[]"],
-                                    input=x, target=t), dtype=WIDE)
-    nan_in = np.isnan(x) | np.isnan(t)
-    if log_target:
-        p_zero = (t == -np.inf) & ~nan_in
-        rule_map[p_zero] = LOG_TARGET_NEG_INF
-        nan_choice = conventions["log_target_neg_inf"]["choice"] == "nan" and argument == "target"
-        d[p_zero] = np.nan if nan_choice else 0
-    else:
-        p_zero = (t == 0) & ~nan_in
-        rule_map[p_zero] = TARGET_ZERO
-        if argument == "input":
-            d[p_zero] = 0
-        else:
-            d[p_zero] = -np.inf if conventions["target_zero"]["choice"] == "one_sided" else np.nan
-        mask = (t < 0) & ~nan_in
-        rule_map[mask] = TARGET_NEGATIVE
-        choice = conventions["target_negative"]["choice"]
-        if choice == "zero":
-            d[mask] = 0
-        elif argument == "target" or choice == "nan":
-            d[mask] = np.nan
-    # spec: gradients.conventions.infinite_input -- at p = 0 with input +-inf
-    mask = p_zero & np.isinf(x)
-    if conventions["infinite_input"]["choice"] == "limit":
-        rule_map[mask] = INFINITE_INPUT
-        d[mask] = -np.sign(x[mask]) * np.inf if argument == "target" else 0
-    magnitude[rule_map != FORMULA] = 0
-    rule_map[nan_in] = NAN_PROPAGATION
-    if conventions["nan_propagation"]["choice"] == "propagate":
-        d[nan_in] = np.nan
-    else:  # formula: only a NaN the formula reads propagates
-        reads_input = argument == "target"
-        d[nan_in] = np.where(np.isnan(t[nan_in]) | (np.isnan(x[nan_in]) & reads_input), np.nan, d[nan_in])
-    return d, magnitude, rule_map
-
-
-def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec):
-    """d/dt of dL/dx per element: -1, or -exp(t) in log space (spec: gradients.second_order)."""
-    second = spec.data["gradients"]["second_order"]
-    space = f"log_target_{str(log_target).lower()}"
-    rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
-    with np.errstate(all="ignore"):
-        d = np.array(-np.exp(t) if log_target else -np.ones_like(t), dtype=WIDE)
-    magnitude = np.array(np.broadcast_to(sum_of_abs(second["terms"][space],
-                                                    VARIABLES["gradients.second_order.terms.*[]"],
-                                                    input=x, target=t), x.shape), dtype=WIDE)
-    nan_in = np.isnan(x) | np.isnan(t)
-    if log_target:
-        mask = (t == -np.inf) & ~nan_in
-        rule_map[mask] = LOG_TARGET_NEG_INF
-        d[mask] = 0
-    else:
-        mask = (t < 0) & ~nan_in
-        rule_map[mask] = TARGET_NEGATIVE
-        choice = spec.data["gradients"]["conventions"]["target_negative"]["choice"]
-        if choice != "formula":  # nan, or zero (a clamped loss has no slope there)
-            d[mask] = np.nan if choice == "nan" else 0
-    magnitude[rule_map != FORMULA] = 0
-    rule_map[nan_in] = NAN_PROPAGATION
-    if spec.data["gradients"]["conventions"]["nan_propagation"]["choice"] == "propagate":
-        d[nan_in] = np.nan
-    else:
-        d[nan_in] = np.where(np.isnan(t[nan_in]) & log_target, np.nan, d[nan_in])
-    return d, magnitude, rule_map
 
 
 def sum_to_shape(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

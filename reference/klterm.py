@@ -1,7 +1,7 @@
 """The pointwise KL term, t (log t - x) or exp(t) (t - x), within 1 ulp of float64 everywhere.
 
 Owns the numerical evaluation of the spec's formula (spec: pointwise.log_target_false,
-pointwise.log_target_true) before any convention is applied; forward.pointwise applies
+pointwise.log_target_true) before any convention is applied; pointwise.pointwise applies
 the conventions afterwards. Returns `hi`, the term in float64 (within 1 ulp of the exact
 value, proven below and checked against mpmath by tests/reference/test_oracle.py), `lo`,
 the rest (hi + lo is what reductions sum: within 2**-56 relative at worst, about 2**-65

@@ -14,6 +14,9 @@ import numpy as np
 from conformance.core.errors import SpecError
 from conformance.core.formula import VARIABLES, evaluate
 from conformance.core.model import Spec
+from conformance.reference.derivative import mixed_second_derivative, pointwise_derivative
+from conformance.reference.dialect import keras_gradient, keras_pointwise
+from conformance.reference.pointwise import pointwise
 
 # Well-conditioned points (no cancellation, no underflow): the float64 evaluation of a formula is
 # then within a few ulp of the truth, far inside RELATIVE.
@@ -31,9 +34,6 @@ def verify_formulas(spec: Spec) -> None:
     key = _formula_texts(spec)
     if key in _VERIFIED:
         return
-    from conformance.reference.forward import pointwise
-    from conformance.reference.grad import mixed_second_derivative, pointwise_derivative
-
     for log_target in (False, True):
         space = f"log_target_{str(log_target).lower()}"
         x, t = _X, _T[log_target]
@@ -47,8 +47,6 @@ def verify_formulas(spec: Spec) -> None:
                        mixed_second_derivative(x, t, log_target, spec)[0], x, t))
         _check(checks, spec)
     # Keras' dialect, on probabilities inside its clip interval (spec: dialects.keras); `input` is q there
-    from conformance.reference.dialect import keras_gradient, keras_pointwise
-
     keras, q, t = spec.data["dialects"]["keras"], np.exp(_X), _T_PROBABILITY
     checks = [("dialects.keras.formula", keras["formula"], keras_pointwise(q, t, "float64", spec)[0], q, t)]
     for which in ("input", "target", "second_order"):
@@ -69,7 +67,7 @@ def _check(checks: list, spec: Spec) -> None:
             raise SpecError(f"{text!r} gives {stated[i]!r} at input={x[i]!r}, target={t[i]!r}, but the "
                             f"reference computes {computed[i]!r}", file=spec.source, where=where,
                             fix="state the formula the reference computes (or change the reference in "
-                                "reference/forward.py, reference/grad.py or reference/dialect.py)")
+                                "reference/pointwise.py, reference/derivative.py or reference/dialect.py)")
 
 
 def _formula_texts(spec: Spec) -> tuple:

@@ -6,6 +6,7 @@ Depends only on the standard library and NumPy; imports nothing from the project
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -81,6 +82,12 @@ class Verdict(str, enum.Enum):
     @property
     def is_divergence(self) -> bool:
         return self not in (Verdict.PASS, Verdict.UNSUPPORTED)
+
+
+def spec_hash(data: Any) -> str:
+    """Hash of the spec's meaning: canonical JSON, so comments and layout do not count."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ Never computes anything from the spec: that is the reference's job.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from importlib import resources
@@ -18,7 +17,7 @@ import numpy as np
 from conformance.core.choices import check_choice_points
 from conformance.core.errors import SpecError
 from conformance.core.formula import check_formulas
-from conformance.core.model import FLOAT_FORMATS, LAYOUTS, PARTS, UPSTREAM, Spec
+from conformance.core.model import FLOAT_FORMATS, LAYOUTS, PARTS, UPSTREAM, Spec, spec_hash
 from conformance.core.tolerance import check_tolerance_formulas
 from conformance.core.yamlload import SpecLoader
 from conformance.core.yamlload import parse_yaml as parse_bounded
@@ -216,8 +215,3 @@ def yaml_path(parts: Any) -> str:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
-
-def spec_hash(data: Any) -> str:
-    """Hash of the spec's meaning: canonical JSON, so comments and layout do not count."""
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]

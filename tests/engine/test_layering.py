@@ -1,5 +1,5 @@
 """Imports follow the data flow, wing by wing: core <- reference, cases, adapters <- judge <- run <- commands,
-and reports read the core alone.
+and reports read the core alone; and no import circle, inside a wing or across, deferred imports included.
 
 An AST check (instead of import-linter) over every module of the package, by exact module name: each
 module belongs to one wing, and each wing imports only the wings below it. No module imports a framework
@@ -119,6 +119,79 @@ def test_a_planted_back_edge_is_found(module, planted):
     source = MODULES[module].read_text(encoding="utf-8")
     assert not violations(module, source)
     assert violations(module, source + "\n\ndef _planted():\n    " + planted + "\n")
+
+
+def circles(sources: dict[str, str]) -> list[list[str]]:
+    """Every import circle among `sources` (module -> its text): the strongly connected components of the
+    import graph with more than one module, or one module importing itself. Deferred imports count: a
+    circle broken only by importing late is still a circle."""
+    edges = {module: sorted({name for name, _ in _imports(text) if name in sources})
+             for module, text in sources.items()}
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+
+    def visit(start: str) -> None:  # Tarjan's algorithm, iterative: a deep chain needs no deep recursion
+        work = [(start, iter(edges[start]))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            module, successors = work[-1]
+            advanced = False
+            for successor in successors:
+                if successor not in index:
+                    index[successor] = low[successor] = counter[0]
+                    counter[0] += 1
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(edges[successor])))
+                    advanced = True
+                    break
+                if successor in on_stack:
+                    low[module] = min(low[module], index[successor])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[module])
+            if low[module] == index[module]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == module:
+                        break
+                if len(component) > 1 or module in edges[module]:
+                    found.append(sorted(component))
+
+    for module in sorted(sources):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def _sources() -> dict[str, str]:
+    return {module: path.read_text(encoding="utf-8") for module, path in MODULES.items()}
+
+
+def test_no_module_is_part_of_an_import_circle():
+    found = circles(_sources())
+    assert not found, "import circles (break each by moving what both sides need into a module of its own): " + \
+        "; ".join(" <-> ".join(circle) for circle in found)
+
+
+@pytest.mark.parametrize("module, planted", [
+    ("conformance.core.model", "from conformance.core.specload import load_spec"),  # specload imports model
+    ("conformance.reference.klterm", "from conformance.reference.forward import expected_forward"),  # via pointwise
+    ("conformance.core.model", "import conformance.core.model"),  # a module importing itself
+])
+def test_a_planted_circle_is_found(module, planted):
+    sources = _sources()
+    assert not circles(sources)
+    sources[module] += "\n\ndef _planted():\n    " + planted + "\n"
+    found = circles(sources)
+    assert found and any(module in circle for circle in found)
 
 
 def frameworks() -> set[str]:
