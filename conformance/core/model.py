@@ -156,10 +156,6 @@ class Spec:
     def error_order(self) -> tuple[str, ...]:
         return tuple(row["id"] for row in self.data["errors"])
 
-    @property
-    def expected_warning_ids(self) -> tuple[str, ...]:
-        return tuple(row["id"] for row in self.data["warnings"]["expected"])
-
 
 @dataclass(frozen=True)
 class Params:
