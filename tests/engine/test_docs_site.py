@@ -94,3 +94,27 @@ def test_text_from_the_spec_never_becomes_markup_on_its_page():
     # a bar in the text stays inside its cell: the errors table keeps its four columns
     row = next(line for line in html.split("<tr>") if "unknown_reduction" in line)
     assert row.count("<td>") == 4
+
+
+def test_the_layout_page_lists_every_module_the_layering_test_finds():
+    """The page's index comes from walking the installed package; the layering test walks the folders. A module
+    the first walk misses (a new folder installed under another name) fails here."""
+    from conformance.report.layoutpage import render_module_index
+    from tests.engine.test_layering import MODULES
+
+    page = render_module_index()
+    missing = sorted(module for module in MODULES if code(module) not in page)
+    assert not missing, f"modules the layout page does not list: {missing}"
+
+
+def test_a_module_without_a_docstring_fails_the_layout_page_and_one_with_one_is_listed(tmp_path):
+    from conformance.report.layoutpage import MissingDocstring, _modules, render_module_index
+
+    silent = tmp_path / "silent.py"
+    silent.write_text("VALUE = 1\n")
+    with pytest.raises(MissingDocstring, match="conformance.core.silent has no docstring"):
+        render_module_index({**_modules(), "conformance.core.silent": str(silent)})
+    silent.write_text(f'"""{HOSTILE}\n\nMore that the page leaves out."""\nVALUE = 1\n')
+    page = render_module_index({**_modules(), "conformance.core.silent": str(silent)})
+    line = next(line for line in page.splitlines() if code("conformance.core.silent") in line)
+    assert text(HOSTILE) in line and "<script>" not in line and "More that" not in line
