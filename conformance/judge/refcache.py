@@ -133,8 +133,12 @@ def load_secret(cache_dir: Path) -> bytes:
                                 "print(secrets.token_hex(32))'")
         return value.encode()
     path = secret_path()
-    cache = cache_dir.resolve()
-    if any(place == cache or cache in place.parents for place in (path.parent.resolve(), path.resolve())):
+    try:
+        cache, places = cache_dir.resolve(), (path.parent.resolve(), path.resolve())
+    except (OSError, RuntimeError) as exc:  # a loop of symbolic links
+        raise SecretRefused(f"key file {path} cannot be resolved ({exc}). Fix: delete it, and a run makes a new "
+                            "one") from None
+    if any(place == cache or cache in place.parents for place in places):
         raise SecretRefused(f"key file {path} lies in the cache directory {cache_dir}, which others may write. Fix: "
                             f"set $XDG_CONFIG_HOME or $KL_CACHE_DIR so that they do not overlap, or set ${ENV_SECRET}")
     try:
@@ -148,7 +152,7 @@ def _read_secret(path: Path) -> bytes:
     """The key in `path`, a regular file (not a link) of this user that nobody else may read or write."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
+    except FileNotFoundError:  # made by the caller
         raise
     except OSError as exc:  # ELOOP: a symbolic link, which O_NOFOLLOW refuses to follow
         kind = "a symbolic link" if os.path.islink(path) else f"unreadable ({exc.strerror})"
@@ -339,8 +343,9 @@ class ReferenceCache:
     def problem(self) -> str | None:
         """What kept the cache from serving (run.json's reference_cache.problem), and how many entries it did not
         trust; None where nothing did."""
-        untrusted = (f"{self.untrusted} entries not sealed under this run's key were computed again and sealed "
-                     "under it") if self.untrusted else None
+        n = self.untrusted
+        untrusted = (f"{n} {'entry' if n == 1 else 'entries'} not sealed under this run's key computed again and "
+                     "sealed under it") if n else None
         return "; ".join(p for p in (self._problem, untrusted) if p) or None
 
     @problem.setter
@@ -531,7 +536,7 @@ def mac(secret: bytes, table: str, key: bytes, body: bytes) -> bytes:
     if not secret:
         raise ValueError("no secret to seal the reference cache's entries with")
     message = reference_build().encode() + b"\0" + table.encode() + b"\0" + key + body
-    return hmac.new(secret, message, hashlib.sha256).digest()
+    return hmac.digest(secret, message, "sha256")
 
 
 def _hold(lock_path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S):
