@@ -457,8 +457,8 @@ class ReferenceCache:
         self._pending_explained.clear()
         self.dropped = True
         self._disable(f"reference cache {where} dropped: {reason}; {done}, and this run computes every "
-                      f"expectation (an entry sealed under this run's key was changed: keep ${ENV_SECRET} or "
-                      "the key file from jobs you do not trust)")
+                      f"expectation (whoever changed it held the key: keep ${ENV_SECRET} and the key file from "
+                      "jobs you do not trust)")
         print(f"kl-conformance: warning: {self.problem}", file=sys.stderr, flush=True)
 
     def _read(self, table: str, key: bytes) -> bytes | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import json
 import os
 import sqlite3
 import stat
@@ -31,7 +32,7 @@ CASES = """
 - {id: ok-3, input: [[-2.0, -0.25]], target: [[0.125, 0.875]], reduction: sum, dtype: float64}
 - {id: the-fault, input: [[-1.5, -0.75]], target: [[0.375, 0.625]], reduction: sum, dtype: float64}
 """
-SPARE_KEY = "an attacker's own key, long enough to be used " * 2
+PLANTED_KEY = "an attacker's own key, long enough to be used " * 2
 
 
 @pytest.fixture()
@@ -92,6 +93,8 @@ def test_an_entry_resealed_without_the_key_never_decides_a_pass(ours, monkeypatc
         assert _run(tmp_path, cache, f"attacked-{attempt}") == 1, f"attempt {attempt}: the edited entry decided a pass"
         verdicts = {row.case_id: row.verdict.value for row in iter_results(tmp_path / f"attacked-{attempt}")}
         assert verdicts == {"ok-1": "pass", "ok-2": "pass", "ok-3": "pass", "the-fault": "value"}, verdicts
+        recorded = json.loads((tmp_path / f"attacked-{attempt}" / "run.json").read_text())["reference_cache"]
+        assert recorded["problem"] == "1 entry not sealed under this run's key computed again and sealed under it"
     # the edited entry was computed again and sealed with our key: the next run trusts it, and it is honest
     capsys.readouterr()
     assert _run(tmp_path, "cache-2", "warm") == 1
@@ -248,7 +251,7 @@ def _refused(directory, spec, capsys, *words) -> None:
 def _plant_key_file(ours, target) -> None:
     """The run's key file made a symbolic link to `target`, a key file the attacker wrote."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(SPARE_KEY)
+    target.write_text(PLANTED_KEY)
     target.chmod(0o600)
     path = ours / "config" / "kl-conformance" / "cache.key"
     path.parent.mkdir(parents=True, exist_ok=True)
