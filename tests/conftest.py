@@ -83,13 +83,18 @@ def spec():
 
 @pytest.fixture(scope="session", autouse=True)
 def reference_cache_dir(tmp_path_factory):
-    """CLI runs in tests keep their reference cache in the session's temporary directory, not ~/.cache."""
-    from conformance.judge.refcache import ENV_DIR
+    """CLI runs in tests keep their reference cache in the session's temporary directory, not ~/.cache, sealed
+    under a key of the session's, not the user's key file in ~/.config."""
+    import secrets
 
-    saved = os.environ.get(ENV_DIR)
+    from conformance.judge.refcache import ENV_DIR, ENV_SECRET
+
+    saved = {name: os.environ.get(name) for name in (ENV_DIR, ENV_SECRET)}
     os.environ[ENV_DIR] = str(tmp_path_factory.mktemp("kl-cache"))
+    os.environ[ENV_SECRET] = secrets.token_hex(32)
     yield os.environ[ENV_DIR]
-    if saved is None:
-        os.environ.pop(ENV_DIR, None)
-    else:
-        os.environ[ENV_DIR] = saved
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

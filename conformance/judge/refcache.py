@@ -23,13 +23,18 @@ builds together pass MAX_TOTAL_BYTES; never while a process holds it open (each 
 holds a shared lock on its build's lock file, and removal needs the exclusive lock).
 Concurrent runs (tox -p) share a build.
 
-The cache is a trust boundary: whoever can write its directory can change what a run expects. Every
-entry is sealed with a SHA-256 of the build, its table, its key and its bytes, so a damaged or naively edited
-entry is caught on read; and a random sample of the expectations a run reads (the first one, and one in
-VERIFY_ONE_IN after it, drawn unpredictably) is computed again by the case judge and compared byte for
-byte, which catches an entry re-sealed by someone who knows the format. Any mismatch drops every entry of
-the build, says so in one line on stderr, and the run goes on without the cache. A lock file held by another
-process is waited for at most $KL_CACHE_LOCK_TIMEOUT_S seconds; then the run goes on without the cache.
+The cache is a trust boundary: whoever can write its directory can change what a run expects. Every entry
+is sealed with an HMAC-SHA256, under a secret key that never lives in the cache directory, of the build, its
+table, its key and its bytes: $KL_CACHE_KEY (a CI secret), else a file only the user can read
+(secret_path(), made on first use). Without the key nobody can seal an entry, with this module's functions or
+any other, so an entry that is damaged, edited, sealed under another key or not at all is not trusted: it is
+computed again, and stored sealed under this run's key. A key that cannot be used (a key file others can
+read, or that lies in the cache directory) leaves the cache unused, said in one line on stderr. Against a key
+that has leaked, a random sample of the expectations a run reads (the first one, and one in VERIFY_ONE_IN
+after it, drawn unpredictably) is computed again by the case judge and compared byte for byte; a mismatch
+drops every entry of the build, says so in one line on stderr, and the run goes on without the cache. A lock
+file held by another process is waited for at most $KL_CACHE_LOCK_TIMEOUT_S seconds; then the run goes on
+without the cache.
 
 Stores and returns what the reference computed; never computes an expectation itself, and never
 unpickles.
@@ -40,12 +45,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import hmac
 import importlib.util
 import json
 import os
 import re
 import secrets
 import sqlite3
+import stat
 import struct
 import sys
 import time
@@ -78,7 +85,11 @@ VERIFY_ONE_IN = 16
 # How long a lock file another process holds is waited for before the run goes on without the cache.
 ENV_LOCK_TIMEOUT = "KL_CACHE_LOCK_TIMEOUT_S"
 DEFAULT_LOCK_TIMEOUT_S = 60.0
-_SEAL_BYTES = 32
+# The secret key that seals entries: this variable, else the user's own key file (secret_path).
+ENV_SECRET = "KL_CACHE_KEY"
+# Shorter keys are refused: an entry's bytes are no secret, so a short key could be found by trying keys.
+MIN_SECRET_CHARS = 32
+_MAC_BYTES = 32
 # Where the code that decides a cached answer starts: the reference (and this module's entry format) for an
 # expectation; the case judge, which asks for explanations and documentation, for an explanation. The modules
 # whose source enters each key are these and every project module they import (code_modules).
@@ -92,6 +103,95 @@ def default_cache_dir() -> Path:
         return Path(os.environ[ENV_DIR])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "kl-conformance"
+
+
+class SecretRefused(Exception):
+    """No usable key to seal the cache's entries with; the message is one line: the problem and its fix."""
+
+
+def secret_path() -> Path:
+    """The user's key file: $XDG_CONFIG_HOME/kl-conformance/cache.key, else ~/.config/kl-conformance/cache.key."""
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "kl-conformance" / "cache.key"
+
+
+def load_secret(cache_dir: Path) -> bytes:
+    """The key that seals the entries of the cache in `cache_dir`: $KL_CACHE_KEY where it is set and not empty
+    (a CI secret a fork's pull request is not given reads as empty), else the user's key file, made on first use.
+
+    Raises
+    ------
+    SecretRefused
+        the key is too short, or the key file is not one only this user can read and write, or it lies in the
+        cache directory (whoever writes the cache could then write the key too), or it cannot be made.
+    """
+    value = os.environ.get(ENV_SECRET, "").strip()
+    if value:
+        if len(value) < MIN_SECRET_CHARS:
+            raise SecretRefused(f"${ENV_SECRET} has {len(value)} characters, fewer than {MIN_SECRET_CHARS}. Fix: "
+                                "set it to a long random secret, e.g. python -c 'import secrets; "
+                                "print(secrets.token_hex(32))'")
+        return value.encode()
+    path = secret_path()
+    try:
+        cache, places = cache_dir.resolve(), (path.parent.resolve(), path.resolve())
+    except (OSError, RuntimeError) as exc:  # a loop of symbolic links
+        raise SecretRefused(f"key file {path} cannot be resolved ({exc}). Fix: delete it, and a run makes a new "
+                            "one") from None
+    if any(place == cache or cache in place.parents for place in places):
+        raise SecretRefused(f"key file {path} lies in the cache directory {cache_dir}, which others may write. Fix: "
+                            f"set $XDG_CONFIG_HOME or $KL_CACHE_DIR so that they do not overlap, or set ${ENV_SECRET}")
+    try:
+        return _read_secret(path)
+    except FileNotFoundError:
+        _make_secret(path)
+        return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    """The key in `path`, a regular file (not a link) of this user that nobody else may read or write."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:  # made by the caller
+        raise
+    except OSError as exc:  # ELOOP: a symbolic link, which O_NOFOLLOW refuses to follow
+        kind = "a symbolic link" if os.path.islink(path) else f"unreadable ({exc.strerror})"
+        raise SecretRefused(f"key file {path} is {kind}. Fix: delete it, and a run makes a new one") from None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise SecretRefused(f"key file {path} is not a regular file. Fix: delete it, and a run makes a new one")
+        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            raise SecretRefused(f"key file {path} belongs to user id {st.st_uid}, not to this user "
+                                f"({os.geteuid()}). Fix: delete it, and a run makes a new one")
+        if os.name == "posix" and st.st_mode & 0o077:
+            raise SecretRefused(f"key file {path} may be read or written by others (mode "
+                                f"{stat.S_IMODE(st.st_mode):o}). Fix: chmod 600 {path}")
+        value = handle.read(4096).strip()
+    if len(value) < MIN_SECRET_CHARS:
+        raise SecretRefused(f"key file {path} holds {len(value)} characters, fewer than {MIN_SECRET_CHARS}. "
+                            "Fix: delete it, and a run makes a new one")
+    return value
+
+
+def _make_secret(path: Path) -> None:
+    """A new random key in `path`, readable by this user only, written whole before it appears there (runs
+    started together each make one; the first to link it into place wins, and all read that one)."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_hex(32) + "\n")
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink(missing_ok=True)
+    except OSError as exc:
+        raise SecretRefused(f"key file {path} could not be made ({exc.strerror or exc}). Fix: set ${ENV_SECRET} "
+                            "to a long random secret, or $XDG_CONFIG_HOME to a folder this user can write") from None
 
 
 _IMPORT = re.compile(rb"^[ \t]*import[ \t]+(conformance(?:\.\w+)*)", re.M)
@@ -201,12 +301,14 @@ def content_digest(case: Case) -> bytes:
 class ReferenceCache:
     """Expectations by `case_key`, in `directory`/reference-<build>.sqlite.
 
-    Never raises on a cache problem: a cache that cannot be opened or written is
-    simply not used (the run computes every reference), and says so in `problem`.
+    Never raises on a cache problem: a cache that cannot be opened or written, or whose key cannot be used, is
+    simply not used (the run computes every reference), and says so in `problem`. Entries not sealed under this
+    run's key are misses, counted in `untrusted`.
     """
 
     def __init__(self, directory: Path) -> None:
-        self.problem: str | None = None
+        self._problem: str | None = None
+        self.untrusted = 0
         self.hits = self.misses = 0
         self.full = False
         self._pending: list[tuple[bytes, bytes]] = []
@@ -219,9 +321,11 @@ class ReferenceCache:
         self.verify_reads: dict[str, int] = {}
         self.verified = 0
         self.dropped = False
+        self._secret = b""
         build = reference_build()
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            self._secret = load_secret(directory)
             self._lock = _hold(directory / f"reference-{build}.lock", lock_timeout_s())
             remove_unused_builds(directory, keep=build)
             self.path = directory / f"reference-{build}.sqlite"
@@ -229,11 +333,24 @@ class ReferenceCache:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS expected (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
             self._db.execute("CREATE TABLE IF NOT EXISTS explained (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
-        except LockTimeout as exc:
+        except (LockTimeout, SecretRefused) as exc:
             self._disable(f"reference cache in {directory} not used: {exc}")
             print(f"kl-conformance: warning: {self.problem}", file=sys.stderr, flush=True)
         except (OSError, sqlite3.Error) as exc:
             self._disable(f"reference cache in {directory} not used: {exc}")
+
+    @property
+    def problem(self) -> str | None:
+        """What kept the cache from serving (run.json's reference_cache.problem), and how many entries it did not
+        trust; None where nothing did."""
+        n = self.untrusted
+        untrusted = (f"{n} {'entry' if n == 1 else 'entries'} not sealed under this run's key computed again and "
+                     "sealed under it") if n else None
+        return "; ".join(p for p in (self._problem, untrusted) if p) or None
+
+    @problem.setter
+    def problem(self, value: str | None) -> None:
+        self._problem = value
 
     def _content(self, case: Case) -> bytes:
         """The case's content_digest, hashed once for the many expectations (parts, dialects, the alternative
@@ -267,7 +384,7 @@ class ReferenceCache:
         if self._db is None or self.full or _too_big(case):
             return
         key = case_key(self._content(case), spec, part, dialect)
-        self._pending.append((key, seal("expected", key, pack(encode(expected)))))
+        self._pending.append((key, seal(self._secret, "expected", key, pack(encode(expected)))))
         if len(self._pending) >= COMMIT_EVERY:
             self.flush()
 
@@ -311,12 +428,18 @@ class ReferenceCache:
         return False
 
     def _unseal(self, table: str, key: bytes, stored: bytes) -> bytes | None:
-        """The entry's bytes where its seal matches, else None with the whole cache dropped."""
-        body = stored[_SEAL_BYTES:]
-        if len(stored) < _SEAL_BYTES or seal(table, key, body)[:_SEAL_BYTES] != stored[:_SEAL_BYTES]:
-            self.drop(f"an entry of its table {table!r} fails its integrity check")
-            return None
-        return body
+        """The entry's bytes where it is sealed under this run's key, else None: the caller computes it again and
+        stores it sealed under this key. Such an entry was damaged, edited, or written under another key (another
+        user's, a CI job's without the secret): nothing tells them apart, and none is trusted."""
+        body = stored[_MAC_BYTES:]
+        if hmac.compare_digest(stored[:_MAC_BYTES], mac(self._secret, table, key, body)):
+            return body
+        self.untrusted += 1
+        if self.untrusted == 1:
+            print(f"kl-conformance: warning: reference cache {self.path}: entries not sealed under this run's key "
+                  f"(${ENV_SECRET}, else {secret_path()}) are computed again and sealed under it", file=sys.stderr,
+                  flush=True)
+        return None
 
     def drop(self, reason: str) -> None:
         """Remove every entry of this build and go on without the cache, saying why in one line on stderr."""
@@ -334,7 +457,8 @@ class ReferenceCache:
         self._pending_explained.clear()
         self.dropped = True
         self._disable(f"reference cache {where} dropped: {reason}; {done}, and this run computes every "
-                      "expectation (never share a writable cache with jobs you do not trust)")
+                      f"expectation (whoever changed it held the key: keep ${ENV_SECRET} and the key file from "
+                      "jobs you do not trust)")
         print(f"kl-conformance: warning: {self.problem}", file=sys.stderr, flush=True)
 
     def _read(self, table: str, key: bytes) -> bytes | None:
@@ -349,7 +473,7 @@ class ReferenceCache:
     def put_explanation(self, key: bytes, value: bytes) -> None:
         if self._db is None or self.full:
             return
-        self._pending_explained.append((key, seal("explained", key, value)))
+        self._pending_explained.append((key, seal(self._secret, "explained", key, value)))
         if len(self._pending_explained) >= COMMIT_EVERY:
             self.flush()
 
@@ -360,8 +484,9 @@ class ReferenceCache:
         try:
             with self._db:
                 self._db.execute("BEGIN")
-                self._db.executemany("INSERT OR IGNORE INTO expected VALUES (?, ?)", self._pending)
-                self._db.executemany("INSERT OR IGNORE INTO explained VALUES (?, ?)", self._pending_explained)
+                # REPLACE: an entry computed again because it was not sealed under this key is sealed anew
+                self._db.executemany("INSERT OR REPLACE INTO expected VALUES (?, ?)", self._pending)
+                self._db.executemany("INSERT OR REPLACE INTO explained VALUES (?, ?)", self._pending_explained)
         except sqlite3.Error as exc:
             self._disable(f"reference cache not written: {exc}")
         self._pending.clear()
@@ -399,11 +524,19 @@ def lock_timeout_s() -> float:
     return value if value >= 0 else DEFAULT_LOCK_TIMEOUT_S
 
 
-def seal(table: str, key: bytes, body: bytes) -> bytes:
-    """`body` behind a SHA-256 of the reference build, the table, the key and the body: an entry moved to
-    another key, build or table, cut short or edited no longer matches its seal."""
-    digest = hashlib.sha256(reference_build().encode() + b"\0" + table.encode() + b"\0" + key + body).digest()
-    return digest + body
+def seal(secret: bytes, table: str, key: bytes, body: bytes) -> bytes:
+    """`body` behind its mac under `secret`: the stored form of an entry."""
+    return mac(secret, table, key, body) + body
+
+
+def mac(secret: bytes, table: str, key: bytes, body: bytes) -> bytes:
+    """An HMAC-SHA256 under `secret` of the reference build, the table, the key and the body: an entry moved to
+    another key, build or table, cut short or edited no longer matches it, and without `secret` nobody can make
+    one that does. An empty secret (a cache without a usable key) is refused."""
+    if not secret:
+        raise ValueError("no secret to seal the reference cache's entries with")
+    message = reference_build().encode() + b"\0" + table.encode() + b"\0" + key + body
+    return hmac.digest(secret, message, "sha256")
 
 
 def _hold(lock_path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S):

@@ -10,7 +10,7 @@ import pytest
 
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
 from conformance.core.choices import Alternative, with_alternatives
-from conformance.judge.refcache import MAX_CACHED_ELEMENTS, ReferenceCache, reference_build
+from conformance.judge.refcache import MAX_CACHED_ELEMENTS, ReferenceCache, load_secret, reference_build
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 
@@ -23,6 +23,14 @@ def _same(a, b) -> bool:
     fields = [f.name for f in dataclasses.fields(a)]
     return all(np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True) if isinstance(getattr(a, f), np.ndarray)
                else getattr(a, f) == getattr(b, f) for f in fields)
+
+
+@pytest.fixture(autouse=True)
+def own_key(tmp_path_factory, monkeypatch):
+    """Each test's own key file, outside the cache directories (tmp_path), so that no test reads or makes the
+    user's."""
+    monkeypatch.delenv("KL_CACHE_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
 
 
 @pytest.fixture(scope="module")
@@ -272,8 +280,8 @@ def test_a_stored_explanation_never_serves_another_observation(spec, suite, tmp_
     import sqlite3
     from conformance.judge.refcache import seal
     with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:  # plant a wrong explanation,
-        (key,) = db.execute("SELECT key FROM explained").fetchone()  # sealed as the cache seals its entries
-        planted = seal("explained", key, b'["dtypes.mixed", "dtypes.mixed = planted"]')
+        (key,) = db.execute("SELECT key FROM explained").fetchone()  # sealed under the run's own key
+        planted = seal(load_secret(tmp_path / "cache"), "explained", key, b'["dtypes.mixed", "dtypes.mixed = planted"]')
         assert db.execute("UPDATE explained SET value = ?", (planted,)).rowcount == 1
     warm = ReferenceCache(tmp_path)
     assert "dtypes.mixed = planted" in CaseJudge(case, spec, warm).judgement("forward", "canonical", observed).message
@@ -285,8 +293,8 @@ def test_a_stored_explanation_never_serves_another_observation(spec, suite, tmp_
 
 
 def test_a_planted_explanation_sealed_again_is_caught_by_the_sample(spec, suite, tmp_path, capsys):
-    """Someone who has read refcache.py can seal a planted explanation as the cache does; the first explanation a
-    run reads is derived again, so the plant is caught, the whole cache dropped, and the run explains afresh."""
+    """Someone who has the key (it leaked) can seal a planted explanation as the cache does; the first explanation
+    a run reads is derived again, so the plant is caught, the whole cache dropped, and the run explains afresh."""
     import sqlite3
 
     from conformance.judge.casejudge import CaseJudge
@@ -298,7 +306,7 @@ def test_a_planted_explanation_sealed_again_is_caught_by_the_sample(spec, suite,
     cache.close()
     with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:
         (key,) = db.execute("SELECT key FROM explained").fetchone()
-        planted = seal("explained", key, b'["dtypes.mixed", "dtypes.mixed = planted"]')
+        planted = seal(load_secret(tmp_path / "cache"), "explained", key, b'["dtypes.mixed", "dtypes.mixed = planted"]')
         db.execute("UPDATE explained SET value = ?", (planted,))
     warm = ReferenceCache(tmp_path)
     again = CaseJudge(case, spec, warm).judgement("forward", "canonical", observed)
