@@ -25,7 +25,10 @@ CASES = """
 FAULT = "- {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}\n"
 ADAPTERS = "tests.faults.adapters:"
 NUMPY = ADAPTERS + "NumpyAdapter"
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+def child_env() -> dict[str, str]:
+    """The environment of a child run, read when the test runs: the session's cache folder and cache key
+    (tests/conftest.py) are set by then, so no child writes into the user's own cache or key file."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 BOUND_S = 120  # what a poll waits at most for a state it expects: a bound on a hang, never a timing
 
 
@@ -157,7 +160,7 @@ def test_a_second_run_into_a_directory_in_use_is_refused(tmp_path):
     out = tmp_path / "out"
     cases = _cases(tmp_path, CASES + FAULT)
     first = _cli("run", "--framework", ADAPTERS + "HangAdapter", "--suite", "none", "--cases", str(cases),
-                 "--out", str(out), "--no-progress", "--timeout-s", "3600", env=ENV, start_new_session=True,
+                 "--out", str(out), "--no-progress", "--timeout-s", "3600", env=child_env(), start_new_session=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _poll(lambda: (out / "results.jsonl").is_file() and (out / "results.jsonl").read_bytes().count(b"\n") >= 2,
@@ -166,7 +169,7 @@ def test_a_second_run_into_a_directory_in_use_is_refused(tmp_path):
         for flags in (["--force"], ["--resume"], ["--force", "--seed", "7"]):
             second = subprocess.run([sys.executable, "-m", "conformance", "run", "--framework", NUMPY, "--suite",
                                      "none", "--cases", str(cases), "--out", str(out), "--no-progress", *flags],
-                                    env=ENV, capture_output=True, text=True, timeout=BOUND_S)
+                                    env=child_env(), capture_output=True, text=True, timeout=BOUND_S)
             assert second.returncode == 2, second.stderr
             assert "another kl-conformance command is writing into this directory" in _one_line(second.stderr)
         assert (out / "results.jsonl").read_bytes() == rows and first.poll() is None
@@ -195,7 +198,7 @@ def test_a_full_disk_is_one_line_and_resume_repairs_the_half_written_lines(tmp_p
         filler.write_bytes(b"\0" * (8 * 1024 * 1024 - 96 * 1024))  # leaves room for some rows, not all
         args = ["run", "--framework", ADAPTERS + "OffByOneAdapter", "--suite", "none", "--cases", str(cases),
                 "--out", str(out), "--no-progress", "--no-repro", "--no-cache"]
-        done = subprocess.run([sys.executable, "-m", "conformance", *args], env=ENV, capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "conformance", *args], env=child_env(), capture_output=True, text=True,
                               timeout=BOUND_S)
         assert done.returncode == 3, done.stderr
         assert "no space left on the device" in _one_line(done.stderr) and "--resume" in done.stderr
@@ -205,7 +208,7 @@ def test_a_full_disk_is_one_line_and_resume_repairs_the_half_written_lines(tmp_p
         assert manifest["status"] == "failed" and "no space left" in manifest["reason"]
 
         filler.unlink()
-        done = subprocess.run([sys.executable, "-m", "conformance", *args, "--resume"], env=ENV, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "conformance", *args, "--resume"], env=child_env(), capture_output=True,
                               text=True, timeout=BOUND_S)
         assert done.returncode == 0, done.stderr
         rows = list(iter_results(out))
@@ -276,7 +279,7 @@ def test_running_out_of_memory_is_one_line_and_run_json_never_stays_running(tmp_
     # the budget is raised past the case's estimate, so that the reference, not the budget, meets the limit
     done = subprocess.run([sys.executable, "-m", "conformance", "run", "--framework", NUMPY, "--only", large,
                            "--out", str(out), "--no-progress", "--no-cache", "--memory-budget-mb", "1000000"],
-                          env={**ENV, "OPENBLAS_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          env={**child_env(), "OPENBLAS_NUM_THREADS": "1"}, capture_output=True, text=True,
                           timeout=BOUND_S, preexec_fn=limit)
     assert "Traceback" not in done.stderr, done.stderr
     if done.returncode == 3:  # the harness itself ran out: one line, and run.json (if written) says so
@@ -303,7 +306,7 @@ def _hanging_run(tmp_path, *extra):
     cases = _cases(tmp_path, CASES + FAULT)
     proc = _cli("run", "--framework", ADAPTERS + "HangWithHelperAdapter", "--suite", "none", "--cases", str(cases),
                 "--out", str(out), "--no-progress", "--timeout-s", "3600", *extra,
-                env={**ENV, "KL_TEST_PIDS": str(pids), "TMPDIR": str(tmp_path / "tmp")}, start_new_session=True,
+                env={**child_env(), "KL_TEST_PIDS": str(pids), "TMPDIR": str(tmp_path / "tmp")}, start_new_session=True,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _poll(lambda: pids.is_file() and pids.read_text().endswith("\n") and (out / "results.jsonl").is_file()
           and (out / "results.jsonl").read_bytes().count(b"\n") >= 2, "the run's first rows")
