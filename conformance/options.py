@@ -98,21 +98,23 @@ class Option:
     def where(self, surface: str) -> str:
         return {CLI: self.flag, PLUGIN: self.plugin_flag, API: self.keyword}[surface]
 
-    def check(self, value: Any, surface: str) -> Any:
-        """The checked value; a refused one raises UsageError naming the option as `surface` spells it."""
+    def check(self, value: Any, surface: str, where: str | None = None) -> Any:
+        """The checked value; a refused one raises UsageError naming the option as `surface` spells it (or
+        `where`: an API argument that takes one value of a repeatable option, as `judge`'s `part`)."""
         if self.parse is None:
             return value
         try:
             return self.parse(value)
         except OptionValueError as exc:
-            raise UsageError(str(exc), where=self.where(surface), fix=self.fix) from None
+            raise UsageError(str(exc), where=where or self.where(surface), fix=self.fix) from None
 
     def check_each(self, values: Any, surface: str) -> tuple:
         """A repeatable option's values, each checked; the API's bare string (which would be read letter by
         letter) is refused."""
         if isinstance(values, (str, bytes)) or not _is_sequence(values):
+            example = values if isinstance(values, str) else str(values)
             raise UsageError(f"expected a list of values, got {values!r}", where=self.where(surface),
-                             fix=f"pass a list or tuple, e.g. {self.keyword}=[{values!r}]")
+                             fix=f"pass a list or tuple, e.g. {self.keyword}=[{example!r}]")
         checked = []
         for value in values:
             if isinstance(value, os.PathLike) and self.metavar in ("FILE", "DIR"):
@@ -140,12 +142,19 @@ class Option:
         kwargs.update(overrides)
         parser.add_argument(self.flag, **kwargs)
 
-    def add_to_plugin(self, add: Callable[..., Any]) -> None:
-        """Add this option to the plugin's pytest group as --kl-<flag>, taking text: the plugin checks it
-        when the suite is set up, so a bad value is one line and pytest's usage exit code."""
+    def add_to_plugin(self, add: Callable[..., Any], help: str | None = None) -> None:
+        """Add this option to the plugin's pytest group as --kl-<flag>, taking text (None where not given):
+        the plugin checks it when the suite is set up, so a bad value is one line and pytest's usage exit code."""
         repeated = {"action": "append", "default": []} if self.repeatable else {"default": None}
-        add(self.plugin_flag, metavar=self.metavar, help=self.help + (" (repeatable)" if self.repeatable else ""),
-            **repeated)
+        add(self.plugin_flag, metavar=self.metavar,
+            help=(help or self.help) + (" (repeatable)" if self.repeatable else ""), **repeated)
+
+    def from_plugin(self, config) -> Any:
+        """This option's checked value in a pytest session (None, or () if repeatable, where not given)."""
+        given = config.getoption("kl_" + self.dest)
+        if self.repeatable:
+            return self.check_each(given, PLUGIN)
+        return None if given is None else self.check(given, PLUGIN)
 
 
 def _is_sequence(value: Any) -> bool:
@@ -225,13 +234,20 @@ def check_selection(selection: Any, surface: str = API):
     return dataclasses.replace(selection, **checked)
 
 
-_CLI_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
+_CLI_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+# what the API calls the options outside the table that checks below the commands name
+_API_KEYWORDS = {"--framework": "framework", "--profiles": "profiles", "--cache-dir": "cache_dir"}
 
 
-def plugin_where(where: str) -> str:
-    """A place a check below the commands names by the CLI's option ("--dtype", "--only / --cases") as the
-    plugin spells it ("--kl-dtype"); any other text (a case id, a YAML path) is left as it is."""
-    if where == "framework":
-        return "--kl-framework"
-    flags = {o.flag for o in OPTIONS.values()} | {"--framework"}
-    return _CLI_FLAG.sub(lambda m: "--kl-" + m.group(1) if m.group(0) in flags else m.group(0), where)
+def spelled(where: str, surface: str) -> str:
+    """A place that a check below the commands names by the CLI's options ("--dtype", "--only / --cases"), as
+    `surface` spells them ("--kl-dtype" in the plugin, "dtype" in the API); any other text (a case id, a YAML
+    path) is left as it is."""
+    by_flag = {o.flag: o.where(surface) for o in OPTIONS.values()}
+    if surface == PLUGIN:
+        by_flag.update({"--framework": "--kl-framework", "framework": "--kl-framework"})
+    elif surface == API:
+        by_flag.update(_API_KEYWORDS)
+    if where in by_flag:
+        return by_flag[where]
+    return _CLI_FLAG.sub(lambda m: by_flag.get(m.group(0), m.group(0)), where)
