@@ -127,8 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "compiled kernels (default $KL_CACHE_DIR, else ~/.cache/kl-conformance)")
     run.add_argument("--no-cache", action="store_true",
                      help="compute every expectation and compile every kernel; read and write no cache")
-    OPTIONS["memory_budget_mb"].add_to(run, default=DEFAULT_MEMORY_BUDGET_MB, metavar=None,
-                                       help=f"{OPTIONS['memory_budget_mb'].help} (default {DEFAULT_MEMORY_BUDGET_MB:g})")
+    budget_help = f"{OPTIONS['memory_budget_mb'].help} (default {DEFAULT_MEMORY_BUDGET_MB:g})"
+    OPTIONS["memory_budget_mb"].add_to(run, default=DEFAULT_MEMORY_BUDGET_MB, metavar=None, help=budget_help)
     add_case_options(run)
     add_gate_options(run)
     add_port_options(run)
@@ -154,8 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--cases", dest="case_file", metavar="FILE", help="take the case from a user case file")
     OPTIONS["seed"].add_to(repro, metavar=None, help=f"seed of a generated case (default: the run's, or {DEFAULT_SEED})")
     repro.add_argument("--no-minimize", action="store_true", help="keep the whole case")
-    OPTIONS["memory_budget_mb"].add_to(repro, default=DEFAULT_MEMORY_BUDGET_MB, metavar=None,
-                                       help=f"{OPTIONS['memory_budget_mb'].help} (default {DEFAULT_MEMORY_BUDGET_MB:g})")
+    OPTIONS["memory_budget_mb"].add_to(repro, default=DEFAULT_MEMORY_BUDGET_MB, metavar=None, help=budget_help)
     repro.add_argument("--cache-dir", metavar="DIR", help="with --all: read and store expectations in this reference cache")
     repro.add_argument("--progress", action="store_true", help="with --all: print 'progress DONE TOTAL' lines on stdout")
 

@@ -14,7 +14,7 @@ import pytest
 
 import conformance.api as kl
 from conformance.cli import main
-from tests.faults.test_plugin import CASES, OFF_BY_ONE, _pytest, project  # noqa: F401 (a fixture)
+from tests.faults.test_plugin import CASES, OFF_BY_ONE, ROOT, _pytest, project  # noqa: F401 (a fixture)
 
 PARTS = "'forward', 'grad_input', 'grad_target', 'grad2_input'"
 SUITES = "'default', 'exhaustive', 'modes', 'none'"
@@ -169,3 +169,12 @@ def test_judge_refuses_complex_values_instead_of_judging_their_real_part():
         with pytest.raises(kl.ConformanceError, match="complex") as raised:
             kl.judge(case, complex_value, dtype="float64")  # was a pass: the imaginary part dropped
         assert raised.value.where == "observed"
+
+
+def test_the_plugin_guide_lists_every_option_the_plugin_registers(project):
+    code, output, _ = _pytest(project, "--help")
+    assert code == 0, output
+    registered = set(re.findall(r"^\s+(--kl-[a-z-]+)", output, flags=re.MULTILINE))
+    guide = (ROOT / "docs" / "guide" / "plugin.md").read_text(encoding="utf-8")
+    table = guide.split("## Options", 1)[1].split("\n\n", 2)[1]
+    assert set(re.findall(r"`(--kl-[a-z-]+)", table)) == registered and "--kl-timeout-s" in registered
