@@ -1,8 +1,11 @@
 """kl-conformance's pytest plugin: the suite as test items of a maintainer's own pytest session.
 
 Registered through the `pytest11` entry point, so an environment with kl-conformance installed has it. Without
---kl-framework it adds nothing, and loading it imports nothing but pytest: the harness is imported when the
-option is given, and a framework only ever in the harness's worker process, as `kl-conformance run` does.
+--kl-framework it adds nothing, and loading it imports nothing but pytest and the options' table: the harness
+is imported when the option is given, and a framework only ever in the harness's worker process, as
+`kl-conformance run` does. Its --kl-* options are the CLI's, built from one table (conformance/options.py) and
+checked as the CLI checks them when the suite is set up: a bad value is one line and pytest's usage exit code
+(4), before any item runs.
 
 One item per (case, API, device, mode, part), named by the case id (the mode in its brackets where it is not
 eager; --kl-mode, repeatable, picks the modes, default eager). Items are judged a case at a time by the
