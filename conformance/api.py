@@ -22,6 +22,7 @@ Never imports a framework: a run calls the framework in the harness's worker pro
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -42,7 +43,9 @@ from conformance.core.specload import load_spec
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.known import KnownFindings, load_known
 from conformance.judge.refcache import default_cache_dir
-from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, Decision, Gates
+from conformance.options import API, OPTIONS, check_selection, spelled
+from conformance.report.gate import (EXIT_GATE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, LISTED_IN_BASELINE_JSON,
+                                     Decision, Gates)
 from conformance.report.provenance import check_runs
 from conformance.report.writer import ReportFeed
 from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, run_conformance
@@ -58,6 +61,21 @@ __all__ = [
 Selection = CaseSelection  # which cases: seed, suite, samples, case_files, only, shard, reduction, log_target, ...
 FrameworkLike = Union[str, Adapter, type]
 RunLike = Union["RunOutcome", str, Path]
+
+
+def _in_api_words(function):
+    """Raise a ConformanceError from the layers below naming the argument as this API calls it (`dtype`,
+    `apis`), not as the command line does (`--dtype`, `--api`)."""
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except ConformanceError as exc:
+            if exc.where:
+                exc.where = spelled(exc.where, API)
+                exc.args = (exc.render(),)
+            raise
+    return checked
 
 
 @dataclass
@@ -83,6 +101,7 @@ class RunOutcome:
         return [r for r in self.rows if r.verdict.is_divergence and not r.is_accepted]
 
 
+@_in_api_words
 def framework_name(framework: FrameworkLike) -> str:
     """The name a run knows an adapter by: a registered name as given, an adapter class or instance as
     "package.module:Class". The run builds its own instance in the worker process, so the class must be
@@ -102,20 +121,33 @@ def framework_name(framework: FrameworkLike) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+@_in_api_words
 def cases(selection: CaseSelection | None = None, *, spec: Spec | None = None) -> list[Case]:
     """The cases a run of `selection` would judge, in its order (as `kl-conformance cases` lists them)."""
-    return list(select_cases(spec or load_spec(), selection or CaseSelection()))
+    return list(select_cases(spec or load_spec(), check_selection(selection or CaseSelection())))
 
 
+@_in_api_words
 def case(case_id: str, *, seed: int = DEFAULT_SEED, case_files: Sequence[str] = (), spec: Spec | None = None) -> Case:
     """One case by its id: a generated id (drawn with `seed`), or an id of one of `case_files`."""
-    found = cases(CaseSelection(seed=seed, only=(case_id,), case_files=tuple(case_files)), spec=spec)
+    if not isinstance(case_id, str):
+        raise UsageError(f"expected a case id (text), got {case_id!r}", where="case_id",
+                         fix="copy the id from a report or `kl-conformance cases`")
+    seed = OPTIONS["seed"].check(seed, API)
+    files = OPTIONS["cases"].check_each(case_files, API)
+    try:
+        found = list(select_cases(spec or load_spec(), CaseSelection(seed=seed, only=(case_id,), case_files=files)))
+    except UsageError as exc:
+        if exc.where == "--only":  # the id given, checked as --only checks it
+            exc.where = "case_id"
+        raise
     if len(found) != 1:
         raise UsageError(f"no case has the id {case_id!r}", where="case",
                          fix="copy the id from a report or `kl-conformance cases`")
     return found[0]
 
 
+@_in_api_words
 def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out: str | Path | None = None,
         apis: Sequence[str] = (), devices: Sequence[str] = (), parts: Sequence[str] = (), modes: Sequence[str] = (),
         known: str | Path | KnownFindings | None = None, profiles: str | Path | None = None,
@@ -133,9 +165,13 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     """
     spec = spec or load_spec()
     name = framework_name(framework)
-    selection = selection or CaseSelection()
-    if isinstance(known, (str, Path)):
-        known = load_known(known)
+    selection = check_selection(selection or CaseSelection())
+    timeout_s = OPTIONS["timeout_s"].check(timeout_s, API)
+    apis, devices, parts, modes = (OPTIONS[option].check_each(given, API) for option, given in
+                                   (("api", apis), ("device", devices), ("part", parts), ("mode", modes)))
+    known = _known(known)
+    for keyword, path in (("out", out), ("profiles", profiles), ("cache_dir", cache_dir)):
+        _path_or_none(path, keyword)
     chosen = list(select_cases(spec, selection))
     if not chosen:
         raise UsageError("no case matches the selection", where="selection",
@@ -145,8 +181,7 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     run_info.update(case_files=list(selection.case_files), known=known.source if known else None,
                     selection=record, command=f"conformance.api.run({name!r})")
     where = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="kl-conformance-")) / "run"
-    options = RunOptions(apis=tuple(apis), devices=tuple(devices), modes=tuple(modes), parts=tuple(parts),
-                         timeout_s=timeout_s,
+    options = RunOptions(apis=apis, devices=devices, modes=modes, parts=parts, timeout_s=timeout_s,
                          memory_budget_mb=selection.memory_budget_mb, force=force, known=known,
                          profiles_dir=Path(profiles) if profiles else None,
                          cache_dir=None if not cache else Path(cache_dir) if cache_dir else default_cache_dir())
@@ -161,12 +196,15 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
                       dict(summary.counts))
 
 
+@_in_api_words
 def expected(case: Case, part: str = "forward", *, dialect: str = "canonical", spec: Spec | None = None) -> Expected:
     """What the spec predicts for one part of a case: a value with its error bound, or an error."""
     spec = spec or load_spec()
+    _check_call(case, part, dialect, spec)
     return CaseJudge(case, spec).expected(spec, part, dialect)
 
 
+@_in_api_words
 def judge(case: Case, observed: Any, part: str = "forward", *, dialect: str = "canonical",
           dtype: str | None = None, warnings: Sequence[str] = (), spec: Spec | None = None) -> Judgement:
     """Judge one observation of `case` against the spec, as a run judges it: the verdict, its message, the
@@ -179,7 +217,25 @@ def judge(case: Case, observed: Any, part: str = "forward", *, dialect: str = "c
     torch's convention. Profiles and known findings are not applied here: a run applies them.
     """
     spec = spec or load_spec()
+    _check_call(case, part, dialect, spec)
+    if dtype is not None and not isinstance(dtype, str):
+        raise UsageError(f"expected a dtype's name, got {dtype!r}", where="dtype", fix="write it as text, e.g. "
+                         "dtype='bfloat16', or leave it out to take the array's own")
+    if isinstance(warnings, (str, bytes)) or not all(isinstance(w, str) for w in warnings):
+        raise UsageError(f"expected a list of warning messages, got {warnings!r}", where="warnings",
+                         fix="pass a list of the messages the call warned with, e.g. warnings=['...']")
     return CaseJudge(case, spec).judgement(part, dialect, _observation(observed, dtype, tuple(warnings)))
+
+
+def _check_call(case: Any, part: Any, dialect: Any, spec: Spec) -> None:
+    """The case, part and dialect of `expected` and `judge`, refused in one line where the spec has no such."""
+    if not isinstance(case, Case):
+        raise UsageError(f"expected a Case, got {type(case).__name__}", where="case",
+                         fix="make it with conformance.api.case(case_id)")
+    OPTIONS["part"].check(part, API, where="part")
+    dialects = list(spec.data["dialects"])
+    if dialect not in dialects:
+        raise UsageError(f"unknown dialect {dialect!r}", where="dialect", fix=f"use one of {dialects}")
 
 
 def _observation(observed: Any, dtype: str | None, warnings: tuple[str, ...]) -> Observation:
@@ -188,11 +244,24 @@ def _observation(observed: Any, dtype: str | None, warnings: tuple[str, ...]) ->
     if isinstance(observed, BaseException):
         return Observation(exception_type=type(observed).__name__, exception_message=str(observed),
                            warnings=warnings)
-    array = np.asarray(observed)
+    fix = ("pass the framework's result as an array of real numbers, the exception its call raised, or a "
+           "conformance.api.Observation")
+    try:
+        array = np.asarray(observed)
+    except Exception as exc:  # a ragged list, an object NumPy cannot hold
+        raise UsageError(f"not an array of numbers ({type(exc).__name__}: {exc})", where="observed", fix=fix) from None
+    if np.iscomplexobj(array):  # its imaginary part would be dropped, and the rest judged as the real loss
+        raise UsageError(f"complex values ({array.dtype}): the loss is real", where="observed",
+                         fix=fix + " (a framework that answers in complex numbers diverges: judge "
+                                   "Observation(dtype='" + str(array.dtype) + "', shape=...) to say so)")
+    if array.dtype.kind not in "biuf":
+        raise UsageError(f"not an array of numbers (dtype {array.dtype}, from {type(observed).__name__})",
+                         where="observed", fix=fix)
     return Observation(value=np.asarray(array, dtype=np.float64), dtype=dtype or str(array.dtype),
                        shape=tuple(array.shape), warnings=warnings)
 
 
+@_in_api_words
 def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new: bool = False,
          baseline: str | Path | None = None, known: str | Path | KnownFindings | None = None,
          spec: Spec | None = None) -> Decision:
@@ -201,14 +270,17 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
     why a gate failed, and the `notes` that inform without failing. `runs` are RunOutcomes or run (or
     merged) directories. Writes nothing."""
     spec = spec or load_spec()
-    given = [runs] if isinstance(runs, (RunOutcome, str, Path)) else list(runs)
+    given = [runs] if isinstance(runs, (RunOutcome, str, Path)) else _listed(runs)
+    wrong = [r for r in given if not isinstance(r, (RunOutcome, str, Path))]
+    if wrong:
+        raise UsageError(f"expected RunOutcomes or run directories, got {type(wrong[0]).__name__}", where="runs",
+                         fix="pass what conformance.api.run returned, or the --out directory of a run")
+    _path_or_none(baseline, "baseline")
     dirs = [Path(r) for r in given if not isinstance(r, RunOutcome)]
     scratch = Path(tempfile.mkdtemp(prefix="kl-conformance-gate-"))
     try:
-        if isinstance(known, KnownFindings):
-            check_gate_options(spec, _gate_args(fail_on_new, baseline, None, dirs, scratch))
-        else:
-            known = check_gate_options(spec, _gate_args(fail_on_new, baseline, known, dirs, scratch))
+        check_gate_options(spec, _gate_args(fail_on_new, baseline, None, dirs, scratch))
+        known = _known(known)  # read after the options are checked, as the CLI reads it
         if dirs:
             check_runs(dirs, spec.hash, baseline=baseline)
         present, manifests = load_manifests(dirs) if dirs else ([], [])
@@ -218,9 +290,39 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
         for row in _chained([o.rows for o in outcomes] + [iter_rows(present)]):
             feed.add(known.mark(row) if known is not None else row)
         _, _, decision = feed.finish(manifests)
-        return decision
+        return _written_nowhere(decision)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _written_nowhere(decision: Decision) -> Decision:
+    """The decision without its pointers to baseline.json: the gates here (and the plugin's) write no report;
+    the lines that say what failed a gate are in `details`."""
+    lines = [line.replace(LISTED_IN_BASELINE_JSON, "") for line in decision.lines]
+    details = {line.replace(LISTED_IN_BASELINE_JSON, ""): more for line, more in decision.details.items()}
+    return Decision(decision.code, lines, decision.notes, details)
+
+
+def _known(known: Any) -> KnownFindings | None:
+    """A known-findings file (a path) read and checked, or KnownFindings as they are."""
+    if known is None or isinstance(known, KnownFindings):
+        return known
+    _path_or_none(known, "known")
+    return load_known(known)
+
+
+def _path_or_none(path: Any, keyword: str) -> None:
+    if path is not None and not isinstance(path, (str, Path)):
+        raise UsageError(f"expected a path, got {type(path).__name__} {path!r}", where=keyword,
+                         fix="pass a str or a pathlib.Path, or None")
+
+
+def _listed(runs: Any) -> list:
+    try:
+        return list(runs)
+    except TypeError:
+        raise UsageError(f"expected a run or a list of runs, got {type(runs).__name__}", where="runs",
+                         fix="pass what conformance.api.run returned, or the --out directory of a run") from None
 
 
 def _gate_args(fail_on_new: bool, baseline, known, dirs: list[Path], scratch: Path) -> argparse.Namespace:

@@ -71,6 +71,24 @@ def check_baseline_draw(baseline: Path, spec_hash: str, seed: int) -> None:
                                fix=f"run with --seed {row.seed}, or take a baseline made with --seed {seed}")
 
 
+def check_baseline_cases(baseline: Path, spec: Spec, selection: CaseSelection) -> None:
+    """Each selected case the baseline holds must hold the same values there (its case digest), checked before
+    any case runs (after `check_baseline_draw`): otherwise a verdict would be compared with one on other inputs
+    under the same id."""
+    from conformance.cases.digest import case_digest
+    from conformance.run.selection import select_lazily
+
+    theirs = {row.case_id: row.case_digest for row in iter_results(baseline)}
+    for case_id, make in select_lazily(spec, selection):
+        if case_id in theirs:
+            mine = case_digest(make())
+            if mine != theirs[case_id]:
+                raise ResultsError(f"the baseline holds other values for this case (case digest {theirs[case_id]} "
+                                   f"against {mine}): another --seed or another version of its case file",
+                                   file=str(baseline / RESULTS_FILE), where=f"case {case_id!r}",
+                                   fix="take a baseline made with the same seed and case files, or " + REBASELINE)
+
+
 def gates_of(args: argparse.Namespace) -> Gates:
     return Gates(strict=args.strict, fail_on_new=args.fail_on_new, known=args.known is not None)
 

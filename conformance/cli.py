@@ -27,11 +27,12 @@ from conformance.arguments import (REBASELINE, case_selection, check_gate_option
                                    no_case_matches)
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
-from conformance.core.model import PARTS, Spec
+from conformance.core.model import Spec
 from conformance.core.rundirs import load_manifests
 from conformance.core.specload import load_spec
 from conformance.core.text import terminal_line
 from conformance.judge.refcache import default_cache_dir
+from conformance.options import OPTIONS
 from conformance.reference.statements import verify_formulas
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from conformance.report.provenance import check_runs
@@ -50,35 +51,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, where="command line", fix=f"see `{self.prog} --help`")
 
 
-def _natural(text: str) -> int:
-    """An integer >= 0 (a seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _at_least_one(text: str) -> int:
-    value = _natural(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> float:
-    """A number > 0 (inf allowed: no limit); NaN is refused."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kl-conformance", description="Spec-driven conformance harness for kl_div.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {conformance.__version__}",
@@ -88,30 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def add_case_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--seed", type=_natural, default=DEFAULT_SEED, help=f"draw of the generated values (default {DEFAULT_SEED})")
-        p.add_argument("--suite", choices=("default", "exhaustive", "modes", "none"), default="default",
-                       help="generated suite: pairwise design plus edge families (default), the full product, the "
-                            "mode suite (every family, dtype and reduction once: docs/guide/modes.md), or none")
+        OPTIONS["seed"].add_to(p, default=DEFAULT_SEED, metavar=None,
+                               help=f"draw of the generated values (default {DEFAULT_SEED})")
+        OPTIONS["suite"].add_to(p, default="default")
         p.add_argument("--exhaustive", dest="suite", action="store_const", const="exhaustive",
                        help="same as --suite exhaustive")
-        p.add_argument("--samples", type=_at_least_one, default=1, metavar="N",
-                       help="independent draws of every generated combination (ids end in s0 ... sN-1)")
-        p.add_argument("--cases", action="append", default=[], metavar="FILE", help="user case file (repeatable)")
-        p.add_argument("--only", action="append", default=[], metavar="ID",
-                       help="run only case ids matching this glob (repeatable)")
-        p.add_argument("--shard", metavar="K/N",
-                       help="only the K-th of N disjoint shards of the cases (by a hash of the case id), for CI "
-                            "matrices; merge the N runs with `report`")
+        OPTIONS["samples"].add_to(p, default=1)
+        OPTIONS["cases"].add_to(p, help="user case file (repeatable)")
+        OPTIONS["only"].add_to(p, help="run only case ids matching this glob (repeatable)")
+        OPTIONS["shard"].add_to(p)
         # selection by meaning (run/selection.py): each repeatable, combined with each other and with --only
-        p.add_argument("--reduction", action="append", default=[], metavar="NAME",
-                       help="only cases that reduce this way, legacy size_average/reduce variants included where "
-                            "their pair maps to it (repeatable)")
-        p.add_argument("--log-target", action="append", default=[], metavar="0|1",
-                       help="only cases with this log_target (repeatable)")
-        p.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
-                       help="only cases whose input or target has this dtype, or exactly INPUT:TARGET (repeatable)")
-        p.add_argument("--family", action="append", default=[], metavar="NAME",
-                       help="only cases drawn from this value family, `user` for case files' (repeatable)")
+        for name in ("reduction", "log_target", "dtype", "family"):
+            OPTIONS[name].add_to(p, help=OPTIONS[name].help + " (repeatable)")
 
     def add_gate_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--strict", action="store_true",
@@ -145,13 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a registered adapter name (e.g. torch, or one an installed package registers by entry "
                           "point), or package.module:Class for an adapter class importable from here (a port, a "
                           "private build)")
-    run.add_argument("--api", action="append", default=[], help="API dotted name (repeatable; default all)")
-    run.add_argument("--device", action="append", default=[], help="device (repeatable; default all present)")
-    run.add_argument("--mode", action="append", default=[], metavar="NAME",
-                     help="how the calls are made: eager, or a compiled or graph mode the adapter offers "
-                          "(repeatable; default eager; `kl-conformance modes` lists them)")
-    run.add_argument("--part", action="append", default=[], choices=PARTS,
-                     help="forward value or a gradient (repeatable; default every part a case asks for)")
+    OPTIONS["api"].add_to(run, metavar=None, help="API dotted name (repeatable; default all)")
+    OPTIONS["device"].add_to(run, metavar=None, help="device (repeatable; default all present)")
+    OPTIONS["mode"].add_to(run, help="how the calls are made: eager, or a compiled or graph mode the adapter "
+                                     "offers (repeatable; default eager; `kl-conformance modes` lists them)")
+    OPTIONS["part"].add_to(run, help="forward value or a gradient (repeatable; default every part a case asks for)")
     run.add_argument("--out", default="reports/run", help="output directory (default reports/run)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     run.add_argument("--no-repro", action="store_true",
@@ -162,16 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue an interrupted run in --out: skip every result already written (refused if "
                           "that run had another seed, suite, samples, case files, --only, --shard, --known, spec, "
                           "profile set or framework version)")
-    run.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S,
-                     help=f"time limit of one case, and as much again for each compiled mode its calls are made in; "
-                          f"past it the verdict is timeout (default {DEFAULT_TIMEOUT_S:g})")
+    OPTIONS["timeout_s"].add_to(run, default=DEFAULT_TIMEOUT_S, metavar=None,
+                                help=f"{OPTIONS['timeout_s'].help} (default {DEFAULT_TIMEOUT_S:g})")
     run.add_argument("--cache-dir", metavar="DIR",
                      help="where computed expectations are kept for later runs and other frameworks, and JAX's "
                           "compiled kernels (default $KL_CACHE_DIR, else ~/.cache/kl-conformance)")
     run.add_argument("--no-cache", action="store_true",
                      help="compute every expectation and compile every kernel; read and write no cache")
-    run.add_argument("--memory-budget-mb", type=_positive, default=DEFAULT_MEMORY_BUDGET_MB,
-                     help=f"refuse a case estimated to need more memory (default {DEFAULT_MEMORY_BUDGET_MB:g})")
+    budget_help = f"{OPTIONS['memory_budget_mb'].help} (default {DEFAULT_MEMORY_BUDGET_MB:g})"
+    OPTIONS["memory_budget_mb"].add_to(run, default=DEFAULT_MEMORY_BUDGET_MB, metavar=None, help=budget_help)
     add_case_options(run)
     add_gate_options(run)
     add_port_options(run)
@@ -188,17 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write a script for every undocumented divergence of --from RUN_DIR into OUT_DIR")
     repro.add_argument("--api", help="API dotted name (default: the framework's first)")
     repro.add_argument("--device", default="cpu")
-    repro.add_argument("--part", default="forward", choices=PARTS)
+    OPTIONS["part"].add_to(repro, action="store", default="forward", help=None)
     repro.add_argument("--mode", default="eager", metavar="NAME",
                        help="make the call in this mode (default eager; `kl-conformance modes` lists them); with "
                             "--all each script is made in its row's mode")
     source = repro.add_mutually_exclusive_group()
     source.add_argument("--from", dest="run_dir", metavar="RUN_DIR", help="take the case from an earlier run's --out")
     source.add_argument("--cases", dest="case_file", metavar="FILE", help="take the case from a user case file")
-    repro.add_argument("--seed", type=_natural, help=f"seed of a generated case (default: the run's, or {DEFAULT_SEED})")
+    OPTIONS["seed"].add_to(repro, metavar=None, help=f"seed of a generated case (default: the run's, or {DEFAULT_SEED})")
     repro.add_argument("--no-minimize", action="store_true", help="keep the whole case")
-    repro.add_argument("--memory-budget-mb", type=_positive, default=DEFAULT_MEMORY_BUDGET_MB,
-                       help=f"refuse a case estimated to need more memory (default {DEFAULT_MEMORY_BUDGET_MB:g})")
+    OPTIONS["memory_budget_mb"].add_to(repro, default=DEFAULT_MEMORY_BUDGET_MB, metavar=None, help=budget_help)
     repro.add_argument("--cache-dir", metavar="DIR", help="with --all: read and store expectations in this reference cache")
     repro.add_argument("--progress", action="store_true", help="with --all: print 'progress DONE TOTAL' lines on stdout")
 
@@ -215,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="plant the faults into the calls of this mode, e.g. inductor, to check the verdicts "
                                "of a compiled mode (repeatable; default eager; `kl-conformance modes` lists them)")
     selftest.add_argument("--out", default="reports/selftest", help="output directory (default reports/selftest)")
-    selftest.add_argument("--timeout-s", type=_positive, default=DEFAULT_TIMEOUT_S, help="time limit of one case")
+    OPTIONS["timeout_s"].add_to(selftest, default=DEFAULT_TIMEOUT_S, metavar=None, help="time limit of one case")
     selftest.add_argument("--no-cache", action="store_true", help="compute every expectation")
     selftest.add_argument("--force", action="store_true",
                           help="replace what an earlier self-test wrote into --out; without it a non-empty --out "

@@ -1,8 +1,11 @@
 """kl-conformance's pytest plugin: the suite as test items of a maintainer's own pytest session.
 
 Registered through the `pytest11` entry point, so an environment with kl-conformance installed has it. Without
---kl-framework it adds nothing, and loading it imports nothing but pytest: the harness is imported when the
-option is given, and a framework only ever in the harness's worker process, as `kl-conformance run` does.
+--kl-framework it adds nothing, and loading it imports nothing but pytest and the options' table: the harness
+is imported when the option is given, and a framework only ever in the harness's worker process, as
+`kl-conformance run` does. Its --kl-* options are the CLI's, built from one table (conformance/options.py) and
+checked as the CLI checks them when the suite is set up: a bad value is one line and pytest's usage exit code
+(4), before any item runs.
 
 One item per (case, API, device, mode, part), named by the case id (the mode in its brackets where it is not
 eager; --kl-mode, repeatable, picks the modes, default eager). Items are judged a case at a time by the
@@ -29,35 +32,21 @@ _DESELECTED = "deselected"  # a file in the shared directory: some items of the 
 
 
 def pytest_addoption(parser) -> None:
+    from conformance.options import OPTIONS, PLUGIN_OPTIONS
+
     group = parser.getgroup("kl-conformance", "kl-conformance: the kl_div conformance suite as test items")
-    add = group.addoption
-    add("--kl-framework", action="append", default=[], metavar="NAME",
-        help="run the suite against this framework: a registered name (torch) or package.module:AdapterClass "
-             "(repeatable). Without it the plugin adds nothing")
-    add("--kl-only", action="append", default=[], metavar="ID", help="only case ids matching this glob (repeatable)")
-    add("--kl-cases", action="append", default=[], metavar="FILE", help="user case file (repeatable)")
-    add("--kl-suite", choices=("default", "exhaustive", "none"), default="default",
-        help="generated suite: default, exhaustive, or none (the --kl-cases files alone)")
-    add("--kl-seed", type=int, default=None, metavar="N", help="draw of the generated values (default: the CLI's)")
-    add("--kl-known", metavar="FILE", help="known-findings file: the divergences it accepts xfail; an entry that "
-                                           "matches nothing is stale and fails the session")
-    add("--kl-baseline", metavar="DIR", help="an earlier run: a divergence unchanged since it xfails; a new or "
-                                             "changed one fails, and so does a result lost since (--fail-on-new)")
-    add("--kl-reduction", action="append", default=[], metavar="NAME",
-        help="only cases that reduce this way, legacy variants included (repeatable)")
-    add("--kl-log-target", action="append", default=[], metavar="0|1", help="only cases with this log_target")
-    add("--kl-dtype", action="append", default=[], metavar="DTYPE",
-        help="only cases whose input or target has this dtype, or exactly INPUT:TARGET (repeatable)")
-    add("--kl-family", action="append", default=[], metavar="NAME", help="only cases of this value family")
-    add("--kl-api", action="append", default=[], metavar="NAME", help="only this API (repeatable; default all)")
-    add("--kl-part", action="append", default=[], metavar="PART",
-        help="only this part: forward, grad_input, grad_target, grad2_input (repeatable)")
-    add("--kl-device", action="append", default=[], metavar="NAME",
-        help="only this device (repeatable; default every device present)")
-    add("--kl-mode", action="append", default=[], metavar="NAME",
-        help="make the calls in this mode (repeatable; default eager; `kl-conformance modes` lists them); a mode "
-             "that cannot run here skips its items with the reason")
-    add("--kl-timeout-s", type=float, default=None, metavar="S", help="time limit of one case (default: the CLI's)")
+    group.addoption("--kl-framework", action="append", default=[], metavar="NAME",
+                    help="run the suite against this framework: a registered name (torch) or "
+                         "package.module:AdapterClass (repeatable). Without it the plugin adds nothing")
+    helps = {"seed": "draw of the generated values (default: the CLI's)",
+             "known": "known-findings file: the divergences it accepts xfail; an entry that matches nothing is "
+                      "stale and fails the session",
+             "baseline": "an earlier run: a divergence unchanged since it xfails; a new or changed one fails, and "
+                         "so does a result lost since (--fail-on-new)",
+             "timeout_s": "time limit of one case (default: the CLI's)",
+             "memory_budget_mb": "refuse a case estimated to need more memory (default: the CLI's)"}
+    for name in PLUGIN_OPTIONS:  # the CLI's options, as --kl-*: checked by the same table when the suite is set up
+        OPTIONS[name].add_to_plugin(group.addoption, help=helps.get(name))
 
 
 def pytest_configure(config) -> None:
@@ -70,59 +59,67 @@ class _Suite:
 
     def __init__(self, config) -> None:
         from conformance.core.errors import ConformanceError
+        from conformance.options import PLUGIN, spelled
 
         self.config = config
+        self.dir: Path | None = None
+        self.pools: dict = {}
+        self.controller = False
         try:
             self._setup(config)
         except ConformanceError as exc:
+            self._discard()
             if exc.where:  # the CLI's option names, as this plugin spells them
-                exc.where = ("--kl-framework" if exc.where == "framework" else
-                             exc.where.replace("--", "--kl-").replace("--kl-kl-", "--kl-"))
+                exc.where = spelled(exc.where, PLUGIN)
             raise pytest.UsageError(f"kl-conformance: {exc.render()}") from None
+        except BaseException:
+            self._discard()
+            raise
 
     def _setup(self, config) -> None:
         from conformance import api
         from conformance.adapters.registry import get_adapter
         from conformance.cases.generate import DEFAULT_SEED
         from conformance.core.errors import UsageError
-        from conformance.core.model import PARTS
         from conformance.judge.known import load_known
+        from conformance.options import OPTIONS, PLUGIN_OPTIONS
         from conformance.run.runner import DEFAULT_TIMEOUT_S, select
-        from conformance.run.selection import select_lazily
+        from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_lazily
 
-        opt = config.getoption
+        given = {name: OPTIONS[name].from_plugin(config) for name in PLUGIN_OPTIONS}  # checked as the CLI checks
         self.spec = api.load_spec()
         self.selection = api.Selection(
-            seed=DEFAULT_SEED if opt("kl_seed") is None else opt("kl_seed"), suite=opt("kl_suite"),
-            case_files=tuple(opt("kl_cases")), only=tuple(opt("kl_only")), reduction=tuple(opt("kl_reduction")),
-            log_target=tuple(opt("kl_log_target")), dtype=tuple(opt("kl_dtype")), family=tuple(opt("kl_family")))
-        self.apis, self.devices, self.parts = tuple(opt("kl_api")), tuple(opt("kl_device")), tuple(opt("kl_part"))
-        self.modes = tuple(dict.fromkeys(opt("kl_mode")))
-        for part in self.parts:
-            if part not in PARTS:
-                raise UsageError(f"unknown part {part!r}", where="--kl-part", fix=f"use one of {list(PARTS)}")
-        self.timeout_s = DEFAULT_TIMEOUT_S if opt("kl_timeout_s") is None else opt("kl_timeout_s")
-        self.known = load_known(opt("kl_known")) if opt("kl_known") else None
-        self.baseline = opt("kl_baseline")
+            seed=DEFAULT_SEED if given["seed"] is None else given["seed"], suite=given["suite"] or "default",
+            case_files=given["cases"], only=given["only"], reduction=given["reduction"],
+            log_target=given["log_target"], dtype=given["dtype"], family=given["family"],
+            memory_budget_mb=(DEFAULT_MEMORY_BUDGET_MB if given["memory_budget_mb"] is None
+                              else given["memory_budget_mb"]))
+        self.apis, self.devices, self.parts = given["api"], given["device"], given["part"]
+        self.modes = tuple(dict.fromkeys(given["mode"]))
+        self.timeout_s = DEFAULT_TIMEOUT_S if given["timeout_s"] is None else given["timeout_s"]
+        self.known = load_known(given["known"]) if given["known"] else None
+        self.baseline = given["baseline"]
         self.baseline_rows = self._baseline_rows() if self.baseline else {}
         if not any(True for _ in select_lazily(self.spec, self.selection)):  # validates files, ids and values
             raise UsageError("no case matches the selection", where="--kl-only / --kl-cases / --kl-suite / "
                              "--kl-reduction / --kl-log-target / --kl-dtype / --kl-family",
                              fix="check the ids with `kl-conformance cases`")
-        self.frameworks = [api.framework_name(name) for name in dict.fromkeys(opt("kl_framework"))]
+        self.frameworks = [api.framework_name(name) for name in dict.fromkeys(config.getoption("kl_framework"))]
         self.adapters = {name: get_adapter(name) for name in self.frameworks}
         for name, adapter in self.adapters.items():  # unknown names are refused before any worker starts
             select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
                    self.apis, self.devices, self.modes, adapter.mode_names())
-        self.pools: dict = {}
         self.rows: dict = {}  # (framework, case id) -> {(api, device, mode, part): Result}
         self.runs = 0
-        given = getattr(config, "workerinput", {}).get(_WORKER_INPUT)
-        if given is not None:  # an xdist worker: the controller found the devices and made the shared directory
-            self.dir, self.present = Path(given["dir"]), {k: tuple(v) for k, v in given["present"].items()}
-            self.unusable = {k: dict(v) for k, v in given["unusable"].items()}
-            self.controller = False
+        handed = getattr(config, "workerinput", {}).get(_WORKER_INPUT)
+        if handed is not None:  # an xdist worker: the controller found the devices and made the shared directory
+            self.dir, self.present = Path(handed["dir"]), {k: tuple(v) for k, v in handed["present"].items()}
+            self.unusable = {k: dict(v) for k, v in handed["unusable"].items()}
             return
+        if self.baseline:  # before any item runs, once: the baseline must hold these cases' values
+            from conformance.arguments import check_baseline_cases
+
+            check_baseline_cases(Path(self.baseline), self.spec, self.selection)
         self.controller = True
         self.dir = Path(tempfile.mkdtemp(prefix="kl-conformance-pytest-"))
         self.present = {}
@@ -132,12 +129,20 @@ class _Suite:
             try:
                 info = pool.start()
             except Exception as exc:  # WorkerUnavailable: the framework cannot be loaded
-                self.close()
+                self._discard()
                 pytest.exit(f"kl-conformance: {name} did not run: {exc}", returncode=3)
             self.present[name] = tuple(info.devices)
             self.unusable[name] = {m: str(why) for m, why in info.unusable_modes.items() if m in self.modes}
             select(name, [a.name for a in adapter.apis], adapter.known_devices, info.devices, self.apis,
                    self.devices)
+
+    def _discard(self) -> None:
+        """Stop the workers and, in the controller, remove the shared directory: the suite did not set up."""
+        import shutil
+
+        self.close()
+        if self.controller and self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def _baseline_rows(self) -> dict:
         from conformance.arguments import check_baseline_draw
@@ -226,7 +231,7 @@ class _Suite:
                     "shard": None, "known": self.config.getoption("kl_known"), "selection": record,
                     "command": "pytest --kl-framework " + framework}
         options = RunOptions(apis=self.apis, devices=self.devices, modes=self.modes, parts=self.parts,
-                             timeout_s=self.timeout_s,
+                             timeout_s=self.timeout_s, memory_budget_mb=self.selection.memory_budget_mb,
                              known=self.known, cache_dir=default_cache_dir())
         summary = run_conformance(self.spec, framework, [case], out, options, run_info=run_info,
                                   pool=self._pool(framework))
@@ -238,7 +243,8 @@ class _Suite:
         self.close()
         if not self.controller:
             return
-        gated = self.known is not None or self.baseline is not None
+        # collecting only (as an editor's test discovery does) judges nothing: there is nothing to gate
+        gated = (self.known is not None or self.baseline is not None) and not self.config.getoption("collectonly")
         if gated:
             decision = self._gate()
             if decision.lines:
@@ -246,6 +252,8 @@ class _Suite:
                 for line in decision.lines:
                     if reporter is not None:
                         reporter.write_line(f"kl-conformance: {line}", red=True, bold=True)
+                        for detail in decision.details.get(line, ()):
+                            reporter.write_line(f"kl-conformance:   {detail}", red=True)
                 if session.exitstatus == pytest.ExitCode.OK:
                     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -256,13 +264,16 @@ class _Suite:
 
         partial = (self.dir / _DESELECTED).exists() or self.config.getoption("exitfirst", False) \
             or bool(self.config.getoption("maxfail", 0))
-        outcomes = []
+        outcomes, seen = [], set()
         for run in sorted(p for p in self.dir.iterdir() if (p / RESULTS_FILE).is_file()):
             manifest = read_manifest(run)
             if partial:  # items left out (-k, -x, --lf): the known entries about them are not exercised
                 selection = manifest.setdefault("selection", {})
                 selection["narrowed_by"] = sorted(set(selection.get("narrowed_by", [])) | {"--only"})
-            outcomes.append(api.RunOutcome(list(iter_results(run)), manifest))
+            # under xdist, a case whose items two workers ran was judged by each: its rows count once
+            rows = [r for r in iter_results(run) if r.key not in seen]
+            seen.update(r.key for r in rows)
+            outcomes.append(api.RunOutcome(rows, manifest))
         return api.gate(outcomes, known=self.known, baseline=self.baseline, fail_on_new=self.baseline is not None,
                         spec=self.spec)
 

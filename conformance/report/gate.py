@@ -40,6 +40,7 @@ from conformance.report.tally import Tally, split_label
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 NAMED = 10  # targets and causes a failed gate names; the rest are counted
+LISTED_IN_BASELINE_JSON = " (listed in baseline.json under 'failing')"  # said where a report writes baseline.json
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         line = (f"--fail-on-new: {len(failing) - lost} divergences new or changed since the baseline "
                 f"{baseline_diff.baseline}" + (f" and {lost} results lost (judged by the baseline; now unsupported, "
                                                "crashed or not written)" if lost else "")
-                + " (listed in baseline.json under 'failing')")
+                + LISTED_IN_BASELINE_JSON)
         decision.lines.append(line)
         decision.details[line] = _failing_details(failing, lost_keys)
     if decision.lines:

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # reference/, cases/ and adapters/ folders, installed inside the package as conformance.<folder>.
 FOLDERS = {"conformance": "conformance", "reference": "conformance.reference", "cases": "conformance.cases",
            "adapters": "conformance.adapters", "spec": "conformance.spec"}
-COMMANDS = {"conformance.cli", "conformance.arguments", "conformance.runcommand", "conformance.entry",
-            "conformance.repro", "conformance.selftest", "conformance.__main__", "conformance.api",
+COMMANDS = {"conformance.cli", "conformance.arguments", "conformance.options", "conformance.runcommand",
+            "conformance.entry", "conformance.repro", "conformance.selftest", "conformance.__main__", "conformance.api",
             "conformance.pytest_plugin"}
 # wing -> the wings its modules may import (its own included)
 MAY_IMPORT = {

@@ -33,12 +33,12 @@ def project(tmp_path):
     return tmp_path
 
 
-def _pytest(project: Path, *args: str) -> tuple[int, str, dict[str, str]]:
-    """Exit code, output, and each test's outcome by its node id (from junit.xml)."""
+def _pytest(project: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, dict[str, str]]:
+    """Exit code, output, and each test's outcome by its node id (from junit.xml); `env`: more variables."""
     junit = project / "junit.xml"
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
                            f"--junitxml={junit}", *args], cwd=project, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=600)
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}, timeout=600)
     outcomes = {}
     if junit.is_file():
         for case in ET.parse(junit).getroot().iter("testcase"):
