@@ -81,3 +81,62 @@ def test_version_option_without_git(tmp_path):
     done = subprocess.run([sys.executable, "-m", "conformance", "--version"], capture_output=True, text=True,
                           env=env, cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"kl-conformance {files_version()}\n", "")
+
+
+PLACEHOLDER_URL = "https://github.com/<owner>/kl-conformance"
+# pages that pin the harness for another project (the docs' own line is install.md's first)
+PINNING_PAGES = ("docs/guide/install.md", "docs/guide/ci.md", "docs/guide/plugin.md", "README.md")
+
+
+def _documented_requirement() -> str:
+    """The requirement of install.md's install line, as a user copies it."""
+    found = re.search(r'^pip install "(kl-conformance @ git\+[^"]+)"', (ROOT / "docs/guide/install.md").read_text(),
+                      re.MULTILINE)
+    assert found, "docs/guide/install.md has no `pip install \"kl-conformance @ git+...\"` line"
+    return found.group(1)
+
+
+def test_every_page_pins_a_commit_as_the_install_guide_does():
+    requirement = _documented_requirement()
+    assert requirement == f"kl-conformance @ git+{PLACEHOLDER_URL}@<commit>"
+    for page in PINNING_PAGES:
+        text = (ROOT / page).read_text()
+        pins = re.findall(r"kl-conformance @ git\+\S+?@([^\s\"'`]+)", text)
+        assert set(pins) <= {"<commit>"}, f"{page} pins {sorted(set(pins))}: the repository holds no tags"
+
+
+def test_the_documented_install_line_installs_a_clone_without_tags(tmp_path):
+    """The install guide's line, with its URL swapped for a tagless clone of this repository and `<commit>` for the
+    clone's commit, installs into a fresh venv, and `kl-conformance --version` there says the files' version.
+
+    Offline: pip reads no index (--no-index), builds with this environment's setuptools (the venv borrows it
+    through PYTHONPATH while pip builds there, --no-build-isolation), and installs no dependency (--no-deps;
+    the venv reads them from this environment once the harness is installed)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a git checkout to clone")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-tags", str(ROOT), str(clone)], check=True, capture_output=True)
+    assert _git(clone, "tag") == ""
+    commit = _git(clone, "rev-parse", "HEAD")
+    # pip refuses `NAME @ git+file:///path` (no host); file://localhost/path is the same clone
+    requirement = _documented_requirement().replace(PLACEHOLDER_URL, f"file://localhost{clone.as_posix()}")
+    requirement = requirement.replace("<commit>", commit)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    here = sysconfig.get_paths()["purelib"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index",
+                                "--no-build-isolation", "--no-deps", "--ignore-installed", "--no-cache-dir",
+                                "--no-compile", "--disable-pip-version-check", requirement],
+                               capture_output=True, text=True, cwd=tmp_path, env={**env, "PYTHONPATH": here})
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True, env=env).stdout.strip()
+    # appended after the venv's own folder: the harness comes from the venv, its dependencies from here
+    (Path(purelib) / "kl_test_dependencies.pth").write_text(f"{here}\n")
+    scripts = venv / ("Scripts" if os.name == "nt" else "bin")
+    done = subprocess.run([str(scripts / "kl-conformance"), "--version"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env)
+    # from an install the version alone: the installed harness is not a git checkout
+    assert (done.returncode, done.stdout) == (0, f"kl-conformance {files_version(clone)}\n"), done.stderr[-3000:]
