@@ -7,6 +7,7 @@ Engine tests: they need git and no framework; the install test builds one wheel 
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -18,13 +19,17 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.version import version_text
+from conformance.core.errors import SpecError
+from conformance.core.model import FORMAT_VERSION
+from conformance.core.specload import load_spec, parse_yaml, spec_hash
+from conformance.version import source_root, version_text
 from tests.packaging import ROOT, files_version, tracked_files
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org",
-                           "-c", "commit.gpgsign=false", *args], capture_output=True, text=True, check=True).stdout.strip()
+    done = subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org",
+                           "-c", "commit.gpgsign=false", *args], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
 
 
 @pytest.fixture
@@ -65,6 +70,8 @@ def test_a_folder_inside_another_repository_is_not_its_checkout(repo):
 def test_version_option_from_this_checkout(capsys):
     if tracked_files() is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: --version says the version alone (test_version_option_without_git)")
+    if source_root() != ROOT:
+        pytest.skip("the harness is imported from an install, not from this checkout")
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
@@ -81,6 +88,54 @@ def test_version_option_without_git(tmp_path):
     done = subprocess.run([sys.executable, "-m", "conformance", "--version"], capture_output=True, text=True,
                           env=env, cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"kl-conformance {files_version()}\n", "")
+
+
+# a release's section in CHANGELOG.md (docs/guide/install.md: Versions and releases)
+RELEASE_HEADING = re.compile(r"## Harness (?P<version>\S+) \((?P<date>\d{4}-\d{2}-\d{2})\): "
+                             r"spec version (?P<spec>\d+), row format version (?P<rows>\d+)")
+
+
+def _newest_section() -> str:
+    headings = [line for line in (ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("## ")]
+    assert headings, "CHANGELOG.md has no section"
+    return headings[0]
+
+
+def test_the_newest_changelog_section_is_the_release_in_the_files_and_what_it_writes():
+    """The heading names the version written in the package, the version of the spec the harness ships
+    (spec_version in the spec it loads by default) and the row format its rows carry (format_version)."""
+    heading = _newest_section()
+    release = RELEASE_HEADING.fullmatch(heading)
+    assert release, (f"CHANGELOG.md's newest section {heading!r} is not a release: a change is released with "
+                     "`## Harness X.Y.Z (YYYY-MM-DD): spec version N, row format version M`")
+    assert release["version"] == files_version()
+    assert int(release["spec"]) == load_spec().data["spec_version"]
+    assert int(release["rows"]) == FORMAT_VERSION
+
+
+def _format_version(model_source: str) -> int:
+    (value,) = [node.value.value for node in ast.parse(model_source).body if isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == ["FORMAT_VERSION"]]
+    return value
+
+
+def test_a_release_writes_the_spec_and_row_format_of_the_commit_that_set_it():
+    """Baselines and --resume refuse results by spec hash and row format version, never by the harness's
+    version: a baseline written by a release stays readable by every commit that says that release only while
+    both stay those of the commit that set the version."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a git checkout (the history says which commit set the version)")
+    version = files_version()
+    commits = _git(ROOT, "log", "--format=%H", "-S", f'__version__ = "{version}"', "--", "conformance/__init__.py")
+    if not commits:
+        pytest.skip(f"{version} is not committed yet: this is the release being made")
+    release = commits.splitlines()[0]
+    shown = f"spec/kl_div.yaml at {release[:12]}"
+    then = spec_hash(parse_yaml(_git(ROOT, "show", f"{release}:spec/kl_div.yaml"), shown, SpecError))
+    redo = f"release a new version: a baseline written by {version} would be refused (docs/guide/install.md)"
+    assert then == load_spec().hash, f"the spec changed since {version} was set ({release[:12]}): {redo}"
+    model_then = _format_version(_git(ROOT, "show", f"{release}:conformance/core/model.py"))
+    assert model_then == FORMAT_VERSION, f"the row format changed since {version} was set ({release[:12]}): {redo}"
 
 
 PLACEHOLDER_URL = "https://github.com/<owner>/kl-conformance"
