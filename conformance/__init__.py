@@ -1,24 +1,6 @@
 """kl-conformance: a spec-driven reference and conformance harness for kl_div."""
 
-from __future__ import annotations
-
-DISTRIBUTION = "kl-conformance"
-UNKNOWN_VERSION = "0+unknown"  # the harness imported from a source tree that was never installed
-
-_version: str | None = None
-
-
-def __getattr__(name: str) -> str:
-    """`conformance.__version__`: the installed distribution's version (from its git tag when built, see
-    pyproject.toml), looked up on first use so that importing the package stays cheap for the worker."""
-    global _version
-    if name != "__version__":
-        raise AttributeError(f"module 'conformance' has no attribute {name!r}")
-    if _version is None:
-        from importlib import metadata
-
-        try:
-            _version = metadata.version(DISTRIBUTION)
-        except metadata.PackageNotFoundError:
-            _version = UNKNOWN_VERSION
-    return _version
+# The harness's release: the one place its version is written. pyproject.toml reads it from here when a wheel
+# or sdist is built, so a source tree, an editable install and a wheel of one commit all say the same. A
+# release changes it and adds its section to CHANGELOG.md (tests/engine/test_release.py checks the two agree).
+__version__ = "0.3.0"

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import conformance
 from conformance.adapters.registry import get_adapter, is_known, known_adapters
 from conformance.arguments import (REBASELINE, case_selection, check_gate_options, gates_of, inputs_of, like_marks,
                                    no_case_matches)
@@ -42,6 +41,7 @@ from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, Terminated, se
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_cases
 from conformance.run.worker import WorkerPool
 from conformance.runcommand import cmd_run
+from conformance.version import VersionAction
 
 EXIT_TERMINATED = 143  # SIGTERM, as a shell reports it
 
@@ -53,8 +53,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kl-conformance", description="Spec-driven conformance harness for kl_div.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {conformance.__version__}",
-                        help="print the harness's version (the one run.json records as harness_version) and exit")
+    parser.add_argument("--version", action=VersionAction,
+                        help="print the harness's version (the one run.json records as harness_version), and the "
+                             "commit where it runs from a git checkout, and exit")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
     parser.add_argument("--spec", help="spec file (default: the spec shipped with the harness)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

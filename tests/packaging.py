@@ -1,12 +1,13 @@
 """Builds the sdist and the wheel as a release would (`python -m build`), for the package tests.
 
-`--no-isolation` uses the backend of the test environment (the `test` extra holds build, setuptools and
-setuptools-scm), so the build needs no network. The wheel is built from the sdist, as `build` does by default,
+`--no-isolation` uses the backend of the test environment (the `test` extra holds build and setuptools), so
+the build needs no network. The wheel is built from the sdist, as `build` does by default,
 so a file the sdist leaves out is missing from the wheel too.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import subprocess
@@ -52,6 +53,15 @@ def build_dists(out: Path) -> Dists:
     assert done.returncode == 0, f"python -m build failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     (sdist,), (wheel,) = sorted(out.glob("*.tar.gz")), sorted(out.glob("*.whl"))
     return Dists(sdist, wheel)
+
+
+def files_version(root: Path = ROOT) -> str:
+    """The release written in the package's files under `root` (conformance/__init__.py's `__version__`), read
+    as text: what a build reads, never what an installed copy says."""
+    tree = ast.parse((root / "conformance" / "__init__.py").read_text(encoding="utf-8"))
+    (value,) = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == ["__version__"]]
+    return value
 
 
 def tracked_files() -> list[str] | None:

@@ -1,4 +1,4 @@
-"""The sdist and wheel carry every file the harness reads, and the version follows the git tags.
+"""The sdist and wheel carry every file the harness reads, and the version written in the package.
 
 The list of files is derived from the checkout (every file git tracks under the harness's folders), so a
 new data file, profile or subpackage that pyproject.toml's package data or package list misses fails here.
@@ -6,19 +6,18 @@ new data file, profile or subpackage that pyproject.toml's package data or packa
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import zipfile
 from email.parser import Parser
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from conformance.cli import main
-from tests.packaging import ROOT, build_dists, package_files, tracked_files
+from tests.packaging import ROOT, build_dists, files_version, package_files, tracked_files
 
 
 @pytest.fixture(scope="module")
@@ -71,78 +70,28 @@ def test_the_sdist_holds_every_tracked_file(dists):
     assert {"PKG-INFO", "pyproject.toml", "spec/kl_div.yaml", "adapters/rtorch_worker.R"} <= _sdist_names(dists)
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org",
-                           "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false", *args],
-                          capture_output=True, text=True, check=True).stdout.strip()
+def test_the_wheel_and_sdist_carry_the_version_written_in_the_package(dists):
+    """`python -m build` makes the wheel from the unpacked sdist, a tree without .git: the version there comes
+    from the package's files as well."""
+    version = files_version()
+    assert dists.version == version and dists.sdist.name == f"kl_conformance-{version}.tar.gz"
+    with tarfile.open(dists.sdist) as sdist:
+        top = sdist.getnames()[0].split("/")[0]
+        info = Parser().parsestr(sdist.extractfile(f"{top}/PKG-INFO").read().decode())
+        assert not any(n.split("/")[1:2] == [".git"] for n in sdist.getnames())
+    assert info["Version"] == version
 
 
-def _version(project: Path) -> str:
-    """The version setuptools-scm gives `project` under this checkout's pyproject.toml (what a build uses)."""
-    done = subprocess.run([sys.executable, "-m", "setuptools_scm"], cwd=project, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture
-def project(tmp_path):
-    """A git repository holding this checkout's pyproject.toml, with one commit and no tag."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    repo = tmp_path / "project"
-    repo.mkdir()
-    for name in ("pyproject.toml", ".git_archival.txt", ".gitattributes"):
-        shutil.copy(ROOT / name, repo)
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "first")
-    return repo
-
-
-def test_a_release_tag_is_the_version_and_commits_after_it_are_dev_versions(project):
-    _git(project, "tag", "v0.7.2")
-    assert _version(project) == "0.7.2"
-    (project / "CHANGES").write_text("after the release\n")
-    _git(project, "add", "CHANGES")
-    _git(project, "commit", "-qm", "second")
-    after = _version(project)
-    assert after.startswith("0.7.3.dev1+g") and _git(project, "rev-parse", "--short", "HEAD")[:7] in after
-
-
-def test_a_source_archive_of_a_tag_carries_its_version(project, tmp_path):
-    """`git archive` (what a GitHub source tarball is) fills in .git_archival.txt; no .git travels with it."""
-    _git(project, "tag", "-a", "v1.4.0", "-m", "release 1.4.0")
-    archive = tmp_path / "archive.tar"
-    _git(project, "archive", "--format=tar", "-o", str(archive), "HEAD")
-    tree = tmp_path / "unpacked"
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    assert not (tree / ".git").exists() and _version(tree) == "1.4.0"
-
-
-def test_a_shallow_clone_without_tags_builds_as_a_dev_version(project, tmp_path):
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{project}", str(clone)], check=True,
-                   capture_output=True)
-    assert _git(clone, "tag") == ""
-    assert _version(clone).startswith("0.1.dev")
-
-
-def test_a_tree_without_git_builds_as_the_fallback_version(tmp_path):
-    tree = tmp_path / "tarball"
-    tree.mkdir()
-    shutil.copy(ROOT / "pyproject.toml", tree)
-    assert _version(tree).startswith("0.1.dev")
-
-
-def test_the_wheel_is_versioned_from_git_not_by_a_constant(dists):
-    if tracked_files() is None:
-        pytest.skip("not a git checkout: the version comes from PKG-INFO")
-    assert dists.version == _version(ROOT)
-
-
-def test_version_option_prints_the_installed_distributions_version(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["--version"])
-    assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip() == f"kl-conformance {metadata.version('kl-conformance')}"
+def test_a_tree_without_git_or_pkg_info_builds_with_the_version_written_in_the_package(tmp_path):
+    """A source tarball that is not an sdist (a copy of the files, an archive of a commit) builds the same
+    version as a checkout: nothing is read from git."""
+    tree = tmp_path / "tree"
+    for source in [*package_files(), "pyproject.toml", "README.md", "MANIFEST.in"]:
+        (tree / source).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / source, tree / source)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+                           str(tmp_path / "dist"), str(tree)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not (tree / ".git").exists()
+    assert [w.name for w in (tmp_path / "dist").glob("*.whl")] == [f"kl_conformance-{files_version()}-py3-none-any.whl"]
