@@ -109,7 +109,7 @@ def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | N
 def damaged(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     """One line per framework whose rows disagree with what its runs' run.json files count: their results by
     verdict, or more cases with results than rows. Judged where every run of the framework recorded its
-    counts and stages (a run.json older than the stage record counted a resumed run's last part only), ended
+    rows' framework name, counts and stages (a run.json older than the stage record counted a resumed run's last part only), ended
     `complete` or `stopped`, and was not cut to some modes by `report --mode` (writer.scoped_manifest)."""
     held: dict[str, Counter] = {}
     for label, counts in tally.by_target.items():
@@ -139,10 +139,10 @@ def damaged(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
 
 
 def _counted(manifest: dict[str, Any]) -> bool:
-    """The run.json records what its rows must hold: its counts and cases, and (being of a harness that
-    keeps them whole across --resume) its stages."""
+    """The run.json records what its rows must hold: the framework name they carry, its counts and cases, and
+    (being of a harness that keeps them whole across --resume) its stages."""
     return manifest.get("status") in ("complete", "stopped") and isinstance(manifest.get("counts"), dict) \
-        and type(manifest.get("cases")) is int and isinstance(manifest.get("stages"), list)
+        and type(manifest.get("cases")) is int and isinstance(manifest.get("stages"), list) and _names_rows(manifest)
 
 
 def _verdicts(counts: Counter) -> str:

@@ -718,15 +718,15 @@ def _already_done(out: Path, spec: Spec, framework: str, run_info: dict, profile
     if manifest.get("spec_hash") != spec.hash:
         raise other_spec(manifest.get("spec_hash"), spec.hash, str(out / MANIFEST_FILE), "--resume", redo)
     if manifest.get("profiles_digest") != profiles:
-        raise ResultsError(f"the deviation profiles in {profiles_dir or default_profiles_dir()} (or the --like "
-                           f"framework) are not those this directory was run with: its documented flags would "
-                           f"differ", file=str(out / MANIFEST_FILE), where="--resume, --profiles",
+        raise ResultsError(f"this directory was run with another set of deviation profiles than those in "
+                           f"{profiles_dir or default_profiles_dir()} (or another --like): its documented flags "
+                           f"would differ", file=str(out), where="--resume, --profiles",
                            fix="resume with the --profiles directory (and contents) of that run, or start again "
                                "with --force or another --out")
     problem = _changed_selection(manifest, run_info)
     if problem is not None:
         option, text = problem
-        raise ResultsError(text, file=str(out / MANIFEST_FILE), where=f"--resume, {option}",
+        raise ResultsError(text, file=str(out), where="--resume",
                            fix=f"resume with the {option} of that run, or start again with --force or another --out")
     verdicts = {}
     for row in iter_results(out, complete_lines_only=True):
@@ -757,7 +757,7 @@ def _changed_selection(manifest: dict, run_info: dict) -> tuple[str, str] | None
                 shown = paths_now
                 if isinstance(paths_now, list) and isinstance(was, list) and len(was) == len(now) == len(paths_now):
                     shown = next(str(path) for path, a, b in zip(paths_now, was, now) if a != b)
-                return option, f"{option} {shown}: the file changed since this directory was run with it"
+                return option, f"this directory was run with {option} {shown} as it was then: the file has changed"
             return option, (f"this directory was run with {option} {_shown(paths_before)}, not "
                             f"{_shown(paths_now)}")
         return option, f"this directory was run with {option} {_shown(was)}, not {_shown(now)}"
