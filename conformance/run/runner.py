@@ -412,12 +412,6 @@ def record_stage(out: Path, stage: str) -> None:
         write_manifest(out, manifest)
 
 
-def recorded_stages(out: Path) -> list[str]:
-    """The output stages run.json records done; none for a run.json older than the record (all are redone)."""
-    stages = read_manifest(out).get("stages") if (out / MANIFEST_FILE).is_file() else None
-    return [s for s in stages if s in STAGES] if isinstance(stages, list) else []
-
-
 def profiles_digest(profiles_dir: Path | None, carried: Path | dict | None = None, like: str | None = None) -> str:
     """A digest of the deviation profiles (every .yaml file of the directory, name and bytes; the adapter's own
     profile; the framework of --like): --resume refuses another profile set, whose documented flags would
