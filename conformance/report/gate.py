@@ -109,8 +109,9 @@ def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | N
 def damaged(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     """One line per framework whose rows disagree with what its runs' run.json files count: their results by
     verdict, or more cases with results than rows. Judged where every run of the framework recorded its
-    rows' framework name, counts and stages (a run.json older than the stage record counted a resumed run's last part only), ended
-    `complete` or `stopped`, and was not cut to some modes by `report --mode` (writer.scoped_manifest)."""
+    rows' framework name, counts and stages (a run.json older than the stage record counted a resumed run's
+    last command only), ended `complete` or `stopped`, and was not cut to some modes by `report --mode`
+    (writer.scoped_manifest)."""
     held: dict[str, Counter] = {}
     for label, counts in tally.by_target.items():
         held.setdefault(split_label(label)["framework"], Counter()).update(counts)
