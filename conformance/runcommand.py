@@ -1,7 +1,8 @@
 """`kl-conformance run`: the order of a run's work once its arguments are checked. Cases are drawn while the
-worker imports the framework, the rows stream to disk and into the report, then the reports and the
-reproducers are written, all under the output directory's lock; a failure, Ctrl-C or SIGTERM is recorded in
-run.json and leaves the rows for --resume."""
+worker imports the framework, the rows stream to disk and into the report, then the reports, the
+reproducers and the issue drafts are written, all under the output directory's lock. run.json records each
+output stage once done (runner.STAGES); a failure, Ctrl-C, SIGTERM or a kill leaves the rows, and --resume
+redoes every stage not recorded."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from conformance.report.gate import EXIT_INCOMPLETE
 from conformance.report.writer import ReportFeed, write_report
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
 from conformance.run.runner import (RunFailed, RunOptions, Terminated, add_written, failure_reason, interruption,
-                                    record_end, run_conformance)
+                                    record_end, record_stage, run_conformance)
 from conformance.run.selection import (MEANING_OPTIONS, CaseSelection, file_digest, select_cases, select_lazily,
                                       selected_shard)
 from conformance.run.worker import WorkerPool
@@ -139,9 +140,17 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     try:
         written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed,
                                gates=gates_of(args), drafts=False, like=like)
-        if not args.no_repro and not summary.not_run and not summary.stopped and summary.divergences:
-            _write_reproducers(spec, args, summary.out_dir, pool, show_progress=progress is not None, results=needing)
+        if "rows" in summary.stages:
+            record_stage(summary.out_dir, "reports")
+        # a resumed run writes the reproducers its earlier command did not record writing, from the rows on disk
+        if not args.no_repro and "rows" in summary.stages and "reproducers" not in summary.stages:
+            if not summary.all_divergences or _write_reproducers(
+                    spec, args, summary.out_dir, pool, show_progress=progress is not None,
+                    results=needing):
+                record_stage(summary.out_dir, "reproducers")
         _write_drafts(summary.out_dir, known)
+        if "rows" in summary.stages:
+            record_stage(summary.out_dir, "drafts")
     except (KeyboardInterrupt, Terminated) as exc:  # the rows are complete; --resume writes the reports again
         record_end(summary.out_dir, "interrupted", interruption(exc) + " while writing the reports")
         raise
@@ -163,6 +172,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     extra = (f"; {summary.skipped} cases already done" if summary.skipped else "") + \
         (f"; {summary.unspoken} cases in an input space its APIs do not take (no rows)" if summary.unspoken
          else "") + \
+        (f"; {summary.partless} cases with none of the selected parts (no rows)" if summary.partless else "") + \
         (f"; worker restarted {summary.restarts} times" if summary.restarts else "")
     print(f"{args.framework}: {summary.cases} cases, {sum(summary.counts.values())} results ({counts}); "
           f"{written.counts}{extra}. Report: {written.report}")
@@ -192,14 +202,14 @@ def _failed(out: str, reason: str, progress) -> int:
 
 
 def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, show_progress: bool,
-                       results: list[Result] | None) -> None:
+                       results: list[Result] | None) -> bool:
     """Reproducers for the run's undocumented divergences, minimised by the run's own worker (the framework
     is loaded once; a crash or hang there costs one call, never the results and reports written). They
     read the run's expectations from the reference cache, and their progress goes on the bar. Past
     REPRO_TIMEOUT_S the rest keep their whole case. `results`: the rows that need one, kept as the run
     wrote them (None: read them back from `out`). They are written into a temporary directory, then moved
     into OUT/repro and recorded in run.json: a run killed meanwhile leaves only a temporary directory, which
-    --resume and --force remove."""
+    --resume and --force remove. False where they could not be written (a warning says why)."""
     from conformance.repro import write_all
     from conformance.run.worker import WorkerLost
 
@@ -213,7 +223,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
                                  results=results, memory_budget_mb=args.memory_budget_mb)
         except (WorkerLost, ConformanceError) as exc:
             print(f"warning: reproducers not written ({exc})", file=sys.stderr)
-            return
+            return False
         finally:
             if show_progress:
                 sys.stderr.write("\n")
@@ -223,6 +233,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
     if whole:
         print(f"warning: minimising reproducers took over {REPRO_TIMEOUT_S} s; {whole} keep their whole case "
               f"(kl-conformance repro minimises one)", file=sys.stderr)
+    return True
 
 
 def _publish(out: Path, staging: Path, folder: str) -> None:

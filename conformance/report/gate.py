@@ -15,7 +15,10 @@
   closed: what was not checked never passes. A fallback row is not a finding --strict counts: it is what
   was not checked. Without a gate
   these print a line and exit 0, so a matrix with one missing framework still writes its merged report.
-  Always 3, gate or not, when a run failed (no memory, a full disk): run.json says `failed` and why.
+  Always 3, gate or not, when a run failed (no memory, a full disk): run.json says `failed` and why, and
+  when a run is damaged (`damaged`): its rows disagree with what its run.json counts (results by verdict,
+  cases with results), so a selected case or call without its rows is never passed as "not checked"; such a
+  run is not gated.
 - 130: interrupted (Ctrl-C); 143: terminated (SIGTERM). The rows written so far are kept, run.json says
   `interrupted`, and --resume continues.
 
@@ -104,6 +107,50 @@ def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | N
     return "skipped", "a finding neither documented nor known; only --strict or --fail-on-new fail on it"
 
 
+def damaged(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
+    """One line per framework whose rows disagree with what its runs' run.json files count: their results by
+    verdict, or more cases with results than rows. Judged where every run of the framework recorded its
+    rows' framework name, counts and stages (a run.json older than the stage record counted a resumed run's
+    last command only), ended `complete` or `stopped`, and was not cut to some modes by `report --mode`
+    (writer.scoped_manifest)."""
+    held: dict[str, Counter] = {}
+    for label, counts in tally.by_target.items():
+        held.setdefault(split_label(label)["framework"], Counter()).update(counts)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for m in manifests:
+        runs.setdefault(row_framework(m), []).append(m)
+    lines = []
+    for framework, group in sorted(runs.items()):
+        if not all(_counted(m) for m in group):
+            continue
+        claimed: Counter = Counter()
+        for m in group:
+            claimed.update(m["counts"])
+        claimed = +claimed  # a verdict counted 0 times is no claim
+        rows = +held.get(framework, Counter())
+        cases = sum(m["cases"] for m in group)
+        if claimed == rows and cases <= sum(rows.values()):
+            continue
+        files = "run.json" if len(group) == 1 else f"the run.json files of its {len(group)} runs"
+        verb = "counts" if len(group) == 1 else "count"
+        lines.append(f"the {framework} run is damaged: {files} {verb} {_many(cases, 'case')} with "
+                     f"{sum(claimed.values())} results ({_verdicts(claimed)}), its results.jsonl holds "
+                     f"{sum(rows.values())} ({_verdicts(rows)}): selected cases or calls are missing their rows; "
+                     "run it again (--force)")
+    return lines
+
+
+def _counted(manifest: dict[str, Any]) -> bool:
+    """The run.json records what its rows must hold: the framework name they carry, its counts and cases, and
+    (being of a harness that keeps them whole across --resume) its stages."""
+    return manifest.get("status") in ("complete", "stopped") and isinstance(manifest.get("counts"), dict) \
+        and type(manifest.get("cases")) is int and isinstance(manifest.get("stages"), list) and _names_rows(manifest)
+
+
+def _verdicts(counts: Counter) -> str:
+    return ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "none"
+
+
 def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     """One line per run or framework that did not judge everything: not loaded, stopped, judging nothing; then
     the lines of `mode_gaps`."""
@@ -156,6 +203,10 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
     """The exit code and its lines. `baseline_diff` is a report.baseline.BaselineDiff, `known` a
     known.KnownFindings that has audited these rows and judged the runs' scope."""
     decision = Decision()
+    broken = damaged(manifests, tally)
+    if broken:  # not gated: what its rows are missing cannot be judged
+        decision.lines, decision.code = broken, EXIT_INCOMPLETE
+        return decision
     if known is not None:
         for audit in known.stale():
             decision.lines.append(known.stale_message(audit))

@@ -257,6 +257,9 @@ def scoped_manifest(manifest: dict[str, Any], modes: Sequence[str]) -> dict[str,
         if not kept["modes_not_run"]:
             del kept["modes_not_run"]
     selection = manifest.get("selection")
+    if set(asked) - set(modes):  # its counts are of every mode: no claim on the rows kept (gate.damaged)
+        kept.pop("counts", None)
+        kept.pop("cases", None)
     if isinstance(selection, dict) and set(asked) - set(modes):
         kept["selection"] = {**selection, "modes": kept["modes"],
                              "narrowed_by": sorted({*map(str, selection.get("narrowed_by") or ()), "--mode"})}

@@ -4,7 +4,8 @@ Composes the pipeline: cases -> reference (Expected, once per case, shared by ev
 API and device) -> adapter in a worker process (Observation) -> compare (verdict)
 -> results.jsonl. The parent computes references and verdicts while the worker
 calls the framework. A crash or a timeout costs one case; --resume skips every
-(case, api, device, mode, part) already in results.jsonl.
+(case, api, device, mode, part) already in results.jsonl. run.json's `stages` records each output stage
+once it is done (STAGES); --resume redoes every stage it does not record.
 
 Never imports a framework in the parent process (the worker's adapter does), and never imports the
 reports.
@@ -46,6 +47,11 @@ from conformance.run.worker import Task, WorkerInfo, WorkerLost, WorkerPool, Wor
 
 DEFAULT_TIMEOUT_S = 60.0
 
+# The output stages of a run, in order, as run.json's `stages` records them once each is done: --resume redoes
+# every stage not recorded (a run.json older than the record redoes them all). `rows` is this module's; the
+# others are the command's (runcommand.py).
+STAGES = ("rows", "reports", "reproducers", "drafts")
+
 
 class RunFailed(Exception):
     """The run could not go on (no memory, a full disk, a file it cannot write): run.json says `failed` and
@@ -66,6 +72,9 @@ class RunSummary:
     cases: int = 0
     skipped: int = 0  # cases a resumed run had judged already
     unspoken: int = 0  # cases in an input space no selected API's dialect takes: no rows
+    partless: int = 0  # cases with none of the parts --part selects: no rows
+    earlier: dict[str, int] = field(default_factory=dict)  # the rows a resumed run had already, by verdict
+    stages: list[str] = field(default_factory=list)  # run.json's `stages` once the rows are written (STAGES)
     restarts: int = 0
     not_run: str | None = None  # why the framework could not be loaded
     apis_not_run: dict[str, str] = field(default_factory=dict)  # APIs the installed release lacks, and why
@@ -75,7 +84,21 @@ class RunSummary:
 
     @property
     def divergences(self) -> int:
+        """The divergent rows this command wrote."""
         return sum(n for verdict, n in self.counts.items() if Verdict(verdict).is_divergence)
+
+    @property
+    def all_counts(self) -> dict[str, int]:
+        """The run's rows by verdict: those a resumed run had, and those this command wrote (run.json's `counts`)."""
+        total = dict(self.earlier)
+        for verdict, n in self.counts.items():
+            total[verdict] = total.get(verdict, 0) + n
+        return total
+
+    @property
+    def all_divergences(self) -> int:
+        """The divergent rows of the whole run, a resumed run's earlier ones included."""
+        return sum(n for verdict, n in self.all_counts.items() if Verdict(verdict).is_divergence)
 
 
 @dataclass(frozen=True)
@@ -193,7 +216,8 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     out = check_out_dir(out_dir, resume=options.resume, force=options.force, inputs=options.inputs)
     run_info = run_info or {}
     profiles = profiles_digest(options.profiles_dir, adapter.carried_profile(), options.like)
-    before = _already_done(out, spec, framework, run_info.get("selection"), profiles) if options.resume else None
+    before = _already_done(out, spec, framework, run_info, profiles, options.profiles_dir) if options.resume \
+        else None
     done = before.done if before is not None else set()
     summary = RunSummary(out)
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
@@ -225,7 +249,7 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
                 raise WorkerUnavailable("; ".join(dict.fromkeys(apis_not_run.values())))
         except WorkerUnavailable as exc:
             summary.not_run = str(exc)
-            _prepare(out, options, manifest, lock, before)
+            _prepare(out, options, manifest, lock, before, summary)
             prepared = True
             if not options.resume:
                 ResultsWriter(out).close()
@@ -247,7 +271,7 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         modes=list(dict.fromkeys(options.modes or (EAGER,))),
                         **({"modes_not_run": unusable} if unusable else {}))
-        _prepare(out, options, manifest, lock, before)
+        _prepare(out, options, manifest, lock, before, summary)
         prepared = True
         with ResultsWriter(out, append=options.resume) as writer:
             rest = ((case, None) for case in cases)
@@ -299,7 +323,11 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
                                        "explanation_misses": cache.explained_misses,
                                        **({"problem": cache.problem} if cache.problem else {})}
     status = {"status": "stopped", "reason": summary.stopped} if summary.stopped else {"status": "complete"}
-    write_manifest(out, {**manifest, **status, "cases": summary.cases + summary.skipped, "counts": summary.counts,
+    # the later stages a resumed run had done stay done only where it wrote no row
+    kept = [s for s in before.stages if s != "rows"] if before is not None and not summary.cases else []
+    summary.stages = [] if summary.stopped else ["rows", *kept]
+    write_manifest(out, {**manifest, **status, "stages": summary.stages, "cases": summary.cases + summary.skipped,
+                         "counts": summary.all_counts,
                          "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     if progress is not None:
         progress(summary.cases)
@@ -375,6 +403,15 @@ def add_written(out: Path, names: Sequence[str]) -> None:
         write_manifest(out, manifest)
 
 
+def record_stage(out: Path, stage: str) -> None:
+    """Record in run.json that an output stage (STAGES) is done: --resume does not redo it."""
+    assert stage in STAGES, stage
+    manifest = read_manifest(out)
+    if manifest and stage not in manifest.get("stages", []):
+        manifest["stages"] = [s for s in STAGES if s in {*manifest.get("stages", []), stage}]
+        write_manifest(out, manifest)
+
+
 def profiles_digest(profiles_dir: Path | None, carried: Path | dict | None = None, like: str | None = None) -> str:
     """A digest of the deviation profiles (every .yaml file of the directory, name and bytes; the adapter's own
     profile; the framework of --like): --resume refuses another profile set, whose documented flags would
@@ -398,7 +435,8 @@ def profiles_digest(profiles_dir: Path | None, carried: Path | dict | None = Non
     return digest.hexdigest()[:16]
 
 
-def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, before: "_Resumed | None") -> None:
+def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, before: "_Resumed | None",
+             summary: RunSummary) -> None:
     """Create and lock the output directory (cleared on --force, its half-written last lines cut on --resume),
     record in run.json what the run writes there, then copy the user case files into it."""
     prepare_out_dir(out, force=options.force, resume=options.resume, lock=lock, inputs=options.inputs)
@@ -408,6 +446,11 @@ def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, b
         if before is not None:
             _drop_rows_without_details(out, before.done)
             _drop_orphan_details(out, before.done)
+    if before is not None:  # the rows kept, by verdict: run.json counts them with those written now
+        counted: dict[str, int] = {}
+        for call in before.done:
+            counted[before.verdicts[call]] = counted.get(before.verdicts[call], 0) + 1
+        summary.earlier = counted
     case_files = manifest.get("case_files", [])
     ours = set(before.written) if before is not None else set()
     kept = _kept_names(out, case_files, ours)
@@ -488,10 +531,12 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
         for index, (case, judge) in enumerate(cases):
             todo = plan(case)
             if not todo:
-                if any(takes_input_space(case, dialects[t.api], spec) for t in ctx.targets):
-                    summary.skipped += 1
-                else:
+                if not any(takes_input_space(case, dialects[t.api], spec) for t in ctx.targets):
                     summary.unspoken += 1
+                elif not _selected_parts(case, options):
+                    summary.partless += 1
+                else:
+                    summary.skipped += 1
                 continue
             plans[index] = todo
             if judge is not None:
@@ -618,35 +663,45 @@ def _selected_parts(case: Case, options: RunOptions) -> list[str]:
     return [p for p in case.parts if not options.parts or p in options.parts]
 
 
+# run.json's `selection` fields --resume must find again, each with the option that sets it: rows of two
+# selections in one directory would be gated as one run
 SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples", "case_files": "--cases",
                      "only": "--only", "shard": "--shard", "known": "--known", "reduction": "--reduction",
-                     "modes": "--mode",
-                     "log_target": "--log-target", "dtype": "--dtype", "family": "--family"}
+                     "modes": "--mode", "log_target": "--log-target", "dtype": "--dtype", "family": "--family",
+                     "parts": "--part", "apis": "--api", "devices": "--device"}
+# compared as sets: `--api A --api B` selects what `--api B --api A` does
+_UNORDERED = ("reduction", "log_target", "dtype", "family", "modes", "parts", "apis", "devices")
+# files a selection records by digest: a refusal names the file, from the run.json field of its path
+_FILE_FIELDS = {"case_files": "case_files", "known": "known"}
 
 # a run.json written before the selection by meaning existed selected by none of it
-_NOT_RECORDED = {"reduction": [], "log_target": [], "dtype": [], "family": [], "modes": ["eager"]}
+_NOT_RECORDED = {"reduction": [], "log_target": [], "dtype": [], "family": [], "modes": ["eager"], "parts": [],
+                 "apis": [], "devices": []}
 
 
 @dataclass
 class _Resumed:
-    """What --resume takes from the interrupted run: the keys of its rows, what it recorded writing, and the
-    framework version it ran (checked once the worker has loaded the framework)."""
+    """What --resume takes from the interrupted run: the keys of its rows with their verdicts, what it recorded
+    writing, the output stages it recorded done, and the framework version it ran (checked once the worker has
+    loaded the framework)."""
 
     done: set[tuple[str, str, str, str, str]]
     written: list[str]
     framework_version: str | None
+    verdicts: dict[tuple[str, str, str, str, str], str] = field(default_factory=dict)
+    stages: list[str] = field(default_factory=list)
 
 
-def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None, profiles: str) -> _Resumed:
+def _already_done(out: Path, spec: Spec, framework: str, run_info: dict, profiles: str,
+                  profiles_dir: Path | None = None) -> _Resumed:
     """Keys of the rows an interrupted run already wrote. Reads only: refuses a directory made with another
-    framework, spec, profile set or selection of cases (seed, suite, samples, case file contents, --only,
-    --shard, --known)."""
+    framework, spec, profile set or selection of cases or calls (SELECTION_OPTIONS)."""
     manifest = read_manifest(out) if (out / MANIFEST_FILE).is_file() else {}
     written = [w for w in manifest.get("written", []) if isinstance(w, str)] if manifest else []
     version = manifest.get("framework_version")
+    stages = manifest.get("stages") if isinstance(manifest.get("stages"), list) else []  # older: redo every stage
     if not (out / RESULTS_FILE).is_file():
         return _Resumed(set(), written, None if version is None else str(version))
-    fix = "resume with the options of that run, or start again with --force or another --out"
     if not manifest:
         raise ResultsError("results without a run.json: how they were made is unknown", file=str(out),
                            where="--resume", fix="start again with --force or another --out")
@@ -657,23 +712,50 @@ def _already_done(out: Path, spec: Spec, framework: str, selection: dict | None,
     if manifest.get("spec_hash") != spec.hash:
         raise other_spec(manifest.get("spec_hash"), spec.hash, str(out / MANIFEST_FILE), "--resume", redo)
     if manifest.get("profiles_digest") != profiles:
-        raise ResultsError(f"this directory was run with another set of deviation profiles (digest "
-                           f"{_shown(manifest.get('profiles_digest'))}, now {profiles!r}): its documented flags would "
-                           f"differ", file=str(out), where="--resume, --profiles",
+        raise ResultsError(f"this directory was run with another set of deviation profiles than those in "
+                           f"{profiles_dir or default_profiles_dir()} (or another --like): its documented flags "
+                           f"would differ", file=str(out), where="--resume, --profiles",
                            fix="resume with the --profiles directory (and contents) of that run, or start again "
                                "with --force or another --out")
-    before = manifest.get("selection") or {}
-    for name, option in SELECTION_OPTIONS.items():
-        if selection is not None and before.get(name, _NOT_RECORDED.get(name)) != selection.get(name):
-            raise ResultsError(f"this directory was run with {option} {_shown(before.get(name))}, not "
-                               f"{_shown(selection.get(name))}", file=str(out), where="--resume", fix=fix)
-    done = set()
+    problem = _changed_selection(manifest, run_info)
+    if problem is not None:
+        option, text = problem
+        raise ResultsError(text, file=str(out), where="--resume",
+                           fix=f"resume with the {option} of that run, or start again with --force or another --out")
+    verdicts = {}
     for row in iter_results(out, complete_lines_only=True):
         if row.spec_hash != spec.hash:
             raise other_spec(row.spec_hash, spec.hash, str(out / RESULTS_FILE), f"--resume, case {row.case_id!r}",
                              redo)
-        done.add(row.call)
-    return _Resumed(done, written, None if version is None else str(version))
+        verdicts[row.call] = row.verdict.value
+    return _Resumed(set(verdicts), written, None if version is None else str(version), verdicts,
+                    [s for s in stages if s in STAGES])
+
+
+def _changed_selection(manifest: dict, run_info: dict) -> tuple[str, str] | None:
+    """The first selection field (SELECTION_OPTIONS) a resumed command changes, as (option, the problem's text);
+    a file recorded by digest is named by its path."""
+    selection = run_info.get("selection")
+    if selection is None:
+        return None
+    before = manifest.get("selection") or {}
+    for name, option in SELECTION_OPTIONS.items():
+        was, now = before.get(name, _NOT_RECORDED.get(name)), selection.get(name)
+        if name in _UNORDERED and isinstance(was, list) and isinstance(now, list):
+            was, now = sorted(map(str, was)), sorted(map(str, now))
+        if was == now:
+            continue
+        if name in _FILE_FIELDS:
+            paths_before, paths_now = manifest.get(_FILE_FIELDS[name]), run_info.get(_FILE_FIELDS[name])
+            if paths_before == paths_now and paths_now:
+                shown = paths_now
+                if isinstance(paths_now, list) and isinstance(was, list) and len(was) == len(now) == len(paths_now):
+                    shown = next(str(path) for path, a, b in zip(paths_now, was, now) if a != b)
+                return option, f"this directory was run with {option} {shown} as it was then: the file has changed"
+            return option, (f"this directory was run with {option} {_shown(paths_before)}, not "
+                            f"{_shown(paths_now)}")
+        return option, f"this directory was run with {option} {_shown(was)}, not {_shown(now)}"
+    return None
 
 
 def _shown(value) -> str:
