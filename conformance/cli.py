@@ -118,9 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profiles", metavar="DIR",
                      help="directory of <framework>.yaml deviation profiles (default: spec/profiles shipped)")
     run.add_argument("--resume", action="store_true",
-                     help="continue an interrupted run in --out: skip every result already written (refused if "
-                          "that run had another seed, suite, samples, case files, --only, --shard, --known, spec, "
-                          "profile set or framework version)")
+                     help="continue an interrupted run in --out: skip every result already written and redo every "
+                          "output stage run.json does not record as done (refused if that run had another seed, "
+                          "suite, samples, case files, --only, --shard, --part, --api, --device, --mode, selection "
+                          "by meaning, --known, spec, profile set or framework version)")
     OPTIONS["timeout_s"].add_to(run, default=DEFAULT_TIMEOUT_S, metavar=None,
                                 help=f"{OPTIONS['timeout_s'].help} (default {DEFAULT_TIMEOUT_S:g})")
     run.add_argument("--cache-dir", metavar="DIR",

@@ -21,8 +21,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from conformance.adapters.registry import get_adapter, is_known, known_adapters
-from conformance.arguments import (cache_dir_of, case_selection, check_gate_options, gates_of, inputs_of, like_marks,
-                                   no_case_matches)
+from conformance.arguments import (cache_dir_of, case_selection, check_baseline_cases, check_gate_options, gates_of,
+                                   inputs_of, like_marks, no_case_matches)
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Case, Result, Spec
@@ -55,6 +55,8 @@ def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | Non
                          fix="--resume continues the run in --out; --force starts it again")
     shard = selected_shard(case_selection(args))
     known = check_gate_options(spec, args, seed=args.seed)
+    if args.baseline is not None:  # before anything is written: the baseline must hold these cases' values
+        check_baseline_cases(Path(args.baseline), spec, case_selection(args))
     port = get_adapter(args.framework) if args.like else None
     like = like_marks(spec, args, mirrors={port.name: port.mirrored()} if port is not None else None)
     check_out_dir(args.out, resume=args.resume, force=args.force, inputs=inputs_of(args))

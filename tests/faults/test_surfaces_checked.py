@@ -103,6 +103,23 @@ def test_a_baseline_of_other_case_values_is_a_usage_error_before_any_item(projec
     assert "case 'ok-before'" in line and "other values" in line and "Fix:" in line, output
 
 
+def test_the_cli_refuses_a_baseline_of_other_case_values_before_anything_is_written(project, capsys):
+    """The same check as the plugin's, on `run --baseline`: before, the run found the mismatch only mid-run."""
+    assert main(["run", "--framework", OFF_BY_ONE, "--cases", str(project / "cases.yaml"), "--suite", "none",
+                 "--out", str(project / "base"), "--no-progress", "--no-repro"]) == 0
+    (project / "cases.yaml").write_text(CASES.replace("[[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
+                                                      "dtype: float64}\n- {id: the-fault",
+                                                      "[[-1.5, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
+                                                      "dtype: float64}\n- {id: the-fault", 1))
+    capsys.readouterr()
+    out = project / "out"
+    assert main(["run", "--framework", OFF_BY_ONE, "--cases", str(project / "cases.yaml"), "--suite", "none",
+                 "--out", str(out), "--no-progress", "--baseline", str(project / "base"), "--fail-on-new"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "case 'ok-before'" in err and "other values" in err and "Fix:" in err, err
+    assert not out.exists()
+
+
 def test_under_xdist_the_gate_counts_each_result_once_and_names_no_file_it_never_wrote(project):
     """Items of one case on two workers were each judged, and the gate counted both rows; its line pointed to a
     baseline.json the plugin does not write."""
