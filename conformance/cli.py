@@ -320,6 +320,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
 
 
 def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
+    from conformance.core.generated import GeneratedFolder, WriteFailed
     from conformance.repro import CaseSource, write_all, write_script
 
     if args.all_to:
@@ -329,9 +330,14 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
         if args.framework and not is_known(args.framework):
             raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                              fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
-        count, _ = write_all(args.run_dir, spec, Path(args.all_to),
-                             cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
-                             framework=args.framework, memory_budget_mb=args.memory_budget_mb)
+        folder = GeneratedFolder(args.all_to, "kl-conformance repro --all", option="--all")
+        try:
+            count, _ = write_all(args.run_dir, spec, folder,
+                                 cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
+                                 framework=args.framework, memory_budget_mb=args.memory_budget_mb)
+        except WriteFailed as exc:
+            print(f"kl-conformance: {exc}", file=sys.stderr)
+            return EXIT_INCOMPLETE
         print(f"{count} reproducers in {args.all_to}")
         return EXIT_OK
     if not args.case_id or not args.framework:

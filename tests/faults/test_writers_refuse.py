@@ -154,3 +154,49 @@ def test_findings_on_a_full_disk_are_one_line_and_leave_no_half_page(run_dir, tm
     left = {p.name: p.read_bytes() for p in out.iterdir() if p.name != RECORD_FILE}
     assert all(pages.get(name) == text for name, text in left.items()), sorted(left)  # each page whole, or absent
     assert max(pages, key=lambda name: len(pages[name])) not in left
+
+
+# repro --all
+
+
+@pytest.mark.parametrize("where", ["file", "run", "inside-run", "foreign"])
+def test_repro_all_refuses_a_folder_not_its_own_and_exits(run_dir, tmp_path, where):
+    """An existing file as OUT was a traceback, and then the process never exited: its worker was left."""
+    out = {"file": tmp_path / "scripts", "run": run_dir, "inside-run": run_dir / "scripts",
+           "foreign": tmp_path / "mine"}[where]
+    if where == "file":
+        out.write_text("mine\n")
+    if where == "foreign":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine\n")
+    before, run_before = _tree(tmp_path), _tree(run_dir)
+    done = _command(["-m", "conformance", "repro", "--all", str(out), "--from", str(run_dir), "--framework",
+                     OFF_BY_ONE])
+    assert done.returncode == 2, done.stderr
+    line = _one_line(done.stderr)
+    assert str(out) in line and "--all" in line and "Fix:" in line
+    assert _tree(tmp_path) == before and _tree(run_dir) == run_before
+
+
+def test_repro_all_replaces_its_own_scripts(run_dir, tmp_path):
+    out = tmp_path / "scripts"
+    args = ["repro", "--all", str(out), "--from", str(run_dir), "--framework", OFF_BY_ONE]
+    assert main(args) == 0
+    scripts = sorted(p.name for p in out.glob("*.py"))
+    assert len(scripts) == 2 and sorted(json.loads((out / RECORD_FILE).read_text())["written"]) == scripts
+    assert main(args) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([*scripts, RECORD_FILE])
+
+
+def test_repro_all_on_a_full_disk_is_one_line_ends_its_worker_and_leaves_no_half_script(run_dir, tmp_path):
+    whole = tmp_path / "whole"
+    assert main(["repro", "--all", str(whole), "--from", str(run_dir), "--framework", OFF_BY_ONE]) == 0
+    scripts = {p.name: p.read_bytes() for p in whole.glob("*.py")}
+    limit = min(map(len, scripts.values())) // 2  # no script fits
+    out = tmp_path / "full"
+    done = _command(["-m", "conformance", "repro", "--all", str(out), "--from", str(run_dir), "--framework",
+                     OFF_BY_ONE], file_size_limit=limit)
+    assert done.returncode == 3, done.stderr
+    line = _one_line(done.stderr)
+    assert str(out) in line and "File too large" in line and "Fix:" in line
+    assert not list(out.glob("*.py")) and not list(out.glob(".*.py.*"))  # no script, whole or half
