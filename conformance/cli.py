@@ -35,7 +35,7 @@ from conformance.judge.refcache import default_cache_dir
 from conformance.reference.statements import verify_formulas
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from conformance.report.provenance import check_runs
-from conformance.report.writer import check_modes, merge_runs
+from conformance.report.writer import check_modes, check_out_outside, merge_runs
 from conformance.run.outdir import OutDirLock, check_out_dir, prepare_out_dir
 from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, Terminated, select
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_cases
@@ -294,9 +294,10 @@ def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
 
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     out = Path(args.out)
-    if out.resolve() in {Path(r).resolve() for r in args.runs}:
-        raise UsageError("the output directory is one of the runs to merge", file=args.out, where="--out",
-                         fix="write the merged report into another directory")
+    read_dirs = [("one of the runs to merge", run) for run in args.runs]
+    if getattr(args, "like_run", None):
+        read_dirs.append(("the run --like-run reads", args.like_run))
+    check_out_outside(out, read_dirs)
     known = check_gate_options(spec, args)
     like = like_marks(spec, args, runs=args.runs)
     inputs = inputs_of(args, *(("a run to merge", run) for run in args.runs))

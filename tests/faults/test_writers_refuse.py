@@ -200,3 +200,14 @@ def test_repro_all_on_a_full_disk_is_one_line_ends_its_worker_and_leaves_no_half
     line = _one_line(done.stderr)
     assert str(out) in line and "File too large" in line and "Fix:" in line
     assert not list(out.glob("*.py")) and not list(out.glob(".*.py.*"))  # no script, whole or half
+
+
+# report
+
+
+def test_report_into_a_folder_inside_one_of_its_runs_is_refused(run_dir, capsys):
+    before = _tree(run_dir)
+    assert main(["report", str(run_dir), "--out", str(run_dir / "merged")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "inside" in line and "one of the runs to merge" in line and "--out" in line
+    assert _tree(run_dir) == before
