@@ -211,3 +211,57 @@ def test_report_into_a_folder_inside_one_of_its_runs_is_refused(run_dir, capsys)
     line = _one_line(capsys.readouterr().err)
     assert "inside" in line and "one of the runs to merge" in line and "--out" in line
     assert _tree(run_dir) == before
+
+
+def test_report_refuses_a_row_with_an_empty_case_id(run_dir, tmp_path, capsys):
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    for name in ("run.json", "details.jsonl"):
+        (edited / name).write_bytes((run_dir / name).read_bytes())
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    rows[1]["case_id"] = ""
+    (edited / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["report", str(edited), "--out", str(tmp_path / "report")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "results.jsonl: line 2:" in line and "case_id" in line
+    assert not (tmp_path / "report").exists()
+
+
+# text from a row in report.md
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    """A run whose divergent cases' ids hold a mention, an issue reference and a line break, each echoed in
+    the framework's message."""
+    return _run(tmp_path_factory.mktemp("hostile"), "run", PLANTED, HOSTILE)
+
+
+def test_a_reproduce_command_keeps_a_line_break_of_its_case_id(hostile_run):
+    """report.md's reproduce line joined the id's line break into a space: it named another case."""
+    lines = [line for line in (hostile_run / "report.md").read_text().splitlines()
+             if line.startswith("- reproduce:") and "split" in line]
+    assert len(lines) == 1
+    command = re.fullmatch(r"- reproduce: `(.*) > repro\.py && python repro\.py`", lines[0]).group(1)
+    # what bash passes to the command as its last argument
+    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + command.removeprefix("kl-conformance ")],
+                           capture_output=True, check=True).stdout.split(b"\0")
+    assert words[-2].decode() == "off\nsplit"
+
+
+def _outside_code(markdown: str) -> str:
+    """The Markdown's text outside fenced blocks and code spans (where GitHub links no mention)."""
+    text = re.sub(r"^(`{3,}).*?^\1[ \t]*$", "", markdown, flags=re.S | re.M)
+    return re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text, flags=re.S)
+
+
+def test_no_mention_or_issue_reference_from_a_row_is_live(hostile_run):
+    """An @name in a framework's message reached report.md as is, where GitHub notifies that user."""
+    pages = {p.name: p.read_text() for p in [hostile_run / "report.md", hostile_run / "divergences.md",
+                                             *(hostile_run / "issues").glob("*.md")]}
+    pages = {name: text for name, text in pages.items() if "octocat" in text}
+    assert {"report.md", "divergences.md"} < set(pages)  # and an issue draft
+    for name, text in pages.items():
+        plain = _outside_code(text)
+        assert "octocat" in plain, name  # the message is shown as text, not only as code
+        assert not re.search(r"@octocat|#12", plain), name
