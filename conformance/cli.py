@@ -294,12 +294,12 @@ def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
 
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     out = Path(args.out)
+    known = check_gate_options(spec, args)
+    like = like_marks(spec, args, runs=args.runs)
     read_dirs = [("one of the runs to merge", run) for run in args.runs]
     if getattr(args, "like_run", None):
         read_dirs.append(("the run --like-run reads", args.like_run))
     check_out_outside(out, read_dirs)
-    known = check_gate_options(spec, args)
-    like = like_marks(spec, args, runs=args.runs)
     inputs = inputs_of(args, *(("a run to merge", run) for run in args.runs))
     check_out_dir(out, force=args.force, inputs=inputs)
     check_runs(args.runs, spec.hash, allow_missing=args.allow_missing, baseline=args.baseline,
