@@ -35,7 +35,7 @@ from conformance.options import OPTIONS
 from conformance.reference.statements import verify_formulas
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from conformance.report.provenance import check_runs
-from conformance.report.writer import check_modes, merge_runs
+from conformance.report.writer import check_modes, check_out_outside, merge_runs
 from conformance.run.outdir import OutDirLock, check_out_dir, prepare_out_dir
 from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, Terminated, select
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_cases
@@ -252,11 +252,12 @@ def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
 
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     out = Path(args.out)
-    if out.resolve() in {Path(r).resolve() for r in args.runs}:
-        raise UsageError("the output directory is one of the runs to merge", file=args.out, where="--out",
-                         fix="write the merged report into another directory")
     known = check_gate_options(spec, args)
     like = like_marks(spec, args, runs=args.runs)
+    read_dirs = [("one of the runs to merge", run) for run in args.runs]
+    if getattr(args, "like_run", None):
+        read_dirs.append(("the run --like-run reads", args.like_run))
+    check_out_outside(out, read_dirs)
     inputs = inputs_of(args, *(("a run to merge", run) for run in args.runs))
     check_out_dir(out, force=args.force, inputs=inputs)
     check_runs(args.runs, spec.hash, allow_missing=args.allow_missing, baseline=args.baseline,
@@ -278,6 +279,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
 
 
 def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
+    from conformance.core.generated import GeneratedFolder, WriteFailed
     from conformance.repro import CaseSource, write_all, write_script
 
     if args.all_to:
@@ -287,9 +289,14 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
         if args.framework and not is_known(args.framework):
             raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
                              fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
-        count, _ = write_all(args.run_dir, spec, Path(args.all_to),
-                             cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
-                             framework=args.framework, memory_budget_mb=args.memory_budget_mb)
+        folder = GeneratedFolder(args.all_to, "kl-conformance repro --all", option="--all")
+        try:
+            count, _ = write_all(args.run_dir, spec, folder,
+                                 cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
+                                 framework=args.framework, memory_budget_mb=args.memory_budget_mb)
+        except WriteFailed as exc:
+            print(f"kl-conformance: {exc}", file=sys.stderr)
+            return EXIT_INCOMPLETE
         print(f"{count} reproducers in {args.all_to}")
         return EXIT_OK
     if not args.case_id or not args.framework:

@@ -7,7 +7,8 @@ way, the script uses that element alone, which is what one pastes into an upstre
 A run's reproducers of a compiled mode keep their whole case (each candidate would compile again).
 Composes the adapter, the reference and the comparator; runs in the framework's environment.
 
-Writes scripts beside a run's results; never rewrites the results themselves.
+Writes scripts into a run's staging folder (the run's own reproducers), or into a folder of their own
+(`repro --all OUT`: core/generated.py, never a run's folder); never rewrites the results themselves.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from conformance.cases.generate import DEFAULT_SEED, build_case, check_key
 from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.core.errors import HarnessBug, ResultsError, UsageError
+from conformance.core.generated import GeneratedFolder
 from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Verdict
 from conformance.core.rundirs import script_name
 from conformance.judge.casejudge import CaseJudge
@@ -264,7 +266,7 @@ def _single(case: Case, i: int) -> Case:
                    target=np.full(shape, case.target.reshape(-1)[i]), layout="contiguous")
 
 
-def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = None,
+def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_dir: Path | None = None,
               progress: Callable[[int, int], None] | None = None, pool: WorkerPool | None = None,
               deadline: float | None = None, framework: str | None = None,
               results: Iterable[Result] | None = None,
@@ -272,19 +274,33 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     """Write a reproducer for every undocumented divergence of a run into `out_dir`, minimised where the row is
     eager (a row of a compiled mode keeps its whole case: minimising it would compile each candidate's shape).
 
-    `framework` is the adapter as the run named it (a "module:Class" too); by default the one the run's
-    manifest names. The framework is called by `pool` (the run's worker), else by a worker started here. Expectations
-    come from the reference cache in `cache_dir` (the run's own are there already). `results` are the run's
-    rows where the caller holds them already (the run that just wrote them), else they are read from
-    `run_dir`. A generated case over `memory_budget_mb` is refused before its values are drawn.
-    `progress(done, total)` follows the minimisation. Returns (reproducers written, those left
-    whole at `deadline`).
+    `out_dir` is a folder of the reproducers' own (`repro --all OUT`: checked before anything starts, each file
+    recorded there, those of an earlier `repro --all` not written again removed), or a plain folder the caller
+    owns (the run's staging folder). `framework` is the adapter as the run named it (a "module:Class" too); by
+    default the one the run's manifest names. The framework is called by `pool` (the run's worker), else by a
+    worker started here and always ended here. Expectations come from the reference cache in `cache_dir` (the
+    run's own are there already). `results` are the run's rows where the caller holds them already (the run that
+    just wrote them), else they are read from `run_dir`. A generated case over `memory_budget_mb` is refused
+    before its values are drawn. `progress(done, total)` follows the minimisation. Returns (reproducers written,
+    those left whole at `deadline`).
+
+    Raises
+    ------
+    UsageError
+        on bad input, the folder included, before the worker starts.
+    WriteFailed
+        when a reproducer cannot be written into a folder of their own (a full disk); every file there is whole.
     """
     from conformance.core.results import iter_results
     from conformance.judge.refcache import ReferenceCache
 
+    folder = out_dir if isinstance(out_dir, GeneratedFolder) else None
+    if folder is not None:
+        folder.check()
     rows = [r for r in (iter_results(run_dir) if results is None else results) if needs_reproducer(r)]
     if not rows:
+        if folder is not None:
+            folder.finish()  # an earlier --all's reproducers are not this run's
         return 0, 0
     if framework is None:
         # only a registered adapter is imported on a run directory's word ("module:Class" runs any module)
@@ -307,25 +323,25 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
     own_pool = pool is None
     if own_pool:
         pool = WorkerPool(framework, compile_cache_dir=cache_dir)
-        try:
-            pool.start()
-        except WorkerUnavailable as exc:
-            pool.close()
-            raise UsageError(f"{framework} cannot be loaded here: {exc}", file=str(run_dir), where="--from",
-                             fix="write the reproducers in the environment that made the run") from None
-    unusable = {m: why for m in dict.fromkeys(r.mode for r in rows) if (why := pool.info.unusable_modes.get(m))}
-    if unusable:
-        mode, why = next(iter(unusable.items()))
-        if own_pool:
-            pool.close()
-        raise UsageError(f"mode {mode} of {framework} cannot run here: {_shown(why, 200)}", file=str(run_dir),
-                         where="--from", fix="write the reproducers in the environment that made the run")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cache = ReferenceCache(cache_dir) if cache_dir is not None else None
-    expect = expectations(spec, cache)
-    source = CaseSource(run_dir, None, None, memory_budget_mb)
+    cache = None
     written = whole = 0
-    try:
+    try:  # a worker started here is ended whatever happens, so that the command's process can exit
+        if own_pool:
+            try:
+                pool.start()
+            except WorkerUnavailable as exc:
+                raise UsageError(f"{framework} cannot be loaded here: {exc}", file=str(run_dir), where="--from",
+                                 fix="write the reproducers in the environment that made the run") from None
+        unusable = {m: why for m in dict.fromkeys(r.mode for r in rows) if (why := pool.info.unusable_modes.get(m))}
+        if unusable:
+            mode, why = next(iter(unusable.items()))
+            raise UsageError(f"mode {mode} of {framework} cannot run here: {_shown(why, 200)}", file=str(run_dir),
+                             where="--from", fix="write the reproducers in the environment that made the run")
+        if folder is None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        cache = ReferenceCache(cache_dir) if cache_dir is not None else None
+        expect = expectations(spec, cache)
+        source = CaseSource(run_dir, None, None, memory_budget_mb)
         for group in within_budget(rows, source.get, memory_budget_mb):
             # a compiled mode's row keeps its whole case: each candidate would be a shape that mode compiles
             # again; `repro CASE --mode M` minimises one on demand
@@ -333,12 +349,19 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path, cache_dir: Path | None = 
                     for r, case in group]
             shown = None if progress is None else (lambda done, before=written: progress(before + done, len(rows)))
             _minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
+            scripts = {}
             for (r, _), job in zip(group, jobs):
                 script, suffix = _render(adapter, job, spec)
-                (out_dir / script_name(r.case_id, r.api, r.device, r.part, suffix, r.mode)).write_text(
-                    script, encoding="utf-8")
+                scripts[script_name(r.case_id, r.api, r.device, r.part, suffix, r.mode)] = script
+            if folder is not None:
+                folder.write(scripts)
+            else:
+                for name, script in scripts.items():
+                    (out_dir / name).write_text(script, encoding="utf-8")
             written += len(jobs)
             whole += sum(1 for j in jobs if j.final is j.case and j.order)  # cut short by the deadline
+        if folder is not None:
+            folder.finish()
         if progress is not None:
             progress(written, len(rows))
     finally:

@@ -214,6 +214,8 @@ def row_problem(row: dict[str, Any]) -> str | None:
     for name in _TEXT_FIELDS:
         if type(row[name]) is not str:
             return bad(name, "a string")
+    if not row["case_id"].strip():  # as a case file refuses it: every report names a row by its case
+        return bad("case_id", "a case id (a non-empty string)")
     for name in _TEXT_LISTS:
         if type(row[name]) is not list or not all(type(v) is str for v in row[name]):
             return bad(name, "a list of strings")

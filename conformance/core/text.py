@@ -1,8 +1,11 @@
-"""Text from outside (framework messages, rows, case ids) made safe to print on a terminal.
+"""Text from outside (framework messages, rows, case ids) made safe to print on a terminal, or to paste
+into an issue.
 
 A framework's message may carry colours, cursor moves or a title-setting escape, and a doctored row anything;
 printed as is, such text could rewrite what the terminal shows. The adapters strip these from the messages
 they record (ANSI, CONTROL); the commands strip them again from every row's text they print (terminal_line).
+Pasted into GitHub, an @name in such text would notify that user, and a #number link an issue: the reports
+meant to be pasted (report.md, the issue drafts) break both (without_mentions).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls and DEL
 _BREAKS = re.compile(r"[\t\n\r\x85\u2028\u2029]+")
 # C1 controls (\x9b starts a CSI on some terminals) and the bidirectional overrides that reorder what is shown
 _INVISIBLE = re.compile(r"[\x80-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+ZWJ = "\u200d"  # a zero-width joiner: invisible, and GitHub links no @mention or #reference it splits
 
 
 def without_escapes(text: str) -> str:
@@ -25,3 +29,9 @@ def without_escapes(text: str) -> str:
 def terminal_line(text: object) -> str:
     """`text` as one plain line for a terminal: no escape sequence, control character or line break."""
     return _INVISIBLE.sub("", CONTROL.sub("", _BREAKS.sub(" ", ANSI.sub("", str(text)))))
+
+
+def without_mentions(text: str) -> str:
+    """`text` with a zero-width joiner after each @ and #, so that GitHub's Markdown links no mention and no
+    issue reference from it (inside a code span neither is linked: code needs none)."""
+    return text.replace("@", "@" + ZWJ).replace("#", "#" + ZWJ)

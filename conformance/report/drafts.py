@@ -21,6 +21,7 @@ import yaml
 from conformance.core.model import EAGER, Result, Spec
 from conformance.core.results import write_atomic
 from conformance.core.rundirs import REPRO_DIR, iter_rows, safe_file_name, script_name
+from conformance.core.text import without_mentions
 from conformance.report.markdown import repro_command
 
 ISSUES_DIR = "issues"
@@ -255,14 +256,13 @@ def _spec_node(data: Any, path: str) -> tuple[Any, tuple[str, str] | None, list[
 _PUNCTUATION = re.compile(r"([\\`*_{}\[\]()<>#.!|~&:$])")
 _BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
-ZWJ = "\u200d"
 
 
 def plain(text: object) -> str:
     """Outside text as plain Markdown text on one line: every markup character escaped (no link, image, HTML,
     emphasis or autolink), and a zero-width joiner after each @ and #, so no mention or issue reference is live."""
     text = _CONTROL.sub("", _BREAKS.sub(" ", str(text)))
-    return _PUNCTUATION.sub(r"\\\1", text).replace("@", "@" + ZWJ).replace("#", "#" + ZWJ)
+    return without_mentions(_PUNCTUATION.sub(r"\\\1", text))
 
 
 def fenced(text: str, language: str = "") -> list[str]:

@@ -6,6 +6,8 @@ run, so that what the site says a framework does is what a recorded run found, w
 The counts come from the reports' own one pass over the rows (`Tally`) and summary.json's structure
 (`render_summary`), the example commands from report.md's (`repro_command`). The pages hold no time of their
 own making, so the same runs always give the same pages. Text from rows and manifests goes through `sitetext`.
+The pages go only into a folder of their own (core/generated.py): one holding a file this command did not write
+(the site's hand-written pages), or a run directory, is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from conformance.core.errors import ConformanceError, UsageError
+from conformance.core.generated import GeneratedFolder, WriteFailed
 from conformance.core.model import EAGER, Verdict
 from conformance.core.rundirs import iter_rows, load_manifests, released, safe_file_name
 from conformance.report.markdown import repro_command
@@ -39,7 +42,17 @@ _VERDICTS = [v.value for v in Verdict]
 def write_findings(run_dirs: Sequence[str | Path], out_dir: str | Path, commit: str | None = None) -> list[Path]:
     """Write one page per framework of the runs, and an index, into `out_dir`; return the pages written.
 
-    `commit` is the harness's commit the runs were made at, for runs whose run.json does not record one."""
+    `commit` is the harness's commit the runs were made at, for runs whose run.json does not record one.
+
+    Raises
+    ------
+    UsageError
+        when `out_dir` is not a folder of these pages' own (core/generated.py), before anything is written.
+    WriteFailed
+        when a page cannot be written (a full disk); every page there is whole.
+    """
+    folder = GeneratedFolder(out_dir, COMMAND, usual="docs/findings")
+    folder.check()
     present, manifests = load_manifests(run_dirs)
     several = released(manifests)  # a framework of several releases: its targets are named with the release
     tallies: dict[str, Tally] = defaultdict(lambda: Tally(released=several))
@@ -51,13 +64,11 @@ def write_findings(run_dirs: Sequence[str | Path], out_dir: str | Path, commit: 
         by_framework[str(selection.get("adapter") or manifest.get("framework"))].append(manifest)
     names = sorted(set(tallies) | set(by_framework))
     given = [_shown_dir(d) for d in run_dirs]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in names:
-        page = render_framework_page(name, tallies.get(name, Tally()), by_framework.get(name, []), given, commit)
-        written.append(_write(out / page_name(name), page))
-    written.append(_write(out / INDEX, render_index(names, tallies, by_framework, given, commit)))
+    pages = {page_name(name): render_framework_page(name, tallies.get(name, Tally()), by_framework.get(name, []),
+                                                    given, commit) for name in names}
+    pages[INDEX] = render_index(names, tallies, by_framework, given, commit)
+    written = folder.write(pages)
+    folder.finish()
     return written
 
 
@@ -153,11 +164,6 @@ def _shown_dir(run_dir: str | Path) -> str:
     return Path(run_dir).name or str(run_dir)
 
 
-def _write(path: Path, page: str) -> Path:
-    path.write_text(page, encoding="utf-8")
-    return path
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description="Write the documentation site's findings pages, one "
                                      "per framework, from the run directories of a matrix run.")
@@ -174,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConformanceError as exc:
         print(f"{COMMAND}: {exc}", file=sys.stderr)
         return 2
+    except WriteFailed as exc:
+        print(f"{COMMAND}: {exc}", file=sys.stderr)
+        return 3
     print(f"wrote {len(written)} pages into {args.out}")
     return 0
 

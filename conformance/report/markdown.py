@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
+from conformance.core.text import without_mentions
 from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
 from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_label, join_framework, split_label
@@ -527,8 +528,23 @@ def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = N
         words += [f"--seed={run_info['seed']}"]
     words += ["--", r.case_id]
     if r.framework == "rtorch":  # R torch's reproducer is an R script
-        return " ".join(shlex.quote(w) for w in words) + " > repro.R && Rscript repro.R"
-    return " ".join(shlex.quote(w) for w in words) + " > repro.py && python repro.py"
+        return " ".join(map(shell_word, words)) + " > repro.R && Rscript repro.R"
+    return " ".join(map(shell_word, words)) + " > repro.py && python repro.py"
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # what a one-line command cannot hold as is
+
+
+def shell_word(word: str) -> str:
+    """`word` as one shell word on one line: shlex.quote's, or where it holds a line break or another control
+    character, bash's and zsh's $'...' quoting with each such character escaped (the line break joined into a
+    space, as a code span shows it, would name another case). A case id of `a`, a line break and `b` becomes
+    the word $'a\\nb', which the shell reads back as those three characters."""
+    if not _UNPRINTABLE.search(word):
+        return shlex.quote(word)
+    escaped = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    return "$'" + "".join(escaped.get(c) or (f"\\u{ord(c):04x}" if _UNPRINTABLE.match(c) else c)
+                          for c in word) + "'"
 
 
 # Characters that can start HTML, an entity, a link or image, code or emphasis, or end a table cell; a backslash
@@ -544,9 +560,9 @@ def _cut(text: object, limit: int) -> str:
 
 
 def _cell(text: object, limit: int = _CELL) -> str:
-    """Text from a row, spec or known file as plain text in one table cell: no markup, no link, no new row;
-    cut to `limit` characters."""
-    return _MARKUP.sub(r"\\\1", _LINE_BREAKS.sub(" ", _cut(text, limit)))
+    """Text from a row, spec or known file as plain text in one table cell: no markup, no link, no mention, no
+    new row; cut to `limit` characters."""
+    return without_mentions(_MARKUP.sub(r"\\\1", _LINE_BREAKS.sub(" ", _cut(text, limit))))
 
 
 def _code(text: object) -> str:

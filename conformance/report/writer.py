@@ -13,7 +13,7 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from conformance.core.errors import ResultsError, UsageError
+from conformance.core.errors import UsageError
 from conformance.core.model import EAGER, Result
 from conformance.core.results import (DETAILS_FILE, RESULTS_FILE, AtomicLines, detail_matcher, iter_details,
                                       write_atomic, write_lines_atomic)
@@ -198,10 +198,8 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
 
     The merged rows are written in the same pass that tallies them and writes junit.xml, so the runs'
     rows are read once here (`report` has read them once before, to check they can be merged)."""
+    check_out_outside(out_dir, [("one of the runs to merge", run) for run in run_dirs])
     present, manifests = load_manifests(run_dirs, allow_missing)
-    if out_dir.resolve() in {p.resolve() for p in present}:
-        raise ResultsError("the output directory is one of the runs to merge", file=str(out_dir), where="--out",
-                           fix="write the merged report into another directory")
     left_out: Counter = Counter()
     if modes:
         manifests = [scoped_manifest(m, modes) for m in manifests]
@@ -227,6 +225,26 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     if like is not None:
         like.finish([out_dir])
     return _write_reports(out_dir, tally, [out_dir], merged, diff, known, decision, like=like)
+
+
+def check_out_outside(out_dir: str | Path, inputs: Sequence[tuple[str, str | Path]]) -> None:
+    """Refuse an --out that is one of the report's input directories or lies inside one (a merge would write
+    its results beside a run's, or inside it, where a later report of that run would read them back).
+
+    `inputs` are (what the input is, its path), e.g. ("one of the runs to merge", "runs/torch").
+
+    Raises
+    ------
+    UsageError
+        naming --out and the input it is, or lies inside.
+    """
+    out = Path(out_dir).resolve()
+    for what, given in inputs:
+        source = Path(given).resolve()
+        if source == out or source in out.parents:
+            raise UsageError("the output directory is " + (what if source == out else f"inside {given}, {what}"),
+                             file=str(out_dir), where="--out",
+                             fix="write the report into a directory outside every run it reads")
 
 
 def check_modes(manifests: Sequence[dict[str, Any]], modes: Sequence[str]) -> None:

@@ -200,19 +200,26 @@ def test_reproducer_names_are_unique_bounded_and_plain():
 
 @pytest.mark.parametrize("case_id", ["--all=/tmp/elsewhere", "-x", "a'; touch pwned; '", "$(touch pwned)", "a\nb",
                                      "`touch pwned`"])
-def test_the_reports_repro_command_gives_the_case_id_as_one_argument(case_id):
+def test_the_reports_repro_command_gives_the_case_id_as_one_argument(case_id, tmp_path):
     """The report prints `kl-conformance repro ... > repro.py && python repro.py`: a shell reads it, then the
-    command's own parser. An id must reach both as itself: one word, and never an option (`--all=DIR` was one)."""
-    import shlex
+    command's own parser. An id must reach both as itself: one word on the command's one line (a line break is
+    quoted as bash's $'\\n'), and never an option (`--all=DIR` was one)."""
+    import subprocess
 
     from conformance.cli import build_parser
     from conformance.report.markdown import repro_command
     from tests.helpers import make_result
 
     row = make_result(case_id=case_id, source="-cases.yaml")
-    words = shlex.split(repro_command(row, {"seed": 7}))
-    assert words[-5:] == [">", "repro.py", "&&", "python", "repro.py"]
-    args = build_parser().parse_args(words[1:-5])
+    command = repro_command(row, {"seed": 7})
+    assert "\n" not in command and command.startswith("kl-conformance ")
+    head, tail = command.rsplit(" > ", 1)
+    assert tail == "repro.py && python repro.py"
+    # the words bash gives the command (printf in its place: the shell, not the harness, reads them)
+    printed = subprocess.run(["bash", "-c", "printf '%s\\0' " + head], cwd=tmp_path, capture_output=True, check=True)
+    words = printed.stdout.decode().split("\0")[:-1]
+    assert not list(tmp_path.iterdir())  # nothing in the id ran
+    args = build_parser().parse_args(words[1:])
     assert (args.command, args.case_id, args.case_file, args.all_to, args.run_dir) == \
         ("repro", case_id, "-cases.yaml", None, None)
 

@@ -40,7 +40,7 @@ def test_the_same_run_gives_the_same_pages_with_its_counts_and_provenance(run_di
         assert findings([str(run_dir), "--out", str(tmp_path / out), "--commit", "0123abc"]) == 0
     first = _pages(tmp_path / "a")
     assert first == _pages(tmp_path / "b")
-    assert set(first) == {"index.md", "numpy-test.md"}
+    assert set(first) == {"index.md", "numpy-test.md", ".kl-conformance-written"}  # the pages, and their record
     page = first["numpy-test.md"].decode()
     rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     divergent = [r for r in rows if r["verdict"] not in ("pass", "unsupported")]
