@@ -35,6 +35,7 @@ from conformance.run.runner import (RunFailed, RunOptions, Terminated, add_writt
 from conformance.run.selection import (MEANING_OPTIONS, CaseSelection, file_digest, select_cases, select_lazily,
                                       selected_shard)
 from conformance.run.worker import WorkerPool
+from conformance.version import checkout_commit, source_root
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
 
@@ -98,7 +99,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
                                  args.mode)
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
-                "command": " ".join(sys.argv),
+                "command": " ".join(sys.argv), "commit": checkout_commit(source_root()),
                 "written": [*REPORT_FILES, *(["baseline.json"] if args.baseline else [])],
                 **({"mirrors": get_adapter(args.framework).mirrored()} if args.like else {})}
     options = RunOptions(apis=args.api, devices=args.device, modes=args.mode, parts=args.part, timeout_s=args.timeout_s,

@@ -195,3 +195,25 @@ def test_the_documented_install_line_installs_a_clone_without_tags(tmp_path):
                           cwd=tmp_path, env=env)
     # from an install the version alone: the installed harness is not a git checkout
     assert (done.returncode, done.stdout) == (0, f"kl-conformance {files_version(clone)}\n"), done.stderr[-3000:]
+
+
+def test_a_run_records_the_commit_it_ran_from(tmp_path):
+    """run.json says which commit made the rows (the findings pages' "harness commit"): harness_version is the
+    release alone, which many commits share."""
+    from conformance.version import checkout_commit
+
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: one, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}\n")
+    out = tmp_path / "out"
+    sys.path.append(str(ROOT))  # the stand-in adapters of tests/faults
+    try:
+        assert main(["run", "--framework", "tests.faults.adapters:NumpyAdapter", "--cases", str(cases), "--suite",
+                     "none", "--out", str(out), "--no-progress", "--no-repro"]) == 0
+    finally:
+        sys.path.remove(str(ROOT))
+    import json
+
+    recorded = json.loads((out / "run.json").read_text())["commit"]
+    assert recorded == checkout_commit(source_root())
+    if (source_root() / ".git").exists() and shutil.which("git"):
+        assert recorded and re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", recorded)
