@@ -28,7 +28,7 @@ from conformance.arguments import (REBASELINE, case_selection, check_gate_option
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import PARTS, Spec
-from conformance.core.rundirs import load_manifests
+from conformance.core.rundirs import check_run_dirs, load_manifests
 from conformance.core.specload import load_spec
 from conformance.core.text import terminal_line
 from conformance.judge.refcache import default_cache_dir
@@ -294,6 +294,7 @@ def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
 
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     out = Path(args.out)
+    check_run_dirs(args.runs)
     if out.resolve() in {Path(r).resolve() for r in args.runs}:
         raise UsageError("the output directory is one of the runs to merge", file=args.out, where="--out",
                          fix="write the merged report into another directory")
