@@ -133,12 +133,11 @@ def test_json_nested_past_pythons_stack_is_one_line(doctored, tmp_path, capsys, 
 
 
 def test_a_row_longer_than_any_run_writes_is_refused(doctored, tmp_path, capsys):
-    """A row's line is read whole into memory: a line of many megabytes is not one a run writes."""
-    from conformance.core.results import MAX_LINE_BYTES
-
+    """A row's line is read whole into memory: a line of 5 MiB is not one a run writes (its texts are cut far
+    shorter), and is refused before it is parsed."""
     lines = (doctored / "results.jsonl").read_text().splitlines()
     row = json.loads(lines[0])
-    row["message"] = "x" * MAX_LINE_BYTES
+    row["message"] = "x" * 5 * 2**20
     (doctored / "results.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
     assert _report(tmp_path, doctored) == 2
     _one_line_error(capsys, str(doctored / "results.jsonl"), "line 1", "longer than")
@@ -152,39 +151,37 @@ def _chain(tmp_path, length: int) -> None:
 
 
 def test_a_chain_of_extends_has_a_stated_depth_and_no_recursion(tmp_path, spec):
-    """A chain of 2,001 profiles was followed by recursion, into a RecursionError; a chain now holds at most
-    MAX_EXTENDS profiles, the port's own included."""
+    """A chain of 2,001 profiles was followed by recursion, into a RecursionError; a chain now holds at most 16
+    profiles, the port's own included (docs/guide/ports.md), and the profile that extends past them is named."""
     from conformance.core.errors import SpecError
-    from conformance.judge.profiles import MAX_EXTENDS, load_profile
+    from conformance.judge.profiles import load_profile
 
-    _chain(tmp_path, MAX_EXTENDS)
+    _chain(tmp_path, 16)
     assert load_profile("p0", spec, tmp_path) == []
     _chain(tmp_path, 2001)
     with pytest.raises(SpecError) as info:
         load_profile("p0", spec, tmp_path)
     text = str(info.value)
-    assert "\n" not in text and text.startswith(str(tmp_path / f"p{MAX_EXTENDS - 1}.yaml") + ": extends: ")
-    assert f"more than {MAX_EXTENDS} profiles" in text and "Fix:" in text
+    assert "\n" not in text and text.startswith(str(tmp_path / "p15.yaml") + ": extends: ")
+    assert "more than 16 profiles" in text and "Fix:" in text
 
 
 def test_a_case_file_of_more_values_than_its_limit_is_refused_while_parsed(tmp_path, capsys):
     """A case file's values are counted as the parser makes them: one shape of millions of values used to be
-    parsed for many minutes and gigabytes before anything looked at it."""
-    from conformance.cases.userfile import MAX_FILE_VALUES
-
+    parsed for many minutes and gigabytes before anything looked at it. The limit, 500,000 values, is
+    docs/guide/cases.md's."""
     cases = tmp_path / "big.yaml"
-    cases.write_text("- id: big\n  input: [" + ",".join(["0"] * MAX_FILE_VALUES) + "]\n  target: 0.5\n")
+    cases.write_text("- id: big\n  input: [" + ",".join(["0"] * 500_000) + "]\n  target: 0.5\n")
     assert main(["cases", "--count", "--cases", str(cases), "--suite", "none"]) == 2
-    _one_line_error(capsys, str(cases), f"more than {MAX_FILE_VALUES} values", "split the file")
+    _one_line_error(capsys, str(cases), "more than 500000 values", "split the file")
 
 
 def test_a_case_file_of_more_cases_than_its_limit_is_refused(tmp_path, capsys):
-    from conformance.cases.userfile import MAX_CASES
-
+    """10,000 cases a file at most (docs/guide/cases.md)."""
     cases = tmp_path / "many.yaml"
-    cases.write_text("".join(f"- {{id: c{i}, input: 0, target: 0}}\n" for i in range(MAX_CASES + 1)))
+    cases.write_text("".join(f"- {{id: c{i}, input: 0, target: 0}}\n" for i in range(10_001)))
     assert main(["cases", "--count", "--cases", str(cases), "--suite", "none"]) == 2
-    _one_line_error(capsys, str(cases), f"more than the {MAX_CASES} a case file may hold")
+    _one_line_error(capsys, str(cases), "10001 cases, more than the 10000 a case file may hold")
 
 
 @pytest.mark.parametrize("text, words", [
