@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -155,7 +156,7 @@ def iter_results(run_dir: str | Path, complete_lines_only: bool = False) -> Iter
     was flushed whole) is skipped instead of refused, so the run can be resumed.
     """
     path = Path(run_dir) / RESULTS_FILE
-    if not is_present(Path(run_dir)) or not is_present(path):
+    if not is_present(Path(run_dir), directory=True) or not is_present(path):
         raise ResultsError("no results.jsonl here", file=str(run_dir),
                            fix="pass the --out directory of a finished `kl-conformance run`")
     for number, line in _lines(path, "regenerate the run, or remove the damaged line"):
@@ -165,16 +166,21 @@ def iter_results(run_dir: str | Path, complete_lines_only: bool = False) -> Iter
             yield _parse_row(line, path, number)
 
 
-def is_present(path: Path) -> bool:
-    """Whether a run directory, or a file of one, is there. One that is there but cannot be followed or read (a
-    symbolic link that loops, a directory without permission) is refused naming it, never taken for absent."""
+def is_present(path: Path, directory: bool = False) -> bool:
+    """Whether a run's file (a regular file), or with `directory` a run directory, is there. One that cannot be
+    followed or read (a symbolic link that loops, a directory without permission), or a file that is not a
+    regular one (a FIFO, whose reading would never end), is refused naming it, never taken for absent."""
     try:
-        os.stat(path)
+        mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as exc:
         raise ResultsError(f"cannot be read ({_os_problem(exc)})", file=str(path),
                            fix="pass the run directory itself, or make it readable") from None
+    if directory:
+        return stat.S_ISDIR(mode)
+    if not stat.S_ISREG(mode):
+        raise ResultsError("not a regular file", file=str(path), fix="regenerate the run")
     return True
 
 

@@ -13,8 +13,8 @@ from typing import Any, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
 from conformance.core.model import EAGER, FORMAT_VERSION, Result
-from conformance.core.results import (MAX_MANIFEST_BYTES, RESULTS_FILE, check_format_version, check_manifest, is_present,
-                                      iter_results, read_json_file, read_manifest)
+from conformance.core.results import (MAX_MANIFEST_BYTES, RESULTS_FILE, check_format_version, check_manifest,
+                                      is_present, iter_results, read_json_file, read_manifest)
 from conformance.core.scope import row_framework, target_call
 
 REPORT_FILE = "report.md"
@@ -52,7 +52,7 @@ def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) 
     """
     present, manifests = [], []
     for run_dir in map(Path, run_dirs):
-        if not is_present(run_dir) or not is_present(run_dir / RESULTS_FILE):
+        if not is_present(run_dir, directory=True) or not is_present(run_dir / RESULTS_FILE):
             if not allow_missing:
                 raise ResultsError("no results.jsonl here", file=str(run_dir),
                                    fix="pass the --out directory of a finished `kl-conformance run` "
@@ -88,7 +88,7 @@ def check_run_dirs(run_dirs: Sequence[str | Path]) -> None:
     """Refuse, naming it, a run directory given that cannot be followed (a symbolic link that loops) or read,
     before any path of it is resolved; an absent one is left to the reader (--allow-missing)."""
     for run_dir in run_dirs:
-        is_present(Path(run_dir))
+        is_present(Path(run_dir), directory=True)
 
 
 def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:
