@@ -112,12 +112,13 @@ class CoreLoader(StrictConstructing, _PARSED):
 
 
 def _construct_bool(loader: CoreLoader, node) -> bool:
-    return _number_text(node, _BOOL, "true or false").lower() == "true"
+    return _typed_text(node, _BOOL, "true or false").lower() == "true"
 
 
-def _number_text(node, pattern: re.Pattern, kind: str) -> str:
-    """A number's text, read straight off the node (an implicit one matched `pattern` as it was resolved, so it
-    holds no escape to check); an explicit `!!int` or `!!float` tag on other text is an error at its place."""
+def _typed_text(node, pattern: re.Pattern, kind: str) -> str:
+    """A boolean's or number's text, read straight off the node (an implicit one matched `pattern` as it was
+    resolved, so it holds no escape to check); an explicit `!!bool`, `!!int` or `!!float` tag on other text is
+    an error at its place."""
     text = node.value
     if not isinstance(text, str) or not pattern.match(text):
         raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not {kind}", node.start_mark)
@@ -125,7 +126,7 @@ def _number_text(node, pattern: re.Pattern, kind: str) -> str:
 
 
 def _construct_int(loader: CoreLoader, node) -> int:
-    text = _number_text(node, _INT, "an integer")
+    text = _typed_text(node, _INT, "an integer")
     check_int_text(text, node)
     if text.startswith(("0o", "0x")):
         return int(text[2:], 8 if text[1] == "o" else 16)
@@ -144,7 +145,7 @@ def check_int_text(text: str, node) -> None:
 
 
 def _construct_float(loader: CoreLoader, node) -> float:
-    text = _number_text(node, _FLOAT, "a number")
+    text = _typed_text(node, _FLOAT, "a number")
     lowered = text.lower()
     if lowered.endswith(".inf"):
         return float("-inf") if lowered.startswith("-") else float("inf")

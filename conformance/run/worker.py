@@ -28,7 +28,7 @@ import time
 import traceback
 import types
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any, Deque, Iterator
@@ -164,7 +164,7 @@ def observe_call(adapter, case: Case, api_name: str, device: str, mode: str, par
     if not isinstance(observed, Observation):
         return _adapter_error(f"adapter returned {type(observed).__name__}, not an Observation")
     try:
-        return judgeable(observed)
+        return _judgeable(observed)
     except _Unjudgeable as exc:
         return _adapter_error(f"adapter returned an Observation the harness cannot judge: {exc}")
 
@@ -176,7 +176,7 @@ class _Unjudgeable(Exception):
 _TEXTS = ("dtype", "exception_type", "exception_message", "unsupported", "fallback")
 
 
-def judgeable(observed: Observation) -> Observation:
+def _judgeable(observed: Observation) -> Observation:
     """`observed` with its value as a NumPy array of real numbers whose shape is the one it states, the form
     every step after the worker reads (the judge, the details, the pickle back to the parent, which must not
     import the framework a tensor belongs to). Raises _Unjudgeable naming what is wrong: a value NumPy cannot
@@ -189,9 +189,11 @@ def judgeable(observed: Observation) -> Observation:
     if isinstance(observed.elapsed_s, bool) or not isinstance(observed.elapsed_s, (int, float)) \
             or not 0 <= observed.elapsed_s < float("inf"):
         raise _Unjudgeable(f"its elapsed_s {observed.elapsed_s!r} is not a finite number of seconds")
+    # a plain Observation: an adapter's subclass of it may hold what cannot be sent to the parent
+    plain = {**{f.name: getattr(observed, f.name) for f in fields(Observation)}, "warnings": tuple(observed.warnings)}
     if observed.value is None:
         if observed.raised or observed.unsupported is not None or observed.fallback is not None:
-            return observed
+            return Observation(**plain)
         raise _Unjudgeable("neither a value, an exception nor a reason it is unsupported")
     try:
         value = np.asarray(observed.value)
@@ -208,7 +210,7 @@ def judgeable(observed: Observation) -> Observation:
         raise _Unjudgeable(f"its shape {observed.shape!r} is not a tuple of sizes") from None
     if shape != value.shape:
         raise _Unjudgeable(f"it states the shape {shape} for a value of shape {value.shape}")
-    return replace(observed, value=value, shape=shape, warnings=tuple(observed.warnings))
+    return Observation(**{**plain, "value": value, "shape": shape})
 
 
 def _adapter_error(message: str) -> Observation:
