@@ -34,6 +34,11 @@ KNOWN_DTYPES = FLOAT_DTYPES + INTEGER_DTYPES
 GRADS = {"input": "grad_input", "target": "grad_target", "grad2_input": "grad2_input"}
 MAX_DIMS = 32  # NumPy's limit is 32 (1.x) or 64 (2.x) dimensions
 MAX_ELEMENTS = 1 << 24  # per tensor stated by `shape`: a number fills it, so a typo must not fill the memory
+# A case file's bounds, set so that the largest file accepted parses in seconds (docs/guide/cases.md): its bytes,
+# its YAML values (each number, string, list and mapping; aliases expanded), and its cases.
+MAX_FILE_BYTES = 16 * 2**20
+MAX_FILE_VALUES = 500_000
+MAX_CASES = 10_000
 
 
 def load_case_file(path: str | Path) -> list[Case]:
@@ -45,11 +50,15 @@ def load_case_file(path: str | Path) -> list[Case]:
         naming the file, the case id (or entry index) and the field.
     """
     shown = str(path)
-    text = read_text(path, shown, CaseFileError, fix="pass --cases with the path of a readable YAML file")
-    data = parse_yaml(text, shown, CaseFileError)
+    text = read_text(path, shown, CaseFileError, fix="pass --cases with the path of a readable YAML file",
+                     max_bytes=MAX_FILE_BYTES)
+    data = parse_yaml(text, shown, CaseFileError, max_values=MAX_FILE_VALUES)
     if not isinstance(data, list) or not data:
         raise CaseFileError(f"expected a non-empty YAML list of cases, got {type(data).__name__}", file=shown,
                             fix="write the file as a list: '- id: my-case' followed by its fields")
+    if len(data) > MAX_CASES:
+        raise CaseFileError(f"{len(data)} cases, more than the {MAX_CASES} a case file may hold", file=shown,
+                            fix="split the file into smaller ones and pass each with --cases")
     cases, seen = [], set()
     for index, entry in enumerate(data):
         case = _parse_entry(entry, index, shown)

@@ -27,7 +27,7 @@ from conformance.arguments import (REBASELINE, case_selection, check_gate_option
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Spec
-from conformance.core.rundirs import load_manifests
+from conformance.core.rundirs import check_run_dirs, load_manifests
 from conformance.core.specload import load_spec
 from conformance.core.text import terminal_line
 from conformance.judge.refcache import default_cache_dir
@@ -253,6 +253,7 @@ def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
 def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     out = Path(args.out)
     known = check_gate_options(spec, args)
+    check_run_dirs(args.runs)  # before any path of theirs is resolved: a symlink loop is one line
     like = like_marks(spec, args, runs=args.runs)
     read_dirs = [("one of the runs to merge", run) for run in args.runs]
     if getattr(args, "like_run", None):

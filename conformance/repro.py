@@ -34,7 +34,7 @@ from conformance.core.rundirs import script_name
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
 from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB, needs_mb
-from conformance.run.worker import Task, WorkerPool, WorkerUnavailable
+from conformance.run.worker import Task, WorkerPool, WorkerUnavailable, observe_call
 
 MAX_CANDIDATES = 64  # single elements tried when minimising
 
@@ -125,12 +125,12 @@ Observe = Callable[[list[tuple[Case, str, str, str, str]]], Iterable[Observation
 
 
 def in_process(adapter) -> Observe:
-    """Calls made by a loaded adapter in this process (one reproducer on the command line), each in its mode."""
+    """Calls made by a loaded adapter in this process (one reproducer on the command line), each in its mode and
+    read as the worker reads them (observe_call)."""
     def observe(calls: list[tuple[Case, str, str, str, str]]) -> list[Observation]:
         observed = []
         for case, api, device, mode, part in calls:
-            adapter.mode = mode  # as the worker does before each call
-            observed.append(adapter.run(case, adapter.api(api), device, part))
+            observed.append(observe_call(adapter, case, api, device, mode, part))
         return observed
     return observe
 

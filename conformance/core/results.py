@@ -8,10 +8,12 @@ temporary file and renamed into place, so none is ever half-written.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -27,6 +29,8 @@ DETAIL_KEYS = ("case_id", "framework", "api", "device", "mode", "part")  # a det
 # written after the key since releases are set side by side: which release's row a detail belongs to (a detail
 # without it, written before, belongs to the one release of its framework in a report)
 DETAIL_RELEASE = "framework_version"
+MAX_LINE_BYTES = 4 * 2**20  # one line of results.jsonl or details.jsonl: a row's texts are cut far shorter
+MAX_MANIFEST_BYTES = 64 * 2**20  # run.json, or a merge's runs.json of many runs' manifests
 
 
 def detail_matcher(wanted: Iterable[tuple]) -> "Callable[[dict[str, Any]], tuple | None]":
@@ -104,22 +108,20 @@ def array_detail(values) -> dict[str, Any] | None:
 def iter_details(run_dir: str | Path) -> Iterator[dict[str, Any]]:
     """Rows of details.jsonl (absent for runs made before it existed); a damaged line names file and line."""
     path = Path(run_dir) / DETAILS_FILE
-    if not path.is_file():
+    if not is_present(path):
         return
-    with path.open("rb") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                detail = json.loads(line)
-            except ValueError as exc:  # UnicodeDecodeError included
-                detail = exc
-            problem = f"unreadable detail ({detail})" if isinstance(detail, Exception) else detail_problem(detail)
-            if problem is not None:
-                raise ResultsError(problem, file=str(path), where=f"line {number}",
-                                   fix="regenerate the run, or delete details.jsonl (the HTML report then shows "
-                                       "no arrays)")
-            yield detail
+    fix = "regenerate the run, or delete details.jsonl (the HTML report then shows no arrays)"
+    for number, line in _lines(path, fix):
+        if not line.strip():
+            continue
+        try:
+            detail = load_json(line)
+        except ValueError as exc:  # UnicodeDecodeError included
+            detail = exc
+        problem = f"unreadable detail ({detail})" if isinstance(detail, Exception) else detail_problem(detail)
+        if problem is not None:
+            raise ResultsError(problem, file=str(path), where=f"line {number}", fix=fix)
+        yield detail
 
 
 def detail_problem(detail: Any) -> str | None:
@@ -154,21 +156,92 @@ def iter_results(run_dir: str | Path, complete_lines_only: bool = False) -> Iter
     was flushed whole) is skipped instead of refused, so the run can be resumed.
     """
     path = Path(run_dir) / RESULTS_FILE
-    if not path.is_file():
+    if not is_present(Path(run_dir), directory=True) or not is_present(path):
         raise ResultsError("no results.jsonl here", file=str(run_dir),
                            fix="pass the --out directory of a finished `kl-conformance run`")
-    with path.open("rb") as f:
-        for number, line in enumerate(f, start=1):
-            if complete_lines_only and not line.endswith(b"\n"):
-                return
-            if line.strip():
-                yield _parse_row(line, path, number)
+    for number, line in _lines(path, "regenerate the run, or remove the damaged line"):
+        if complete_lines_only and not line.endswith(b"\n"):
+            return
+        if line.strip():
+            yield _parse_row(line, path, number)
+
+
+def is_present(path: Path, directory: bool = False) -> bool:
+    """Whether a run's file (a regular file), or with `directory` a run directory, is there. One that cannot be
+    followed or read (a symbolic link that loops, a directory without permission), or a file that is not a
+    regular one (a FIFO, whose reading would never end), is refused naming it, never taken for absent."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise ResultsError(f"cannot be read ({_os_problem(exc)})", file=str(path),
+                           fix="pass the run directory itself, or make it readable") from None
+    if directory:
+        return stat.S_ISDIR(mode)
+    if not stat.S_ISREG(mode):
+        raise ResultsError("not a regular file", file=str(path), fix="regenerate the run")
+    return True
+
+
+def _os_problem(exc: OSError) -> str:
+    return "a symbolic link that loops" if exc.errno == errno.ELOOP else exc.strerror or type(exc).__name__
+
+
+def _lines(path: Path, fix: str) -> Iterator[tuple[int, bytes]]:
+    """The numbered lines of a run's JSON Lines file, each at most MAX_LINE_BYTES; a longer one, or a file that
+    cannot be read, names the file (and the line)."""
+    try:
+        f = path.open("rb")
+    except OSError as exc:
+        raise ResultsError(f"cannot be read ({_os_problem(exc)})", file=str(path), fix=fix) from None
+    with f:
+        number = 0
+        while line := _read(f, MAX_LINE_BYTES + 1, path, fix):
+            number += 1
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                raise ResultsError(f"a line longer than {MAX_LINE_BYTES // 2**20} MiB, which no run writes",
+                                   file=str(path), where=f"line {number}", fix=fix)
+            yield number, line
+
+
+def _read(f, limit: int, path: Path, fix: str) -> bytes:
+    try:
+        return f.readline(limit)
+    except OSError as exc:  # a directory named like the file, a read error
+        raise ResultsError(f"cannot be read ({_os_problem(exc)})", file=str(path), fix=fix) from None
+
+
+def load_json(text: bytes | str):
+    """json.loads, where a document nested deeper than Python's stack is a ValueError like any unreadable one."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def read_json_file(path: Path, limit: int, what: str, fix: str):
+    """The JSON document in `path`, `what` a message calls it (None where there is none): an unreadable,
+    unparsable or larger than `limit` one is refused naming the file."""
+    if not is_present(path):
+        return None
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise ResultsError(f"cannot be read ({_os_problem(exc)})", file=str(path), fix=fix) from None
+    if len(data) > limit:
+        raise ResultsError(f"larger than {limit // 2**20} MiB, which no run writes", file=str(path), fix=fix)
+    try:
+        return load_json(data)
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise ResultsError(f"unreadable {what} ({exc})", file=str(path), fix=fix) from None
 
 
 def _parse_row(line: bytes, path: Path, number: int) -> Result:
     """One line of results.jsonl; a damaged line or another format version names file and line."""
     try:
-        row = json.loads(line)
+        row = load_json(line)
     except ValueError as exc:  # UnicodeDecodeError included
         raise ResultsError(f"unreadable row ({exc})", file=str(path), where=f"line {number}",
                            fix="regenerate the run, or remove the damaged line") from None
@@ -226,11 +299,11 @@ def row_problem(row: dict[str, Any]) -> str | None:
         return bad("case_digest", "24 hex digits")
     if row["seed"] is not None and (type(row["seed"]) is not int or row["seed"] < 0):
         return bad("seed", "a natural number or null")
-    if row["part"] not in PARTS:
+    if type(row["part"]) is not str or row["part"] not in PARTS:
         return bad("part", f"one of {list(PARTS)}")
     if type(row["mode"]) is not str or not MODE_NAME.fullmatch(row["mode"]):
         return bad("mode", "a mode name (lower-case words joined by '-')")
-    if row["verdict"] not in {v.value for v in Verdict}:
+    if type(row["verdict"]) is not str or row["verdict"] not in {v.value for v in Verdict}:
         return bad("verdict", f"one of {[v.value for v in Verdict]}")
     elapsed = row["elapsed_s"]
     if type(elapsed) not in (int, float) or not 0 <= elapsed < math.inf:
@@ -283,12 +356,9 @@ def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     """run.json of a run directory ({} when there is none); another format version is refused."""
     path = Path(run_dir) / MANIFEST_FILE
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    manifest = read_json_file(path, MAX_MANIFEST_BYTES, "manifest", fix="regenerate the run")
+    if manifest is None and not is_present(path):
         return {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"unreadable manifest ({exc})", file=str(path), fix="regenerate the run") from None
     if not isinstance(manifest, dict):
         raise ResultsError("a manifest must be a JSON object", file=str(path), fix="regenerate the run")
     check_format_version(manifest, str(path))
@@ -298,6 +368,10 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
 
 def _text_list(value: Any) -> bool:
     return type(value) is list and all(type(v) is str for v in value)
+
+
+def _text_object(value: Any) -> bool:
+    return type(value) is dict and all(type(v) is str for v in value.values())
 
 
 # The manifest fields reports and `repro` read, each with the test its value must pass; another field (one a
@@ -312,16 +386,33 @@ _MANIFEST_FIELDS: dict[str, tuple[str, Any]] = {
     "case_files_kept": ("a list of strings", _text_list),
     "targets": ("a list of strings", _text_list),
     "counts": ("an object of counts", lambda v: type(v) is dict and all(type(n) is int for n in v.values())),
+    "modes": ("a list of mode names", lambda v: _text_list(v) and all(MODE_NAME.fullmatch(m) for m in v)),
+    "selection": ("an object", lambda v: type(v) is dict),
+    "written": ("a list of strings", _text_list),
+    "notes": ("a list of strings", _text_list),
+    "like": ("a string or null", lambda v: v is None or type(v) is str),
+    **{name: ("an object of strings", _text_object) for name in ("modes_not_run", "apis_not_run", "mirrors")},
+}
+# The fields of a manifest's `selection` that reports and gates read (core/scope.py), each with its test.
+_SELECTION_FIELDS: dict[str, tuple[str, Any]] = {
+    "adapter": ("a string", lambda v: type(v) is str),
+    "shard": ("a string or null", lambda v: v is None or type(v) is str),
+    "seed": ("an integer or null", lambda v: v is None or type(v) is int),
+    **{name: ("a list of strings", _text_list) for name in ("narrowed_by", "parts", "apis", "devices")},
+    "modes": ("a list of mode names", lambda v: _text_list(v) and all(MODE_NAME.fullmatch(m) for m in v)),
 }
 
 
 def check_manifest(manifest: dict[str, Any], shown: str, where: str | None = None) -> None:
     """Refuse a manifest (run.json, or one run of runs.json) whose fields that reports read have another type
     than a run writes: one line naming the file and field, instead of a crash in a report."""
-    for name, (wanted, ok) in _MANIFEST_FIELDS.items():
-        if name in manifest and not ok(manifest[name]):
-            raise ResultsError(f"field {name!r} holds {_shown(manifest[name])}, not {wanted}", file=shown,
-                               where=", ".join(filter(None, (where, name))), fix="regenerate the run")
+    checks = [(name, manifest, name, test) for name, test in _MANIFEST_FIELDS.items()]
+    if type(manifest.get("selection")) is dict:
+        checks += [(f"selection.{name}", manifest["selection"], name, test) for name, test in _SELECTION_FIELDS.items()]
+    for place, fields, name, (wanted, ok) in checks:
+        if name in fields and not ok(fields[name]):
+            raise ResultsError(f"field {place!r} holds {_shown(fields[name])}, not {wanted}", file=shown,
+                               where=", ".join(filter(None, (where, place))), fix="regenerate the run")
 
 
 def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:

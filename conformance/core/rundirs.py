@@ -7,14 +7,14 @@ them) and the reports (which read them) agree without importing each other. Read
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
 from conformance.core.model import EAGER, FORMAT_VERSION, Result
-from conformance.core.results import RESULTS_FILE, check_format_version, check_manifest, iter_results, read_manifest
+from conformance.core.results import (MAX_MANIFEST_BYTES, RESULTS_FILE, check_format_version, check_manifest,
+                                      is_present, iter_results, read_json_file, read_manifest)
 from conformance.core.scope import row_framework, target_call
 
 REPORT_FILE = "report.md"
@@ -52,7 +52,7 @@ def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) 
     """
     present, manifests = [], []
     for run_dir in map(Path, run_dirs):
-        if not (run_dir / RESULTS_FILE).is_file():
+        if not is_present(run_dir, directory=True) or not is_present(run_dir / RESULTS_FILE):
             if not allow_missing:
                 raise ResultsError("no results.jsonl here", file=str(run_dir),
                                    fix="pass the --out directory of a finished `kl-conformance run` "
@@ -61,7 +61,7 @@ def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) 
                               "reason": f"no results in {run_dir}: its environment did not produce a run"})
             continue
         present.append(run_dir)
-        if (run_dir / RUNS_FILE).is_file():  # a merged directory: the manifests of the runs it holds
+        if is_present(run_dir / RUNS_FILE):  # a merged directory: the manifests of the runs it holds
             manifests += read_runs(run_dir)
             continue
         manifest = read_manifest(run_dir)
@@ -73,10 +73,7 @@ def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) 
 def read_runs(merged_dir: Path) -> list[dict[str, Any]]:
     """The manifests a merge wrote into `merged_dir`/runs.json."""
     path = merged_dir / RUNS_FILE
-    try:
-        runs = json.loads(path.read_bytes())
-    except ValueError as exc:  # UnicodeDecodeError included
-        raise ResultsError(f"unreadable list of runs ({exc})", file=str(path), fix="merge the runs again") from None
+    runs = read_json_file(path, MAX_MANIFEST_BYTES, "list of runs", fix="merge the runs again")
     if isinstance(runs, dict):  # {"runs": [...], "written": [...]}: the files the merge wrote there
         runs = runs.get("runs")
     if not isinstance(runs, list) or not all(isinstance(m, dict) for m in runs):
@@ -85,6 +82,13 @@ def read_runs(merged_dir: Path) -> list[dict[str, Any]]:
         check_format_version(manifest, str(path), f"run {i + 1}")
         check_manifest(manifest, str(path), f"run {i + 1}")
     return runs
+
+
+def check_run_dirs(run_dirs: Sequence[str | Path]) -> None:
+    """Refuse, naming it, a run directory given that cannot be followed (a symbolic link that loops) or read,
+    before any path of it is resolved; an absent one is left to the reader (--allow-missing)."""
+    for run_dir in run_dirs:
+        is_present(Path(run_dir), directory=True)
 
 
 def iter_rows(run_dirs: Sequence[Path]) -> Iterator[Result]:

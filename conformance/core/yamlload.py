@@ -8,9 +8,13 @@ integers, floats with or without a dot or exponent, `.inf` and `.nan`; everythin
 a string. It also refuses what YAML 1.1 accepts silently: a repeated key in a mapping (the
 last one used to win), and a float literal too large for float64 (it used to become inf).
 Loading is safe: no tag constructs an object. It is also bounded, for the spec too: a document
-larger than MAX_TEXT_CHARS, one whose aliases expand to more than MAX_NODES values ("billion laughs"),
+larger than MAX_TEXT_CHARS, one of more than MAX_NODES values (counted while the parser composes them,
+so a huge one costs no more than its limit) or whose aliases expand to more ("billion laughs"),
 a recursive alias, an integer longer than Python prints (INT_MAX_DIGITS) and a string holding a lone
-surrogate are refused with the place, before anything walks the data.
+surrogate are refused with the place, before anything walks the data. A caller may ask for a lower
+limit of values (case files do: cases/userfile.py). The parser is libyaml's where PyYAML was built with it
+(yaml.__with_libyaml__), so that parsing is linear in the text at C speed; the resolution of scalars, the
+refusals and the construction above are this module's whichever parser runs.
 """
 
 from __future__ import annotations
@@ -35,9 +39,27 @@ _DROPPED = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,200
             "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"}
 
 
+class TooManyValues(Exception):
+    """A document holds more values than its reader takes (the limit is the argument)."""
+
+
+# libyaml's parser where PyYAML has it: the same events and nodes as PyYAML's own, composed in C
+_PARSED = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
+
+
 class StrictConstructing:
     """Mapping and scalar construction shared by every loader here: repeated keys, unhashable keys and lone
-    surrogates (a `"\\ud800"` escape) are errors at their place."""
+    surrogates (a `"\\ud800"` escape) are errors at their place. The values composed are counted as the
+    parser makes them (each node is resolved once): past `max_values` the document is refused at once."""
+
+    max_values = MAX_NODES
+    _composed = 0
+
+    def resolve(self, kind, value, implicit):
+        self._composed += 1
+        if self._composed > self.max_values:
+            raise TooManyValues(self.max_values)
+        return super().resolve(kind, value, implicit)
 
     def construct_mapping(self, node, deep=False):
         if not isinstance(node, yaml.MappingNode):
@@ -74,16 +96,37 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-class CoreLoader(StrictConstructing, yaml.SafeLoader):
+class CoreLoader(StrictConstructing, _PARSED):
     """SafeLoader with the YAML 1.2 core schema's booleans and numbers, refusing repeated keys."""
+
+    def construct_sequence(self, node, deep=False):
+        """A list, whose numbers (the bulk of a case file) are made without the bookkeeping of construct_object,
+        which only lists and mappings need: a number is immutable, so two aliases of it need not be one object."""
+        if not isinstance(node, yaml.SequenceNode):
+            return super().construct_sequence(node, deep=deep)
+        made = []
+        for child in node.value:
+            scalar = _SCALARS.get(child.tag) if type(child) is yaml.ScalarNode else None
+            made.append(scalar(self, child) if scalar is not None else self.construct_object(child, deep=deep))
+        return made
 
 
 def _construct_bool(loader: CoreLoader, node) -> bool:
-    return loader.construct_scalar(node).lower() == "true"
+    return _typed_text(node, _BOOL, "true or false").lower() == "true"
+
+
+def _typed_text(node, pattern: re.Pattern, kind: str) -> str:
+    """A boolean's or number's text, read straight off the node (an implicit one matched `pattern` as it was
+    resolved, so it holds no escape to check); an explicit `!!bool`, `!!int` or `!!float` tag on other text is
+    an error at its place."""
+    text = node.value
+    if not isinstance(text, str) or not pattern.match(text):
+        raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not {kind}", node.start_mark)
+    return text
 
 
 def _construct_int(loader: CoreLoader, node) -> int:
-    text = loader.construct_scalar(node)
+    text = _typed_text(node, _INT, "an integer")
     check_int_text(text, node)
     if text.startswith(("0o", "0x")):
         return int(text[2:], 8 if text[1] == "o" else 16)
@@ -102,7 +145,7 @@ def check_int_text(text: str, node) -> None:
 
 
 def _construct_float(loader: CoreLoader, node) -> float:
-    text = loader.construct_scalar(node)
+    text = _typed_text(node, _FLOAT, "a number")
     lowered = text.lower()
     if lowered.endswith(".inf"):
         return float("-inf") if lowered.startswith("-") else float("inf")
@@ -125,19 +168,22 @@ CoreLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123
 CoreLoader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
 CoreLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 CoreLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+_SCALARS = {"tag:yaml.org,2002:bool": _construct_bool, "tag:yaml.org,2002:int": _construct_int,
+            "tag:yaml.org,2002:float": _construct_float}
 
 
-def read_text(path, shown: str, error: type[ConformanceError], fix: str) -> str:
-    """A user file's text; an unreadable or non-UTF-8 file is `error` naming the file."""
+def read_text(path, shown: str, error: type[ConformanceError], fix: str, max_bytes: int = 4 * MAX_TEXT_CHARS) -> str:
+    """A user file's text, of at most `max_bytes`; an unreadable, larger or non-UTF-8 file is `error` naming
+    the file."""
     from pathlib import Path
 
     try:
         with Path(path).open("rb") as handle:
-            data = handle.read(4 * MAX_TEXT_CHARS + 1)
+            data = handle.read(max_bytes + 1)
     except OSError as exc:
         raise error(f"cannot read the file ({exc.strerror})", file=shown, fix=fix) from None
-    if len(data) > 4 * MAX_TEXT_CHARS:
-        raise error(f"larger than {4 * MAX_TEXT_CHARS // 2**20} MiB", file=shown,
+    if len(data) > max_bytes:
+        raise error(f"larger than {max_bytes // 2**20} MiB", file=shown,
                     fix="split the file into smaller ones") from None
     try:
         return data.decode("utf-8")
@@ -148,44 +194,60 @@ def read_text(path, shown: str, error: type[ConformanceError], fix: str) -> str:
                     where=f"line {line}, column {column}", fix="save the file as UTF-8") from None
 
 
-def parse_yaml(text: str, shown: str, error: type[ConformanceError], loader: type = CoreLoader) -> Any:
+def parse_yaml(text: str, shown: str, error: type[ConformanceError], loader: type = CoreLoader,
+               max_values: int = MAX_NODES) -> Any:
     """Load `text` with `loader` (CoreLoader, or another loader of this module); a syntax or value problem
-    names line and column, and so does a document beyond the bounds above."""
+    names line and column, and so does a document beyond the bounds above (`max_values` values at most,
+    aliases expanded)."""
     if not _is_utf8(text):
         raise error("not UTF-8 text (a lone surrogate)", file=shown, fix="save the file as UTF-8")
     if len(text) > MAX_TEXT_CHARS:
         raise error(f"a YAML document of more than {MAX_TEXT_CHARS} characters", file=shown,
                     fix="split the file into smaller ones")
     try:
-        return _load_bounded(text, loader)
+        return _load_bounded(text, loader, max_values)
+    except TooManyValues:
+        raise error(f"more than {max_values} values (each number, string, list and mapping counts one)",
+                    file=shown, fix="split the file into smaller ones") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
         problem = exc.problem or str(exc)
+        if "maximum nesting depth" in problem:  # libyaml's limit, where Python's stack is PyYAML's
+            raise error(f"invalid YAML: nested too deeply ({problem})", file=shown, where=where,
+                        fix="nest lists fewer levels deep") from None
         raise error(f"invalid YAML: {problem}", file=shown, where=where,
                     fix="correct the YAML at that position") from None
-    except yaml.YAMLError as exc:
-        raise error(f"invalid YAML: {exc}", file=shown, fix="correct the YAML syntax") from None
+    except yaml.YAMLError as exc:  # a reader's error (a control character) names a position, and no mark
+        position = getattr(exc, "position", None)
+        where = None
+        if isinstance(position, int) and position >= 0:  # libyaml counts bytes of UTF-8, PyYAML characters
+            before = text.encode("utf-8")[:position].decode("utf-8", "ignore") if _PARSED is not yaml.SafeLoader \
+                else text[:position]
+            where = f"line {before.count(chr(10)) + 1}, column {len(before) - (before.rfind(chr(10)) + 1) + 1}"
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise error(f"invalid YAML: {problem}", file=shown, where=where, fix="correct the YAML syntax") from None
     except RecursionError:
         raise error("invalid YAML: nested too deeply", file=shown, fix="nest lists fewer levels deep") from None
 
 
-def _load_bounded(text: str, loader_class: type) -> Any:
+def _load_bounded(text: str, loader_class: type, max_values: int = MAX_NODES) -> Any:
     """yaml.load, with the node graph's expanded size checked between composing and constructing: PyYAML
     shares an aliased node, so composing is linear in the text, but every later walk of the data is not."""
     loader = loader_class(text)
+    loader.max_values = max_values
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_expansion(node)
+        _check_expansion(node, max_values)
         return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
-def _check_expansion(root) -> None:
-    """Refuse a node graph that has a cycle or more than MAX_NODES values once its aliases are expanded."""
+def _check_expansion(root, max_values: int = MAX_NODES) -> None:
+    """Refuse a node graph that has a cycle or more than `max_values` values once its aliases are expanded."""
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
@@ -200,12 +262,12 @@ def _check_expansion(root) -> None:
         total = 1
         if isinstance(node, yaml.SequenceNode):
             for child in node.value:
-                total += size(child)
+                total += 1 if type(child) is yaml.ScalarNode else size(child)  # a scalar holds nothing more
         elif isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                total += size(key_node) + size(value_node)
-        if total > MAX_NODES:
-            raise yaml.constructor.ConstructorError(None, None, f"more than {MAX_NODES} values once its aliases "
+            for pair in node.value:
+                total += sum(1 if type(n) is yaml.ScalarNode else size(n) for n in pair)
+        if total > max_values:
+            raise yaml.constructor.ConstructorError(None, None, f"more than {max_values} values once its aliases "
                                                     "are expanded", node.start_mark)
         active.discard(key)
         sizes[key] = total
@@ -214,7 +276,7 @@ def _check_expansion(root) -> None:
     size(root)
 
 
-class SpecLoader(StrictConstructing, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+class SpecLoader(StrictConstructing, _PARSED):
     """The spec's and profiles' loader: PyYAML's safe YAML 1.1 resolution (libyaml's parser where PyYAML has it,
     for speed) with the bounds and refusals above."""
 

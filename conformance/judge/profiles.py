@@ -65,7 +65,7 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None,
         path that is not a choice point of the spec (a {choice, choices} node), or a choice it does not list;
         for an `extends:` naming a framework without a profile, or a cycle of them.
     """
-    return _load(framework, spec, profiles_dir, carried, ())
+    return _load(framework, spec, profiles_dir, carried)
 
 
 def profile_source(framework: str, profiles_dir: Path | None = None,
@@ -86,11 +86,46 @@ def profile_source(framework: str, profiles_dir: Path | None = None,
     return None
 
 
-def _load(framework: str, spec: Spec, profiles_dir: Path | None, carried, chain: tuple[str, ...]) -> list[Deviation]:
-    found = profile_source(framework, profiles_dir, carried)
-    if found is None:
-        return []
-    shown, source = found
+MAX_EXTENDS = 16  # profiles one chain of `extends:` holds, the first included
+
+
+def _load(framework: str, spec: Spec, profiles_dir: Path | None, carried) -> list[Deviation]:
+    """`framework`'s deviations, then those of each profile its chain of `extends:` names, followed in a loop
+    (never by recursion, so no chain exhausts Python's stack): a chain of more than MAX_EXTENDS profiles, or
+    one that comes back to a profile it holds, is refused naming the file that extends."""
+    chain: list[str] = []
+    deviations: list[Deviation] = []
+    while True:
+        found = profile_source(framework, profiles_dir, carried)
+        if found is None:
+            return deviations
+        shown, source = found
+        data = _checked_profile(framework, spec, shown, source)
+        own = _deviations(data, spec, shown)
+        deviations += inherited(framework, own) if chain else own  # a parent's, named after it
+        parent = data.get("extends")
+        if parent is None:
+            return deviations
+        chain.append(framework)
+        if parent in chain:
+            cycle = " -> ".join([*chain, parent])
+            raise SpecError(f"extends makes a cycle ({cycle})", file=shown, where="extends",
+                            fix="extend a framework whose profile does not extend this one")
+        if len(chain) >= MAX_EXTENDS:
+            raise SpecError(f"extends {parent!r}, which makes a chain of more than {MAX_EXTENDS} profiles "
+                            f"({chain[0]} -> ... -> {framework} -> {parent})", file=shown, where="extends",
+                            fix=f"extend the framework at the end of the chain directly: a chain of `extends:` "
+                                f"holds at most {MAX_EXTENDS} profiles")
+        profiles_dir = parent_dir(parent, profiles_dir)
+        if profile_source(parent, profiles_dir) is None:
+            raise SpecError(f"extends {parent!r}, a framework without a profile", file=shown, where="extends",
+                            fix=f"name a framework with a {parent}.yaml in --profiles or in the shipped profiles "
+                                f"(spec/profiles)")
+        framework, carried = parent, None
+
+
+def _checked_profile(framework: str, spec: Spec, shown: str, source) -> dict:
+    """A profile's data, read and checked against its schema and its file's name."""
     if isinstance(source, dict):
         data = source
     else:
@@ -104,6 +139,11 @@ def _load(framework: str, spec: Spec, profiles_dir: Path | None, carried, chain:
     if data["framework"] != framework:
         raise SpecError(f"framework {data['framework']!r} in a file named for {framework!r}", file=shown,
                         where="framework", fix=f"write framework: {framework}")
+    return data
+
+
+def _deviations(data: dict, spec: Spec, shown: str) -> list[Deviation]:
+    """The deviations a checked profile declares itself, each checked against the spec."""
     deviations = []
     for i, row in enumerate(data["deviations"]):
         points = choice_points(spec.data)
@@ -131,18 +171,6 @@ def _load(framework: str, spec: Spec, profiles_dir: Path | None, carried, chain:
         deviations.append(Deviation(row["id"], tuple(row["apis"]), dict(row.get("set", {})), exceptions,
                                     tuple(row["floating"]) if "floating" in row else None,
                                     row["rationale"], row["reference"], mode=row.get("mode", EAGER)))
-    parent = data.get("extends")
-    if parent is not None:
-        if parent == framework or parent in chain:
-            cycle = " -> ".join([*chain, framework, parent])
-            raise SpecError(f"extends makes a cycle ({cycle})", file=shown, where="extends",
-                            fix="extend a framework whose profile does not extend this one")
-        profiles_dir = parent_dir(parent, profiles_dir)
-        if profile_source(parent, profiles_dir) is None:
-            raise SpecError(f"extends {parent!r}, a framework without a profile", file=shown, where="extends",
-                            fix=f"name a framework with a {parent}.yaml in --profiles or in the shipped profiles "
-                                f"(spec/profiles)")
-        deviations += inherited(parent, _load(parent, spec, profiles_dir, None, (*chain, framework)))
     return deviations
 
 

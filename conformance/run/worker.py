@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import multiprocessing
+import operator
 import os
 import queue
 import shutil
@@ -27,10 +28,12 @@ import time
 import traceback
 import types
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any, Deque, Iterator
+
+import numpy as np
 
 from conformance.core.model import EAGER, Case, Observation, Verdict
 
@@ -117,7 +120,7 @@ def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str |
             conn.send((CLOSED, None))
             return
         for task in batch:
-            observations = {call: _observe(adapter, task.case, *call) for call in task.calls}
+            observations = {call: observe_call(adapter, task.case, *call) for call in task.calls}
             conn.send((CASE, task.index, observations))
 
 
@@ -150,18 +153,68 @@ def _watch_parent(lifeline) -> None:
     os._exit(1)
 
 
-def _observe(adapter, case: Case, api_name: str, device: str, mode: str, part: str) -> Observation:
-    """One adapter call in `mode`; an adapter bug (an exception, or not an Observation) is reported as data."""
+def observe_call(adapter, case: Case, api_name: str, device: str, mode: str, part: str) -> Observation:
+    """One adapter call in `mode`; an adapter bug (an exception, not an Observation, or one the judge cannot
+    read) is reported as data: an AdapterError the case's row records as an `error` verdict."""
     try:
         adapter.mode = mode
         observed = adapter.run(case, adapter.api(api_name), device, part)
     except Exception:
-        return Observation(exception_type="AdapterError",
-                           exception_message="adapter raised: " + traceback.format_exc(limit=3)[-800:])
+        return _adapter_error("adapter raised: " + traceback.format_exc(limit=3)[-800:])
     if not isinstance(observed, Observation):
-        return Observation(exception_type="AdapterError",
-                           exception_message=f"adapter returned {type(observed).__name__}, not an Observation")
-    return observed
+        return _adapter_error(f"adapter returned {type(observed).__name__}, not an Observation")
+    try:
+        return _judgeable(observed)
+    except _Unjudgeable as exc:
+        return _adapter_error(f"adapter returned an Observation the harness cannot judge: {exc}")
+
+
+class _Unjudgeable(Exception):
+    """What makes an adapter's Observation unreadable to the judge (its message says what)."""
+
+
+_TEXTS = ("dtype", "exception_type", "exception_message", "unsupported", "fallback")
+
+
+def _judgeable(observed: Observation) -> Observation:
+    """`observed` with its value as a NumPy array of real numbers whose shape is the one it states, the form
+    every step after the worker reads (the judge, the details, the pickle back to the parent, which must not
+    import the framework a tensor belongs to). Raises _Unjudgeable naming what is wrong: a value NumPy cannot
+    convert, of objects or complex numbers, a stated shape that is not the value's, a field of another type."""
+    for name in _TEXTS:
+        if getattr(observed, name) is not None and type(getattr(observed, name)) is not str:
+            raise _Unjudgeable(f"its {name} is a {type(getattr(observed, name)).__name__}, not a string")
+    if not isinstance(observed.warnings, (tuple, list)) or not all(type(w) is str for w in observed.warnings):
+        raise _Unjudgeable("its warnings are not a list of strings")
+    if isinstance(observed.elapsed_s, bool) or not isinstance(observed.elapsed_s, (int, float)) \
+            or not 0 <= observed.elapsed_s < float("inf"):
+        raise _Unjudgeable(f"its elapsed_s {observed.elapsed_s!r} is not a finite number of seconds")
+    # a plain Observation: an adapter's subclass of it may hold what cannot be sent to the parent
+    plain = {**{f.name: getattr(observed, f.name) for f in fields(Observation)}, "warnings": tuple(observed.warnings)}
+    if observed.value is None:
+        if observed.raised or observed.unsupported is not None or observed.fallback is not None:
+            return Observation(**plain)
+        raise _Unjudgeable("neither a value, an exception nor a reason it is unsupported")
+    try:
+        value = np.asarray(observed.value)
+    except Exception as exc:  # the adapter's value, converted here: whatever it raises is its bug
+        raise _Unjudgeable(f"its value cannot be converted to a NumPy array ({type(exc).__name__}: "
+                           f"{str(exc)[:200]})") from None
+    if value.dtype.kind not in "biuf":
+        kind = {"c": "complex numbers", "O": "Python objects"}.get(value.dtype.kind, "something other than numbers")
+        raise _Unjudgeable(f"its value holds {kind} (NumPy dtype {value.dtype}); the adapter's to_numpy must give "
+                           "an array of real numbers")
+    try:
+        shape = tuple(operator.index(n) for n in observed.shape)
+    except TypeError:
+        raise _Unjudgeable(f"its shape {observed.shape!r} is not a tuple of sizes") from None
+    if shape != value.shape:
+        raise _Unjudgeable(f"it states the shape {shape} for a value of shape {value.shape}")
+    return Observation(**{**plain, "value": value, "shape": shape})
+
+
+def _adapter_error(message: str) -> Observation:
+    return Observation(exception_type="AdapterError", exception_message=message)
 
 
 @contextlib.contextmanager

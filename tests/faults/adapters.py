@@ -466,3 +466,31 @@ class ReleasedAdapter(NumpyAdapter):
 
         return call_observed(compute, lambda v: (v, "float64", v.shape),
                              is_no_kernel=lambda exc: isinstance(exc, NotImplementedError))
+
+
+class _Unconvertible:
+    """A value NumPy cannot read: converting it raises, as a framework's tensor of a dtype NumPy lacks does."""
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("cannot convert this tensor to a NumPy array")
+
+
+class GarbageValueAdapter(NumpyAdapter):
+    """Fault cases return a value the harness cannot judge, chosen by their id: "object", an object array (of
+    Python objects, as a framework's list of tensors becomes); "lies", a value whose stated shape is not its
+    own; "unconvertible", a value that raises when converted to NumPy; "complex", complex numbers; any other,
+    a list of strings."""
+
+    def misbehave(self, case):
+        honest = np.asarray(self.compute(case))
+        if "object" in case.id:
+            value = np.empty(honest.shape, dtype=object)
+            value[...] = None if honest.ndim == 0 else [object()] * honest.shape[-1]
+            return Observation(value=value, dtype="float64", shape=honest.shape)
+        if "lies" in case.id:
+            return Observation(value=np.zeros((3, 5)), dtype="float64", shape=honest.shape)
+        if "unconvertible" in case.id:
+            return Observation(value=_Unconvertible(), dtype="float64", shape=honest.shape)
+        if "complex" in case.id:
+            return Observation(value=honest + 1j, dtype="complex128", shape=honest.shape)
+        return Observation(value=["a", "b"], dtype="float64", shape=(2,))
