@@ -259,6 +259,8 @@ class _Suite:
 
     def _gate(self):
         """The CLI's gates over every row this session wrote (each case's run directory)."""
+        from collections import Counter
+
         from conformance import api
         from conformance.core.results import RESULTS_FILE, iter_results, read_manifest
 
@@ -270,9 +272,15 @@ class _Suite:
             if partial:  # items left out (-k, -x, --lf): the known entries about them are not exercised
                 selection = manifest.setdefault("selection", {})
                 selection["narrowed_by"] = sorted(set(selection.get("narrowed_by", [])) | {"--only"})
-            # under xdist, a case whose items two workers ran was judged by each: its rows count once
-            rows = [r for r in iter_results(run) if r.key not in seen]
+            # under xdist, a case whose items two workers ran was judged by each: its rows count once, and so
+            # does what run.json counts of them (the gate refuses a run whose counts disagree with its rows)
+            written = list(iter_results(run))
+            rows = [r for r in written if r.key not in seen]
             seen.update(r.key for r in rows)
+            if written and not rows:
+                continue  # another worker's run of the same case holds every row
+            if len(rows) < len(written) and isinstance(manifest.get("counts"), dict):
+                manifest["counts"] = dict(Counter(r.verdict.value for r in rows))
             outcomes.append(api.RunOutcome(rows, manifest))
         return api.gate(outcomes, known=self.known, baseline=self.baseline, fail_on_new=self.baseline is not None,
                         spec=self.spec)

@@ -17,7 +17,8 @@ Environment:
     KL_RTORCH_CACHE    where builds are kept (default: $XDG_CACHE_HOME/kl-conformance/rtorch, else
                        ~/.cache/kl-conformance/rtorch); one folder per key.
 
-When sources are given, R torch is required: the command runs with KL_REQUIRE_FRAMEWORKS=rtorch, so the
+The command sees KL_RTORCH_LIB, TORCH_HOME and R_LIBS (the build's library first). When sources are given,
+R torch is required: the command runs with KL_REQUIRE_FRAMEWORKS=rtorch, so the
 test suite does not skip an R torch that fails to load. Exit 2: the sources are not what the checksum
 file names; exit 3: the build failed (its log is kept and its last lines printed).
 """
@@ -199,6 +200,8 @@ def main(argv: list[str]) -> int:
         prefix = provide(Path(sources))
         os.environ["KL_RTORCH_LIB"] = str(prefix / "Rlib")
         os.environ["TORCH_HOME"] = str(prefix / "torch-home")
+        # R itself finds the build too (`Rscript -e 'library(torch)'`), not only the harness's adapter
+        os.environ["R_LIBS"] = os.pathsep.join(filter(None, [str(prefix / "Rlib"), os.environ.get("R_LIBS")]))
         required = [name for name in os.environ.get("KL_REQUIRE_FRAMEWORKS", "").split(",") if name]
         os.environ["KL_REQUIRE_FRAMEWORKS"] = ",".join(dict.fromkeys(required + ["rtorch"]))
     sys.stdout.flush()

@@ -5,6 +5,7 @@ provenance is run.json's, and text from a case never becomes markup on the page.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -47,10 +48,17 @@ def test_the_same_run_gives_the_same_pages_with_its_counts_and_provenance(run_di
     assert divergent and len(divergent) < len(rows)
     assert f"{len(rows)} results; {len(divergent)} divergences: {len(divergent)} undocumented" in page
     manifest = json.loads((run_dir / "run.json").read_text())
-    # provenance from run.json: the version, when it ran; the commit from --commit, as run.json records none
+    # provenance from run.json: the version, when it ran, the commit it ran from (where it ran from a git
+    # checkout); --commit only for runs whose run.json records none
     for key in ("started", "finished", "spec_hash", "framework_version"):
         assert str(manifest[key]).replace(".", "\\.").replace("-", "\\-").replace("+", "\\+") in page, key
-    assert "| harness commit | 0123abc |" in page
+    shown = manifest["commit"].replace("+", "\\+") if manifest.get("commit") else "0123abc"
+    assert f"| harness commit | {shown} |" in page
+    unrecorded = tmp_path / "unrecorded"
+    shutil.copytree(run_dir, unrecorded)
+    (unrecorded / "run.json").write_text(json.dumps({**manifest, "commit": None}))
+    assert findings([str(unrecorded), "--out", str(tmp_path / "c"), "--commit", "0123abc"]) == 0
+    assert "| harness commit | 0123abc |" in (tmp_path / "c" / "numpy-test.md").read_text()
     assert "python -m conformance.report.findings RUN_DIR... --out docs/findings --commit 0123abc" in page
     index = first["index.md"].decode()
     assert "| [numpy\\-test](numpy-test.md) |" in index and f"| {len(rows)} | {len(divergent)} |" in index
