@@ -53,7 +53,7 @@ from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, Gates
 from conformance.report.selftest import VariantReport
 from conformance.report.writer import write_report
 from conformance.run.runner import RunOptions, run_conformance
-from conformance.run.worker import Outcome, Task, WorkerPool
+from conformance.run.worker import Outcome, WorkerPool
 
 # The spec a worker's variant loads, and the file where it logs the rows it changed.
 ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"
@@ -632,15 +632,16 @@ class _RecordingPool(WorkerPool):
 
 class _ReplayPool:
     """A variant run's worker pool that calls no framework: it answers each task as the control run's worker did,
-    each answer passed through `answer(task, call, observed)` (where the variant plants its fault), and a call
-    that crashed or timed out there does so here. The run judges and writes these answers as any other."""
+    each answer passed through `answer(index, call, observed)` (where the variant plants its fault; `index` is the
+    case's place in the control run), and a call that crashed or timed out there does so here. The run judges
+    and writes these answers as any other. `indices` maps the run's cases to their places in the control run."""
 
     launched = True
     restarts = 0
 
-    def __init__(self, control: _RecordingPool,
-                 answer: Callable[[Task, tuple[str, str, str, str], Observation], Observation]):
-        self.info, self._outcomes, self._answer = control.info, control.outcomes, answer
+    def __init__(self, control: _RecordingPool, indices: Sequence[int],
+                 answer: Callable[[int, tuple[str, str, str, str], Observation], Observation]):
+        self.info, self._outcomes, self._indices, self._answer = control.info, control.outcomes, indices, answer
 
     def launch(self) -> None:
         pass
@@ -656,11 +657,12 @@ class _ReplayPool:
 
     def run(self, tasks):
         for task in tasks:
-            recorded = self._outcomes.get(task.index)
+            index = self._indices[task.index]
+            recorded = self._outcomes.get(index)
             if recorded is None or recorded.task.case.id != task.case.id or recorded.task.calls != task.calls:
                 raise RuntimeError(f"the self-test's variant asked for calls of case {task.case.id!r} that its "
                                    "control run did not make")
-            yield Outcome(task, {call: self._answer(task, call, observed)
+            yield Outcome(task, {call: self._answer(index, call, observed)
                                  for call, observed in recorded.observations.items()},
                           recorded.failure, recorded.failure_message, dict(recorded.failed_calls), recorded.lost)
             if recorded.lost is not None:  # the control's worker could not be restarted: neither can this one
@@ -675,7 +677,8 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
 
     The framework is called once per call, by the control run. A variant that plants a wrong answer replays
     the control's answers with its fault planted into them (in this process: the fault depends only on the
-    answer and the expectations), through the whole run (judge, rows, details) as `run` does. A variant whose
+    answer and the expectations), through the whole run (judge, rows, details) as `run` does, over the cases it
+    planted into (in the others every answer, and so every row, would be the control's). A variant whose
     fault is the worker's own death (a crash, a hang) runs a real worker over the cases it plants into, each
     with the case after it (an honest case in flight when the worker dies). Every row a variant did not plant
     into must keep the control's verdict and cause.
@@ -700,14 +703,7 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
     reports = []
     ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir)
     planter = Planter(spec, ledger)
-    calls: dict[tuple[int, tuple[str, str, str, str]], Call | None] = {}  # each answer's Call, for every variant
-
-    def call_of(task: Task, call: tuple[str, str, str, str], observed: Observation) -> Call | None:
-        key = (task.index, call)
-        if key not in calls:
-            api, _, mode, part = call
-            calls[key] = planter.call(task.case, adapter.api(api), part, mode, observed)
-        return calls[key]
+    calls = None  # each answer of the control run, with what a variant reads of it: made once, for every variant
 
     for name in (variants or [*VARIANTS, *GATE_VARIANTS]):
         if name in GATE_VARIANTS:
@@ -725,21 +721,32 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
         log = out_dir / f"{name}.planted.jsonl"
         log.unlink(missing_ok=True)
         os.environ[ENV_LOG] = str(log)
-        ran = _with_next(cases, variant) if variant.in_worker else cases
         try:
             if variant.in_worker:
+                ran = _with_next(cases, variant)
                 hang_limit = HANG_TIMEOUT_S if modes == (EAGER,) else HANG_TIMEOUT_COMPILED_S
                 run_conformance(spec, f"{__name__}:{class_name(framework, name)}", ran, out_dir / name,
                                 replace(options, timeout_s=hang_limit if name == "hang" else options.timeout_s))
             else:
-                def answer(task, call, observed, variant=variant):
-                    planted = planter.plant(variant, call_of(task, call, observed))
-                    return observed if planted is None else planted
-                run_conformance(spec, framework, cases, out_dir / name, options, pool=_ReplayPool(recorder, answer))
+                # planted before the run, which then holds exactly the cases planted into: in any other case every
+                # answer is the control's, and so would every row be
+                calls = _calls(recorder, planter, adapter) if calls is None else calls
+                planted = {(index, call): fault for index, call, c in calls
+                           if (fault := planter.plant(variant, c)) is not None}
+                indices = sorted({index for index, _ in planted})
+                ran = [cases[i] for i in indices]
+                run_conformance(spec, framework, ran, out_dir / name, options, pool=_ReplayPool(
+                    recorder, indices, lambda index, call, observed: planted.get((index, call), observed)))
         finally:
             os.environ.pop(ENV_LOG, None)
         reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, ran, spec, modes, control_rows))
     return dict(control.counts), reports
+
+
+def _calls(control: _RecordingPool, planter: Planter, adapter) -> list[tuple[int, tuple[str, str, str, str], Call]]:
+    """Each answer of the control run: its case's place in the run, the call, and what a variant reads of it."""
+    return [(index, call, planter.call(outcome.task.case, adapter.api(call[0]), call[3], call[2], observed))
+            for index, outcome in sorted(control.outcomes.items()) for call, observed in outcome.observations.items()]
 
 
 def _with_next(cases: Sequence[Case], variant: Variant) -> list[Case]:
@@ -769,7 +776,8 @@ def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases:
                                             "kernels are lost")
         # the control's answers, but every call of the lost dtype says it has no kernel
         run_conformance(spec, framework, cases, out_dir / variant.name, options, pool=_ReplayPool(
-            control, lambda task, call, observed: no_kernel if str(task.case.dtype) == lost else observed))
+            control, range(len(cases)), lambda index, call, observed: no_kernel if str(cases[index].dtype) == lost
+            else observed))
     else:  # a build that cannot be imported: a real worker fails to load it
         run_conformance(spec, f"{__name__}:{class_name(framework, variant.name)}", cases, out_dir / variant.name,
                         options)

@@ -52,12 +52,13 @@ def _every_variant() -> list[str]:
 
 
 def test_every_planted_fault_is_flagged(framework, tmp_path):
-    """Every variant in one self-test: the framework answers each call once, in the control run, and the variants
-    plant into those answers (the crash and hang variants in a real worker, over the cases they plant into and
-    the case after each), so a split into parts would only call the framework again. On torch over the whole
-    default suite: every case is one a variant plants into (value_outside_rounding and raises_on_valid plant into
-    every valid call, value_where_error into every refused one), so the suite is exactly the cases that decide
-    the variants, and a check lost to a smaller suite is a case no variant would have planted into."""
+    """Every variant in one self-test: the framework answers each call once, in the control run, so a split into
+    parts would only call it again. On torch the control run is the whole default suite, and every call of it
+    is offered to every variant; each variant's run then holds exactly the cases it planted into (the crash and
+    hang variants' real workers, each with the case after it). That keeps the claim: in a case a variant did not
+    plant into, every answer is the control's, so every row would be the control's row again (a replay of the
+    same answers through the same judge), with no fault in it to flag; and the control's own rows are judged
+    over the whole suite."""
     out = tmp_path / "selftest"
     only = [] if framework == "torch" else [arg for pattern in _subset() for arg in ("--only", pattern)]
     code = main(["selftest", "--framework", framework, "--out", str(out), *only])

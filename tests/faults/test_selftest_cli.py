@@ -112,3 +112,18 @@ def test_the_variants_plant_into_the_control_runs_answers_without_calling_the_fr
     assert [(v["name"], v["planted"], v["flagged"]) for v in report["variants"]] == \
         [("value_outside_rounding", 1, 1), ("sign_error", 1, 1), ("gate_lost_dtype", 1, 1)]
     assert [r.verdict.value for r in iter_results(tmp_path / "out" / "sign_error")] == ["value"]
+
+
+def test_a_variant_runs_over_the_cases_it_plants_into(tmp_path):
+    """An expected infinity is in one case only: infinity_lost plants there, and its run holds that case alone (in
+    the other, every answer and so every row would be the control's)."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(CASES + "- {id: infinite, input: [[-.inf, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
+                             "dtype: float64}\n")
+    assert main(["selftest", "--framework", ADAPTERS + "NumpyAdapter", "--suite", "none", "--cases", str(cases),
+                 "--out", str(tmp_path / "out"), "--variant", "infinity_lost"]) == 0
+    (report,) = json.loads((tmp_path / "out" / "selftest.json").read_text())["variants"]
+    assert (report["planted"], report["flagged"], report["attributed"]) == (1, 1, 1)
+    assert sorted(r.case_id for r in iter_results(tmp_path / "out" / "control")) == ["infinite", "one"]
+    assert [(r.case_id, r.verdict.value) for r in iter_results(tmp_path / "out" / "infinity_lost")] == \
+        [("infinite", "nonfinite")]
