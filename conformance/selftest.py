@@ -1,13 +1,14 @@
 """The planted-bug self-test: the harness proves that it flags every kind of fault a port can have.
 
-A variant wraps a real framework adapter and plants one kind of fault into what the framework
-returned (a value just outside rounding, a wrong divisor, a lost infinity, a wrong dtype, a raise, a
-crash, another convention taken silently ...). Each variant runs over the suite through the whole
-harness, exactly as `kl-conformance run` does; the variant records which rows it changed and the cause
-each must be given, and the self-test counts how many of those rows were flagged, i.e. neither `pass`
-nor `documented`, and how many were attributed to the rule the fault breaks (or `unexplained`, for a
-fault that breaks no rule of its own; a convention the judge names there is checked against the
-recorded values).
+A variant plants one kind of fault into what the real framework returned (a value just outside rounding, a
+wrong divisor, a lost infinity, a wrong dtype, a raise, a crash, another convention taken silently ...). The
+framework answers the suite once, in the control run; each variant's answers (the control's, with its fault
+planted) go through the whole harness, exactly as in `kl-conformance run`: judged, written as rows and
+details, read back. A crash or a hang is planted in a real worker instead, which it must end. The variant
+records which rows it changed and the cause each must be given, and the self-test counts how many of those
+rows were flagged, i.e. neither `pass` nor `documented`, and how many were attributed to the rule the fault
+breaks (or `unexplained`, for a fault that breaks no rule of its own; a convention the judge names there is
+checked against the recorded values); every other row must be the control's.
 
 What a variant plants depends only on the case, the framework's own answer and the reference's
 expectations (under the spec, and under the API's declared deviations): never on a verdict. A
@@ -52,10 +53,10 @@ from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, Gates
 from conformance.report.selftest import VariantReport
 from conformance.report.writer import write_report
 from conformance.run.runner import RunOptions, run_conformance
+from conformance.run.worker import Outcome, WorkerPool
 
 # The spec a worker's variant loads, and the file where it logs the rows it changed.
 ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"
-ENV_LOST_DTYPE = "KL_SELFTEST_LOST_DTYPE"  # the dtype whose kernels the gate variant `lost_dtype` lost
 HANG_TIMEOUT_S = 5.0  # the per-case limit for the variant that hangs
 # the same in a compiled mode, where an honest case may first compile (on a loaded machine, for longer than
 # HANG_TIMEOUT_S): only the planted hang may time out
@@ -88,6 +89,9 @@ class Variant:
     name: ClassVar[str]
     fault: ClassVar[str]
     breaks: ClassVar[str | None] = None  # the spec rule the fault breaks, or None where it breaks none of its own
+    # the fault is the worker's own end (a crash, a hang): it is planted in a real worker, over the cases it
+    # plants into (plants_into), not into the control run's recorded answers
+    in_worker: ClassVar[bool] = False
 
     def plant(self, call: Call) -> Observation | None:
         raise NotImplementedError
@@ -367,19 +371,28 @@ class GarbageWhereDocumented(Variant):
 
 
 class Crash(Variant):
-    name, fault = "crash", "the framework kills its process on a few cases"
+    name, fault = "crash", "the framework kills its process on the forward calls of a few cases"
+    in_worker = True
+
+    def plants_into(self, case: Case) -> bool:
+        return _chosen(case.id)
 
     def plant(self, call):
-        if not _chosen(call.case.id):
+        if not _chosen(call.case.id) or call.part != "forward":
             return None
-        # each call that aborts is recorded: after the first, the harness makes the case's calls one at a time,
-        # and a call the framework has no kernel for is then unsupported, not a crash
+        # each call that aborts is recorded: after the first, the harness makes the case's calls one at a time, so
+        # the case's gradients, which do not crash, must come back as the control's; a call the framework has no
+        # kernel for is then unsupported, not a crash
         record(call, self.name, "harness.isolation")  # a crash is the worker's, whatever the answer would have been
         os.abort()
 
 
 class Hang(Variant):
     name, fault = "hang", "the framework never returns on a few cases"
+    in_worker = True
+
+    def plants_into(self, case: Case) -> bool:
+        return _chosen(case.id)
 
     def plant(self, call):
         if not _chosen(call.case.id):
@@ -484,25 +497,18 @@ def planted_adapter_class(framework: str, variant_name: str) -> type:
     return Planted
 
 
-def gate_adapter_class(framework: str, variant_name: str) -> type:
-    """A subclass of `framework`'s adapter broken as the gate variant `variant_name` says."""
+def unimportable_adapter_class(framework: str) -> type:
+    """A subclass of `framework`'s adapter that cannot be imported (the gate variant gate_not_importable: the
+    one broken build that needs a worker, to fail in it as an uninstalled framework does)."""
     base = type(get_adapter(framework))
 
     class Broken(base):
         def load(self):
-            if variant_name == NotImportable.name:
-                from conformance.adapters.base import FrameworkUnavailable
+            from conformance.adapters.base import FrameworkUnavailable
 
-                raise FrameworkUnavailable(f"planted by the self-test: cannot import {framework}")
-            return super().load()
+            raise FrameworkUnavailable(f"planted by the self-test: cannot import {framework}")
 
-        def run(self, case, api, device, part):
-            if variant_name == LostDtype.name and str(case.dtype) == os.environ.get(ENV_LOST_DTYPE):
-                return Observation(unsupported=f"no kernel for this device: planted by the self-test: the "
-                                               f"{case.dtype} kernels are lost")
-            return super().run(case, api, device, part)
-
-    Broken.__name__ = Broken.__qualname__ = class_name(framework, variant_name)
+    Broken.__name__ = Broken.__qualname__ = class_name(framework, NotImportable.name)
     return Broken
 
 
@@ -514,60 +520,82 @@ def __getattr__(name: str):
     """`conformance.selftest:Planted__<framework>__<variant>` names a planted adapter for the worker."""
     if name.startswith("Planted__") and name.count("__") == 2:
         _, framework, variant_name = name.split("__")
-        if variant_name in VARIANTS or variant_name in GATE_VARIANTS:
-            make = planted_adapter_class if variant_name in VARIANTS else gate_adapter_class
-            cls = make(framework, variant_name)
+        if variant_name in VARIANTS or variant_name == NotImportable.name:
+            cls = (planted_adapter_class(framework, variant_name) if variant_name in VARIANTS
+                   else unimportable_adapter_class(framework))
             globals()[name] = cls
             return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_STATE: dict = {}
+class Planter:
+    """Builds, for one answer of the framework, the Call a variant reads, and plants a variant's fault into it.
+    One per spec and profile set: it keeps the specs it derives from them (the API's deviations applied)."""
+
+    def __init__(self, spec: Spec, ledger: DeviationLedger):
+        self.spec, self.ledger = spec, ledger
+        self._deviated: dict[tuple[str, ...], Spec] = {}
+
+    def call(self, case: Case, api, part: str, mode: str, observed: Observation) -> Call | None:
+        """What a variant may read of `api`'s answer `observed`; None where nothing ran (nothing to plant)."""
+        if observed.unsupported is not None:
+            return None
+        declared = self.ledger.by_api.get(api.name, ())
+        deviated = None
+        if declared:
+            key = tuple(d.id for d in declared)
+            if key not in self._deviated:
+                self._deviated[key] = apply_deviations(self.spec, list(declared))
+            deviated = _expectation(case, self._deviated[key], part, api.dialect)
+        expected = _expectation(case, self.spec, part, api.dialect)
+        return Call(case, api.name, part, observed, expected, deviated, self.spec,
+                    frozenset(path for d in declared for path in d.set), api.dialect,
+                    bool(accepted(observed, expected)), mode)
+
+    def plant(self, variant: Variant, call: Call | None) -> Observation | None:
+        """The variant's faulty answer for `call`, its row recorded; None where the variant plants no fault."""
+        if call is None:
+            return None
+        planted = variant.plant(call)
+        if planted is None or not is_fault(planted, call):
+            return None
+        record(call, variant.name, variant.rule(call), clean=call.conforms)
+        return planted
+
+
+_WORKER: dict = {}  # the worker's Planter, made at its first call
 
 
 def _plant(adapter, variant: Variant, case: Case, api, part: str, observed: Observation) -> Observation:
-    if observed.unsupported is not None:
-        return observed  # nothing ran: nothing to plant
-    spec = _STATE.get("spec")
-    if spec is None:
-        spec = _STATE["spec"] = load_spec(os.environ.get(ENV_SPEC) or None)
-        _STATE["ledger"] = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis])
-    declared = _STATE["ledger"].by_api.get(api.name, ())
-    deviated = _expectation(case, _deviated_spec(spec, declared), part, api.dialect) if declared else None
-    expected = _expectation(case, spec, part, api.dialect)
-    call = Call(case, api.name, part, observed, expected, deviated, spec,
-                frozenset(path for d in declared for path in d.set), api.dialect, bool(accepted(observed, expected)),
-                adapter.mode)
-    planted = variant.plant(call)
-    if planted is None or not is_fault(planted, call):
-        return observed
-    record(call, variant.name, variant.rule(call), clean=call.conforms)
-    return planted
+    """In a worker: `observed`, or the variant's fault planted into it."""
+    planter = _WORKER.get("planter")
+    if planter is None:
+        spec = load_spec(os.environ.get(ENV_SPEC) or None)
+        ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis])
+        planter = _WORKER["planter"] = Planter(spec, ledger)
+    planted = planter.plant(variant, planter.call(case, api, part, adapter.mode, observed))
+    return observed if planted is None else planted
+
+
+_EXPECTED: dict = {}  # the expectations of the case planted into last, by spec, part and dialect
+_ALTERNATIVES: dict = {}  # spec with one other convention, by the spec's hash and the alternative
 
 
 def _expectation(case: Case, spec: Spec, part: str, dialect: str) -> Expected:
-    key = (id(case), spec.hash, part, dialect)
-    memo = _STATE.setdefault("expected", {})
-    if memo.get("case") is not case:
-        memo.clear()
-        memo["case"] = case
-    if key not in memo:
-        memo[key] = expected_for(case, spec, part, dialect)
-    return memo[key]
-
-
-def _deviated_spec(spec: Spec, declared) -> Spec:
-    key = ("deviated", tuple(d.id for d in declared))
-    if key not in _STATE:
-        _STATE[key] = apply_deviations(spec, list(declared))
-    return _STATE[key]
+    key = (spec.hash, part, dialect)
+    if _EXPECTED.get("case") is not case:
+        _EXPECTED.clear()
+        _EXPECTED["case"] = case
+    if key not in _EXPECTED:
+        _EXPECTED[key] = expected_for(case, spec, part, dialect)
+    return _EXPECTED[key]
 
 
 def _alternative(spec: Spec, alt) -> Spec:
-    key = ("alternative", alt)
-    if key not in _STATE:
-        _STATE[key] = with_alternatives(spec, (alt,))
-    return _STATE[key]
+    key = (spec.hash, alt)
+    if key not in _ALTERNATIVES:
+        _ALTERNATIVES[key] = with_alternatives(spec, (alt,))
+    return _ALTERNATIVES[key]
 
 
 def record(call: Call, variant_name: str, rule: str | None, whole_case: bool = False, clean: bool = True) -> None:
@@ -588,17 +616,82 @@ class NotRun(Exception):
     """The framework could not be loaded: the self-test proved nothing, which is not a pass."""
 
 
+class _RecordingPool(WorkerPool):
+    """The control run's worker: it keeps every task's outcome (the framework's answers, or the crash or timeout
+    it met), which the variants then plant into."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.outcomes: dict[int, Outcome] = {}
+
+    def run(self, tasks):
+        for outcome in super().run(tasks):
+            self.outcomes[outcome.task.index] = outcome
+            yield outcome
+
+
+class _ReplayPool:
+    """A variant run's worker pool that calls no framework: it answers each task as the control run's worker did,
+    each answer passed through `answer(index, call, observed)` (where the variant plants its fault; `index` is the
+    case's place in the control run), and a call that crashed or timed out there does so here. The run judges
+    and writes these answers as any other. `indices` maps the run's cases to their places in the control run."""
+
+    launched = True
+    restarts = 0
+
+    def __init__(self, control: _RecordingPool, indices: Sequence[int],
+                 answer: Callable[[int, tuple[str, str, str, str], Observation], Observation]):
+        self.info, self._outcomes, self._indices, self._answer = control.info, control.outcomes, indices, answer
+
+    def launch(self) -> None:
+        pass
+
+    def ready(self) -> bool:
+        return True
+
+    def wait_ready(self):
+        return self.info
+
+    def close(self) -> None:
+        pass
+
+    def run(self, tasks):
+        for task in tasks:
+            index = self._indices[task.index]
+            recorded = self._outcomes.get(index)
+            if recorded is None or recorded.task.case.id != task.case.id or recorded.task.calls != task.calls:
+                raise RuntimeError(f"the self-test's variant asked for calls of case {task.case.id!r} that its "
+                                   "control run did not make")
+            yield Outcome(task, {call: self._answer(index, call, observed)
+                                 for call, observed in recorded.observations.items()},
+                          recorded.failure, recorded.failure_message, dict(recorded.failed_calls), recorded.lost)
+            if recorded.lost is not None:  # the control's worker could not be restarted: neither can this one
+                raise recorded.lost
+
+
 def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Path,
                  variants: Iterable[str] = (), options: RunOptions = RunOptions(),
                  progress: Callable[[str], None] | None = None) -> tuple[dict, list[VariantReport]]:
     """Run the unwrapped adapter (the control) and each planted variant over `cases`; count, per variant,
     the rows it changed and how many of them were flagged (neither pass nor documented).
 
+    The framework is called once per call, by the control run. A variant that plants a wrong answer replays
+    the control's answers with its fault planted into them (in this process: the fault depends only on the
+    answer and the expectations), through the whole run (judge, rows, details) as `run` does, over the cases it
+    planted into (in the others every answer, and so every row, would be the control's). A variant whose
+    fault is the worker's own death (a crash, a hang) runs a real worker over the cases it plants into, each
+    with the case after it (an honest case in flight when the worker dies). Every row a variant did not plant
+    into must keep the control's verdict and cause.
+
     Returns the control run's verdict counts and one report per variant.
     """
     adapter = get_adapter(framework)  # out_dir is made by the control run, once the devices are known
     os.environ[ENV_SPEC] = str(spec.source)
-    control = run_conformance(spec, framework, cases, out_dir / "control", options)
+    recorder = _RecordingPool(framework, timeout_s=options.timeout_s, compile_cache_dir=options.cache_dir)
+    try:
+        control = run_conformance(spec, framework, cases, out_dir / "control", options, pool=recorder)
+    finally:
+        recorder.close()
     if control.not_run:
         raise NotRun(f"{framework} did not run, so nothing was planted: {control.not_run}")
     not_run = read_manifest(out_dir / "control").get("modes_not_run") or {}
@@ -606,36 +699,67 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
         mode, why = next(iter(not_run.items()))
         raise NotRun(f"mode {mode} of {framework} cannot run here, so nothing was planted through it: {why}")
     modes = tuple(dict.fromkeys(options.modes)) or (EAGER,)
+    control_rows = {row.call: row for row in iter_results(out_dir / "control")}
     reports = []
     ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir)
+    planter = Planter(spec, ledger)
+    calls = None  # each answer of the control run, with what a variant reads of it: made once, for every variant
+
     for name in (variants or [*VARIANTS, *GATE_VARIANTS]):
         if name in GATE_VARIANTS:
             if progress is not None:
                 progress(name)
-            reports.append(_gate_variant(spec, framework, GATE_VARIANTS[name], cases, out_dir, options))
+            reports.append(_gate_variant(spec, framework, GATE_VARIANTS[name], cases, out_dir, options, recorder))
             continue
-        reason = VARIANTS[name]().not_applicable(adapter, ledger)
+        variant = VARIANTS[name]()
+        reason = variant.not_applicable(adapter, ledger)
         if reason is not None:
-            reports.append(VariantReport(name, VARIANTS[name].fault, not_applicable=reason))
+            reports.append(VariantReport(name, variant.fault, not_applicable=reason))
             continue
         if progress is not None:
             progress(name)
         log = out_dir / f"{name}.planted.jsonl"
         log.unlink(missing_ok=True)
         os.environ[ENV_LOG] = str(log)
-        hang_limit = HANG_TIMEOUT_S if modes == (EAGER,) else HANG_TIMEOUT_COMPILED_S
-        timeout = hang_limit if name == "hang" else options.timeout_s
         try:
-            run_conformance(spec, f"{__name__}:{class_name(framework, name)}", cases, out_dir / name,
-                            replace(options, timeout_s=timeout))
+            if variant.in_worker:
+                ran = _with_next(cases, variant)
+                hang_limit = HANG_TIMEOUT_S if modes == (EAGER,) else HANG_TIMEOUT_COMPILED_S
+                run_conformance(spec, f"{__name__}:{class_name(framework, name)}", ran, out_dir / name,
+                                replace(options, timeout_s=hang_limit if name == "hang" else options.timeout_s))
+            else:
+                # planted before the run, which then holds exactly the cases planted into: in any other case every
+                # answer is the control's, and so would every row be
+                calls = _calls(recorder, planter, adapter) if calls is None else calls
+                planted = {(index, call): fault for index, call, c in calls
+                           if (fault := planter.plant(variant, c)) is not None}
+                indices = sorted({index for index, _ in planted})
+                ran = [cases[i] for i in indices]
+                run_conformance(spec, framework, ran, out_dir / name, options, pool=_ReplayPool(
+                    recorder, indices, lambda index, call, observed: planted.get((index, call), observed)))
         finally:
             os.environ.pop(ENV_LOG, None)
-        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, cases, spec, modes))
+        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, ran, spec, modes, control_rows))
     return dict(control.counts), reports
 
 
+def _calls(control: _RecordingPool, planter: Planter, adapter) -> list[tuple[int, tuple[str, str, str, str], Call]]:
+    """Each answer of the control run: its case's place in the run, the call, and what a variant reads of it."""
+    return [(index, call, planter.call(outcome.task.case, adapter.api(call[0]), call[3], call[2], observed))
+            for index, outcome in sorted(control.outcomes.items()) for call, observed in outcome.observations.items()]
+
+
+def _with_next(cases: Sequence[Case], variant: Variant) -> list[Case]:
+    """The cases `variant` plants into, each with the case after it (which must come back as the control's)."""
+    keep = set()
+    for i, case in enumerate(cases):
+        if variant.plants_into(case):
+            keep |= {i, i + 1}
+    return [case for i, case in enumerate(cases) if i in keep]
+
+
 def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases: Sequence[Case], out_dir: Path,
-                  options: RunOptions) -> VariantReport:
+                  options: RunOptions, control: _RecordingPool) -> VariantReport:
     """Run the broken build, then ask each gate of its run with the control run as baseline; a gate that passes
     (or exits otherwise than it must) fails the variant. Each gate's report is kept in <variant>.gates/."""
     report = VariantReport(variant.name, variant.fault)
@@ -647,13 +771,16 @@ def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases:
         if lost is None:
             report.not_applicable = "the control judged no case of a floating dtype"
             return report
-        os.environ[ENV_LOST_DTYPE] = lost
         report.fault = report.fault.replace("one dtype", lost)
-    try:
+        no_kernel = Observation(unsupported=f"no kernel for this device: planted by the self-test: the {lost} "
+                                            "kernels are lost")
+        # the control's answers, but every call of the lost dtype says it has no kernel
+        run_conformance(spec, framework, cases, out_dir / variant.name, options, pool=_ReplayPool(
+            control, range(len(cases)), lambda index, call, observed: no_kernel if str(cases[index].dtype) == lost
+            else observed))
+    else:  # a build that cannot be imported: a real worker fails to load it
         run_conformance(spec, f"{__name__}:{class_name(framework, variant.name)}", cases, out_dir / variant.name,
                         options)
-    finally:
-        os.environ.pop(ENV_LOST_DTYPE, None)
     for gate, expected in variant.gates.items():
         gates = Gates(strict=gate == "--strict", fail_on_new=gate == "--fail-on-new", known=gate == "--known")
         known = KnownFindings([], "(no entries)", "") if gates.known else None
@@ -673,7 +800,9 @@ def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases:
 
 
 def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Sequence[Case],
-           spec: Spec, modes: Sequence[str] = (EAGER,)) -> VariantReport:
+           spec: Spec, modes: Sequence[str], control_rows: dict) -> VariantReport:
+    """The variant's report: its planted rows (flagged? attributed?), and its other rows against the control's
+    (`control_rows`, by `Result.call`) of the cases the variant ran."""
     report = VariantReport(variant.name, variant.fault)
     # each planted call (case id, api, mode, part), and the cause it must be given
     planted: dict[tuple[str, str, str, str], str | None] = {}
@@ -701,9 +830,12 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
         planted.update(dict.fromkeys(calls, "harness.isolation"))
         clean |= calls
     got = {(d["case_id"], d["api"], d["device"], d["mode"], d["part"]): d for d in iter_details(run_dir)}
+    seen = set()
     for row in iter_results(run_dir):
         key = (row.case_id, row.api, row.mode, row.part)
+        seen.add(row.call)
         if key not in planted:
+            _compare_unplanted(report, row, control_rows.get(row.call))
             continue
         report.planted += 1
         report.verdicts[row.verdict.value] = report.verdicts.get(row.verdict.value, 0) + 1
@@ -726,7 +858,25 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
             report.misattributed.append(f"{row.case_id} {row.api} {row.device} {_mode_word(row.mode)}{row.part}: "
                                         f"cause {row.cause!r}, "
                                         f"not {rule or UNEXPLAINED!r}; {row.message}")
+    for call, control in control_rows.items():  # a call the control judged lost its row: the fault cost more
+        if call[0] in by_id and call not in seen:
+            report.disturbed += 1
+            if len(report.disturbances) < 10:
+                report.disturbances.append(f"{' '.join(call[:3])} {_mode_word(call[3])}{call[4]}: no row; the "
+                                           f"control: {control.verdict.value}")
     return report
+
+
+def _compare_unplanted(report: VariantReport, row, control) -> None:
+    """A row the variant did not plant into must be the control's: the fault costs only the calls it hit."""
+    if control is not None and (row.verdict, row.cause, row.documented) == \
+            (control.verdict, control.cause, control.documented):
+        return
+    report.disturbed += 1
+    if len(report.disturbances) < 10:
+        was = "no row" if control is None else f"{control.verdict.value} ({control.cause or 'no cause'})"
+        report.disturbances.append(f"{row.case_id} {row.api} {row.device} {_mode_word(row.mode)}{row.part}: "
+                                   f"{row.verdict.value} ({row.cause or 'no cause'}); the control: {was}")
 
 
 def _mode_word(mode: str) -> str:

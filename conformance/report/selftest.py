@@ -21,6 +21,9 @@ class VariantReport:
     attributed: int = 0  # flagged rows whose cause is the rule the fault breaks (or unexplained, for none)
     over_divergence: int = 0  # flagged rows planted over the framework's own divergence: their cause is not checked
     misattributed: list[str] = field(default_factory=list)  # flagged rows with another cause (first few)
+    # rows the variant did not plant into that differ from the control's (another verdict or cause, or no row)
+    disturbed: int = 0
+    disturbances: list[str] = field(default_factory=list)  # (first few)
 
     @property
     def attribution_checked(self) -> bool:
@@ -30,7 +33,8 @@ class VariantReport:
     @property
     def ok(self) -> bool:
         return ((self.planted > 0 or self.not_applicable is not None) and self.flagged == self.planted
-                and (not self.attribution_checked or self.attributed == self.attribution_due))
+                and (not self.attribution_checked or self.attributed == self.attribution_due)
+                and not self.disturbed)
 
     @property
     def attribution_due(self) -> int:
@@ -68,7 +72,8 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
     lines += ["", "All planted rows were flagged, and attributed to the rule their fault breaks." if not failed else
               f"{len(failed)} variants failed: a variant must plant at least one fault (unless the framework "
               "can carry no such fault), every planted row must be flagged and attributed to the rule its fault "
-              "breaks, and every gate asked of a broken build must fail."]
+              "breaks, every other row must keep the control's verdict and cause, and every gate asked of a "
+              "broken build must fail."]
     for r in failed:
         if r.flagged < r.planted or not r.planted:
             lines += ["", f"## `{r.name}`: " + ("planted nothing" if not r.planted else
@@ -79,6 +84,9 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
         if r.attribution_checked and r.attributed < r.attribution_due:
             lines += ["", f"## `{r.name}`: {r.attribution_due - r.attributed} flagged rows attributed to another cause"]
             lines += [f"- {m}" for m in r.misattributed]
+        if r.disturbed:
+            lines += ["", f"## `{r.name}`: {r.disturbed} rows it did not plant into differ from the control's"]
+            lines += [f"- {m}" for m in r.disturbances]
     return "\n".join(lines) + "\n"
 
 
@@ -86,7 +94,8 @@ def selftest_json(framework: str, control: dict, reports: list[VariantReport]) -
     """selftest.json: the control's verdict counts and each variant's counts."""
     return json.dumps({"framework": framework, "control": control, "variants": [
         {"name": r.name, "fault": r.fault, "planted": r.planted, "flagged": r.flagged, "verdicts": r.verdicts,
-         "ok": r.ok, "missed": r.missed, "not_applicable": r.not_applicable,
+         "ok": r.ok, "missed": r.missed, "not_applicable": r.not_applicable, "disturbed": r.disturbed,
+         "disturbances": r.disturbances,
          **({"attributed": r.attributed, "attribution_due": r.attribution_due, "over_divergence": r.over_divergence,
              "misattributed": r.misattributed} if r.attribution_checked else {})}
         for r in reports]}, indent=2) + "\n"
