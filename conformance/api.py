@@ -39,6 +39,7 @@ from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Verdict
 from conformance.core.results import iter_results, read_manifest
 from conformance.core.rundirs import iter_rows, load_manifests
+from conformance.core.scratch import make_scratch
 from conformance.core.specload import load_spec
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.known import KnownFindings, load_known
@@ -277,7 +278,7 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
                          fix="pass what conformance.api.run returned, or the --out directory of a run")
     _path_or_none(baseline, "baseline")
     dirs = [Path(r) for r in given if not isinstance(r, RunOutcome)]
-    scratch = Path(tempfile.mkdtemp(prefix="kl-conformance-gate-"))
+    scratch = make_scratch("kl-conformance-gate-")
     try:
         check_gate_options(spec, _gate_args(fail_on_new, baseline, None, dirs, scratch))
         known = _known(known)  # read after the options are checked, as the CLI reads it

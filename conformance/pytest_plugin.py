@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -121,7 +120,9 @@ class _Suite:
 
             check_baseline_cases(Path(self.baseline), self.spec, self.selection)
         self.controller = True
-        self.dir = Path(tempfile.mkdtemp(prefix="kl-conformance-pytest-"))
+        from conformance.core.scratch import make_scratch
+
+        self.dir = make_scratch("kl-conformance-pytest-")  # one a killed session left goes with the next
         self.present = {}
         self.unusable: dict[str, dict[str, str]] = {}  # framework -> {mode: why it cannot run here}
         for name, adapter in self.adapters.items():

@@ -22,7 +22,6 @@ import queue
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -36,6 +35,7 @@ from typing import Any, Deque, Iterator
 import numpy as np
 
 from conformance.core.model import EAGER, Case, Observation, Verdict
+from conformance.core.scratch import make_scratch
 
 READY, UNAVAILABLE, CASE, CLOSED = "ready", "unavailable", "case", "closed"
 # How long closing waits for the worker to close its adapter; R torch, which ends its R session there,
@@ -304,11 +304,12 @@ class WorkerPool:
         self._conn = None
         self._lifeline = None  # the write end of the pipe the worker watches
         self._outbox: _Outbox | None = None
-        self._output = tempfile.NamedTemporaryFile(prefix="kl-worker-", suffix=".log", delete=False)
-        self._output.close()
-        # the workers' Adapter.scratch_dir: removed on close, or when the pool is collected or Python exits
-        self._scratch = tempfile.mkdtemp(prefix="kl-scratch-")
+        # the workers' Adapter.scratch_dir, with the worker's log: removed on close, or when the pool is collected
+        # or Python exits; one left by a killed harness is removed by the next pool made (core.scratch)
+        self._scratch = str(make_scratch("kl-scratch-"))
         self._scratch_removal = weakref.finalize(self, shutil.rmtree, self._scratch, True)
+        self._output = types.SimpleNamespace(name=os.path.join(self._scratch, "worker.log"))
+        open(self._output.name, "w").close()
         self.info: WorkerInfo | None = None
         self.restarts = 0
         self._idle = False  # every task sent has been answered: a close is the worker's next message

@@ -25,6 +25,8 @@ CASES = """
 FAULT = "- {id: the-fault, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}\n"
 ADAPTERS = "tests.faults.adapters:"
 NUMPY = ADAPTERS + "NumpyAdapter"
+
+
 def child_env() -> dict[str, str]:
     """The environment of a child run, read when the test runs: the session's cache folder and cache key
     (tests/conftest.py) are set by then, so no child writes into the user's own cache or key file."""
@@ -324,6 +326,30 @@ def test_sigkill_of_the_parent_ends_its_worker_and_the_workers_helpers(tmp_path)
     finally:
         _kill_all([worker, helper])
         proc.stderr.close()
+
+
+def test_a_scratch_folder_a_sigkill_left_is_removed_by_the_next_run(tmp_path):
+    """Nothing runs in a process killed by SIGKILL, so its worker's scratch folder (the worker's log, R's
+    TMPDIR) stays behind; the next run of the harness removes it, and leaves a live run's folder alone."""
+    proc, out, worker, helper = _hanging_run(tmp_path)
+    try:
+        proc.kill()
+        proc.wait()
+        _poll(lambda: _gone(worker) and _gone(helper), "the worker and its helper to end")
+    finally:
+        _kill_all([worker, helper])
+        proc.stderr.close()
+    left = [p.name for p in (tmp_path / "tmp").iterdir()]
+    assert any(name.startswith("kl-scratch-") for name in left), left  # what the SIGKILL left
+    live = tmp_path / "tmp" / "kl-scratch-live"
+    live.mkdir()
+    (live / ".kl-owner").write_text(f"{os.getpid()} {(Path('/proc') / str(os.getpid()) / 'stat').read_text().rsplit(')', 1)[1].split()[19]}\n")
+    done = subprocess.run([sys.executable, "-m", "conformance", "run", "--framework", NUMPY, "--suite", "none",
+                           "--cases", str(_cases(tmp_path)), "--out", str(tmp_path / "again"), "--no-progress"],
+                          env={**child_env(), "TMPDIR": str(tmp_path / "tmp")}, capture_output=True, text=True,
+                          timeout=BOUND_S)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "tmp").iterdir()) == ["kl-scratch-live"]
 
 
 def test_sigterm_records_the_run_as_interrupted_and_leaves_nothing_behind(tmp_path):
