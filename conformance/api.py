@@ -170,6 +170,7 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     timeout_s = OPTIONS["timeout_s"].check(timeout_s, API)
     apis, devices, parts, modes = (OPTIONS[option].check_each(given, API) for option, given in
                                    (("api", apis), ("device", devices), ("part", parts), ("mode", modes)))
+    _flags(cache=cache, force=force)
     known = _known(known)
     for keyword, path in (("out", out), ("profiles", profiles), ("cache_dir", cache_dir)):
         _path_or_none(path, keyword)
@@ -270,6 +271,7 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
     --fail-on-new, --baseline, --known): `code` (EXIT_OK, EXIT_GATE, EXIT_INCOMPLETE), the `lines` that say
     why a gate failed, and the `notes` that inform without failing. `runs` are RunOutcomes or run (or
     merged) directories. Writes nothing."""
+    _flags(strict=strict, fail_on_new=fail_on_new)
     spec = spec or load_spec()
     given = [runs] if isinstance(runs, (RunOutcome, str, Path)) else _listed(runs)
     wrong = [r for r in given if not isinstance(r, (RunOutcome, str, Path))]
@@ -324,6 +326,14 @@ def _listed(runs: Any) -> list:
     except TypeError:
         raise UsageError(f"expected a run or a list of runs, got {type(runs).__name__}", where="runs",
                          fix="pass what conformance.api.run returned, or the --out directory of a run") from None
+
+
+def _flags(**given: Any) -> None:
+    """Each switch is True or False: `force="no"` would otherwise read as True (and replace a run)."""
+    for keyword, value in given.items():
+        if type(value) is not bool:
+            raise UsageError(f"expected True or False, got {value!r}", where=keyword,
+                             fix=f"pass {keyword}=True or {keyword}=False")
 
 
 def _gate_args(fail_on_new: bool, baseline, known, dirs: list[Path], scratch: Path) -> argparse.Namespace:

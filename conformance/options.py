@@ -32,8 +32,9 @@ def _shown(value: Any) -> str:
     return repr(value if isinstance(value, str) else str(value))
 
 
-def whole(minimum: int) -> Callable[[Any], int]:
-    """A parser of whole numbers >= `minimum` (a seed, a number of samples); a bool or a float is refused."""
+def whole(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    """A parser of whole numbers >= `minimum` (and <= `maximum`, where given): a seed, a number of samples; a
+    bool or a float is refused."""
     def parse(value: Any) -> int:
         text = value if isinstance(value, str) else str(value)
         try:
@@ -42,8 +43,15 @@ def whole(minimum: int) -> Callable[[Any], int]:
             raise OptionValueError(f"expected a whole number, got {_shown(value)}") from None
         if number < minimum:
             raise OptionValueError(f"expected a whole number >= {minimum}, got {_shown(value)}")
+        if maximum is not None and number > maximum:
+            raise OptionValueError(f"expected a whole number <= {maximum}, got {_shown(value)}")
         return number
     return parse
+
+
+# Draws of every generated combination: each multiplies the whole suite, so more than this is a typo, not a
+# test plan, and would only keep a command busy.
+MAX_SAMPLES = 1000
 
 
 def positive(value: Any) -> float:
@@ -172,7 +180,7 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in (
            "docs/guide/modes.md), or none (the case files alone)", one_of(lambda: SUITES), "{" + ",".join(SUITES) + "}",
            fix=f"use one of {list(SUITES)}"),
     Option("--samples", "samples", "independent draws of every generated combination (ids end in s0 ... sN-1)",
-           whole(1), "N", fix="give a whole number >= 1"),
+           whole(1, MAX_SAMPLES), "N", fix=f"give a whole number from 1 to {MAX_SAMPLES}"),
     Option("--cases", "case_files", "user case file", None, "FILE", repeatable=True),
     Option("--only", "only", "only case ids matching this glob", None, "ID", repeatable=True),
     Option("--shard", "shard", "only the K-th of N disjoint shards of the cases (by a hash of the case id), "

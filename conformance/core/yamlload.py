@@ -175,13 +175,26 @@ _SCALARS = {"tag:yaml.org,2002:bool": _construct_bool, "tag:yaml.org,2002:int": 
 def read_text(path, shown: str, error: type[ConformanceError], fix: str, max_bytes: int = 4 * MAX_TEXT_CHARS) -> str:
     """A user file's text, of at most `max_bytes`; an unreadable, larger or non-UTF-8 file is `error` naming
     the file."""
-    from pathlib import Path
+    import os
+    import stat
 
     try:
-        with Path(path).open("rb") as handle:
+        # opened without blocking and checked before any read: a FIFO or a device would wait for a writer forever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise error(f"cannot read the file ({exc.strerror})", file=shown, fix=fix) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise error("not a regular file (a FIFO, a device or a folder)", file=shown, fix=fix)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1  # the file object owns it now
             data = handle.read(max_bytes + 1)
     except OSError as exc:
         raise error(f"cannot read the file ({exc.strerror})", file=shown, fix=fix) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > max_bytes:
         raise error(f"larger than {max_bytes // 2**20} MiB", file=shown,
                     fix="split the file into smaller ones") from None

@@ -147,6 +147,25 @@ def _counted(manifest: dict[str, Any]) -> bool:
         and type(manifest.get("cases")) is int and isinstance(manifest.get("stages"), list) and _names_rows(manifest)
 
 
+def unrecorded(manifests: Sequence[dict[str, Any]], totals: Counter) -> list[str]:
+    """What the runs' own record does not state, so that no gate can tell whether rows are missing: rows of a
+    framework whose run has no run.json, and a finished run.json without its counts (a run writes them as it
+    ends; a report scoped by --mode drops them on purpose, and says so in its selection)."""
+    lines = []
+    if all(_names_rows(m) for m in manifests):  # runs that name their rows' framework: each must have one
+        named = {row_framework(m) for m in manifests}
+        lines += [f"the {framework} results have no run.json: what their run selected and counted is unknown"
+                  for framework in sorted(totals) if framework not in named]
+    for m in manifests:
+        selection = m.get("selection") if isinstance(m.get("selection"), dict) else {}
+        scoped = "--mode" in (selection.get("narrowed_by") or ())
+        finished = m.get("status") in ("complete", "stopped")
+        if finished and not scoped and (not isinstance(m.get("counts"), dict) or type(m.get("cases")) is not int):
+            lines.append(f"the {m.get('framework', '?')} run.json records no counts of its results: whether rows "
+                         "are missing cannot be told")
+    return lines
+
+
 def _verdicts(counts: Counter) -> str:
     return ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "none"
 
@@ -174,6 +193,7 @@ def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
             lines.append(f"{name} produced no results (no selected part or API applies)")
     if not tally.total and not lines:
         lines.append("the runs hold no results")
+    lines += unrecorded(manifests, totals)
     for framework in sorted(totals):
         if totals[framework] and not judged[framework]:
             lines.append(f"{framework} judged nothing: all its {totals[framework]} results are unsupported")

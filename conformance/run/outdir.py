@@ -238,6 +238,7 @@ def prepare_out_dir(path: str | Path, *, force: bool = False, resume: bool = Fal
             lock.acquire(out)
             check_out_dir(out, resume=resume, force=force, inputs=inputs, record_required=record_required,
                           locked=True)
+        _refuse_linked_folders(out)
         if force and not resume:
             clear_harness_files(out)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
@@ -246,6 +247,16 @@ def prepare_out_dir(path: str | Path, *, force: bool = False, resume: bool = Fal
         raise UsageError(f"cannot write to the output directory ({exc.strerror})", file=str(out), where="--out",
                          fix="choose a directory you can write to") from None
     return out
+
+
+def _refuse_linked_folders(out: Path) -> None:
+    """A folder inside --out that is a symbolic link (repro/, issues/, cases/ made to point elsewhere) would
+    have the harness write outside --out: refused, whatever the command."""
+    for entry in out.iterdir():
+        if entry.is_symlink() and entry.is_dir():
+            raise UsageError("a folder in the output directory is a symbolic link: the harness would write "
+                             "through it, outside the output directory", file=str(entry), where="--out",
+                             fix=f"remove the link {entry.name}, or choose another --out")
 
 
 def clear_temporary_files(out: Path) -> None:
