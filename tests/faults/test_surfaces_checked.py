@@ -89,13 +89,18 @@ def test_collecting_only_runs_no_gate(project):
         assert "ok-before[numpy.kl_div-cpu-forward]" in output and "stale" not in output and "lost" not in output
 
 
-def test_a_baseline_of_other_case_values_is_a_usage_error_before_any_item(project):
+def _baseline_then_other_values(project):
+    """A baseline run in project/base; then the case `ok-before` gets another input value under the same id."""
     assert main(["run", "--framework", OFF_BY_ONE, "--cases", str(project / "cases.yaml"), "--suite", "none",
                  "--out", str(project / "base"), "--no-progress", "--no-repro"]) == 0
     (project / "cases.yaml").write_text(CASES.replace("[[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
                                                       "dtype: float64}\n- {id: the-fault",
                                                       "[[-1.5, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
                                                       "dtype: float64}\n- {id: the-fault", 1))
+
+
+def test_a_baseline_of_other_case_values_is_a_usage_error_before_any_item(project):
+    _baseline_then_other_values(project)
     code, output, outcomes = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml",
                                      "--kl-suite", "none", "--kl-baseline", "base")
     assert code == 4 and "Traceback" not in output and outcomes == {}, output
@@ -105,12 +110,7 @@ def test_a_baseline_of_other_case_values_is_a_usage_error_before_any_item(projec
 
 def test_the_cli_refuses_a_baseline_of_other_case_values_before_anything_is_written(project, capsys):
     """The same check as the plugin's, on `run --baseline`: before, the run found the mismatch only mid-run."""
-    assert main(["run", "--framework", OFF_BY_ONE, "--cases", str(project / "cases.yaml"), "--suite", "none",
-                 "--out", str(project / "base"), "--no-progress", "--no-repro"]) == 0
-    (project / "cases.yaml").write_text(CASES.replace("[[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
-                                                      "dtype: float64}\n- {id: the-fault",
-                                                      "[[-1.5, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
-                                                      "dtype: float64}\n- {id: the-fault", 1))
+    _baseline_then_other_values(project)
     capsys.readouterr()
     out = project / "out"
     assert main(["run", "--framework", OFF_BY_ONE, "--cases", str(project / "cases.yaml"), "--suite", "none",
