@@ -4,6 +4,7 @@ a row key twice, one case id with two contents (seeds, edited case files), a dam
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 
 import pytest
 
@@ -19,7 +20,10 @@ def _run_dir(path, rows, **manifest):
     with ResultsWriter(path) as writer:
         for row in rows:
             writer.write(row)
-    write_manifest(path, {"framework": "torch", "status": "complete", "seed": 1, **manifest})
+    # what a finished run records of its rows: their count by verdict and how many cases they cover
+    counts = dict(Counter(row.verdict.value for row in rows))
+    write_manifest(path, {"framework": "torch", "status": "complete", "seed": 1, "counts": counts,
+                          "cases": len({row.case_id for row in rows}), **manifest})
     return path
 
 
