@@ -36,6 +36,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 SCRIPTS = Path(__file__).resolve().parent
 BUILD_SCRIPT = SCRIPTS / "build-rtorch.sh"
@@ -49,7 +50,7 @@ def say(text: str) -> None:
     print(f"rtorch_env: {text}", file=sys.stderr, flush=True)
 
 
-def fail(code: int, text: str) -> "NoReturn":  # noqa: F821
+def fail(code: int, text: str) -> NoReturn:
     say(text)
     raise SystemExit(code)
 
@@ -97,8 +98,10 @@ def debian_version(package: str) -> str:
 
 
 def build_key(archives: dict[str, Path]) -> tuple[str, dict[str, str]]:
-    """A key naming everything the build depends on: the archives, the build script, the system packages."""
-    inputs = {name: sha256_of(path) for name, path in sorted(archives.items())}
+    """A key naming everything the build depends on: the archives (verified: their pinned checksums), the build
+    script, the system packages."""
+    pinned = pinned_archives()
+    inputs = {name: pinned[name] for name in sorted(archives)}
     inputs[BUILD_SCRIPT.name] = sha256_of(BUILD_SCRIPT)
     inputs.update({package: debian_version(package) for package in KEY_PACKAGES})
     inputs["LANTERN_CXXFLAGS"] = os.environ.get("LANTERN_CXXFLAGS", "")

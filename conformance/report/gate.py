@@ -143,8 +143,13 @@ def damaged(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
 def _counted(manifest: dict[str, Any]) -> bool:
     """The run.json records what its rows must hold: the framework name they carry, its counts and cases, and
     (being of a harness that keeps them whole across --resume) its stages."""
-    return manifest.get("status") in ("complete", "stopped") and isinstance(manifest.get("counts"), dict) \
-        and type(manifest.get("cases")) is int and isinstance(manifest.get("stages"), list) and _names_rows(manifest)
+    return manifest.get("status") in ("complete", "stopped") and _has_counts(manifest) \
+        and isinstance(manifest.get("stages"), list) and _names_rows(manifest)
+
+
+def _has_counts(manifest: dict[str, Any]) -> bool:
+    """The run.json counts its results by verdict and the cases they cover, as a run writes them as it ends."""
+    return isinstance(manifest.get("counts"), dict) and type(manifest.get("cases")) is int
 
 
 def unrecorded(manifests: Sequence[dict[str, Any]], totals: Counter) -> list[str]:
@@ -160,7 +165,7 @@ def unrecorded(manifests: Sequence[dict[str, Any]], totals: Counter) -> list[str
         selection = m.get("selection") if isinstance(m.get("selection"), dict) else {}
         scoped = "--mode" in (selection.get("narrowed_by") or ())
         finished = m.get("status") in ("complete", "stopped")
-        if finished and not scoped and (not isinstance(m.get("counts"), dict) or type(m.get("cases")) is not int):
+        if finished and not scoped and not _has_counts(m):
             lines.append(f"the {m.get('framework', '?')} run.json records no counts of its results: whether rows "
                          "are missing cannot be told")
     return lines

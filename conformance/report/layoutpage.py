@@ -29,7 +29,7 @@ def _modules() -> dict[str, str | None]:
     of their own (pyproject.toml's package-dir) are walked from their own place, which an editable install
     does not put under the package's folder."""
     modules: dict[str, str | None] = {}
-    for package in (PACKAGE, *WING_ORDER):
+    for package in WING_ORDER:  # the package itself is the last of them
         spec = importlib.util.find_spec(package)
         modules[package] = spec.origin
         for info in pkgutil.walk_packages(spec.submodule_search_locations, prefix=f"{package}."):

@@ -308,8 +308,8 @@ class WorkerPool:
         # or Python exits; one left by a killed harness is removed by the next pool made (core.scratch)
         self._scratch = str(make_scratch("kl-scratch-"))
         self._scratch_removal = weakref.finalize(self, shutil.rmtree, self._scratch, True)
-        self._output = types.SimpleNamespace(name=os.path.join(self._scratch, "worker.log"))
-        open(self._output.name, "w").close()
+        self._log_path = os.path.join(self._scratch, "worker.log")
+        open(self._log_path, "w").close()
         self.info: WorkerInfo | None = None
         self.restarts = 0
         self._idle = False  # every task sent has been answered: a close is the worker's next message
@@ -323,7 +323,7 @@ class WorkerPool:
         """Start the worker without waiting: it imports the framework, which is slow, while the caller works."""
         parent, child = self._ctx.Pipe()
         watched, self._lifeline = self._ctx.Pipe(duplex=False)  # closed when this process dies: the worker ends
-        self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._output.name,
+        self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._log_path,
                                                 str(self.compile_cache_dir) if self.compile_cache_dir else None,
                                                 self._scratch, watched, os.getpid()), daemon=True)
         with _main_script_hidden(self.framework):
@@ -468,7 +468,7 @@ class WorkerPool:
 
     def _tail(self, lines: int = 5) -> str:
         try:
-            with open(self._output.name, encoding="utf-8", errors="replace") as f:
+            with open(self._log_path, encoding="utf-8", errors="replace") as f:
                 text = [line.rstrip() for line in f.readlines()[-lines:] if line.strip()]
         except OSError:
             text = []
@@ -477,7 +477,7 @@ class WorkerPool:
     def _restart(self) -> None:
         self._kill()
         self.restarts += 1
-        open(self._output.name, "w").close()
+        open(self._log_path, "w").close()
         try:
             self.start()
         except WorkerUnavailable as exc:
@@ -514,11 +514,7 @@ class WorkerPool:
             except (OSError, EOFError):
                 pass
         self._kill()
-        self._scratch_removal()  # what a killed worker's helpers left (R's TMPDIR); a no-op the second time
-        try:
-            os.unlink(self._output.name)
-        except OSError:
-            pass
+        self._scratch_removal()  # the log and what a killed worker's helpers left (R's TMPDIR); idempotent
 
     def __enter__(self) -> "WorkerPool":
         return self
