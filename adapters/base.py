@@ -77,6 +77,9 @@ class Api:
     prob_input: bool = False
     only_log_target: bool = False
     reductions: tuple[str, ...] | None = None  # None: any string is passed on (unknown ones test the error path)
+    # the APIs that are one implementation (a module and the functional form it calls) name the same one, so a
+    # behaviour of both is one defect (core/defects.py); None: the API is an implementation of its own
+    implementation: str | None = None
     # a port's API: the API of the framework it is judged like (--like, a profile's extends:) that this one
     # mirrors; None: the API of the same name
     mirrors: str | None = None
@@ -429,6 +432,15 @@ class Adapter:
         return python_repro_script(self.name, self.repro_source(case, api, device, part), case, about, expected,
                                    recorded), ".py"
 
+    def snippet(self, case: Case, api: Api, device: str, part: str, expected: Expected) -> str | None:
+        """A short standalone snippet for an upstream issue: the case's values as decimal literals, the
+        reproducer's framework lines (`repro_source`) without their scaffolding, and the result printed beside
+        the spec's expected value. None for an adapter whose reproducer is in another language."""
+        if type(self).repro_source is Adapter.repro_source:
+            return None
+        check_script_names(case, device, part, self.known_devices)
+        return python_snippet(self.repro_source(case, api, device, part), case, part, expected)
+
     def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
         """Forward: build (once per case and device), invoke, convert. Gradients: the framework's autograd.
         Exceptions come back as data; a None gradient is a MissingGradient observation, a ModeFallback one a
@@ -465,6 +477,10 @@ class Adapter:
     def mode_names(self) -> tuple[str, ...]:
         """Every mode the adapter can make its calls in, eager first."""
         return (EAGER, *(m.name for m in self.modes))
+
+    def implementations(self) -> dict[str, str]:
+        """Each API's name to the name of the implementation it calls (its own where it declares none)."""
+        return {api.name: api.implementation or api.name for api in self.apis}
 
     def mirrored(self) -> dict[str, str]:
         """Each API's name to the name of the API it mirrors in the framework it is judged like."""
@@ -579,6 +595,30 @@ def python_comment(text: str) -> str:
     """`text` as the body of one Python comment line: everything outside printable ASCII escaped, so no line
     break in it ends the comment."""
     return ascii(str(text))[1:-1]
+
+
+_SCAFFOLDING = re.compile(r"^(class MissingGradient\b|    \"\"\"torch\.autograd\.grad gave no gradient|\s*if grad is None:|"
+                          r"\s*raise MissingGradient\b|result_dtype = )")
+
+
+def python_snippet(source: str, case: Case, part: str, expected: Expected) -> str:
+    """`source` (repro_source's lines) as a snippet of a few lines: NumPy arrays written as decimal literals
+    (every value is exact in float64), the upstream gradient where a gradient part needs it, and the result
+    printed beside what the spec expects; the reproducer's checks (a missing gradient, the dtype) are left out."""
+    def literal(values: np.ndarray) -> str:
+        return f"np.array({np.asarray(values, dtype=np.float64).tolist()!r})"
+    lines = ["import numpy as np", "nan, inf = float('nan'), float('inf')",
+             f"x_values = {literal(case.input)}", f"t_values = {literal(case.target)}"]
+    if part != "forward":
+        lines.append("upstream = lambda s: np.asarray(1.25) if s == () else "
+                     "(0.75 + 0.125 * (np.arange(int(np.prod(s))) % 5)).reshape(s)  # spec: gradients.upstream")
+    lines += [line for line in source.split("\n") if line.strip() and not _SCAFFOLDING.match(line)]
+    if expected.error_id:
+        lines.append(f"print(result)  # the spec expects {expected.error_type} (errors.{python_comment(expected.error_id)})")
+    else:
+        shown = np.asarray(expected.value, dtype=np.float64).tolist()
+        lines.append(f"print(result)  # the spec expects {python_comment(repr(shown))[:300]}")
+    return "\n".join(lines) + "\n"
 
 
 def python_repro_script(framework: str, source: str, case: Case, about: tuple[str, ...], expected: Expected,

@@ -65,7 +65,8 @@ def keras_reduction(reduction: str):
 class KerasAdapter(Adapter):
     name = "keras"
     apis = (
-        Api(CLASS, grads=("input", "target"), log_target=False, dialect="keras", prob_input=True),
+        Api(CLASS, grads=("input", "target"), log_target=False, dialect="keras", prob_input=True,
+            implementation=FUNCTION),
         Api(FUNCTION, grads=("input", "target"), log_target=False, dialect="keras", prob_input=True,
             reductions=("none",)),
     )

@@ -49,11 +49,13 @@ GRAPH_ERROR_NOISE = re.compile(r"^- (The Function Call Stack|C\+\+ Call Stack|Th
 class MindSporeAdapter(Adapter):
     name = "mindspore"
     apis = (
-        Api("mindspore.mint.nn.KLDivLoss", grads=("input", "target")),
+        Api("mindspore.mint.nn.KLDivLoss", grads=("input", "target"),
+            implementation="mindspore.mint.nn.functional.kl_div"),
         Api("mindspore.mint.nn.functional.kl_div", grads=("input", "target")),
         # no double backward: "Illegal primitive KLDivLossGrad's bprop not defined" (mindspore 2.10.0)
         Api("mindspore.ops.kl_div", grads=("input", "target"), log_target=False, second_order=False),
-        Api("mindspore.nn.KLDivLoss", grads=("input", "target"), log_target=False, second_order=False),
+        Api("mindspore.nn.KLDivLoss", grads=("input", "target"), log_target=False, second_order=False,
+            implementation="mindspore.ops.kl_div"),
     )
     known_devices = tuple(DEVICE_TARGETS)
     modes = (Mode(JIT, "mindspore.jit(fullgraph=True): graph mode; gradients by mindspore.grad through it"),)

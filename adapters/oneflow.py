@@ -53,7 +53,7 @@ class OneFlowAdapter(Adapter):
     name = "oneflow"
     apis = (
         Api("oneflow.nn.functional.kl_div", grads=("input", "target")),
-        Api("oneflow.nn.KLDivLoss", grads=("input", "target")),
+        Api("oneflow.nn.KLDivLoss", grads=("input", "target"), implementation="oneflow.nn.functional.kl_div"),
     )
     known_devices = ("cpu", "cuda")
     modes = (Mode(GRAPH, "oneflow.nn.Graph whose build makes the call; a graph differentiates only its parameters, "

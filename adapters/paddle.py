@@ -71,7 +71,7 @@ class PaddleAdapter(Adapter):
     name = "paddle"
     apis = (
         Api("paddle.nn.functional.kl_div", grads=("input", "target")),
-        Api("paddle.nn.KLDivLoss", grads=("input", "target")),
+        Api("paddle.nn.KLDivLoss", grads=("input", "target"), implementation="paddle.nn.functional.kl_div"),
     )
     known_devices = tuple(PLACES)
     modes = MODES

@@ -89,3 +89,7 @@ def validate_adapter(cls: type, source: str) -> None:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise bad(f"duplicate API names {duplicates}", "give each API row a unique dotted name")
+    foreign = sorted({api.implementation for api in cls.apis if api.implementation is not None} - set(names))
+    if foreign:
+        raise bad(f"an Api's implementation names {foreign}, which is not one of its APIs {names}",
+                  "name the API whose implementation it calls (implementation='package.path.kl_div'), or leave it out")

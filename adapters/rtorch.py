@@ -185,7 +185,8 @@ class RTorchAdapter(Adapter):
     name = "rtorch"
     apis = (
         Api("torch::nnf_kl_div", grads=("input", "target"), log_target=False),
-        Api("torch::nn_kl_div_loss", grads=("input", "target"), log_target=False),
+        Api("torch::nn_kl_div_loss", grads=("input", "target"), log_target=False,
+            implementation="torch::nnf_kl_div"),
     )
     known_devices = ("cpu", "cuda")
 

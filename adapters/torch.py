@@ -53,7 +53,8 @@ class TorchAdapter(Adapter):
     name = "torch"
     apis = (
         Api("torch.nn.functional.kl_div", grads=("input", "target"), legacy_args=True),
-        Api("torch.nn.KLDivLoss", grads=("input", "target"), legacy_args=True),
+        Api("torch.nn.KLDivLoss", grads=("input", "target"), legacy_args=True,
+            implementation="torch.nn.functional.kl_div"),
     )
     known_devices = ("cpu", "cuda")
     modes = MODES

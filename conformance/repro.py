@@ -30,8 +30,9 @@ from conformance.cases.userfile import load_case_file
 from conformance.core.errors import HarnessBug, ResultsError, UsageError
 from conformance.core.generated import GeneratedFolder
 from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Verdict
-from conformance.core.rundirs import script_name
+from conformance.core.rundirs import script_name, snippet_name
 from conformance.judge.casejudge import CaseJudge
+from conformance.report.defects import Defects
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
 from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB, needs_mb
 from conformance.run.worker import Task, WorkerPool, WorkerUnavailable, observe_call
@@ -270,9 +271,11 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_d
               progress: Callable[[int, int], None] | None = None, pool: WorkerPool | None = None,
               deadline: float | None = None, framework: str | None = None,
               results: Iterable[Result] | None = None,
-              memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB) -> tuple[int, int]:
+              memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB, per_defect: bool = False) -> tuple[int, int]:
     """Write a reproducer for every undocumented divergence of a run into `out_dir`, minimised where the row is
     eager (a row of a compiled mode keeps its whole case: minimising it would compile each candidate's shape).
+    `per_defect`: one for each undocumented defect only, of its example (its simplest row), with the defect's
+    snippet beside it (rundirs.snippet_name), which its issue draft shows.
 
     `out_dir` is a folder of the reproducers' own (`repro --all OUT`: checked before anything starts, each file
     recorded there, those of an earlier `repro --all` not written again removed), or a plain folder the caller
@@ -298,6 +301,8 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_d
     if folder is not None:
         folder.check()
     rows = [r for r in (iter_results(run_dir) if results is None else results) if needs_reproducer(r)]
+    if per_defect:
+        rows = [d.example for d in Defects(rows).ordered()]
     if not rows:
         if folder is not None:
             folder.finish()  # an earlier --all's reproducers are not this run's
@@ -353,6 +358,10 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_d
             for (r, _), job in zip(group, jobs):
                 script, suffix = _render(adapter, job, spec)
                 scripts[script_name(r.case_id, r.api, r.device, r.part, suffix, r.mode)] = script
+                snippet = adapter.snippet(job.final, job.api, job.device, job.part, job.judged[0]) \
+                    if per_defect else None
+                if snippet is not None:
+                    scripts[snippet_name(r.defect)] = snippet
             if folder is not None:
                 folder.write(scripts)
             else:

@@ -223,7 +223,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
         try:
             _, whole = write_all(str(out), spec, staging, cache_dir=cache, progress=bar, pool=pool,
                                  deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework,
-                                 results=results, memory_budget_mb=args.memory_budget_mb)
+                                 results=results, memory_budget_mb=args.memory_budget_mb, per_defect=True)
         except (WorkerLost, ConformanceError) as exc:
             print(f"warning: reproducers not written ({exc})", file=sys.stderr)
             return False

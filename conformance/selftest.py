@@ -43,7 +43,7 @@ from conformance.core.model import EAGER, FLOAT_FORMATS, Case, Expected, Observa
 from conformance.core.results import iter_details, iter_results, read_manifest
 from conformance.core.rounding import round_to_dtype
 from conformance.core.specload import load_spec
-from conformance.judge.compare import UNEXPLAINED
+from conformance.core.model import UNEXPLAINED
 from conformance.judge.faults import scaled
 from conformance.judge.known import KnownFindings
 from conformance.judge.profiles import DeviationLedger, apply_deviations

@@ -41,12 +41,13 @@ def _current_spec_hash() -> str:
 
 def make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s0", **fields):
     """A Result row with plausible provenance; `fields` override any of them."""
+    from conformance.core.defects import defect_of
     from conformance.core.model import Result, Verdict
 
     row = dict(case_id=case_id, case_digest="0" * 24, seed=20261122, family="softmax", reduction="sum",
                log_target=False, framework="torch", framework_version="2.13.0", api="torch.nn.functional.kl_div",
                device="cpu", mode="eager", dtype="float32", part="forward", verdict=Verdict.PASS, documented=False,
-               documented_by=(), known_by=(), max_abs_err=0.0, bound=1e-6, cause="", rules=(), message="", warnings=(),
+               documented_by=(), known_by=(), max_abs_err=0.0, bound=1e-6, cause="", rules=(), defect="", message="", warnings=(),
                missing_warnings=(), elapsed_s=0.001, source="generated", spec_hash=_current_spec_hash(),
                harness_version="0.1.0", python_version="3.11.7", numpy_version="2.0.0", device_name="cpu")
     row.update(fields)
@@ -54,6 +55,8 @@ def make_result(case_id="fwd/sum/log_target=0/4x6/float32/softmax/s0", **fields)
         row["verdict"] = Verdict(row["verdict"])
     if row["verdict"] is Verdict.VALUE and "max_abs_err" not in fields:
         row["max_abs_err"] = 1e-3  # outside the bound, as a value divergence's error is (results.row_problem)
+    if "defect" not in fields:  # as a run names it: by the API alone, as an adapter that declares no implementation
+        row["defect"] = defect_of(Result(**row), row["api"])
     return Result(**row)
 def as_api_takes(case: Case, api, spec) -> Case:
     """`case` as `api` expresses it: the target in log space for an API that takes log-probabilities only

@@ -302,6 +302,9 @@ class Target:
         return f"{self.framework}/{self.api}/{self.device}" + ("" if self.mode == EAGER else f"/{self.mode}")
 
 
+UNEXPLAINED = "unexplained"  # the cause of a divergence that no spec choice or fault pattern reproduces
+
+
 @dataclass(frozen=True)
 class Judgement:
     """The comparator's finding for one observation."""
@@ -318,14 +321,14 @@ class Judgement:
 # The major version of the files a run writes (results.jsonl rows, run.json, summary.json).
 # It changes when a field is removed or renamed or changes meaning; adding a field does not
 # change it. Readers refuse another version (spec/results.schema.json says the same).
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 STRICT_JSON = json.JSONEncoder(allow_nan=False)  # JSON without NaN/inf, one encoder: json.dumps(allow_nan=False) builds one per call
 
 RESULT_FIELDS = (
     "case_id", "case_digest", "seed", "family", "reduction", "log_target", "framework", "framework_version", "api",
     "device", "mode", "dtype", "part", "verdict", "documented", "documented_by", "known_by", "max_abs_err", "bound", "cause",
-    "rules", "message", "warnings", "missing_warnings", "elapsed_s", "source", "spec_hash", "harness_version",
-    "python_version", "numpy_version", "device_name",
+    "rules", "defect", "message", "warnings", "missing_warnings", "elapsed_s", "source", "spec_hash",
+    "harness_version", "python_version", "numpy_version", "device_name",
 )
 
 
@@ -354,6 +357,7 @@ class Result:
     bound: float | None  # that element's bound: a pass has max_abs_err <= bound, a value divergence more
     cause: str  # what explains a divergence: the spec path(s) it behaves as, or "unexplained"
     rules: tuple[str, ...]  # the spec rules the case touches where it diverges, in the spec's order
+    defect: str  # the id of the defect a divergent or unsupported row belongs to (core/defects.py); "" for a pass
     message: str
     warnings: tuple[str, ...]
     missing_warnings: tuple[str, ...]

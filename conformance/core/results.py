@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
+from conformance.core.defects import DEFECT_ID
 from conformance.core.model import FORMAT_VERSION, PARTS, RESULT_FIELDS, STRICT_JSON, Result, Verdict
 
 RESULTS_FILE = "results.jsonl"
@@ -318,6 +319,9 @@ def row_problem(row: dict[str, Any]) -> str | None:
         return f"a pass whose error {row['max_abs_err']} exceeds its bound {row['bound']}"
     if verdict is Verdict.VALUE and (err is None or err <= bound):
         return f"a value divergence whose error {row['max_abs_err']} is within its bound {row['bound']}"
+    if type(row["defect"]) is not str or (verdict is Verdict.PASS) != (row["defect"] == "") \
+            or (row["defect"] and not DEFECT_ID.fullmatch(row["defect"])):
+        return bad("defect", "a defect id (\"<framework>-<10 hex digits>\") on every row but a pass, and \"\" there")
     if row["documented"] != bool(row["documented_by"]):
         return "documented must be true exactly when documented_by names a deviation"
     if (row["documented"] or row["known_by"]) and not verdict.is_divergence:

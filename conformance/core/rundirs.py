@@ -20,7 +20,7 @@ from conformance.core.scope import row_framework, target_call
 REPORT_FILE = "report.md"
 DIVERGENCES_FILE = "divergences.md"  # every divergent row, linked from report.md
 RUNS_FILE = "runs.json"
-REPRO_DIR = "repro"  # a run's reproducers, one file per row, named by safe_file_name
+REPRO_DIR = "repro"  # a run's reproducers: one per defect (its example row), named by script_name, and its snippet
 NAME_STEM_CHARS = 120  # of a file name made from a row's texts, before its hash: inside any file system's limit
 
 
@@ -34,6 +34,11 @@ def safe_file_name(names: Sequence[str], suffix: str) -> str:
         readable = "_" + readable[1:]
     whole = "\0".join(names).encode("utf-8", "surrogatepass")
     return f"{readable}__{hashlib.sha256(whole).hexdigest()[:12]}{suffix}"
+
+
+def snippet_name(defect: str) -> str:
+    """The file of a defect's short snippet in a run's reproducers (what its issue draft shows)."""
+    return f"{defect}.snippet.py"
 
 
 def script_name(case_id: str, api: str, device: str, part: str, suffix: str, mode: str = EAGER) -> str:

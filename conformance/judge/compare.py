@@ -12,11 +12,10 @@ import re
 import numpy as np
 
 from conformance.core.errors import HarnessBug
-from conformance.core.model import Expected, Judgement, Observation, Spec, Verdict
+from conformance.core.model import UNEXPLAINED, Expected, Judgement, Observation, Spec, Verdict
 
 # The cause of a divergence no spec choice explains (casejudge tries the choices and the fault patterns):
 # the rules the case touches are listed beside it, and none of them is picked.
-UNEXPLAINED = "unexplained"
 
 
 def classify(expected: Expected, observed: Observation, spec: Spec) -> Judgement:

@@ -18,94 +18,83 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import yaml
 
-from conformance.core.model import EAGER, Result, Spec
+from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec
 from conformance.core.results import write_atomic
-from conformance.core.rundirs import REPRO_DIR, iter_rows, safe_file_name, script_name
+from conformance.core.rundirs import REPRO_DIR, iter_rows, script_name, snippet_name
 from conformance.core.text import without_mentions
+from conformance.report.defects import UNDOCUMENTED, Defect, Defects, expected_words, spec_of, title
 from conformance.report.markdown import repro_command
 
 ISSUES_DIR = "issues"
 MAX_SCRIPT_CHARS = 40_000  # a reproducer longer than this is given as its command: an issue body holds 65,536
 MAX_TEXT_CHARS = 2_000  # of one message or spec excerpt
 MAX_OTHERS = 40  # rows of other frameworks listed on the example's case
-_DRAFT_NAME = re.compile(r"[A-Za-z0-9_=.-]+__[0-9a-f]{12}\.md")  # what safe_file_name gives, so ours to replace
+# what draft_name gives (and what safe_file_name gave drafts before defects): ours to replace
+_DRAFT_NAME = re.compile(r"[A-Za-z0-9_=.-]+__[0-9a-f]{12}\.md|[a-z][a-z0-9_-]{0,63}-[0-9a-f]{10}\.md")
 _SPEC_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _URL = re.compile(r"https://[A-Za-z0-9./#_~%?=&+:-]+")
 
 
 @dataclass
-class _Cause:
-    """One undocumented cause of one framework: its rows' spread and the row shown as its example."""
+class _Draft:
+    """One undocumented defect as its draft shows it: the defect, its example's reproducer and snippet where the
+    run wrote them, and the other frameworks' and modes' rows on the example's case."""
 
-    framework: str
-    cause: str
-    rules: tuple[str, ...]
-    example: Result
-    script: tuple[str, str] | None  # (text, language) of the example's reproducer, where the run wrote one
-    rows: int = 0
-    verdicts: dict[str, int] = field(default_factory=dict)
-    versions: set[str] = field(default_factory=set)
-    apis: set[str] = field(default_factory=set)
-    parts: set[str] = field(default_factory=set)
-    dtypes: set[str] = field(default_factory=set)
+    defect: Defect
+    script: tuple[str, str] | None  # (text, language) of the example's reproducer
+    snippet: str | None
     others: list[Result] = field(default_factory=list)
 
 
 def write_drafts(out_dir: Path, run_dirs: Sequence[Path], manifests: Sequence[dict[str, Any]],
                  known: Any = None) -> list[Path]:
-    """Write one draft per undocumented cause of each framework into `out_dir`/issues (drafts an earlier report
-    left there are replaced); `known` (a known-findings file) marks the rows it accepts. Returns the files."""
-    causes = _causes(iter_rows(run_dirs), run_dirs, known)
+    """Write one draft per undocumented defect into `out_dir`/issues (drafts an earlier report left there are
+    replaced); `known` (a known-findings file) marks the rows it accepts. Returns the files."""
+    defects = Defects(known.mark(row) if known is not None else row for row in iter_rows(run_dirs))
+    with_scripts = [d for d in run_dirs if (d / REPRO_DIR).is_dir()]  # those with reproducers (a merge has none)
+    drafts = {d.id: _Draft(d, _script_of(d.example, with_scripts), _snippet_of(d.id, with_scripts))
+              for d in defects.ordered(UNDOCUMENTED)}
     targets = {(m.get("framework"), mode) for m in manifests for mode in (m.get("modes") or [EAGER])}
-    if len(targets) > 1 and causes:  # other frameworks, or other modes of one (eager beside a compiled mode)
-        wanted = {(c.example.case_id, c.example.part): c for c in causes.values()}
+    if len(targets) > 1 and drafts:  # other frameworks, or other modes of one (eager beside a compiled mode)
+        wanted = {(d.defect.example.case_id, d.defect.example.part): d for d in drafts.values()}
         for row in iter_rows(run_dirs):
-            cause = wanted.get((row.case_id, row.part))
-            if cause is not None and (row.framework, row.mode) != (cause.framework, cause.example.mode) \
-                    and len(cause.others) < MAX_OTHERS:
-                cause.others.append(row)
-    spec = _spec_of(next(iter(causes.values())).example.spec_hash) if causes else None
+            draft = wanted.get((row.case_id, row.part))
+            if draft is not None and (row.framework, row.mode) != (draft.defect.framework, draft.defect.example.mode) \
+                    and len(draft.others) < MAX_OTHERS:
+                draft.others.append(row)
+    spec = spec_of(next(iter(drafts.values())).defect.example.spec_hash) if drafts else None
     folder = out_dir / ISSUES_DIR
     if folder.is_dir():
         for old in folder.iterdir():
             if _DRAFT_NAME.fullmatch(old.name) and old.is_file() and not old.is_symlink():
                 old.unlink()
-    if not causes:
+    if not drafts:
         return []
     folder.mkdir(exist_ok=True)
     written = []
-    for key, cause in causes.items():
-        path = folder / safe_file_name(key, ".md")
-        write_atomic(path, render_draft(cause, _manifest_of(cause.example, manifests), spec))
+    for draft in drafts.values():
+        path = folder / draft_name(draft.defect.id)
+        write_atomic(path, render_draft(draft, _manifest_of(draft.defect.example, manifests), spec))
         written.append(path)
     return written
 
 
-def _causes(rows: Iterable[Result], run_dirs: Sequence[Path], known: Any) -> dict[tuple[str, ...], _Cause]:
-    """The undocumented causes, keyed by (framework, mode, cause), and for `unexplained` also by verdict and the
-    rules touched (unexplained is no one finding); the example is the first row with a reproducer on disk. A mode
-    is a separate implementation (a compiled graph), so its causes are drafts of their own."""
-    causes: dict[tuple[str, ...], _Cause] = {}
-    run_dirs = [d for d in run_dirs if (d / REPRO_DIR).is_dir()]  # those with reproducers (a merge has none)
-    for row in rows:
-        row = known.mark(row) if known is not None else row
-        if not row.verdict.is_divergence or row.is_accepted:
+def draft_name(defect: str) -> str:
+    """The file of a defect's draft in issues/."""
+    return f"{defect}.md"
+
+
+def _snippet_of(defect: str, run_dirs: Sequence[Path]) -> str | None:
+    """The defect's snippet a run wrote beside its reproducers (rundirs.snippet_name), inside the run directory."""
+    for run_dir in run_dirs:
+        path = run_dir / REPRO_DIR / snippet_name(defect)
+        try:
+            if path.is_file() and run_dir.resolve() in path.resolve().parents:
+                text = path.read_text(encoding="utf-8", errors="replace")
+                return text if len(text) <= MAX_SCRIPT_CHARS else None
+        except OSError:
             continue
-        rules = row.rules
-        key = (row.framework, *([] if row.mode == EAGER else [row.mode]), row.cause) + \
-            ((row.verdict.value, *rules) if row.cause == "unexplained" else ())
-        cause = causes.get(key)
-        if cause is None:
-            cause = causes[key] = _Cause(row.framework, row.cause, rules, row, _script_of(row, run_dirs))
-        elif cause.script is None and (script := _script_of(row, run_dirs)) is not None:
-            cause.example, cause.script = row, script
-        cause.rows += 1
-        cause.verdicts[row.verdict.value] = cause.verdicts.get(row.verdict.value, 0) + 1
-        cause.versions.add(row.framework_version)
-        cause.apis.add(row.api)
-        cause.parts.add(row.part)
-        cause.dtypes.add(row.dtype)
-    return causes
+    return None
 
 
 def _script_of(row: Result, run_dirs: Sequence[Path]) -> tuple[str, str] | None:
@@ -124,17 +113,6 @@ def _script_of(row: Result, run_dirs: Sequence[Path]) -> tuple[str, str] | None:
     return None
 
 
-def _spec_of(spec_hash: str) -> Spec | None:
-    """The shipped spec, where it is the one the rows were judged by (a run directory names no file to read)."""
-    from conformance.core.specload import load_spec
-
-    try:
-        spec = load_spec()
-    except Exception:  # a spec that does not load here: the drafts then name the rule without its text
-        return None
-    return spec if spec.hash == spec_hash else None
-
-
 def _manifest_of(row: Result, manifests: Sequence[dict[str, Any]]) -> dict[str, Any]:
     matching = [m for m in manifests if m.get("framework") == row.framework] or \
         [m for m in manifests if m.get("framework_version") == row.framework_version]  # a "module:Class" adapter
@@ -142,56 +120,62 @@ def _manifest_of(row: Result, manifests: Sequence[dict[str, Any]]) -> dict[str, 
         if matching else {}
 
 
-def render_draft(cause: _Cause, manifest: dict[str, Any], spec: Spec | None) -> str:
-    """The draft's Markdown text."""
-    row = cause.example
-    verdicts = ", ".join(f"{n} {v}" for v, n in sorted(cause.verdicts.items()))
+def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> str:
+    """The draft's Markdown text: a plain title, the snippet, got against expected with the spec's own words,
+    where else it shows, the environment; the full reproducer and the spec's rule last."""
+    d, row = draft.defect, draft.defect.example
     mode = "" if row.mode == EAGER else f" in mode {plain(row.mode)}"
-    what = (f"{plain(row.verdict.value)}, unexplained, on {plain(row.api)}{mode} (touches {_listed(cause.rules)})"
-            if cause.cause == "unexplained" else
-            f"{plain(row.verdict.value)} under {plain(cause.cause)} on {plain(row.api)}{mode}")
-    lines = [f"# {plain(row.framework)} {plain(row.framework_version)}: {what}", "",
-             f"kl-conformance finds {cause.rows} results of {plain(row.framework)} that diverge from the kl\\_div "
-             f"spec this way ({plain(verdicts)}), none documented by its profile. They span the versions "
-             f"{_listed(cause.versions)}; the APIs "
-             f"{_listed(cause.apis)}; the parts {_listed(cause.parts)}; the dtypes {_listed(cause.dtypes)}.", "",
-             "## Environment", "",
-             f"- framework: {plain(row.framework)} {plain(row.framework_version)}",
-             f"- device: {plain(row.device)} ({plain(row.device_name)})",
-             *([] if row.mode == EAGER else [f"- mode: {plain(row.mode)}"]),
-             f"- Python: {plain(row.python_version)}, NumPy: {plain(row.numpy_version)}",
-             f"- OS: {plain(manifest.get('platform') or 'not recorded')}",
-             f"- kl-conformance {plain(row.harness_version)}, spec {plain(row.spec_hash)}", "",
-             "## Minimal reproducer", "",
-             f"Case {plain(row.case_id)}, {plain(row.api)} on {plain(row.device)}{mode}, part {plain(row.part)}, "
-             f"dtype {plain(row.dtype)}, reduction {plain(row.reduction)}.", ""]
-    if cause.script is not None:
-        text, language = cause.script
-        lines += ["The run's reproducer, minimised" + ("." if language == "r" else
-                  "; run as python repro.py, it exits 1 while the divergence reproduces, 0 once the result conforms:"),
-                  "", *fenced(text, language), ""]
-    lines += ["Written by:", "", *fenced(repro_command(row, manifest), "sh"), "",
-              "## Expected against actual", "", *fenced(_cut(row.message), "text"), ""]
-    lines += _rules(cause, spec)
-    if cause.others:
-        modes = any(o.mode != EAGER for o in cause.others) or row.mode != EAGER
-        lines += ["", "## Other frameworks" + (" and modes" if modes else "") + " on this case", "",
+    verdicts = ", ".join(f"{n} {v}" for v, n in sorted(d.verdicts.items()))
+    lines = [f"# {plain(title(d, spec))}", "",
+             f"{plain(row.framework)} {plain(row.framework_version)}: {d.rows} results of the kl\\_div conformance "
+             f"suite show this ({plain(verdicts)}), none documented by the framework's profile.", "",
+             "## Reproduce", ""]
+    if draft.snippet is not None:
+        lines += [*fenced(draft.snippet, "python"), ""]
+    else:
+        lines += ["Print the standalone reproducer with:", "", *fenced(repro_command(row, manifest), "sh"), ""]
+    lines += ["## Got against expected", "", *fenced(_cut(row.message), "text"), ""]
+    expected = expected_words(d, spec)
+    if expected:
+        lines += [f"The spec (spec/kl\\_div.yaml, {plain(row.cause)}) says instead: {plain(_cut(expected))}", ""]
+    lines += ["## Where it shows", "",
+              f"- APIs: {_listed(d.apis)}", f"- modes: {_listed(d.modes)}", f"- parts: {_listed(d.parts)}",
+              f"- dtypes: {_listed(d.dtypes)}", f"- example: case {plain(row.case_id)}, {plain(row.api)} on "
+              f"{plain(row.device)}{mode}, part {plain(row.part)}", f"- defect id: {plain(d.id)}", ""]
+    if draft.others:
+        modes = any(o.mode != EAGER for o in draft.others) or row.mode != EAGER
+        lines += ["## Other frameworks" + (" and modes" if modes else "") + " on this case", "",
                   *(f"- {plain(o.framework)} {plain(o.framework_version)}, {plain(o.api)} on {plain(o.device)}"
                     + ("" if o.mode == EAGER else f" in mode {plain(o.mode)}") + ": "
                     f"{plain(o.verdict.value)}" + (f" ({plain(o.cause)})" if o.cause else "")
-                    + (" (documented)" if o.documented else "") for o in cause.others)]
+                    + (" (documented)" if o.documented else "") for o in draft.others), ""]
+    lines += ["## Environment", "",
+              f"- framework: {plain(row.framework)} {plain(row.framework_version)}",
+              f"- device: {plain(row.device)} ({plain(row.device_name)})",
+              *([] if row.mode == EAGER else [f"- mode: {plain(row.mode)}"]),
+              f"- Python: {plain(row.python_version)}, NumPy: {plain(row.numpy_version)}",
+              f"- OS: {plain(manifest.get('platform') or 'not recorded')}",
+              f"- kl-conformance {plain(row.harness_version)}, spec {plain(row.spec_hash)}", "",
+              "## The full reproducer", ""]
+    if draft.script is not None:
+        text, language = draft.script
+        lines += ["The run's reproducer, minimised" + ("." if language == "r" else
+                  "; run as python repro.py, it exits 1 while the divergence reproduces, 0 once the result conforms:"),
+                  "", *fenced(text, language), ""]
+    lines += ["Written by:", "", *fenced(repro_command(row, manifest), "sh"), ""]
+    lines += _rules(d, spec)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _rules(cause: _Cause, spec: Spec | None) -> list[str]:
+def _rules(cause: Defect, spec: Spec | None) -> list[str]:
     """The spec's rule(s) the cause names (an unexplained one: the rules the case touches), each with its text,
     rationale and references as the spec states them."""
     named = [part.strip().split(" ")[0].split("=")[0] for part in cause.cause.split("+")]
     paths = [p for p in named if _SPEC_PATH.fullmatch(p)]
-    if cause.cause == "unexplained" or not paths:
-        paths = [p for p in cause.rules if _SPEC_PATH.fullmatch(p)]
+    if cause.cause == UNEXPLAINED or not paths:
+        paths = [p for p in cause.example.rules if _SPEC_PATH.fullmatch(p)]
         head = ("No single choice of the spec reproduces this result (cause: unexplained). The rules the case "
-                "touches:" if cause.cause == "unexplained" else f"The cause named: {plain(cause.cause)}.")
+                "touches:" if cause.cause == UNEXPLAINED else f"The cause named: {plain(cause.cause)}.")
     else:
         head = f"The spec's rule{'s' if len(paths) > 1 else ''} (spec/kl\\_div.yaml):"
     lines = [head, ""]

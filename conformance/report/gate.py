@@ -37,6 +37,7 @@ from typing import Any, Sequence
 from conformance.core.model import Result, Verdict, key_label
 from conformance.core.scope import row_framework
 from conformance.core.text import terminal_line
+from conformance.report.defects import UNDOCUMENTED
 from conformance.report.summary import short_summary
 from conformance.report.tally import Tally, split_label
 
@@ -240,12 +241,11 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         targets = Counter({t: n - tally.fallback[t] for t, n in tally.undocumented.items() if n - tally.fallback[t]})
         unaccepted = sum(targets.values())
         if unaccepted:
-            causes = sum(1 for (_, verdict), n in tally.group_undocumented.items()
-                         if n and verdict != Verdict.FALLBACK.value)
+            defects = sum(1 for d in tally.defects.ordered(UNDOCUMENTED) if set(d.verdicts) != {Verdict.FALLBACK.value})
             line = (f"--strict: {unaccepted} divergences neither documented nor known "
-                    f"({_many(len(targets), 'target')}, {_many(causes, 'cause')})")
+                    f"({_many(len(targets), 'target')}, {_many(defects, 'defect')})")
             decision.lines.append(line)
-            decision.details[line] = _named(targets, "targets") + short_summary(tally, NAMED)
+            decision.details[line] = _named(targets, "targets") + short_summary(tally, NAMED, accepted=False)
     if gates.fail_on_new and baseline_diff is not None and baseline_diff.failing:
         failing = baseline_diff.failing
         lost_keys = {item[0] for item in baseline_diff.lost}

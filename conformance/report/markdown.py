@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
 from conformance.core.text import without_mentions
+from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, spec_of, title
 from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
 from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_label, join_framework, split_label
@@ -27,7 +28,7 @@ from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_labe
 REPORT_LIMIT = 65_536  # characters an issue body holds: report.md stays below
 _BUDGET = REPORT_LIMIT - 1_536  # what the parts may fill together; the rest is slack for the lines that say "more"
 # the most characters each part but the divergences may take; the divergences' sections get what is left
-_PART_BUDGETS = {"provenance": 8_000, "summary": 12_000, "families": 12_000, "known": 4_000, "warnings": 4_000,
+_PART_BUDGETS = {"defects": 16_000, "provenance": 8_000, "summary": 12_000, "families": 12_000, "known": 4_000, "warnings": 4_000,
                  "baseline": 6_000, "releases": 10_000}
 _CELL = 160  # characters of a row's text shown in one cell of report.md
 _MESSAGE = 400  # characters of the worked example's message
@@ -56,11 +57,43 @@ def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]], known_aud
              "releases": _fitted_releases(release_pairs(tally))}
     parts["provenance"] = _fit(parts["provenance"], _PART_BUDGETS["provenance"], "runs", "see each run's run.json")
     used = sum(_size(lines) for lines in parts.values()) + 100
+    parts["defects"] = _fit(_defects(tally), _PART_BUDGETS["defects"], "lines", "see summary.json's defects")
+    used += _size(parts["defects"])
     out: list[str] = ["# kl_div conformance report", ""]
-    out += parts["provenance"] + parts["summary"] + parts["releases"] + parts["families"]
+    out += parts["defects"] + parts["provenance"] + parts["summary"] + parts["releases"]
     out += _divergences(tally, manifests, examples or {}, _BUDGET - used)
-    out += parts["known"] + parts["warnings"] + parts["baseline"]
+    out += parts["known"] + parts["warnings"] + parts["baseline"] + parts["families"]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _defects(tally: Tally) -> list[str]:
+    """What report.md opens with: each undocumented defect once (its id, plain title, rows, where it shows, its
+    draft), then the accepted ones (documented by the profile, known) and what the APIs do not offer."""
+    defects = tally.defects
+    if not defects.by_id:
+        return ["No divergences: every judged result is within the spec.", ""]
+    spec = spec_of(sorted(tally.spec_hashes)[0]) if tally.spec_hashes else None
+    undocumented = defects.ordered(UNDOCUMENTED)
+    out = [f"## {len(undocumented)} undocumented defect{'' if len(undocumented) == 1 else 's'}", ""]
+    if undocumented:
+        out += ["Each distinct behaviour once: rows of one implementation, cause and behaviour are one defect, "
+                "whatever their API, part, dtype, shape, layout, legacy arguments or mode. Each has an issue "
+                "draft in `issues/` and a reproducer; the example is its simplest row.", "",
+                "| defect | what it does | rows | where it shows | example |", "|---|---|---:|---|---|"]
+        out += [f"| {_code(d.id)} | {_cell(title(d, spec), 400)} | {d.rows} | {_cell(d.where(), 300)} | "
+                f"{_code(d.example.case_id)} ({_cell(d.example.api)}, {_cell(d.example.part)}) |" for d in undocumented]
+        out.append("")
+    for status, heading in ((KNOWN, "Known (accepted by a known-findings file)"),
+                            (DOCUMENTED, "Documented by the framework's profile"),
+                            (UNSUPPORTED, "Not offered by the API (unsupported)")):
+        found = defects.ordered(status)
+        if found:
+            out += [f"## {heading}: {len(found)} defect{'' if len(found) == 1 else 's'}", "",
+                    "| defect | what it does | rows | by |", "|---|---|---:|---|"]
+            out += [f"| {_code(d.id)} | {_cell(title(d, spec), 300)} | {d.rows} | "
+                    f"{_cell(', '.join(d.documented_by) or ', '.join(sorted(d.apis)))} |" for d in found]
+            out.append("")
+    return out
 
 
 def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseline: Sequence[str] = ()) -> str:

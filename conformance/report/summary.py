@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from conformance.core.model import EAGER, FORMAT_VERSION
+from conformance.core.model import EAGER, FORMAT_VERSION, Result
 from conformance.core.text import terminal_line
+from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, spec_of, title
+from conformance.report.drafts import ISSUES_DIR, draft_name
+from conformance.report.markdown import repro_command
 from conformance.report.releases import release_pairs
 from conformance.report.releases import summary_json as releases_json
 from conformance.report.tally import Tally, split_label
 
-SHORT_SUMMARY_CAUSES = 10  # undocumented causes named at the end of a command's output; the rest are counted
+SHORT_SUMMARY_DEFECTS = 20  # undocumented defects named at the end of a command's output; the rest are counted
 
 
 def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
@@ -40,6 +43,7 @@ def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
                     "known": tally.group_known[(cause, verdict)],
                     "targets": dict(sorted(tally.group_spans[(cause, verdict)]["target"].items()))}
                    for cause, verdict in tally.ordered_groups()],
+        "defects": defects_json(tally, manifests),
         "undocumented": sum(tally.undocumented.values()),
         "known": sum(tally.known.values()),
         "results": tally.total,
@@ -68,21 +72,54 @@ def divergence_counts(tally: Tally) -> str:
             f"{known} known")
 
 
-def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_CAUSES) -> list[str]:
-    """The undocumented causes, most rows first, one line each as pytest's short summary names its failures:
-    `UNDOCUMENTED <verdict> <cause>: <n> rows (<APIs>)`; past `limit`, one line counts the rest. Text from the
-    rows is made one plain line (a framework's message or a doctored row may hold escape sequences)."""
-    causes = [key for key in tally.ordered_groups() if tally.group_undocumented[key]]
-    lines = []
-    for key in causes[:limit]:
-        apis = [api for api, _ in sorted(tally.group_undocumented_apis[key].items(), key=lambda kv: (-kv[1], kv[0]))]
-        shown = ", ".join(_short(api, 60) for api in apis[:3]) + (f", and {len(apis) - 3} more APIs" if len(apis) > 3
-                                                                  else "")
-        lines.append(f"UNDOCUMENTED {_short(key[1], 20)} {_short(key[0], 120)}: {tally.group_undocumented[key]} "
-                     f"rows ({shown})")
-    if len(causes) > limit:
-        rest = sum(tally.group_undocumented[key] for key in causes[limit:])
-        lines.append(f"and {len(causes) - limit} more undocumented causes ({rest} rows): see report.md")
+def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """summary.json's `defects`: each defect once, as the reports list them."""
+    spec = spec_of(sorted(tally.spec_hashes)[0]) if tally.spec_hashes else None
+    found = []
+    for d in tally.defects.ordered():
+        r = d.example
+        found.append({
+            "id": d.id, "framework": d.framework, "release": d.release, "status": d.status, "basis": None,
+            "title": title(d, spec), "cause": d.cause, "verdicts": dict(sorted(d.verdicts.items())), "rows": d.rows,
+            "apis": sorted(d.apis), "modes": sorted(d.modes), "parts": sorted(d.parts), "dtypes": sorted(d.dtypes),
+            "documented_by": list(d.documented_by),
+            "example": {"case_id": r.case_id, "api": r.api, "mode": r.mode, "part": r.part, "device": r.device},
+            "reproduce": repro_command(r, _run_info(r, manifests)),
+            "draft": f"{ISSUES_DIR}/{draft_name(d.id)}" if d.status == UNDOCUMENTED else None,
+            "upstream": None})
+    return found
+
+
+def _run_info(r: Result, manifests: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What repro_command reads of the run that wrote `r`: its seed (the row's own)."""
+    return {"seed": r.seed} if r.seed is not None else {}
+
+
+def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bool = True) -> list[str]:
+    """The defects, as a command's output ends: "N undocumented defects", then one line each (its id, plain
+    title, rows, where it shows, the command that reproduces it), most rows first; past `limit`, one line counts
+    the rest; then (with `accepted`) one line for what is accepted (documented, known) and one for what is
+    unsupported. Text from
+    the rows is made one plain line (a framework's message or a doctored row may hold escape sequences)."""
+    spec = spec_of(sorted(tally.spec_hashes)[0]) if tally.spec_hashes else None
+    undocumented = tally.defects.ordered(UNDOCUMENTED)
+    if not tally.defects.by_id:
+        return []
+    lines = [f"{len(undocumented)} undocumented defect{'' if len(undocumented) == 1 else 's'}"
+             + (f" ({sum(d.rows for d in undocumented)} rows):" if undocumented else "")]
+    for d in undocumented[:limit]:
+        lines.append(f"UNDOCUMENTED {d.id}: {_short(title(d, spec), 200)} [{d.rows} rows; {_short(d.where(), 200)}] "
+                     f"reproduce: {_short(repro_command(d.example, _run_info(d.example, ())), 400)}")
+    if len(undocumented) > limit:
+        rest = undocumented[limit:]
+        lines.append(f"and {len(rest)} more undocumented defects ({sum(d.rows for d in rest)} rows): see report.md")
+    if not accepted:
+        return lines
+    counts = [(status, *tally.defects.count(status)) for status in (DOCUMENTED, KNOWN)]
+    lines.append("accepted: " + "; ".join(f"{n} {status} defect{'' if n == 1 else 's'} ({rows} rows)"
+                                          for status, n, rows in counts))
+    n, rows = tally.defects.count(UNSUPPORTED)
+    lines.append(f"unsupported: {n} API part{'' if n == 1 else 's'} not offered ({rows} rows)")
     return lines
 
 

@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from typing import Iterable, NamedTuple
 
 from conformance.core.model import EAGER, PARTS, Result, Verdict
+from conformance.report.defects import Defects
 
 VERDICT_ORDER = [v.value for v in Verdict]
 LISTED_PER_GROUP = 500  # divergences listed per cause group; the rest are counted and found in results.jsonl
@@ -108,6 +109,7 @@ class Tally:
         self.listed_in_page: list[Result] = []
         self.spec_hashes: set[str] = set()
         self._labels: dict[tuple[str, str, str, str, str, str], str] = {}
+        self.defects = Defects()  # each distinct behaviour once: what the reports open with
         for r in rows:
             self.add(r)
 
@@ -115,6 +117,7 @@ class Tally:
         """Count one more row (rows come in results.jsonl's order: the first ones are those listed)."""
         self.total += 1
         self.spec_hashes.add(r.spec_hash)
+        self.defects.add(r)
         self.modes[r.mode] += 1
         where = (r.framework, r.framework_version, r.api, r.device, r.mode, r.part)
         target = self._labels.get(where)

@@ -21,7 +21,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -31,6 +31,7 @@ import conformance
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
+from conformance.core.defects import defect_of, residual_cause
 from conformance.core.errors import ConformanceError, ResultsError, UsageError
 from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.core.results import (DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE, ResultsWriter, iter_details,
@@ -160,24 +161,31 @@ class RunContext:
     targets: list[Target] = field(default_factory=list)
     info: WorkerInfo | None = None
 
+    def __post_init__(self) -> None:
+        self.implementations = self.adapter.implementations()
+
     def row(self, case: Case, digest: str, call: tuple[str, str, str, str], expected: Expected | None,
             judgement: Judgement, observed: Observation, documented_by: tuple[str, ...] = ()) -> Result:
         """The result row of one call (api, device, mode, part) of `case`."""
         api, device, mode, part = call
         info, manifest = self.info, self.manifest
-        return Result(
+        cause = judgement.cause
+        if judgement.verdict.is_divergence and not documented_by:  # what the profile does not state
+            cause = residual_cause(cause, frozenset(p for d in self.ledger.declared(api, mode) for p in d.set))
+        row = Result(
             case_id=case.id, case_digest=digest, seed=manifest.get("seed"), family=case.family,
             reduction=case.params.reduction, log_target=case.params.log_target, framework=self.adapter.name,
             framework_version=info.version, api=api, device=device, mode=mode,
             dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
             part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by,
-            known_by=(), max_abs_err=judgement.max_abs_err, bound=judgement.bound, cause=judgement.cause,
-            rules=judgement.rules, message=judgement.message, warnings=observed.warnings,
+            known_by=(), max_abs_err=judgement.max_abs_err, bound=judgement.bound, cause=cause,
+            rules=judgement.rules, defect="", message=judgement.message, warnings=observed.warnings,
             missing_warnings=judgement.missing_warnings,
             elapsed_s=round(observed.elapsed_s, 9), source=case.source, spec_hash=self.spec.hash,
             harness_version=conformance.__version__, python_version=manifest["python_version"],
             numpy_version=manifest["numpy_version"], device_name=info.device_names.get(device, device),
         )
+        return replace(row, defect=defect_of(row, self.implementations[api]))
 
 
 def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: str | Path,

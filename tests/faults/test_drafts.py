@@ -1,4 +1,4 @@
-"""Issue-ready drafts (report/drafts.py): one Markdown file under issues/ per undocumented cause of each
+"""Issue-ready drafts (report/drafts.py): one Markdown file under issues/ per undocumented defect of each
 framework, none for what a profile documents or --known accepts, safe to paste into GitHub whatever the case
 text holds."""
 
@@ -42,39 +42,38 @@ def _run(tmp_path, adapter, cases, out, *extra):
 
 
 def _drafts(out) -> dict[str, str]:
-    """Each draft by the cause its title names (markup escapes removed)."""
+    """Each draft by the defect id it names (markup escapes removed), which is its file's name."""
     drafts = {}
     for path in sorted((out / "issues").iterdir()):
         text = path.read_text(encoding="utf-8")
-        title = text.split("\n", 1)[0].replace("\\", "")
-        explained = re.fullmatch(r"# \S+ \S+: \S+ under (\S+) on \S+", title)
-        unexplained = re.fullmatch(r"# \S+ \S+: \S+, (unexplained), on .*", title)
-        cause = (explained or unexplained).group(1)
-        drafts[cause] = text
+        (defect,) = re.findall(r"^- defect id: (\S+)$", text.replace("\\", ""), re.MULTILINE)
+        assert path.name == f"{defect}.md"
+        drafts[defect] = text
     return drafts
 
 
-def test_a_run_writes_one_draft_per_undocumented_cause(tmp_path):
+def test_a_run_writes_one_draft_per_undocumented_defect(tmp_path):
     out = _run(tmp_path, "PlantedBugsAdapter", CASES, "out", "--no-repro")
     rows = list(iter_results(out))
-    undocumented = {r.cause for r in rows if r.verdict.is_divergence and not r.documented}
-    documented = {r.cause for r in rows if r.verdict.is_divergence and r.documented}
+    undocumented = {r.defect for r in rows if r.verdict.is_divergence and not r.documented}
+    documented = {r.defect for r in rows if r.verdict.is_divergence and r.documented}
     assert len(undocumented) == 2 and documented and not documented & undocumented
     drafts = _drafts(out)
     assert set(drafts) == undocumented
-    for cause, text in drafts.items():
+    for defect, text in drafts.items():
         assert len(text) < 65_536  # what an issue body holds
-        example = next(r for r in rows if r.cause == cause and not r.documented)
-        assert "## Environment" in text and example.framework_version.replace(".", "\\.") in text
-        assert "kl-conformance repro" in text and "## Expected against actual" in text
-        assert example.message in text  # inside its fence, unescaped
-    shapes = drafts["shapes.output"]
+        members = [r for r in rows if r.defect == defect]
+        assert "## Environment" in text and members[0].framework_version.replace(".", "\\.") in text
+        assert "kl-conformance repro" in text and "## Got against expected" in text
+        assert any(r.message in text for r in members)  # the example's, inside its fence, unescaped
+    (shapes,) = [text for defect, text in drafts.items() if any(r.defect == defect and r.cause == "shapes.output"
+                                                               for r in rows)]
     assert "reduced: 0-d (a scalar tensor)" in shapes  # the spec's own text of the rule, quoted
-    # a report of the same run with --known accepting the off-by-one rows: that cause has no draft any more
+    # a report of the same run with --known accepting the off-by-one rows: that defect has no draft any more
     (tmp_path / "known.yaml").write_text(KNOWN)
     assert main(["report", str(out), "--out", str(tmp_path / "rep"), "--known", str(tmp_path / "known.yaml")]) == 0
-    off_cause = next(r.cause for r in rows if r.case_id == "off-1")
-    assert set(_drafts(tmp_path / "rep")) == undocumented - {off_cause}
+    off_defect = next(r.defect for r in rows if r.case_id == "off-1")
+    assert set(_drafts(tmp_path / "rep")) == undocumented - {off_defect}
 
 
 def test_a_merged_report_says_how_the_other_frameworks_behave_and_quotes_the_reproducer(tmp_path):
@@ -83,12 +82,12 @@ def test_a_merged_report_says_how_the_other_frameworks_behave_and_quotes_the_rep
     honest = _run(tmp_path, "OtherHonestAdapter", cases, "honest", "--no-repro")
     assert main(["report", str(buggy), str(honest), "--out", str(tmp_path / "merged")]) == 0
     (draft,) = _drafts(tmp_path / "merged").values()
-    others = draft.split("## Other frameworks on this case", 1)[1]
+    others = draft.split("## Other frameworks on this case", 1)[1].split("## Environment", 1)[0]
     others = re.sub(r"\\(.)", r"\1", others)  # markup escapes removed
     assert "numpy-other" in others and ": pass" in others and "numpy-test" not in others
     # the run's own draft quotes its reproducer, written after its report
     (draft,) = _drafts(buggy).values()
-    (script,) = (buggy / "repro").iterdir()
+    (script,) = [p for p in (buggy / "repro").iterdir() if not p.name.endswith(".snippet.py")]
     assert "```python\n" + script.read_text().rstrip("\n") + "\n```" in draft
 
 
@@ -122,14 +121,16 @@ def _hostile_cases(prefix: str = "") -> str:
 def test_hostile_case_text_makes_no_markup_mention_link_or_path(tmp_path):
     out = _run(tmp_path, "PlantedBugsAdapter", _hostile_cases(), "out", "--no-repro")
     _check_safe(tmp_path, out)
-    assert "planted: cannot compute raise-````-fence" in _text(out)  # the message, whole, inside a longer fence
+    # the example's message, whole, inside a longer fence: one defect, whichever hostile case is its example
+    assert len(list((out / "issues").iterdir())) == 1
+    assert re.search(r"planted: cannot compute raise-", _text(out))
 
 
 def test_a_quoted_reproducer_with_hostile_case_text_stays_in_its_fence(tmp_path):
     """The off-by-one stand-in writes reproducers, whose docstring holds the case id: quoted whole."""
     out = _run(tmp_path, "OffByOneAdapter", _hostile_cases("fault-"), "out")
     _check_safe(tmp_path, out)
-    assert "```python" in _text(out) and "fault-raise-````-fence" in _text(out)
+    assert "```python" in _text(out) and "fault-raise-" in _text(out)
 
 
 def _text(out) -> str:

@@ -86,8 +86,8 @@ def test_an_undamaged_run_is_gated_as_before(tmp_path, capsys):
         assert _run(tmp_path, "NanAdapter", "--shard", f"{k}/2", out=f"s{k}") == 0
     assert main(["report", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "halves"),
                  "--strict"]) == 1  # the NaN finding, gated
-    assert "damaged" not in capsys.readouterr().err
+    assert "is damaged" not in capsys.readouterr().err + (tmp_path / "halves" / "junit.xml").read_text()
     assert _run(tmp_path, "ModalAdapter", "--mode", "eager", "--mode", "shifted", out="modes") == 0
     assert main(["report", str(tmp_path / "modes"), "--out", str(tmp_path / "eager"), "--mode", "eager",
                  "--strict"]) == 0
-    assert "damaged" not in capsys.readouterr().err
+    assert "is damaged" not in capsys.readouterr().err + (tmp_path / "halves" / "junit.xml").read_text()

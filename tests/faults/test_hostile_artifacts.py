@@ -44,11 +44,15 @@ def test_repro_all_writes_one_file_per_hostile_id_inside_its_directory(tmp_path)
     out = tmp_path / "out"
     assert main(["run", "--framework", ADAPTERS + "OffByOneAdapter", "--cases", str(cases), "--suite", "none",
                  "--out", str(out), "--no-progress"]) == 0
-    written = sorted((out / "repro").iterdir())
-    assert len(written) == len(ids) and all(p.parent == out / "repro" and p.is_file() for p in written)
+    # the run writes its one defect's reproducer (and snippet); `repro --all` one for every row
+    assert len(list((out / "repro").iterdir())) == 2
+    assert main(["repro", "--all", str(tmp_path / "all"), "--from", str(out), "--framework",
+                 ADAPTERS + "OffByOneAdapter"]) == 0
+    written = sorted((tmp_path / "all").glob("*.py"))
+    assert len(written) == len(ids) and all(p.parent == tmp_path / "all" and p.is_file() for p in written)
     scripts = "\n".join(p.read_text() for p in written)
     assert all(f"case {i} on" in scripts for i in ids)  # each id has its own reproducer
-    assert [p.parent for p in tmp_path.rglob("*escaped*")] == [out / "repro"]
+    assert {p.parent for p in tmp_path.rglob("*escaped*")} <= {out / "repro", tmp_path / "all"}
 
 
 @pytest.mark.parametrize("outside", ["../outside.yaml", "ABSOLUTE"])

@@ -63,7 +63,7 @@ def _run(tmp_path, *extra, out="out"):
 
 
 def _scripts(folder):
-    return {p.name: p.read_text() for p in folder.glob("*.py")}
+    return {p.name: p.read_text() for p in folder.glob("*.py") if not p.name.endswith(".snippet.py")}
 
 
 def test_a_run_writes_each_rows_reproducer_in_the_rows_mode(tmp_path):

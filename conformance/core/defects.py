@@ -1,0 +1,87 @@
+"""The defect: one distinct behaviour of one framework release, which every divergent row belongs to.
+
+A maintainer triages behaviours, not rows. Rows of one behaviour differ in what does not change it: the API
+of one implementation (a module and its functional form), the part, the dtype, the shape, the layout, the
+legacy arguments and the mode (a mode that answers as eager shows eager's defect; one that answers otherwise
+has a cause of its own). So a row's defect is named by what stays: the framework release, the implementation,
+whether the profile documents it (and by which deviations), and its residual cause (what remains once the
+profile is applied). An unexplained divergence has no cause to merge by, so it is named by what it shows: its
+verdict, its part, its dtype's width and the size of its error.
+
+The id is a digest of that signature, so a run, a shard, a merge and a baseline name one behaviour alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+
+from conformance.core.model import UNEXPLAINED, Result, Verdict
+
+DEFECT_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{10}")  # "<framework>-<digest>": what defect_id gives
+NARROW_DTYPES = frozenset({"float16", "bfloat16"})
+_RAISED = re.compile(r"raised ([A-Za-z_][A-Za-z0-9_.]*)")  # an error row's message names what it raised
+_ERROR_SIZES = ((16.0, "within 16 bounds"), (1e4, "within 10^4 bounds"))  # else "larger"
+
+
+def cause_paths(cause: str) -> tuple[str, ...]:
+    """The spec paths (or fault and rule names) a row's cause joins with " + "."""
+    return tuple(p for p in (c.strip() for c in cause.split(" + ")) if p)
+
+
+def residual_cause(cause: str, documented_paths: frozenset[str]) -> str:
+    """What of `cause` the framework's profile does not state: a documented convention beside an undocumented
+    one (legacy precedence, say) is a defect of the undocumented one alone. A cause the profile states whole
+    stays as it is (the row is then documented, or the profile's statement does not cover this case)."""
+    paths = cause_paths(cause)
+    rest = tuple(p for p in paths if p not in documented_paths)
+    return " + ".join(rest) if rest and len(rest) < len(paths) else cause
+
+
+def error_size(max_abs_err: float | None, bound: float | None) -> str:
+    """How far outside its bound a value divergence is, in three classes: an error a few bounds out is another
+    behaviour than one that loses every digit."""
+    if max_abs_err is None or not bound or not math.isfinite(max_abs_err) or not math.isfinite(bound):
+        return "not finite"
+    ratio = max_abs_err / bound
+    return next((label for limit, label in _ERROR_SIZES if ratio <= limit), "larger")
+
+
+def width(dtype: str) -> str:
+    """A dtype's class as a behaviour shows it: narrow (float16, bfloat16) or wide."""
+    return "narrow" if dtype in NARROW_DTYPES else "wide"
+
+
+def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
+    """What one behaviour is: rows with the same signature are one defect (see the module's docstring); None for
+    a pass. An unsupported row's behaviour is its implementation's refusal of a part: one line per API and part."""
+    if row.verdict is Verdict.PASS:
+        return None
+    head = (row.framework, row.framework_version, implementation)
+    if row.verdict is Verdict.UNSUPPORTED:
+        return (*head, "unsupported", row.part)
+    head += ("documented by " + ",".join(sorted(row.documented_by)),)
+    if row.cause and row.cause != UNEXPLAINED:
+        return (*head, row.cause)
+    raised = _RAISED.search(row.message) if row.verdict is Verdict.ERROR else None
+    return (*head, UNEXPLAINED, row.verdict.value, row.part, width(row.dtype),
+            raised.group(1) if raised else error_size(row.max_abs_err, row.bound))
+
+
+def defect_of(row: Result, implementation: str) -> str:
+    """The id of the defect `row` belongs to; "" for a pass."""
+    found = signature(row, implementation)
+    return "" if found is None else defect_id(row.framework, found)
+
+
+def defect_id(framework: str, signature_: tuple[str, ...]) -> str:
+    """The defect's id: the framework's name (as results name it) and a digest of its signature."""
+    digest = hashlib.blake2b("\x1f".join(signature_).encode(), digest_size=5).hexdigest()
+    return f"{_name(framework)}-{digest}"
+
+
+def _name(framework: str) -> str:
+    """The framework's name as an id's first piece (an adapter named "module:Class" keeps its letters)."""
+    name = re.sub(r"[^a-z0-9_-]+", "-", framework.lower()).strip("-")[:64]
+    return name if name and name[0].isalpha() else f"f{name}"[:64]

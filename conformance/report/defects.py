@@ -1,0 +1,205 @@
+"""The defects of a report: each distinct behaviour once, gathered in one pass over the rows.
+
+A run names each divergent or unsupported row's defect (core/defects.py); this module counts what each defect
+spans (APIs, modes, parts, dtypes, verdicts), keeps its simplest row as the example a maintainer reads first,
+and words its title from the spec's own text for the behaviour. Reads rows and the spec; never a framework.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from conformance.core.defects import NARROW_DTYPES, cause_paths, error_size, width
+from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec, Verdict
+
+UNDOCUMENTED, DOCUMENTED, KNOWN, UNSUPPORTED = "undocumented", "documented", "known", "unsupported"
+STATUSES = (UNDOCUMENTED, KNOWN, DOCUMENTED, UNSUPPORTED)  # the order the reports list them in
+_BEHAVES = re.compile(r"; behaves as (.+)$")
+_CHOSEN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) = ([A-Za-z_][A-Za-z0-9_]*)")
+_SHAPE = re.compile(r"^\d+(x\d+)*(:\d+(x\d+)*)?")
+_PART_WORDS = {"forward": "loss", "grad_input": "gradient with respect to input",
+               "grad_target": "gradient with respect to target",
+               "grad2_input": "double backward (the input gradient's derivative with respect to target)"}
+_VERDICT_WORDS = {"value": "values outside the spec's rounding bound", "nonfinite": "NaN or inf where the spec has "
+                  "none, or the reverse", "shape": "another shape than the spec's", "dtype": "another dtype than the "
+                  "spec's", "error": "raises where the spec expects a value", "crash": "crashes the process",
+                  "timeout": "does not return", "fallback": "ran eagerly instead of compiled"}
+
+
+@dataclass
+class Defect:
+    """One defect of a report: what its rows span, and its example (the simplest row)."""
+
+    id: str
+    framework: str
+    release: str
+    cause: str
+    example: Result
+    rows: int = 0
+    undocumented: int = 0
+    known: int = 0
+    documented_by: tuple[str, ...] = ()
+    verdicts: Counter = field(default_factory=Counter)
+    apis: set[str] = field(default_factory=set)
+    modes: set[str] = field(default_factory=set)
+    parts: set[str] = field(default_factory=set)
+    dtypes: set[str] = field(default_factory=set)
+
+    @property
+    def status(self) -> str:
+        if self.example.verdict is Verdict.UNSUPPORTED:
+            return UNSUPPORTED
+        if self.undocumented:
+            return UNDOCUMENTED
+        return DOCUMENTED if self.documented_by else KNOWN
+
+    def where(self) -> str:
+        """Where it shows, in one line: APIs, modes beside eager, parts and dtypes."""
+        modes = sorted(self.modes - {EAGER})
+        return "; ".join([", ".join(sorted(self.apis)),
+                          *([("eager and " if EAGER in self.modes else "") + "modes " + ", ".join(modes)]
+                            if modes else []),
+                          ", ".join(p for p in ("forward", "grad_input", "grad_target", "grad2_input")
+                                    if p in self.parts), ", ".join(sorted(self.dtypes))])
+
+
+class Defects:
+    """Every defect of the rows given, by id, in one pass: memory grows with the defects, not the rows."""
+
+    def __init__(self, rows: Iterable[Result] = ()) -> None:
+        self.by_id: dict[str, Defect] = {}
+        for r in rows:
+            self.add(r)
+
+    def add(self, r: Result) -> None:
+        if not r.defect:
+            return
+        d = self.by_id.get(r.defect)
+        if d is None:
+            d = self.by_id[r.defect] = Defect(r.defect, r.framework, r.framework_version, r.cause, r,
+                                              documented_by=r.documented_by)
+        d.rows += 1
+        d.undocumented += r.verdict is not Verdict.UNSUPPORTED and not r.is_accepted
+        d.known += bool(r.known_by) and not r.documented
+        d.verdicts[r.verdict.value] += 1
+        d.apis.add(r.api)
+        d.modes.add(r.mode)
+        d.parts.add(r.part)
+        d.dtypes.add(r.dtype)
+        if simplicity(r) < simplicity(d.example):
+            d.example = r
+
+    def ordered(self, status: str | None = None) -> list[Defect]:
+        """The defects (of one status), as the reports list them: by status, the most rows first."""
+        found = [d for d in self.by_id.values() if status is None or d.status == status]
+        return sorted(found, key=lambda d: (STATUSES.index(d.status), -d.rows, d.framework, d.id))
+
+    def count(self, status: str) -> tuple[int, int]:
+        """(defects, rows) of one status."""
+        found = self.ordered(status)
+        return len(found), sum(d.rows for d in found)
+
+
+def simplicity(r: Result) -> tuple:
+    """How hard a row is to read as an example, smallest first: eager before a mode, the forward before a
+    gradient, float32/float64 before a narrow or mixed dtype, reduction none, no legacy arguments, a contiguous
+    layout, the smallest shape, an undocumented row before an accepted one, then the case id (one order in any
+    merge) and a function before a module class. Read from the generated case id's pieces (cases/ids.py); a user case's id only orders by name."""
+    pieces = r.case_id.split("/")
+    generated = len(pieces) >= 6
+    shape = pieces[3] if generated else ""
+    dtype = pieces[4] if generated else r.dtype
+    sizes = [int(n) for n in re.findall(r"\d+", _SHAPE.match(shape).group())] if _SHAPE.match(shape) else []
+    elements = 1
+    for n in sizes:
+        elements *= n
+    return (r.is_accepted, r.mode != EAGER, r.part != "forward", ":" in dtype or dtype in NARROW_DTYPES,
+            (pieces[1].split("(")[0] if generated else r.reduction) != "none", "(" in (pieces[1] if generated else ""),
+            "." in shape, elements, r.case_id, _is_class(r.api), r.api)
+
+
+def _is_class(api: str) -> bool:
+    """A module class (its last piece capitalised: KLDivLoss) comes after the function it calls (kl_div)."""
+    last = api.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
+    return last[:1].isupper()
+
+
+def title(d: Defect, spec: Spec | None) -> str:
+    """A plain-words title: the implementation, the part, what it does (the spec's own words for the behaviour
+    it shows) and where (the spec's `applies`)."""
+    r = d.example
+    function = r.api.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
+    head = f"{function}{'(log_target=True)' if r.log_target else ''} {_PART_WORDS.get(r.part, r.part)}"
+    if d.status == UNSUPPORTED:
+        return f"{head}: not offered ({_first_clause(r.message)})"
+    if r.cause == UNEXPLAINED or not r.cause:
+        size = f", error {error_size(r.max_abs_err, r.bound)}" if r.verdict is Verdict.VALUE else ""
+        return f"{head}: {_VERDICT_WORDS.get(r.verdict.value, r.verdict.value)} ({width(r.dtype)} dtypes{size}; " \
+               f"no spec choice reproduces it)"
+    said = [_choice_words(path, choice, spec) for path, choice in _chosen(r.message) if path in cause_paths(r.cause)]
+    if said:
+        return f"{head}: " + "; and ".join(said)
+    rule = _rule_words(r.cause, spec)
+    return f"{head}: {_VERDICT_WORDS.get(r.verdict.value, r.verdict.value)} ({rule or r.cause})"
+
+
+def expected_words(d: Defect, spec: Spec | None) -> str:
+    """What the spec says instead, in its own words: the chosen text of each choice the cause names."""
+    said = []
+    for path in cause_paths(d.example.cause):
+        node = _node(spec, path)
+        if isinstance(node, dict) and isinstance(node.get("choices"), dict):
+            said.append(f"{path} = {node.get('choice')}: {node['choices'].get(node.get('choice'))}")
+    return "; ".join(said) or _rule_words(d.example.cause, spec)
+
+
+def _chosen(message: str) -> list[tuple[str, str]]:
+    """The alternatives a row's message says it behaves as ("...; behaves as a.b = x, c.d = y")."""
+    found = _BEHAVES.search(message)
+    return _CHOSEN.findall(found.group(1)) if found else []
+
+
+def _choice_words(path: str, choice: str, spec: Spec | None) -> str:
+    """The spec's text for one alternative, with where it applies: "the term is NaN (where log_target is ...)"."""
+    node = _node(spec, path)
+    if not isinstance(node, dict) or not isinstance(node.get("choices"), dict):
+        return f"{path} = {choice}"
+    said = str(node["choices"].get(choice, choice))
+    return f"{said} (where {node['applies']})" if node.get("applies") else said
+
+
+def _rule_words(cause: str, spec: Spec | None) -> str:
+    """A rule's own text where the cause names one: an error's `when`, a choice's current text."""
+    if spec is None:
+        return ""
+    for path in cause_paths(cause):
+        if path.startswith("errors."):
+            row = next((e for e in spec.data.get("errors", ()) if e.get("id") == path.split(".", 1)[1]), None)
+            if row is not None:
+                return f"the spec expects {row.get('exception')} when {row.get('when')}"
+    return ""
+
+
+def _node(spec: Spec | None, path: str) -> Any:
+    node: Any = spec.data if spec is not None else None
+    for key in path.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _first_clause(message: str) -> str:
+    return message.split("; ")[0][:200]
+
+
+def spec_of(spec_hash: str) -> Spec | None:
+    """The shipped spec, where it is the one the rows were judged by (a run directory names no file to read)."""
+    from conformance.core.specload import load_spec
+
+    try:
+        spec = load_spec()
+    except Exception:  # a spec that does not load here: the reports then name the rule without its text
+        return None
+    return spec if spec.hash == spec_hash else None
