@@ -28,6 +28,7 @@ Example::
       part: forward                            # optional: forward, grad_input, grad_target, grad2_input
       verdict: nonfinite                       # optional: the divergence verdict accepted
       cause: pointwise.conventions.log_target_neg_inf  # optional: glob over the spec path named as cause
+      defect: torch-552dc1d03e                 # optional: the defect id (summary.json); case_id then defaults to "*"
       reason: NaN at a log-space target of -inf; fix pending upstream
       link: https://github.com/pytorch/pytorch/issues/0
 
@@ -43,13 +44,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conformance.core.defects import DEFECT_ID
 from conformance.core.errors import KnownFileError
 from conformance.core.model import EAGER, PARTS, Result, Verdict
 from conformance.core.scope import Scope
 from conformance.core.yamlload import parse_yaml, read_text
 
-FIELDS = ("id", "case_id", "framework", "api", "device", "mode", "part", "verdict", "cause", "reason", "link")
-REQUIRED = ("id", "case_id", "reason")
+FIELDS = ("id", "case_id", "framework", "api", "device", "mode", "part", "verdict", "cause", "defect", "reason",
+          "link")
+REQUIRED = ("id", "reason")  # and case_id, unless the entry names a defect
 DIVERGENCES = tuple(v.value for v in Verdict if v.is_divergence and v is not Verdict.FALLBACK)
 
 
@@ -68,6 +71,7 @@ class KnownEntry:
     part: str | None = None
     verdict: str | None = None
     cause: str | None = None
+    defect: str | None = None
     link: str | None = None
 
     def concerns(self, row: Result) -> bool:
@@ -83,7 +87,8 @@ class KnownEntry:
         """The row is a divergence this entry accepts."""
         return (row.verdict.is_divergence and row.verdict is not Verdict.FALLBACK
                 and (self.verdict is None or row.verdict.value == self.verdict)
-                and (self.cause is None or fnmatch.fnmatchcase(row.cause, self.cause)) and self.concerns(row))
+                and (self.cause is None or fnmatch.fnmatchcase(row.cause, self.cause))
+                and (self.defect is None or row.defect == self.defect) and self.concerns(row))
 
 
 @dataclass
@@ -208,6 +213,8 @@ def _parse_entry(item: Any, index: int, shown: str) -> KnownEntry:
     for name in REQUIRED:
         if name not in item:
             raise fail(name, f"missing field {name!r}", f"add '{name}:' to the entry")
+    if "case_id" not in item and "defect" not in item:
+        raise fail("case_id", "missing field 'case_id'", "add 'case_id:' (a glob over case ids) or 'defect:' to the entry")
     for name in FIELDS:
         value = item.get(name)
         if name in item and (not isinstance(value, str) or not value.strip()):
@@ -219,4 +226,7 @@ def _parse_entry(item: Any, index: int, shown: str) -> KnownEntry:
                    "make the mode compile (raise its recompile limit, remove the graph break), or run without it")
     if item.get("verdict") is not None and item["verdict"] not in DIVERGENCES:
         raise fail("verdict", f"{item['verdict']!r} is not a divergence verdict", f"use one of {list(DIVERGENCES)}")
-    return KnownEntry(index=index, **{name: item.get(name) for name in FIELDS if name in item})
+    if item.get("defect") is not None and not DEFECT_ID.fullmatch(item["defect"]):
+        raise fail("defect", f"{item['defect']!r} is not a defect id", "copy an id from summary.json's defects "
+                   "(\"<framework>-<10 hex digits>\")")
+    return KnownEntry(index=index, **{"case_id": "*", **{name: item.get(name) for name in FIELDS if name in item}})

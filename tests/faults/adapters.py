@@ -494,3 +494,10 @@ class GarbageValueAdapter(NumpyAdapter):
         if "complex" in case.id:
             return Observation(value=honest + 1j, dtype="complex128", shape=honest.shape)
         return Observation(value=["a", "b"], dtype="float64", shape=(2,))
+
+
+class TwoFormsAdapter(OffByOneAdapter):
+    """A function and a module class that calls it (one implementation), beside a second function of its own:
+    one defect for the first two, another for the third."""
+
+    apis = (Api("numpy.kl_div"), Api("numpy.KLDivLoss", implementation="numpy.kl_div"), Api("numpy.kl_div_other"))

@@ -1,0 +1,125 @@
+"""Defects (core/defects.py, report/defects.py): each distinct behaviour of a framework release once, whatever
+the API of one implementation, the part, the dtype or the mode that shows it; summary.json's `defects`, the
+known-findings entries that name one, the simplest example and the snippet its draft shows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import jsonschema
+
+from conformance.cli import main
+from conformance.core.defects import defect_of, residual_cause
+from conformance.core.results import iter_results
+from conformance.core.specload import load_schema
+from conformance.report.defects import Defects
+from tests.helpers import make_result
+
+ADAPTERS = "tests.faults.adapters:"
+CASES = """
+- {id: fault-wide, input: [[-1.0, -2.0], [-0.5, -1.5]], target: [[0.25, 0.75], [0.5, 0.5]], reduction: sum, dtype: float64}
+- {id: fault-small, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, dtype: float64}
+- {id: ok, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
+"""
+
+
+def _run(tmp_path, adapter="TwoFormsAdapter", *extra):
+    (tmp_path / "cases.yaml").write_text(CASES)
+    out = tmp_path / "out"
+    assert main(["run", "--framework", ADAPTERS + adapter, "--cases", str(tmp_path / "cases.yaml"), "--suite", "none",
+                 "--out", str(out), "--no-progress", *extra]) == 0
+    return out
+
+
+def test_the_apis_of_one_implementation_share_a_defect_and_another_function_has_its_own(tmp_path):
+    out = _run(tmp_path)
+    rows = [r for r in iter_results(out) if r.verdict.is_divergence]
+    by_api = {api: {r.defect for r in rows if r.api == api} for api in ("numpy.kl_div", "numpy.KLDivLoss",
+                                                                         "numpy.kl_div_other")}
+    assert all(len(ids) == 1 for ids in by_api.values())
+    assert by_api["numpy.kl_div"] == by_api["numpy.KLDivLoss"] != by_api["numpy.kl_div_other"]
+    # summary.json lists each once, by the schema, and they hold every divergent row exactly once
+    summary = json.loads((out / "summary.json").read_text())
+    jsonschema.validate(summary, load_schema("summary.schema.json"))
+    assert Counter({d["id"]: d["rows"] for d in summary["defects"]}) == Counter(r.defect for r in rows)
+    shared = next(d for d in summary["defects"] if d["id"] in by_api["numpy.kl_div"])
+    assert shared["apis"] == ["numpy.KLDivLoss", "numpy.kl_div"] and shared["status"] == "undocumented"
+    # its example is its simplest row: reduction none, the smaller case, the function before the class
+    assert shared["example"] == {"case_id": "fault-small", "api": "numpy.kl_div", "mode": "eager", "part": "forward",
+                                 "device": "cpu"}
+    assert shared["draft"] == f"issues/{shared['id']}.md" and (out / shared["draft"]).is_file()
+    assert sorted(p.name for p in (out / "issues").iterdir()) == sorted(f"{d['id']}.md" for d in summary["defects"])
+    # the terminal's defect line and report.md's table name it once
+    report = (out / "report.md").read_text()
+    assert report.index("undocumented defects") < report.index("## Divergences by cause")
+    assert report.count(f"`{shared['id']}`") == 1
+
+
+def test_a_defects_snippet_is_short_and_runs_standalone(tmp_path):
+    out = _run(tmp_path)
+    summary = json.loads((out / "summary.json").read_text())
+    for defect in summary["defects"]:
+        snippet = out / "repro" / f"{defect['id']}.snippet.py"
+        lines = snippet.read_text().splitlines()
+        assert len(lines) <= 15
+        done = subprocess.run([sys.executable, str(snippet)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        # the stand-in is off by one: the snippet prints its value, one more than the spec's it states
+        got = float(done.stdout.strip().strip("[]"))
+        expected = float(lines[-1].split("# the spec expects ")[1].strip("[]"))
+        assert abs(got - expected - 1.0) < 1e-7  # NumPy prints eight digits
+        draft = (out / defect["draft"]).read_text()
+        assert snippet.read_text().rstrip("\n") in draft
+
+
+def test_a_known_entry_may_name_a_defect_and_accepts_exactly_its_rows(tmp_path):
+    out = _run(tmp_path)
+    rows = [r for r in iter_results(out) if r.verdict.is_divergence]
+    other = next(r.defect for r in rows if r.api == "numpy.kl_div_other")
+    (tmp_path / "known.yaml").write_text(f"- {{id: other-form, defect: {other}, reason: fix pending}}\n")
+    assert main(["report", str(out), "--out", str(tmp_path / "rep"), "--known", str(tmp_path / "known.yaml")]) == 0
+    merged = list(iter_results(tmp_path / "rep"))
+    assert {r.defect for r in merged if r.known_by} == {other}
+    assert all(r.known_by == ("other-form",) for r in merged if r.defect == other)
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert {d["id"]: d["status"] for d in summary["defects"]}[other] == "known"
+    # a defect id that is not one is refused in one line
+    (tmp_path / "bad.yaml").write_text("- {id: x, defect: 'torch-../../x', reason: r}\n")
+    assert main(["report", str(out), "--out", str(tmp_path / "bad"), "--known", str(tmp_path / "bad.yaml")]) == 2
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_residual_cause_drops_what_the_profile_states():
+    documented = frozenset({"gradients.conventions.target_zero"})
+    # a documented convention beside legacy precedence is a legacy-precedence defect
+    assert residual_cause("gradients.conventions.target_zero + signature.legacy.precedence", documented) == \
+        "signature.legacy.precedence"
+    # a cause the profile states whole stays (the row is documented, or the statement does not cover it)
+    assert residual_cause("gradients.conventions.target_zero", documented) == "gradients.conventions.target_zero"
+    assert residual_cause("unexplained", documented) == "unexplained"
+
+
+def test_rows_of_one_behaviour_are_one_defect_across_parts_dtypes_modes_and_what_they_show_splits_unexplained():
+    explained = [make_result(case_id=f"c{i}", verdict="nonfinite", cause="pointwise.conventions.target_zero",
+                             part=part, dtype=dtype, mode=mode)
+                 for i, (part, dtype, mode) in enumerate([("forward", "float32", "eager"),
+                                                          ("grad_input", "float16", "eager"),
+                                                          ("forward", "float64", "inductor")])]
+    assert len({r.defect for r in explained}) == 1
+    # an unexplained value divergence a few bounds out is another behaviour than one that loses every digit
+    near = make_result(case_id="n", verdict="value", cause="unexplained", max_abs_err=2e-6, bound=1e-6)
+    far = make_result(case_id="f", verdict="value", cause="unexplained", max_abs_err=1.0, bound=1e-6)
+    narrow = make_result(case_id="h", verdict="value", cause="unexplained", max_abs_err=2e-6, bound=1e-6,
+                         dtype="float16")
+    assert len({near.defect, far.defect, narrow.defect}) == 3
+    # a documented row is not the undocumented defect of the same cause, and a pass has none
+    documented = make_result(case_id="d", verdict="nonfinite", cause="pointwise.conventions.target_zero",
+                             documented=True, documented_by=("dev",))
+    assert documented.defect != explained[0].defect and make_result().defect == ""
+    assert defect_of(explained[0], "other.implementation") != explained[0].defect
+    defects = Defects(explained + [documented])
+    assert [(d.status, d.rows, sorted(d.modes)) for d in defects.ordered()] == \
+        [("undocumented", 3, ["eager", "inductor"]), ("documented", 1, ["eager"])]
