@@ -819,6 +819,7 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
                 if row["clean"]:
                     clean.add(call)
     by_id = {c.id: c for c in cases}
+    implementations = adapter.implementations()
     for case_id in whole:  # a hang costs every call of the case that was sent to the framework
         case = by_id[case_id]
         calls = set()
@@ -854,6 +855,9 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
         if row.cause == (rule or UNEXPLAINED) or (rule is None and row.cause in FORMULAS) \
                 or _reproduced_by_claim(row, detail, by_id[row.case_id], adapter, spec):
             report.attributed += 1
+            if rule is not None:  # an unexplained row's defect is what it shows, which the fault varies by call
+                implementation = implementations.get(row.api, row.api)
+                report.defects.setdefault(f"{row.cause} on {implementation}", set()).add(row.defect)
         elif len(report.misattributed) < 10:
             report.misattributed.append(f"{row.case_id} {row.api} {row.device} {_mode_word(row.mode)}{row.part}: "
                                         f"cause {row.cause!r}, "

@@ -24,6 +24,15 @@ class VariantReport:
     # rows the variant did not plant into that differ from the control's (another verdict or cause, or no row)
     disturbed: int = 0
     disturbances: list[str] = field(default_factory=list)  # (first few)
+    # the defects the attributed rows form, by the cause they were due and the implementation ("<cause> on <api>"):
+    # one fault is one defect per rule it breaks, over every API of one implementation, every part, dtype and mode
+    # (core/defects.py)
+    defects: dict[str, set[str]] = field(default_factory=dict)
+
+    @property
+    def split(self) -> dict[str, list[str]]:
+        """The causes whose attributed rows came out as more than one defect."""
+        return {cause: sorted(ids) for cause, ids in self.defects.items() if len(ids) > 1}
 
     @property
     def attribution_checked(self) -> bool:
@@ -34,7 +43,7 @@ class VariantReport:
     def ok(self) -> bool:
         return ((self.planted > 0 or self.not_applicable is not None) and self.flagged == self.planted
                 and (not self.attribution_checked or self.attributed == self.attribution_due)
-                and not self.disturbed)
+                and not self.disturbed and not self.split)
 
     @property
     def attribution_due(self) -> int:
@@ -72,8 +81,8 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
     lines += ["", "All planted rows were flagged, and attributed to the rule their fault breaks." if not failed else
               f"{len(failed)} variants failed: a variant must plant at least one fault (unless the framework "
               "can carry no such fault), every planted row must be flagged and attributed to the rule its fault "
-              "breaks, every other row must keep the control's verdict and cause, and every gate asked of a "
-              "broken build must fail."]
+              "breaks (one defect per rule), every other row must keep the control's verdict and cause, and every "
+              "gate asked of a broken build must fail."]
     for r in failed:
         if r.flagged < r.planted or not r.planted:
             lines += ["", f"## `{r.name}`: " + ("planted nothing" if not r.planted else
@@ -87,6 +96,9 @@ def render_selftest(framework: str, control: dict, reports: list[VariantReport])
         if r.disturbed:
             lines += ["", f"## `{r.name}`: {r.disturbed} rows it did not plant into differ from the control's"]
             lines += [f"- {m}" for m in r.disturbances]
+        if r.split:
+            lines += ["", f"## `{r.name}`: one fault came out as several defects"]
+            lines += [f"- cause {cause}: defects {', '.join(ids)}" for cause, ids in r.split.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -95,7 +107,7 @@ def selftest_json(framework: str, control: dict, reports: list[VariantReport]) -
     return json.dumps({"framework": framework, "control": control, "variants": [
         {"name": r.name, "fault": r.fault, "planted": r.planted, "flagged": r.flagged, "verdicts": r.verdicts,
          "ok": r.ok, "missed": r.missed, "not_applicable": r.not_applicable, "disturbed": r.disturbed,
-         "disturbances": r.disturbances,
+         "disturbances": r.disturbances, "defects": {cause: sorted(ids) for cause, ids in sorted(r.defects.items())},
          **({"attributed": r.attributed, "attribution_due": r.attribution_due, "over_divergence": r.over_divergence,
              "misattributed": r.misattributed} if r.attribution_checked else {})}
         for r in reports]}, indent=2) + "\n"

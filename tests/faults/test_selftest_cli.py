@@ -127,3 +127,26 @@ def test_a_variant_runs_over_the_cases_it_plants_into(tmp_path):
     assert sorted(r.case_id for r in iter_results(tmp_path / "out" / "control")) == ["infinite", "one"]
     assert [(r.case_id, r.verdict.value) for r in iter_results(tmp_path / "out" / "infinity_lost")] == \
         [("infinite", "nonfinite")]
+
+
+def test_a_planted_fault_is_one_defect_per_implementation_and_a_split_fails_the_selftest(tmp_path, monkeypatch):
+    """wrong_shape breaks one rule (shapes.output): over a function and the module class that calls it, one
+    defect; over a second function of its own, another. A harness that named defects by API would split the
+    first: the self-test then fails, naming the defects."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(CASES)
+
+    def selftest(out):
+        return main(["selftest", "--framework", ADAPTERS + "TwoFormsAdapter", "--suite", "none", "--cases",
+                     str(cases), "--out", str(tmp_path / out), "--variant", "wrong_shape"])
+    assert selftest("sound") == 0
+    (report,) = json.loads((tmp_path / "sound" / "selftest.json").read_text())["variants"]
+    assert report["ok"] and report["planted"] == report["attributed"] == 3
+    assert {key: len(ids) for key, ids in report["defects"].items()} == \
+        {"shapes.output on numpy.kl_div": 1, "shapes.output on numpy.kl_div_other": 1}
+    import conformance.run.runner as runner
+    monkeypatch.setattr(runner, "defect_of", lambda row, implementation, named=runner.defect_of: named(row, row.api))
+    assert selftest("split") == 1
+    (report,) = json.loads((tmp_path / "split" / "selftest.json").read_text())["variants"]
+    assert not report["ok"] and len(report["defects"]["shapes.output on numpy.kl_div"]) == 2
+    assert "one fault came out as several defects" in (tmp_path / "split" / "selftest.md").read_text()
