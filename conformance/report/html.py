@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.results import detail_matcher
+from conformance.report.defects import UNDOCUMENTED, spec_of, title
 from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
@@ -78,7 +79,7 @@ applyFilters();
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{}'; base-uri 'none'; "
        "form-action 'none'")
 
-FILTER_KEYS = ("cause", "framework", "release", "api", "device", "mode", "part", "dtype", "reduction", "family",
+FILTER_KEYS = ("defect", "cause", "framework", "release", "api", "device", "mode", "part", "dtype", "reduction", "family",
                "verdict", "documented")
 
 
@@ -103,6 +104,7 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
              f"<meta http-equiv='Content-Security-Policy' content=\"{CSP.format(script_hash())}\">",
              "<title>kl_div conformance report</title>", f"<style>{STYLE}</style></head><body>",
              "<h1>kl_div conformance report</h1>"]
+    parts += _defects(tally)
     parts += _provenance(manifests, tally)
     parts += _summary(tally)
     parts += _releases(tally)
@@ -112,6 +114,23 @@ def render_html(tally: Tally, manifests: Sequence[dict[str, Any]], details: Iter
     parts += _divergences(listed, tally, manifests, detail_by_key)
     parts.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(parts)
+
+
+def _defects(tally: Tally) -> list[str]:
+    """What the page opens with: each defect once, undocumented first (its id is the rows' filter beneath)."""
+    found = tally.defects.ordered()
+    if not found:
+        return ["<p>No divergences: every judged result is within the spec.</p>"]
+    spec = spec_of(sorted(tally.spec_hashes)[0]) if tally.spec_hashes else None
+    n = len(tally.defects.ordered(UNDOCUMENTED))
+    out = [f"<h2 id='defects'>{n} undocumented defect{'' if n == 1 else 's'}</h2>",
+           "<table class='defects'><tr><th>status</th><th>defect</th><th>what it does</th><th>rows</th>"
+           "<th>where it shows</th><th>example</th></tr>"]
+    out += [f"<tr class='{_e(d.status)}'><td>{_e(d.status)}</td><td><code>{_e(d.id)}</code></td>"
+            f"<td>{_e(title(d, spec))}</td><td>{d.rows}</td><td>{_e(d.where())}</td>"
+            f"<td><code>{_e(d.example.case_id)}</code> {_e(d.example.api)} {_e(d.example.part)}</td></tr>"
+            for d in found]
+    return out + ["</table>"]
 
 
 def _key(r: Result) -> tuple:
@@ -218,6 +237,7 @@ def _filters(tally: Tally) -> list[str]:
         values["reduction"].add(reduction)
     for r in tally.listed_in_page:
         values["cause"].add(_group_key(r)[0])
+        values["defect"].add(r.defect)
         values["dtype"].add(r.dtype)
     values["verdict"] = {v for c in tally.by_target.values() for v, n in c.items() if n and Verdict(v).is_divergence}
     values["documented"] = {"documented", "known", "no"}
@@ -327,7 +347,8 @@ def _acceptance(rows: list[Result], size: int) -> str:
 
 def _divergence(r: Result, run_info: dict, detail: dict | None, released: frozenset[str] = frozenset()) -> str:
     accepted = "documented" if r.documented else ("known" if r.known_by else "no")
-    attrs = {**_split(target_label(r, released)), "cause": _group_key(r)[0], "verdict": r.verdict.value,
+    attrs = {**_split(target_label(r, released)), "defect": r.defect, "cause": _group_key(r)[0],
+             "verdict": r.verdict.value,
              "dtype": r.dtype, "reduction": r.reduction, "family": r.family, "documented": accepted}
     doc = ((f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
            + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
