@@ -13,6 +13,7 @@ import numpy as np
 
 from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import Spec
+from conformance.core.rounding import round_to_dtype
 from conformance.reference.pointwise import WIDE
 
 # Codes of a gradient's rule map, in the order of RULES.
@@ -22,17 +23,19 @@ RULES = ("gradients.formula", "gradients.conventions.target_zero", "gradients.co
          "gradients.conventions.nan_propagation")
 
 
-def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argument: str, spec: Spec):
+def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argument: str, spec: Spec,
+                         own_dtype: str | None = None):
     """dL/d(argument) per element, the sum of its terms' magnitudes (for the bound), and the rule map.
 
     spec: gradients.log_target_false / log_target_true (the formula and its terms), gradients.conventions.
+    With `own_dtype`, exp(target) is rounded to that dtype first (spec: dtypes.argument_terms).
     """
     conventions = spec.data["gradients"]["conventions"]
     space = spec.data["gradients"][f"log_target_{str(log_target).lower()}"]
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     with np.errstate(all="ignore"):
         if log_target:
-            p = np.exp(t)
+            p = exp_target(t, own_dtype)
             d = -p if argument == "input" else p * (t - x + 1)
         else:
             d = -t if argument == "input" else np.log(t) - x + 1
@@ -74,13 +77,22 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
     return d, magnitude, rule_map
 
 
-def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec):
-    """d/dt of dL/dx per element: -1, or -exp(t) in log space (spec: gradients.second_order)."""
+def exp_target(t: np.ndarray, own_dtype: str | None):
+    """exp(target), rounded to `own_dtype` where the target's own terms are evaluated there (spec:
+    dtypes.argument_terms.choices.own_dtype); the wide value otherwise."""
+    p = np.exp(t)
+    return p if own_dtype is None else np.asarray(round_to_dtype(np.asarray(p, dtype=np.float64), own_dtype),
+                                                  dtype=p.dtype)
+
+
+def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec, own_dtype: str | None = None):
+    """d/dt of dL/dx per element: -1, or -exp(t) in log space (spec: gradients.second_order); exp(t) as
+    pointwise_derivative forms it."""
     second = spec.data["gradients"]["second_order"]
     space = f"log_target_{str(log_target).lower()}"
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     with np.errstate(all="ignore"):
-        d = np.array(-np.exp(t) if log_target else -np.ones_like(t), dtype=WIDE)
+        d = np.array(-exp_target(t, own_dtype) if log_target else -np.ones_like(t), dtype=WIDE)
     magnitude = np.array(np.broadcast_to(sum_of_abs(second["terms"][space],
                                                     VARIABLES["gradients.second_order.terms.*[]"],
                                                     input=x, target=t), x.shape), dtype=WIDE)

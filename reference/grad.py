@@ -16,7 +16,7 @@ from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gra
 from conformance.reference import dialect
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
                                            expected_error, expected_forward, expected_warnings, in_result_dtype,
-                                           legacy_then_batchmean, reduction_divisor)
+                                           legacy_then_batchmean, own_terms_dtype, reduction_divisor)
 from conformance.reference.derivative import (FORMULA, NAN_PROPAGATION, RULES, mixed_second_derivative,
                                               pointwise_derivative)
 from conformance.reference.statements import verify_formulas
@@ -70,9 +70,11 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         derivative, magnitude, keras_map = dialect.keras_gradient(x, t, which, result_dtype, spec)
         rule_map = np.vectorize(KERAS_RULES.get, otypes=[np.int8])(keras_map) if keras_map.size else keras_map
     elif part == "grad2_input":
-        derivative, magnitude, rule_map = mixed_second_derivative(xb, tb, case.params.log_target, spec)
+        derivative, magnitude, rule_map = mixed_second_derivative(xb, tb, case.params.log_target, spec,
+                                                                  own_terms_dtype(case, result_dtype, spec))
     else:
-        derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec)
+        derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec,
+                                                               own_terms_dtype(case, result_dtype, spec))
     reduction = effective_reduction(case.params, spec)
     out_shape = shape[:-1] if rules_of["axis_sum"] else shape  # spec: dialects.*.axis_sum
     divisor = 1 if reduction == "none" else reduction_divisor(reduction, int(np.prod(out_shape)),
