@@ -33,6 +33,7 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
     conventions = spec.data["gradients"]["conventions"]
     space = spec.data["gradients"][f"log_target_{str(log_target).lower()}"]
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
+    by_formula = np.zeros(x.shape, dtype=bool)  # elements a convention hands to the formula (keep their bound)
     with np.errstate(all="ignore"):
         if log_target:
             p = exp_target(t, own_dtype)
@@ -62,12 +63,14 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
             d[mask] = 0
         elif argument == "target" or choice == "nan":
             d[mask] = np.nan
+        else:  # formula: grad_input is -target there, rounded as the formula is everywhere
+            by_formula = mask
     # spec: gradients.conventions.infinite_input -- at p = 0 with input +-inf
     mask = p_zero & np.isinf(x)
     if conventions["infinite_input"]["choice"] == "limit":
         rule_map[mask] = INFINITE_INPUT
         d[mask] = -np.sign(x[mask]) * np.inf if argument == "target" else 0
-    magnitude[rule_map != FORMULA] = 0
+    magnitude[(rule_map != FORMULA) & ~by_formula] = 0  # a convention's constant is exact; a formula's value is not
     rule_map[nan_in] = NAN_PROPAGATION
     if conventions["nan_propagation"]["choice"] == "propagate":
         d[nan_in] = np.nan
@@ -97,6 +100,7 @@ def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec
                                                     VARIABLES["gradients.second_order.terms.*[]"],
                                                     input=x, target=t), x.shape), dtype=WIDE)
     nan_in = np.isnan(x) | np.isnan(t)
+    by_formula = np.zeros(x.shape, dtype=bool)  # elements a convention hands to the formula (keep their bound)
     if log_target:
         mask = (t == -np.inf) & ~nan_in
         rule_map[mask] = LOG_TARGET_NEG_INF
@@ -107,7 +111,9 @@ def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec
         choice = spec.data["gradients"]["conventions"]["target_negative"]["choice"]
         if choice != "formula":  # nan, or zero (a clamped loss has no slope there)
             d[mask] = np.nan if choice == "nan" else 0
-    magnitude[rule_map != FORMULA] = 0
+        else:
+            by_formula = mask
+    magnitude[(rule_map != FORMULA) & ~by_formula] = 0  # a convention's constant is exact; a formula's value is not
     rule_map[nan_in] = NAN_PROPAGATION
     if spec.data["gradients"]["conventions"]["nan_propagation"]["choice"] == "propagate":
         d[nan_in] = np.nan

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
-from conformance.core.choices import alternatives, touched_paths, with_alternatives
+from conformance.core.choices import Alternative, alternatives, touched_paths, with_alternatives
 from conformance.core.model import Observation
 from conformance.judge.explain import indistinguishable, explain
 from conformance.reference.forward import expected_forward, takes_input_space
 from conformance.reference.grad import expected_grad
+from tests.helpers import make_case
 
 
 def _expect(case, spec, part, dialect):
@@ -83,3 +84,21 @@ def test_explain_finds_each_alternative_it_can_tell_apart(spec, suite):
             found += 1
             break
     assert found >= 5
+
+
+@pytest.mark.parametrize("part, reduction, formula", [
+    # grad_input = -target * upstream / numel: 1.25 / 3 (spec: gradients.upstream.reduced, reductions.mean)
+    ("grad_input", "mean", lambda t: -np.asarray(t) * 1.25 / 3),
+    # grad2_input = -w * upstream, w = 0.75 + 0.125 * i (spec: gradients.second_order.definition)
+    ("grad2_input", "sum", lambda t: -1.25 * (0.75 + 0.125 * np.arange(len(t)))),
+])
+def test_a_formula_valued_alternative_explains_an_observation_rounded_as_the_formula_is(spec, part, reduction, formula):
+    """Under target_negative = formula the negative target's gradient is the formula's value, with the formula's
+    bound (u times its terms, spec: tolerance.gradient): an observation 1 ulp of float32 from it is explained."""
+    x, t = [0.3, 0.2, 0.1], [-0.5, 0.25, 0.3]
+    case = make_case(x, t, reduction=reduction, dtype="float32")
+    value = formula(t).astype(np.float32)
+    value[0] = np.nextafter(value[0], np.float32(np.inf))
+    observed = Observation(value=value.astype(np.float64), dtype="float32", shape=(3,))
+    assert explain(case, observed, spec, part=part) == (Alternative("gradients.conventions.target_negative",
+                                                                    "formula"),)
