@@ -80,6 +80,15 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
     return d, magnitude, rule_map
 
 
+def accepts_any(rule_map: np.ndarray, spec: Spec) -> np.ndarray:
+    """Per element: whether the convention that decided it accepts any value there (its choice `arbitrary`:
+    the framework documents the gradient as unspecified; spec: gradients.conventions.*.choices.arbitrary)."""
+    conventions = spec.data["gradients"]["conventions"]
+    codes = [code for code, name in enumerate(RULES) if name.startswith("gradients.conventions.")
+             and conventions[name.rsplit(".", 1)[1]]["choice"] == "arbitrary"]
+    return np.isin(rule_map, codes) if codes else np.zeros(np.shape(rule_map), dtype=bool)
+
+
 def exp_target(t: np.ndarray, own_dtype: str | None):
     """exp(target), rounded to `own_dtype` where the target's own terms are evaluated there (spec:
     dtypes.argument_terms.choices.own_dtype); the wide value otherwise."""

@@ -17,8 +17,8 @@ from conformance.reference import dialect
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
                                            expected_error, expected_forward, expected_warnings, in_result_dtype,
                                            legacy_then_batchmean, own_terms_dtype, reduction_divisor)
-from conformance.reference.derivative import (FORMULA, NAN_PROPAGATION, RULES, mixed_second_derivative,
-                                              pointwise_derivative)
+from conformance.reference.derivative import (FORMULA, NAN_PROPAGATION, RULES, accepts_any,
+                                              mixed_second_derivative, pointwise_derivative)
 from conformance.reference.statements import verify_formulas
 
 
@@ -100,8 +100,13 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         if summed > 1:  # spec: tolerance.gradient.summation -- summing back over broadcast elements
             bound = bound + gradient_summation(summed, sum_to_shape(np.abs(contribution), arg_shape), u, spec)
     rules = tuple(conventions_applied(rule_map, RULE_NAMES, FORMULA))
-    return Expected(result_dtype=arg_dtype, shape=tuple(arg_shape), value=in_result_dtype(value, arg_dtype),
-                    bound=as_bound(bound), rules=rules,
+    value, bound = in_result_dtype(value, arg_dtype), as_bound(bound)
+    anything = accepts_any(rule_map, spec)
+    if anything.any():  # a gradient that sums an unspecified element is unspecified (judge/compare.py: accepts_any)
+        anything = sum_to_shape(anything.astype(np.float64), arg_shape) > 0
+        value, bound = np.where(anything, np.nan, value), np.where(anything, np.inf, bound)
+    return Expected(result_dtype=arg_dtype, shape=tuple(arg_shape), value=value,
+                    bound=bound, rules=rules,
                     rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULE_NAMES)
 
 

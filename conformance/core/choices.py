@@ -85,13 +85,20 @@ def choice_points(data, path: str = "") -> list[str]:
 
 
 def check_choice_points(data, shown: str) -> None:
-    """Each choice names one of its own choices, and the spec's choice points are exactly TOUCHES' keys."""
+    """Each choice names one of its own choices, each documents_only alternative is one of them and not the
+    spec's own, and the spec's choice points are exactly TOUCHES' keys."""
     points = choice_points(data)
     for path in points:
         node = get_path(data, path)
         if node["choice"] not in node["choices"]:
             raise SpecError(f"choice {node['choice']!r} is not one of its choices {list(node['choices'])}",
                             file=shown, where=f"{path}.choice", fix=f"use one of {list(node['choices'])}")
+        for name in node.get("documents_only", ()):
+            if name not in node["choices"] or name == node["choice"]:
+                raise SpecError(f"documents_only names {name!r}, which is not one of the alternatives "
+                                f"{[c for c in node['choices'] if c != node['choice']]}", file=shown,
+                                where=f"{path}.documents_only",
+                                fix="list only alternatives the choice point states, never its own choice")
     missing, extra = sorted(set(points) - set(TOUCHES)), sorted(set(TOUCHES) - set(points))
     if missing or extra:
         raise SpecError(f"choice points {missing} have no `touches` test, and {extra} are not in the spec" if missing
@@ -113,13 +120,19 @@ class Alternative:
 
 
 def alternatives(spec: Spec) -> list[Alternative]:
-    """Every single departure the spec allows the reference to compute, choice point by choice point in
-    the order of TOUCHES (the loader holds its keys equal to the spec's choice points). Explanations try
-    smaller sets of alternatives first, and this order decides between sets of one size."""
+    """Every single departure an explanation may name, choice point by choice point in the order of TOUCHES
+    (the loader holds its keys equal to the spec's choice points). Explanations try smaller sets of
+    alternatives first, and this order decides between sets of one size.
+
+    A choice point's `documents_only` alternatives are left out: each accepts any value where it applies
+    (`arbitrary`), so it would explain every answer there and name nothing. A profile may still declare
+    them (judge/profiles.py reads every choice a point lists).
+    """
     found = []
     for path in TOUCHES:
         node = get_path(spec.data, path)
-        found += [Alternative(path, c) for c in node["choices"] if c != node["choice"]]
+        left_out = set(node.get("documents_only", ()))
+        found += [Alternative(path, c) for c in node["choices"] if c != node["choice"] and c not in left_out]
     return found
 
 

@@ -102,3 +102,46 @@ def test_a_formula_valued_alternative_explains_an_observation_rounded_as_the_for
     observed = Observation(value=value.astype(np.float64), dtype="float32", shape=(3,))
     assert explain(case, observed, spec, part=part) == (Alternative("gradients.conventions.target_negative",
                                                                     "formula"),)
+
+
+ARBITRARY_CASES = {
+    # a NaN input: grad_input = -target * 1.25 / 3 elsewhere (spec: gradients.upstream.reduced, reductions.mean)
+    "gradients.conventions.nan_propagation": ([np.nan, 0.2, 0.1], [0.3, 0.25, 0.3]),
+    # a negative target: outside the domain
+    "gradients.conventions.target_negative": ([0.3, 0.2, 0.1], [-0.5, 0.25, 0.3]),
+}
+
+
+@pytest.mark.parametrize("path", sorted(ARBITRARY_CASES))
+def test_arbitrary_accepts_any_value_where_its_convention_applies_and_nothing_else(spec, path):
+    """Under `arbitrary` the element the convention covers takes any value (NaN and infinities included);
+    every other element is judged as before, so an answer wrong there still fails."""
+    from conformance.judge.compare import classify
+    from conformance.core.model import Verdict
+
+    x, t = ARBITRARY_CASES[path]
+    case = make_case(x, t, reduction="mean", dtype="float32")
+    declared = with_alternatives(spec, (Alternative(path, "arbitrary"),))
+    expected = expected_grad(case, declared, "grad_input")
+    right = (-np.asarray(t) * 1.25 / 3).astype(np.float32).astype(np.float64)
+    for anything in (123.0, np.inf, -np.inf, np.nan, 0.0):
+        got = right.copy()
+        got[0] = anything
+        assert classify(expected, Observation(value=got, dtype="float32", shape=(3,)), declared).verdict \
+            is Verdict.PASS, anything
+    for wrong, verdict in ((right[1] + 1e-3, Verdict.VALUE), (np.nan, Verdict.NONFINITE), (np.inf, Verdict.NONFINITE)):
+        got = right.copy()
+        got[0], got[1] = 123.0, wrong
+        assert classify(expected, Observation(value=got, dtype="float32", shape=(3,)), declared).verdict is verdict
+
+
+@pytest.mark.parametrize("path", sorted(ARBITRARY_CASES))
+def test_explain_never_names_arbitrary(spec, path):
+    """`arbitrary` fits every answer where it applies, so it is no explanation: explain leaves it out (the
+    spec's documents_only) and an answer nothing else gives stays unexplained."""
+    x, t = ARBITRARY_CASES[path]
+    case = make_case(x, t, reduction="mean", dtype="float32")
+    got = (-np.asarray(t) * 1.25 / 3).astype(np.float32).astype(np.float64)
+    got[0] = 123.0
+    assert Alternative(path, "arbitrary") not in alternatives(spec)
+    assert explain(case, Observation(value=got, dtype="float32", shape=(3,)), spec, part="grad_input") is None
