@@ -24,11 +24,14 @@ RULES = ("gradients.formula", "gradients.conventions.target_zero", "gradients.co
 
 
 def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argument: str, spec: Spec,
-                         own_dtype: str | None = None):
+                         own_dtype: str | None = None, held_dtype: str | None = None):
     """dL/d(argument) per element, the sum of its terms' magnitudes (for the bound), and the rule map.
 
     spec: gradients.log_target_false / log_target_true (the formula and its terms), gradients.conventions.
-    With `own_dtype`, exp(target) is rounded to that dtype first (spec: dtypes.argument_terms).
+    With `own_dtype`, exp(target) is rounded to that dtype first (spec: dtypes.argument_terms); with
+    `held_dtype`, it is held in that dtype, +-inf where it overflows (spec: reductions.operand), and grad_target
+    is the product rule's two terms added, exp(t) * (t - x) + exp(t), so an infinite exp(t) gives what IEEE
+    arithmetic gives them (NaN where t < x: inf - inf).
     """
     conventions = spec.data["gradients"]["conventions"]
     space = spec.data["gradients"][f"log_target_{str(log_target).lower()}"]
@@ -36,8 +39,8 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
     by_formula = np.zeros(x.shape, dtype=bool)  # elements a convention hands to the formula (keep their bound)
     with np.errstate(all="ignore"):
         if log_target:
-            p = exp_target(t, own_dtype)
-            d = -p if argument == "input" else p * (t - x + 1)
+            p = exp_target(t, own_dtype, held_dtype)
+            d = -p if argument == "input" else p * (t - x) + p
         else:
             d = -t if argument == "input" else np.log(t) - x + 1
     d = np.array(d, dtype=WIDE)
@@ -89,22 +92,29 @@ def accepts_any(rule_map: np.ndarray, spec: Spec) -> np.ndarray:
     return np.isin(rule_map, codes) if codes else np.zeros(np.shape(rule_map), dtype=bool)
 
 
-def exp_target(t: np.ndarray, own_dtype: str | None):
+def exp_target(t: np.ndarray, own_dtype: str | None, held_dtype: str | None = None):
     """exp(target), rounded to `own_dtype` where the target's own terms are evaluated there (spec:
-    dtypes.argument_terms.choices.own_dtype); the wide value otherwise."""
+    dtypes.argument_terms.choices.own_dtype), and +-inf where it overflows `held_dtype`, the dtype the
+    gradient's intermediates are held in (spec: reductions.operand); the wide value otherwise."""
     p = np.exp(t)
-    return p if own_dtype is None else np.asarray(round_to_dtype(np.asarray(p, dtype=np.float64), own_dtype),
-                                                  dtype=p.dtype)
+    if own_dtype is not None:
+        p = np.asarray(round_to_dtype(np.asarray(p, dtype=np.float64), own_dtype), dtype=p.dtype)
+    if held_dtype is not None:
+        with np.errstate(over="ignore"):
+            overflow = np.isinf(round_to_dtype(np.asarray(p, dtype=np.float64), held_dtype)) & np.isfinite(p)
+        p = np.where(overflow, np.inf, p)  # exp is positive: the overflow is +inf
+    return p
 
 
-def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec, own_dtype: str | None = None):
+def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec, own_dtype: str | None = None,
+                            held_dtype: str | None = None):
     """d/dt of dL/dx per element: -1, or -exp(t) in log space (spec: gradients.second_order); exp(t) as
     pointwise_derivative forms it."""
     second = spec.data["gradients"]["second_order"]
     space = f"log_target_{str(log_target).lower()}"
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     with np.errstate(all="ignore"):
-        d = np.array(-exp_target(t, own_dtype) if log_target else -np.ones_like(t), dtype=WIDE)
+        d = np.array(-exp_target(t, own_dtype, held_dtype) if log_target else -np.ones_like(t), dtype=WIDE)
     magnitude = np.array(np.broadcast_to(sum_of_abs(second["terms"][space],
                                                     VARIABLES["gradients.second_order.terms.*[]"],
                                                     input=x, target=t), x.shape), dtype=WIDE)

@@ -71,10 +71,12 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         rule_map = np.vectorize(KERAS_RULES.get, otypes=[np.int8])(keras_map) if keras_map.size else keras_map
     elif part == "grad2_input":
         derivative, magnitude, rule_map = mixed_second_derivative(xb, tb, case.params.log_target, spec,
-                                                                  own_terms_dtype(case, result_dtype, spec))
+                                                                  own_terms_dtype(case, result_dtype, spec),
+                                                                  dialect.operand_dtype(result_dtype, spec))
     else:
         derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec,
-                                                               own_terms_dtype(case, result_dtype, spec))
+                                                               own_terms_dtype(case, result_dtype, spec),
+                                                               dialect.operand_dtype(result_dtype, spec))
     reduction = effective_reduction(case.params, spec)
     out_shape = shape[:-1] if rules_of["axis_sum"] else shape  # spec: dialects.*.axis_sum
     divisor = 1 if reduction == "none" else reduction_divisor(reduction, int(np.prod(out_shape)),
