@@ -92,6 +92,33 @@ def accepts_any(rule_map: np.ndarray, spec: Spec) -> np.ndarray:
     return np.isin(rule_map, codes) if codes else np.zeros(np.shape(rule_map), dtype=bool)
 
 
+# The smallest normal number of each dtype: a product below it is rounded to a multiple of the smallest
+# subnormal, an absolute error that dividing by a subnormal target makes large (xlogy_product_rule).
+SMALLEST_NORMAL = {"float16": 2.0**-14, "bfloat16": 2.0**-126, "float32": 2.0**-126, "float64": 2.0**-1022}
+
+
+def xlogy_product_rule(contribution: np.ndarray, derivative: np.ndarray, scale: np.ndarray, t: np.ndarray,
+                       rule_map: np.ndarray, dtype: str) -> np.ndarray:
+    """grad_target's contributions (derivative * scale, log_target false) with the product rule of xlogy(t, t)
+    in `dtype` where the formula holds (spec: gradients.target_product_rule.choices.xlogy).
+
+    Is equivalent to ``(log(t) - x) * scale + fl(fl(scale) * t) / t``, fl rounding to `dtype`, at the elements
+    where fl(scale) * t is below `dtype`'s smallest normal or t is +inf (inf / inf = NaN); elsewhere the
+    product's rounding is relative, within the bound, and the contribution is left as it is.
+    """
+    with np.errstate(all="ignore"):
+        g = round_to_dtype(np.asarray(scale, dtype=np.float64), dtype)
+        tf = np.asarray(t, dtype=np.float64)
+        where = (rule_map == FORMULA) & ((np.abs(g * tf) < SMALLEST_NORMAL[dtype]) | (tf == np.inf))
+        if not where.any():
+            return contribution
+        product = round_to_dtype(g * tf, dtype)  # exact in float64 before the rounding: both have at most 24 bits,
+        out = np.array(contribution, dtype=WIDE)  # or float64's own rounding for float64
+        out[where] = ((derivative[where] - 1) * np.asarray(scale)[where]
+                      + np.asarray(product[where], dtype=WIDE) / np.asarray(t[where], dtype=WIDE))
+    return out
+
+
 def exp_target(t: np.ndarray, own_dtype: str | None, held_dtype: str | None = None):
     """exp(target), rounded to `own_dtype` where the target's own terms are evaluated there (spec:
     dtypes.argument_terms.choices.own_dtype), and +-inf where it overflows `held_dtype`, the dtype the

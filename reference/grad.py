@@ -18,7 +18,7 @@ from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, con
                                            expected_error, expected_forward, expected_warnings, in_result_dtype,
                                            legacy_then_batchmean, own_terms_dtype, reduction_divisor)
 from conformance.reference.derivative import (FORMULA, NAN_PROPAGATION, RULES, accepts_any,
-                                              mixed_second_derivative, pointwise_derivative)
+                                              mixed_second_derivative, pointwise_derivative, xlogy_product_rule)
 from conformance.reference.statements import verify_formulas
 
 
@@ -91,6 +91,10 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
     with np.errstate(all="ignore"):
         scale = np.broadcast_to(upstream.astype(WIDE) / WIDE(divisor) if divisor else WIDE(np.nan), shape)
         contribution = derivative * scale
+        if (part == "grad_target" and not case.params.log_target and rules_of["input_space"] == "log"
+                and spec.data["gradients"]["target_product_rule"]["choice"] == "xlogy"):
+            contribution = xlogy_product_rule(contribution, derivative, scale, tb, rule_map,
+                                              own_terms_dtype(case, result_dtype, spec) or result_dtype)
         u = max(spec.unit_roundoff(result_dtype), spec.unit_roundoff(arg_dtype))
         s = np.where(rule_map == FORMULA, gradient_sensitivity(xb, tb, case.params.log_target, which, spec), 0)
         bound = np.broadcast_to(gradient_bound(magnitude, scale, s, u, spec.smallest_subnormal(arg_dtype), spec),

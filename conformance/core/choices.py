@@ -33,6 +33,7 @@ _TARGET_ZERO = _target_has(lambda t: t == 0, log_target=False)
 _TARGET_NEGATIVE = _target_has(lambda t: t < 0, log_target=False)
 _LOG_TARGET_NEG_INF = _target_has(lambda t: t == -np.inf, log_target=True)
 _NAN = _has(np.isnan)
+_SMALLEST_NORMAL = {"float16": 2.0**-14, "bfloat16": 2.0**-126, "float32": 2.0**-126, "float64": 2.0**-1022}
 
 # Which cases each choice point (a {choice, choices} node of the spec, by its dotted path) can
 # touch. `touches` is a cheap test on the case's values (rounded to their dtypes): an alternative
@@ -60,6 +61,13 @@ TOUCHES = {
         lambda case, x, t: bool(np.isinf(x).any()) and bool(((t == -np.inf) if case.params.log_target
                                                               else (t == 0)).any()),
     "gradients.conventions.nan_propagation": _NAN,
+    # a target whose product with the gradient's scale may fall below the smallest normal of the dtype it is
+    # computed in (the largest smallest-normal of the case's floating dtypes; the scale is at least 0.5 / numel**2),
+    # or +inf
+    "gradients.target_product_rule":
+        lambda case, x, t: not case.params.log_target and bool(
+            ((t == np.inf) | ((t > 0) & (t * 0.5 / max(t.size, x.size, 1) ** 2 < max(
+                _SMALLEST_NORMAL.get(case.dtype.input, 0.0), _SMALLEST_NORMAL.get(case.dtype.target, 0.0))))).any()),
     "reductions.batchmean.divisor": lambda case, x, t: case.params.reduction == "batchmean" and x.shape != t.shape,
     "signature.legacy.precedence": lambda case, x, t: case.params.has_legacy,
     # Keras' dialect: only a case in probability space reaches it

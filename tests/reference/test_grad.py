@@ -175,3 +175,27 @@ def test_gradient_intermediates_are_held_in_the_operand_dtype(spec, part, operan
     finite = np.isfinite(expected)
     np.testing.assert_equal(np.where(finite, 0.0, got.value), np.where(finite, 0.0, expected))  # NaN, inf and its sign
     assert (np.abs(got.value[finite] - expected[finite]) <= got.bound[finite]).all()
+
+
+def test_the_xlogy_product_rule_loses_the_one_at_subnormal_targets(spec):
+    """spec: gradients.target_product_rule = xlogy -- grad_target = log(t) * s + fl(fl(s) * t) / t - x * s,
+    s = 1.25 / 3 (the mean of 3, spec: gradients.upstream.reduced). Worked by hand in mpmath with float32's
+    roundings; torch 2.13 on CPU gives -43.032887, -42.241802, 0.12785533 and NaN for t = +inf."""
+    from conformance.core.choices import Alternative, with_alternatives
+
+    tiny = 2.0**-149
+    targets = [tiny, 3 * tiny, 0.5]
+    case = make_case([0.0, 0.0, 0.0], targets, reduction="mean", dtype="float32")
+    xlogy = with_alternatives(spec, (Alternative("gradients.target_product_rule", "xlogy"),))
+    s = mpmath.mpf(1.25) / 3
+    g = float(np.float32(float(s)))
+    want = [float(mpmath.log(t) * s + float(np.float32(g * t)) / mpmath.mpf(t)) for t in targets]
+    got = expected_grad(case, xlogy, "grad_target")
+    assert (np.abs(got.value - want) <= got.bound).all()
+    # 0 * g rounds to 0 at t = 2**-149 and 1.25 * 2**-149 to 2**-149 at t = 3 * 2**-149: the 1 is lost, then a third
+    canonical = expected_grad(case, spec, "grad_target")
+    assert abs(canonical.value[0] - want[0]) > 0.4 and abs(canonical.value[1] - want[1]) > 0.08
+    assert canonical.value[2] == got.value[2]
+    at_inf = make_case([0.0], [np.inf], reduction="sum", dtype="float32")
+    assert np.isnan(expected_grad(at_inf, xlogy, "grad_target").value[0])
+    assert expected_grad(at_inf, spec, "grad_target").value[0] == np.inf
