@@ -52,7 +52,8 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         loss, magnitude, rule_map = keras_pointwise(x, t, result_dtype, spec)
     else:  # a value that is summed afterwards keeps extended precision
         summed = reduction != "none" or rules_of["axis_sum"] or legacy_then_batchmean(case, spec)
-        loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=summed)
+        loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=summed,
+                                              own_dtype=own_terms_dtype(case, result_dtype, spec))
     with np.errstate(invalid="ignore"):
         s = sensitivity(x, t, case.params.log_target, spec)
         if np.ndim(s) or s != 0:  # a constant 0 (spec: sensitivity without log_target) needs no mask
@@ -83,6 +84,15 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
                     value=in_result_dtype(np.asarray(value), result_dtype),
                     bound=as_bound(bound), warnings=warnings, rules=rules,
                     rule_map=rule_map if reduction == "none" else None)
+
+
+def own_terms_dtype(case: Case, result_dtype: str, spec: Spec) -> str | None:
+    """The dtype the target's own terms are evaluated in before promotion, where the spec's choice makes it
+    one narrower than the result dtype (spec: dtypes.argument_terms = own_dtype); None where they are
+    computed as every other term is."""
+    if not case.dtype.is_mixed or case.dtype.target == result_dtype:
+        return None
+    return case.dtype.target if spec.data["dtypes"]["argument_terms"]["choice"] == "own_dtype" else None
 
 
 def takes_input_space(case: Case, dialect: str, spec: Spec) -> bool:

@@ -16,9 +16,9 @@ from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gra
 from conformance.reference import dialect
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
                                            expected_error, expected_forward, expected_warnings, in_result_dtype,
-                                           legacy_then_batchmean, reduction_divisor)
-from conformance.reference.derivative import (FORMULA, NAN_PROPAGATION, RULES, mixed_second_derivative,
-                                              pointwise_derivative)
+                                           legacy_then_batchmean, own_terms_dtype, reduction_divisor)
+from conformance.reference.derivative import (FORMULA, NAN_PROPAGATION, RULES, accepts_any,
+                                              mixed_second_derivative, pointwise_derivative, xlogy_product_rule)
 from conformance.reference.statements import verify_formulas
 
 
@@ -70,9 +70,13 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         derivative, magnitude, keras_map = dialect.keras_gradient(x, t, which, result_dtype, spec)
         rule_map = np.vectorize(KERAS_RULES.get, otypes=[np.int8])(keras_map) if keras_map.size else keras_map
     elif part == "grad2_input":
-        derivative, magnitude, rule_map = mixed_second_derivative(xb, tb, case.params.log_target, spec)
+        derivative, magnitude, rule_map = mixed_second_derivative(xb, tb, case.params.log_target, spec,
+                                                                  own_terms_dtype(case, result_dtype, spec),
+                                                                  dialect.operand_dtype(result_dtype, spec))
     else:
-        derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec)
+        derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec,
+                                                               own_terms_dtype(case, result_dtype, spec),
+                                                               dialect.operand_dtype(result_dtype, spec))
     reduction = effective_reduction(case.params, spec)
     out_shape = shape[:-1] if rules_of["axis_sum"] else shape  # spec: dialects.*.axis_sum
     divisor = 1 if reduction == "none" else reduction_divisor(reduction, int(np.prod(out_shape)),
@@ -87,6 +91,10 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
     with np.errstate(all="ignore"):
         scale = np.broadcast_to(upstream.astype(WIDE) / WIDE(divisor) if divisor else WIDE(np.nan), shape)
         contribution = derivative * scale
+        if (part == "grad_target" and not case.params.log_target and rules_of["input_space"] == "log"
+                and spec.data["gradients"]["target_product_rule"]["choice"] == "xlogy"):
+            contribution = xlogy_product_rule(contribution, derivative, scale, tb, rule_map,
+                                              own_terms_dtype(case, result_dtype, spec) or result_dtype)
         u = max(spec.unit_roundoff(result_dtype), spec.unit_roundoff(arg_dtype))
         s = np.where(rule_map == FORMULA, gradient_sensitivity(xb, tb, case.params.log_target, which, spec), 0)
         bound = np.broadcast_to(gradient_bound(magnitude, scale, s, u, spec.smallest_subnormal(arg_dtype), spec),
@@ -98,8 +106,13 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         if summed > 1:  # spec: tolerance.gradient.summation -- summing back over broadcast elements
             bound = bound + gradient_summation(summed, sum_to_shape(np.abs(contribution), arg_shape), u, spec)
     rules = tuple(conventions_applied(rule_map, RULE_NAMES, FORMULA))
-    return Expected(result_dtype=arg_dtype, shape=tuple(arg_shape), value=in_result_dtype(value, arg_dtype),
-                    bound=as_bound(bound), rules=rules,
+    value, bound = in_result_dtype(value, arg_dtype), as_bound(bound)
+    anything = accepts_any(rule_map, spec)
+    if anything.any():  # a gradient that sums an unspecified element is unspecified (judge/compare.py: accepts_any)
+        anything = sum_to_shape(anything.astype(np.float64), arg_shape) > 0
+        value, bound = np.where(anything, np.nan, value), np.where(anything, np.inf, bound)
+    return Expected(result_dtype=arg_dtype, shape=tuple(arg_shape), value=value,
+                    bound=bound, rules=rules,
                     rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULE_NAMES)
 
 

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from conformance.core.rounding import round_to_dtype
 from conformance.reference.doubledouble import (PRODUCT_MAX, PRODUCT_MIN, SPLIT_LIMIT, truncation_split, two_prod,
                                                 two_sum)
 from conformance.reference.logexp import TIER_A_MIN, exp_parts, fast_log_diff, precise_log_diff
@@ -355,3 +356,20 @@ def exact_log_term(x: float, t: float) -> tuple[float, float]:
                 hi = float(term)
                 return hi, (float(term - decimal.Decimal(hi)) if np.isfinite(hi) else 0.0)
         digits *= 2
+
+
+def own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str) -> np.ndarray:
+    """The pointwise term with the target's own term evaluated in `dtype` and only then promoted (spec:
+    dtypes.argument_terms.choices.own_dtype), in long double, for finite x and t (t > 0 without log_target).
+
+    Is equivalent to ``fl(t * fl(log(t))) - t * x`` without log_target and ``fl(exp(t)) * (t - x)`` with it,
+    fl rounding to `dtype` (torch's ``xlogy(target, target) - target * input`` and ``exp(target) * (target -
+    input)``). t * fl(log t) is exact in float64 (two significands of at most 24 bits), so it is rounded to
+    `dtype` once; the rest is formed in long double, within 2**-63 relative of each operation.
+    """
+    with np.errstate(all="ignore"):
+        if log_target:
+            own = round_to_dtype(np.exp(t), dtype)
+            return own.astype(WIDE) * (t.astype(WIDE) - x.astype(WIDE))
+        own = round_to_dtype(t * round_to_dtype(np.log(t), dtype), dtype)
+        return own.astype(WIDE) - t.astype(WIDE) * x.astype(WIDE)

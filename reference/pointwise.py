@@ -13,7 +13,7 @@ import numpy as np
 
 from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import Spec
-from conformance.reference.klterm import kl_term
+from conformance.reference.klterm import kl_term, own_dtype_term
 
 WIDE = np.longdouble
 SMALL = 1 << 12  # past this size, a whole-array test first decides whether the element-wise work is needed
@@ -23,17 +23,20 @@ FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, NAN_PROPAGATION, INFI
 
 
 def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
-              extended: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              extended: bool = True, own_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pointwise loss, |term_1| + |term_2| for the bound, and the rule map.
 
     spec: pointwise.log_target_false / log_target_true, pointwise.conventions.
     The formula's value is within 1 ulp of float64 (klterm); with `extended` the loss is
     returned in long double with the rest of the term added (what a reduction sums), else
     in float64. The masks are read off the float64 inputs, and the magnitude, which only
-    scales the bound, is float64 (klterm computes it with the term, from the same log).
+    scales the bound, is float64 (klterm computes it with the term, from the same log). With `own_dtype`,
+    the target's own term is evaluated in that dtype first (spec: dtypes.argument_terms).
     """
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     loss, residual, magnitude, ordinary = kl_term(x, t, log_target, residual=extended)
+    if own_dtype is not None:
+        loss, residual = _with_own_dtype_term(x, t, log_target, own_dtype, loss, residual)
     magnitude = term_magnitude(spec.data["pointwise"][f"log_target_{str(log_target).lower()}"]["terms"], x, t,
                                fused=magnitude, log_target=log_target)
     if ordinary:  # no convention applies (klterm's chunks saw every input finite, every t > 0 without log_target)
@@ -76,6 +79,25 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
     loss[nan_in] = np.nan
     magnitude[rule_map != FORMULA] = 0  # convention values are exact: no rounding error to allow
     return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
+
+
+def _with_own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: np.ndarray,
+                         residual: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """loss and residual with the formula's elements (finite arguments, t > 0 without log_target) replaced by
+    the term whose target terms are evaluated in `dtype` (spec: dtypes.argument_terms.choices.own_dtype);
+    elsewhere the conventions decide, as for the promoted terms."""
+    with np.errstate(invalid="ignore"):
+        formula = np.isfinite(x) & np.isfinite(t) & (True if log_target else t > 0)
+    if not formula.any():
+        return loss, residual
+    wide = own_dtype_term(x[formula], t[formula], log_target, dtype)
+    loss = np.array(loss, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        loss[formula] = hi = wide.astype(np.float64)
+        if residual is not None:
+            residual = np.array(residual, dtype=np.float64)
+            residual[formula] = np.where(np.isfinite(hi), (wide - hi.astype(WIDE)).astype(np.float64), 0.0)
+    return loss, residual
 
 
 def _with_residual(loss: np.ndarray, residual: np.ndarray, rule_map: np.ndarray, extended: bool) -> np.ndarray:

@@ -33,6 +33,7 @@ _TARGET_ZERO = _target_has(lambda t: t == 0, log_target=False)
 _TARGET_NEGATIVE = _target_has(lambda t: t < 0, log_target=False)
 _LOG_TARGET_NEG_INF = _target_has(lambda t: t == -np.inf, log_target=True)
 _NAN = _has(np.isnan)
+_SMALLEST_NORMAL = {"float16": 2.0**-14, "bfloat16": 2.0**-126, "float32": 2.0**-126, "float64": 2.0**-1022}
 
 # Which cases each choice point (a {choice, choices} node of the spec, by its dotted path) can
 # touch. `touches` is a cheap test on the case's values (rounded to their dtypes): an alternative
@@ -51,6 +52,8 @@ TOUCHES = {
     "reductions.operand": lambda case, x, t: bool({case.dtype.input, case.dtype.target} & {"float16", "bfloat16"}),
     "shapes.broadcasting": lambda case, x, t: x.shape != t.shape,
     "dtypes.mixed": lambda case, x, t: case.dtype.is_mixed,
+    # the target's own terms in its own dtype: only a target narrower than the result differs
+    "dtypes.argument_terms": lambda case, x, t: case.dtype.is_mixed,
     "gradients.conventions.target_zero": _TARGET_ZERO,
     "gradients.conventions.target_negative": _TARGET_NEGATIVE,
     "gradients.conventions.log_target_neg_inf": _LOG_TARGET_NEG_INF,
@@ -58,6 +61,13 @@ TOUCHES = {
         lambda case, x, t: bool(np.isinf(x).any()) and bool(((t == -np.inf) if case.params.log_target
                                                               else (t == 0)).any()),
     "gradients.conventions.nan_propagation": _NAN,
+    # a target whose product with the gradient's scale may fall below the smallest normal of the dtype it is
+    # computed in (the largest smallest-normal of the case's floating dtypes; the scale is at least 0.5 / numel**2),
+    # or +inf
+    "gradients.target_product_rule":
+        lambda case, x, t: not case.params.log_target and bool(
+            ((t == np.inf) | ((t > 0) & (t * 0.5 / max(t.size, x.size, 1) ** 2 < max(
+                _SMALLEST_NORMAL.get(case.dtype.input, 0.0), _SMALLEST_NORMAL.get(case.dtype.target, 0.0))))).any()),
     "reductions.batchmean.divisor": lambda case, x, t: case.params.reduction == "batchmean" and x.shape != t.shape,
     "signature.legacy.precedence": lambda case, x, t: case.params.has_legacy,
     # Keras' dialect: only a case in probability space reaches it
@@ -83,13 +93,20 @@ def choice_points(data, path: str = "") -> list[str]:
 
 
 def check_choice_points(data, shown: str) -> None:
-    """Each choice names one of its own choices, and the spec's choice points are exactly TOUCHES' keys."""
+    """Each choice names one of its own choices, each documents_only alternative is one of them and not the
+    spec's own, and the spec's choice points are exactly TOUCHES' keys."""
     points = choice_points(data)
     for path in points:
         node = get_path(data, path)
         if node["choice"] not in node["choices"]:
             raise SpecError(f"choice {node['choice']!r} is not one of its choices {list(node['choices'])}",
                             file=shown, where=f"{path}.choice", fix=f"use one of {list(node['choices'])}")
+        for name in node.get("documents_only", ()):
+            if name not in node["choices"] or name == node["choice"]:
+                raise SpecError(f"documents_only names {name!r}, which is not one of the alternatives "
+                                f"{[c for c in node['choices'] if c != node['choice']]}", file=shown,
+                                where=f"{path}.documents_only",
+                                fix="list only alternatives the choice point states, never its own choice")
     missing, extra = sorted(set(points) - set(TOUCHES)), sorted(set(TOUCHES) - set(points))
     if missing or extra:
         raise SpecError(f"choice points {missing} have no `touches` test, and {extra} are not in the spec" if missing
@@ -111,13 +128,19 @@ class Alternative:
 
 
 def alternatives(spec: Spec) -> list[Alternative]:
-    """Every single departure the spec allows the reference to compute, choice point by choice point in
-    the order of TOUCHES (the loader holds its keys equal to the spec's choice points). Explanations try
-    smaller sets of alternatives first, and this order decides between sets of one size."""
+    """Every single departure an explanation may name, choice point by choice point in the order of TOUCHES
+    (the loader holds its keys equal to the spec's choice points). Explanations try smaller sets of
+    alternatives first, and this order decides between sets of one size.
+
+    A choice point's `documents_only` alternatives are left out: each accepts any value where it applies
+    (`arbitrary`), so it would explain every answer there and name nothing. A profile may still declare
+    them (judge/profiles.py reads every choice a point lists).
+    """
     found = []
     for path in TOUCHES:
         node = get_path(spec.data, path)
-        found += [Alternative(path, c) for c in node["choices"] if c != node["choice"]]
+        left_out = set(node.get("documents_only", ()))
+        found += [Alternative(path, c) for c in node["choices"] if c != node["choice"] and c not in left_out]
     return found
 
 

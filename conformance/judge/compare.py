@@ -60,7 +60,7 @@ def passes(expected: Expected, observed: Observation) -> bool:
         finite = np.isfinite(want)
         if finite.all():
             return bool((np.abs(got - want) <= bound).all())
-        if differs_in_nonfinite_pattern(got, want).any():
+        if (differs_in_nonfinite_pattern(got, want) & ~accepts_any(want, bound)).any():
             return False
         return not (np.where(finite, np.abs(got - want), 0.0) > bound).any()
 
@@ -117,7 +117,7 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
             if (err <= bound).all():
                 worst = int(np.argmax(err / np.where(bound > 0, bound, np.finfo(np.float64).tiny)))
                 return Judgement(Verdict.PASS, "", float(err.flat[worst]), float(bound.flat[worst]))
-    pattern_differs = differs_in_nonfinite_pattern(got, want)
+    pattern_differs = differs_in_nonfinite_pattern(got, want) & ~accepts_any(want, bound)
     if pattern_differs.any():
         where = np.argwhere(pattern_differs)
         first = tuple(where[0])
@@ -140,6 +140,16 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
         return Judgement(Verdict.VALUE, message, max_abs_err, worst_bound, cause=UNEXPLAINED,
                          rules=touched_rules(expected, outside))
     return Judgement(Verdict.PASS, "", max_abs_err, worst_bound)
+
+
+def accepts_any(want: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """Per element: whether the expectation accepts any value (spec: tolerance.comparison, a convention whose
+    choice is arbitrary). The reference marks such an element with a NaN value and an infinite bound, which
+    no other expectation has: every other bound is finite or NaN (reference/forward.py: as_bound).
+
+    Is equivalent to ``isnan(want) & (bound == inf)``.
+    """
+    return np.isnan(want) & (np.asarray(bound) == np.inf)
 
 
 def differs_in_nonfinite_pattern(got: np.ndarray, want: np.ndarray) -> np.ndarray:

@@ -31,7 +31,10 @@ def expectations(draw, min_finite: int = 0):
     if min_finite and np.isfinite(values).sum() < min_finite:
         values[0] = draw(FINITE)
     bounds = np.array([draw(st.floats(0, 1e300)) for _ in range(n)], dtype=np.float64)
-    bounds[~np.isfinite(values)] = draw(st.sampled_from([np.inf, np.nan, 0.0]))  # never read there
+    # never read there, except an infinite bound at a NaN, which accepts any value (compare.accepts_any):
+    # at an infinity it is never read, at a NaN it is drawn only by test_an_unspecified_element_accepts_anything
+    bounds[~np.isfinite(values)] = draw(st.sampled_from([np.nan, 0.0]))
+    bounds[np.isinf(values)] = draw(st.sampled_from([np.inf, np.nan, 0.0]))
     dtype = draw(st.sampled_from(FLOAT_DTYPES))
     return Expected(result_dtype=dtype, shape=shape, value=values.reshape(shape), bound=bounds.reshape(shape))
 
@@ -82,6 +85,28 @@ def test_the_nonfinite_pattern_is_judged_before_values(spec, expected, data):
                if not (v == old or (np.isnan(v) and np.isnan(old)) or (np.isfinite(v) and np.isfinite(old)))]
     got.reshape(-1)[i] = data.draw(st.sampled_from(choices))
     assert classify(expected, _observed(got, expected), spec).verdict is Verdict.NONFINITE
+
+
+@settings(max_examples=200, deadline=None)
+@given(expectations(min_finite=1), st.data())
+def test_an_unspecified_element_accepts_anything_and_changes_nothing_else(spec, expected, data):
+    """A NaN expectation with an infinite bound (a convention whose choice is `arbitrary`) accepts any value,
+    NaN and infinities included; the verdict of the other elements is what it was."""
+    want = expected.value.copy().reshape(-1)
+    bound = expected.bound.copy().reshape(-1)
+    i = data.draw(st.integers(0, want.size - 1))
+    assume(np.isfinite(want).sum() > (1 if np.isfinite(want[i]) else 0))  # a judged finite element remains
+    want[i], bound[i] = np.nan, np.inf
+    unspecified = Expected(result_dtype=expected.result_dtype, shape=expected.shape, value=want.reshape(expected.shape),
+                           bound=bound.reshape(expected.shape))
+    got = want.copy()
+    got[i] = data.draw(st.one_of(FINITE, SPECIAL))
+    assert classify(unspecified, _observed(got.reshape(expected.shape), expected), spec).verdict is Verdict.PASS
+    j = data.draw(st.sampled_from(np.flatnonzero(np.isfinite(want)).tolist()))
+    got[j] = data.draw(SPECIAL)  # a non-finite answer where a finite one is due is still judged
+    verdict = classify(unspecified, _observed(got.reshape(expected.shape), expected), spec).verdict
+    assert verdict is Verdict.NONFINITE
+    assert passes(unspecified, _observed(got.reshape(expected.shape), expected)) is False
 
 
 @settings(max_examples=200, deadline=None)

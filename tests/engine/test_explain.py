@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
-from conformance.core.choices import alternatives, touched_paths, with_alternatives
+from conformance.core.choices import Alternative, alternatives, touched_paths, with_alternatives
 from conformance.core.model import Observation
 from conformance.judge.explain import indistinguishable, explain
 from conformance.reference.forward import expected_forward, takes_input_space
 from conformance.reference.grad import expected_grad
+from tests.helpers import make_case
 
 
 def _expect(case, spec, part, dialect):
@@ -83,3 +84,64 @@ def test_explain_finds_each_alternative_it_can_tell_apart(spec, suite):
             found += 1
             break
     assert found >= 5
+
+
+@pytest.mark.parametrize("part, reduction, formula", [
+    # grad_input = -target * upstream / numel: 1.25 / 3 (spec: gradients.upstream.reduced, reductions.mean)
+    ("grad_input", "mean", lambda t: -np.asarray(t) * 1.25 / 3),
+    # grad2_input = -w * upstream, w = 0.75 + 0.125 * i (spec: gradients.second_order.definition)
+    ("grad2_input", "sum", lambda t: -1.25 * (0.75 + 0.125 * np.arange(len(t)))),
+])
+def test_a_formula_valued_alternative_explains_an_observation_rounded_as_the_formula_is(spec, part, reduction, formula):
+    """Under target_negative = formula the negative target's gradient is the formula's value, with the formula's
+    bound (u times its terms, spec: tolerance.gradient): an observation 1 ulp of float32 from it is explained."""
+    x, t = [0.3, 0.2, 0.1], [-0.5, 0.25, 0.3]
+    case = make_case(x, t, reduction=reduction, dtype="float32")
+    value = formula(t).astype(np.float32)
+    value[0] = np.nextafter(value[0], np.float32(np.inf))
+    observed = Observation(value=value.astype(np.float64), dtype="float32", shape=(3,))
+    assert explain(case, observed, spec, part=part) == (Alternative("gradients.conventions.target_negative",
+                                                                    "formula"),)
+
+
+ARBITRARY_CASES = {
+    # a NaN input: grad_input = -target * 1.25 / 3 elsewhere (spec: gradients.upstream.reduced, reductions.mean)
+    "gradients.conventions.nan_propagation": ([np.nan, 0.2, 0.1], [0.3, 0.25, 0.3]),
+    # a negative target: outside the domain
+    "gradients.conventions.target_negative": ([0.3, 0.2, 0.1], [-0.5, 0.25, 0.3]),
+}
+
+
+@pytest.mark.parametrize("path", sorted(ARBITRARY_CASES))
+def test_arbitrary_accepts_any_value_where_its_convention_applies_and_nothing_else(spec, path):
+    """Under `arbitrary` the element the convention covers takes any value (NaN and infinities included);
+    every other element is judged as before, so an answer wrong there still fails."""
+    from conformance.judge.compare import classify
+    from conformance.core.model import Verdict
+
+    x, t = ARBITRARY_CASES[path]
+    case = make_case(x, t, reduction="mean", dtype="float32")
+    declared = with_alternatives(spec, (Alternative(path, "arbitrary"),))
+    expected = expected_grad(case, declared, "grad_input")
+    right = (-np.asarray(t) * 1.25 / 3).astype(np.float32).astype(np.float64)
+    for anything in (123.0, np.inf, -np.inf, np.nan, 0.0):
+        got = right.copy()
+        got[0] = anything
+        assert classify(expected, Observation(value=got, dtype="float32", shape=(3,)), declared).verdict \
+            is Verdict.PASS, anything
+    for wrong, verdict in ((right[1] + 1e-3, Verdict.VALUE), (np.nan, Verdict.NONFINITE), (np.inf, Verdict.NONFINITE)):
+        got = right.copy()
+        got[0], got[1] = 123.0, wrong
+        assert classify(expected, Observation(value=got, dtype="float32", shape=(3,)), declared).verdict is verdict
+
+
+@pytest.mark.parametrize("path", sorted(ARBITRARY_CASES))
+def test_explain_never_names_arbitrary(spec, path):
+    """`arbitrary` fits every answer where it applies, so it is no explanation: explain leaves it out (the
+    spec's documents_only) and an answer nothing else gives stays unexplained."""
+    x, t = ARBITRARY_CASES[path]
+    case = make_case(x, t, reduction="mean", dtype="float32")
+    got = (-np.asarray(t) * 1.25 / 3).astype(np.float32).astype(np.float64)
+    got[0] = 123.0
+    assert Alternative(path, "arbitrary") not in alternatives(spec)
+    assert explain(case, Observation(value=got, dtype="float32", shape=(3,)), spec, part="grad_input") is None

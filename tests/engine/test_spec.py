@@ -78,6 +78,11 @@ def test_hash_ignores_layout_but_not_meaning(tmp_path):
      "every adapter and reproducer applies"),
     (lambda d: d["warnings"]["expected"][0].update(when="reduction is mean"), "warnings.expected[0].when",
      "is not of type 'object'"),
+    # a documents_only alternative must be one the point lists, and not its own choice
+    (lambda d: d["gradients"]["conventions"]["nan_propagation"].update(documents_only=["anything"]),
+     "gradients.conventions.nan_propagation.documents_only", "'anything', which is not one of the alternatives"),
+    (lambda d: d["gradients"]["conventions"]["nan_propagation"].update(documents_only=["propagate"]),
+     "gradients.conventions.nan_propagation.documents_only", "'propagate', which is not one of the alternatives"),
     # the spec says whether a zero's sign matters; the comparator knows only `never`
     (lambda d: d["tolerance"]["comparison"].pop("signed_zero"), "tolerance.comparison",
      "'signed_zero' is a required property"),

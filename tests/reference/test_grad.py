@@ -145,3 +145,57 @@ def test_target_negative_zero_choice_gives_zero_gradients(spec, part, want):
     zero = with_alternatives(spec, (Alternative("gradients.conventions.target_negative", "zero"),))
     got = expected_grad(make_case([-1.0], [-0.5], reduction="sum"), zero, part).value
     np.testing.assert_array_equal(got, [want])
+
+
+# exp(11.5) = 98715.77 overflows float16 (largest 65504); the mean of 2 scales by 1.25 / 2 = 0.625
+# (spec: gradients.upstream.reduced). Worked by hand, and what torch 2.13 gives on CPU:
+HELD = {  # reductions.operand = result_dtype: exp(target) is +inf in float16
+    "grad_input": [-np.inf, -np.inf],     # -inf * 0.625
+    "grad_target": [np.inf, np.nan],      # inf * (11.5 - 0) + inf; inf * (11.5 - 13) + inf = -inf + inf
+    "grad2_input": [-np.inf, -np.inf],    # -inf * w * 0.625
+}
+WIDE_F32 = {  # reductions.operand = float32_accumulation: exp(target) finite in float32, each gradient rounded to float16
+    "grad_input": [-61696.0, -61696.0],   # -98715.77 * 0.625 = -61697.4, to float16
+    "grad_target": [np.inf, -30848.0],    # 98715.77 * 12.5 * 0.625 overflows; 98715.77 * -0.5 * 0.625 = -30848.7
+    "grad2_input": [-46272.0, -53984.0],  # -98715.77 * 0.625 * w, w = 0.75, 0.875 (spec: gradients.upstream.none)
+}
+
+
+@pytest.mark.parametrize("part", sorted(HELD))
+@pytest.mark.parametrize("operand, want", [("result_dtype", HELD), ("float32_accumulation", WIDE_F32)])
+def test_gradient_intermediates_are_held_in_the_operand_dtype(spec, part, operand, want):
+    """spec: reductions.operand -- the gradients' exp(target) is a tensor of the result dtype, as the forward's
+    terms are; float32_accumulation keeps it in float32 and rounds only each gradient."""
+    from conformance.core.choices import Alternative, with_alternatives
+
+    case = make_case([0.0, 13.0], [11.5, 11.5], log_target=True, reduction="mean", dtype="float16")
+    chosen = spec if operand == "result_dtype" else with_alternatives(spec, (Alternative("reductions.operand",
+                                                                                          operand),))
+    got, expected = expected_grad(case, chosen, part), np.array(want[part])
+    finite = np.isfinite(expected)
+    np.testing.assert_equal(np.where(finite, 0.0, got.value), np.where(finite, 0.0, expected))  # NaN, inf and its sign
+    assert (np.abs(got.value[finite] - expected[finite]) <= got.bound[finite]).all()
+
+
+def test_the_xlogy_product_rule_loses_the_one_at_subnormal_targets(spec):
+    """spec: gradients.target_product_rule = xlogy -- grad_target = log(t) * s + fl(fl(s) * t) / t - x * s,
+    s = 1.25 / 3 (the mean of 3, spec: gradients.upstream.reduced). Worked by hand in mpmath with float32's
+    roundings; torch 2.13 on CPU gives -43.032887, -42.241802, 0.12785533 and NaN for t = +inf."""
+    from conformance.core.choices import Alternative, with_alternatives
+
+    tiny = 2.0**-149
+    targets = [tiny, 3 * tiny, 0.5]
+    case = make_case([0.0, 0.0, 0.0], targets, reduction="mean", dtype="float32")
+    xlogy = with_alternatives(spec, (Alternative("gradients.target_product_rule", "xlogy"),))
+    s = mpmath.mpf(1.25) / 3
+    g = float(np.float32(float(s)))
+    want = [float(mpmath.log(t) * s + float(np.float32(g * t)) / mpmath.mpf(t)) for t in targets]
+    got = expected_grad(case, xlogy, "grad_target")
+    assert (np.abs(got.value - want) <= got.bound).all()
+    # 0 * g rounds to 0 at t = 2**-149 and 1.25 * 2**-149 to 2**-149 at t = 3 * 2**-149: the 1 is lost, then a third
+    canonical = expected_grad(case, spec, "grad_target")
+    assert abs(canonical.value[0] - want[0]) > 0.4 and abs(canonical.value[1] - want[1]) > 0.08
+    assert canonical.value[2] == got.value[2]
+    at_inf = make_case([0.0], [np.inf], reduction="sum", dtype="float32")
+    assert np.isnan(expected_grad(at_inf, xlogy, "grad_target").value[0])
+    assert expected_grad(at_inf, spec, "grad_target").value[0] == np.inf

@@ -1,0 +1,76 @@
+"""dtypes.argument_terms: the target's own terms evaluated in its dtype before promotion (pytorch#117034).
+
+The expected numbers are worked out here by hand, in mpmath at 200 bits with NumPy's float16 for the
+roundings the alternative names; torch 2.13 on CPU gives the same float64 values for these calls
+(kl_div(float64 input, float16 target)).
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+from conformance.core.choices import Alternative, touched_paths, with_alternatives
+from conformance.core.model import Observation
+from conformance.judge.explain import explain
+from conformance.reference.forward import expected_forward
+from conformance.reference.grad import expected_grad
+from tests.helpers import make_case
+
+OWN = (Alternative("dtypes.argument_terms", "own_dtype"),)
+X = -2.0
+T = float(np.float16(0.1))  # 0.0999755859375
+LOG_T = float(np.float16(-1.3))
+
+
+def _half(value) -> float:
+    """A value rounded to float16 (through float64; both roundings are exact or decisive for these inputs)."""
+    return float(np.float16(float(value)))
+
+
+def _own_dtype_term() -> float:
+    """fl16(t * fl16(log t)) - t * x, the rest exact: what the alternative states for log_target false."""
+    mpmath.mp.prec = 200
+    own = _half(mpmath.mpf(T) * _half(mpmath.log(T)))
+    return float(mpmath.mpf(own) - mpmath.mpf(T) * X)
+
+
+def _own_dtype_log_term() -> float:
+    """fl16(exp(t)) * (t - x): the alternative with log_target."""
+    mpmath.mp.prec = 200
+    return float(_half(mpmath.exp(LOG_T)) * (mpmath.mpf(LOG_T) - X))
+
+
+@pytest.mark.parametrize("log_target, t, want", [(False, T, _own_dtype_term), (True, LOG_T, _own_dtype_log_term)])
+def test_own_dtype_rounds_the_target_terms_in_the_targets_dtype(spec, log_target, t, want):
+    case = make_case([X], [t], log_target=log_target, dtype=("float64", "float16"))
+    canonical = expected_forward(case, spec)
+    own = expected_forward(case, with_alternatives(spec, OWN))
+    np.testing.assert_allclose(own.value[0], want(), rtol=2**-52)
+    # the canonical expectation is the exact term, from which fl16's rounding is far outside the float64 bound
+    assert abs(own.value[0] - canonical.value[0]) > 1e6 * canonical.bound[0]
+    assert own.bound[0] == canonical.bound[0]
+
+
+def test_own_dtype_rounds_exp_target_in_the_input_gradient(spec):
+    case = make_case([X], [LOG_T], log_target=True, reduction="sum", dtype=("float64", "float16"))
+    mpmath.mp.prec = 200
+    scale = 1.25  # spec: gradients.upstream.reduced, the sum's divisor 1
+    got = expected_grad(case, with_alternatives(spec, OWN), "grad_input").value[0]
+    assert got == -_half(mpmath.exp(LOG_T)) * scale
+    assert expected_grad(case, spec, "grad_input").value[0] == pytest.approx(-float(mpmath.exp(LOG_T)) * scale,
+                                                                            rel=2**-50)
+
+
+def test_a_target_as_wide_as_the_result_is_unchanged(spec):
+    case = make_case([np.float16(X)], [0.1], dtype=("float16", "float64"))
+    assert expected_forward(case, with_alternatives(spec, OWN)).value[0] == expected_forward(case, spec).value[0]
+
+
+@pytest.mark.parametrize("log_target, t, want", [(False, T, _own_dtype_term), (True, LOG_T, _own_dtype_log_term)])
+def test_explain_names_the_own_dtype_terms(spec, log_target, t, want):
+    case = make_case([X, X], [t, t], log_target=log_target, dtype=("float64", "float16"))
+    assert "dtypes.argument_terms" in touched_paths(case)
+    observed = Observation(value=np.array([want(), want()]), dtype="float64", shape=(2,))
+    assert explain(case, observed, spec) == OWN
