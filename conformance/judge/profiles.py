@@ -1,9 +1,10 @@
 """Per-framework profiles of documented deviations (spec/profiles/<framework>.yaml).
 
 A profile lists, for each framework API, the conventions in which the framework is
-documented (or reported upstream) to depart from the spec, each with a rationale
-and a link. `DeviationLedger.documented` marks a divergence as documented only when
-the observation passes under the spec with that API's declared deviations applied,
+documented (or reported upstream) to depart from the spec, each with a rationale, its basis (`docs`: the
+API's documentation; `maintainers`: a closed issue, release notes or a design note; `domain`: the documented
+input domain) and a link to where the framework states it. `DeviationLedger.documented` marks a divergence as
+documented only when the observation passes under the spec with that API's declared deviations applied,
 so an undocumented change in a framework's behaviour still shows up. A deviation documents eager calls only,
 unless its `mode:` (a glob over modes) says more: a compiled mode is another implementation, and a deviation
 documented for eager must not silently document a compiled mode's different bug.
@@ -40,7 +41,8 @@ class Deviation:
     exceptions: dict[str, dict[str, str]]  # error id -> {type, match (optional)}
     floating: tuple[str, ...] | None
     rationale: str
-    reference: str
+    reference: str  # where the framework states it
+    basis: str  # docs, maintainers or domain (the module's docstring): what a maintainer points at to close a report
     of: str = ""  # the framework whose APIs `apis` names: "" for the profile's own, else the one inherited from
     mode: str = EAGER  # a glob over the modes it documents; eager only unless the profile says otherwise
 
@@ -170,7 +172,7 @@ def _deviations(data: dict, spec: Spec, shown: str) -> list[Deviation]:
                       for error_id, raised in row.get("exceptions", {}).items()}
         deviations.append(Deviation(row["id"], tuple(row["apis"]), dict(row.get("set", {})), exceptions,
                                     tuple(row["floating"]) if "floating" in row else None,
-                                    row["rationale"], row["reference"], mode=row.get("mode", EAGER)))
+                                    row["rationale"], row["reference"], row["basis"], mode=row.get("mode", EAGER)))
     return deviations
 
 
@@ -211,7 +213,7 @@ def inherited(framework: str, deviations: list[Deviation]) -> list[Deviation]:
     """`framework`'s deviations as a port takes them: each named "<framework>:<id>" and applied by mirrored API
     (those it inherited in turn keep their names and the framework whose APIs they name)."""
     return [d if d.of else Deviation(f"{framework}:{d.id}", d.apis, d.set, d.exceptions, d.floating, d.rationale,
-                                     d.reference, of=framework, mode=d.mode) for d in deviations]
+                                     d.reference, d.basis, of=framework, mode=d.mode) for d in deviations]
 
 
 def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
