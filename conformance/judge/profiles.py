@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import jsonschema
-
 from conformance.core.choices import choice_points, get_path, set_choice
 from conformance.core.errors import SpecError
 from conformance.core.model import EAGER, Expected, Observation, Spec
-from conformance.core.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
+from conformance.core.profilefile import default_profiles_dir, profile_data
+from conformance.core.specload import parse_yaml, spec_hash
 from conformance.core.yamlload import read_text
 from conformance.judge.compare import passes
 
@@ -48,10 +47,6 @@ class Deviation:
 
     def documents_mode(self, mode: str) -> bool:
         return fnmatch.fnmatchcase(mode, self.mode)
-
-
-def default_profiles_dir() -> Path:
-    return default_spec_path().parent / "profiles"
 
 
 def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None,
@@ -127,21 +122,30 @@ def _load(framework: str, spec: Spec, profiles_dir: Path | None, carried) -> lis
 
 
 def _checked_profile(framework: str, spec: Spec, shown: str, source) -> dict:
-    """A profile's data, read and checked against its schema and its file's name."""
-    if isinstance(source, dict):
-        data = source
-    else:
-        data = parse_yaml(read_text(source, shown, SpecError, fix="pass --profiles with a directory of readable "
-                                                                 "profiles"), shown, SpecError)
-    errors = sorted(jsonschema.Draft202012Validator(load_schema("profile.schema.json")).iter_errors(data),
-                    key=lambda e: len(e.absolute_path))
-    if errors:
-        raise SpecError(errors[0].message, file=shown, where=yaml_path(errors[0].absolute_path) or "(top level)",
-                        fix="see spec/profile.schema.json")
+    """A profile's data, read and checked against its schema, its file's name and the spec (its upstream
+    issues' causes)."""
+    data = profile_data(shown, source)
     if data["framework"] != framework:
         raise SpecError(f"framework {data['framework']!r} in a file named for {framework!r}", file=shown,
                         where="framework", fix=f"write framework: {framework}")
+    _check_upstream(data, spec, shown)
     return data
+
+
+def _check_upstream(data: dict, spec: Spec, shown: str) -> None:
+    """Each upstream issue's cause names what rows can show: spec paths, an error by its id."""
+    for i, row in enumerate(data.get("upstream", ())):
+        for path in row["cause"].split(" + "):
+            head, _, error_id = path.partition(".")
+            if head == "errors" and error_id in spec.error_order:
+                continue
+            try:
+                get_path(spec.data, path)
+            except (KeyError, TypeError):
+                raise SpecError(f"cause {path!r} is not a path of the spec", file=shown,
+                                where=f"upstream[{i}].cause",
+                                fix="write the cause as the rows show it (results.jsonl `cause`): spec paths "
+                                    "joined by ' + ', an error as errors.<id>") from None
 
 
 def _deviations(data: dict, spec: Spec, shown: str) -> list[Deviation]:
