@@ -25,7 +25,7 @@ from typing import Callable
 
 from conformance.core.choices import choice_points, get_path, set_choice
 from conformance.core.errors import SpecError
-from conformance.core.model import EAGER, Expected, Observation, Spec
+from conformance.core.model import EAGER, Case, Expected, Observation, Spec
 from conformance.core.profilefile import default_profiles_dir, profile_data
 from conformance.core.specload import parse_yaml, spec_hash
 from conformance.core.yamlload import read_text
@@ -47,6 +47,43 @@ class Deviation:
 
     def documents_mode(self, mode: str) -> bool:
         return fnmatch.fnmatchcase(mode, self.mode)
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """Calls a framework documents it does not take or does not define (a profile's `unsupported:` entry): the
+    run does not send them, and records each as unsupported with this reason and its source. The framework's
+    own: a port does not inherit them by `extends:`, its implementation being another."""
+
+    apis: tuple[str, ...]
+    parts: tuple[str, ...]  # () for every part
+    dtypes: tuple[str, ...]  # () for every dtype; "mixed" for the calls whose input and target dtypes differ
+    reason: str
+    basis: str
+    reference: str
+
+    def covers(self, case: Case, api: str, part: str) -> bool:
+        if api not in self.apis or (self.parts and part not in self.parts):
+            return False
+        if not self.dtypes:
+            return True
+        pair = (case.dtype.input, case.dtype.target)
+        return ("mixed" in self.dtypes and case.dtype.is_mixed) or any(d in self.dtypes for d in pair)
+
+    @property
+    def message(self) -> str:
+        return f"{self.reason} (documented, {self.basis}: {self.reference})"
+
+
+def load_restrictions(framework: str, spec: Spec, profiles_dir: Path | None = None,
+                      carried: str | Path | dict | None = None) -> list[Restriction]:
+    """The `unsupported:` entries of `framework`'s own profile (see Restriction); none without a profile."""
+    found = profile_source(framework, profiles_dir, carried)
+    if found is None:
+        return []
+    data = _checked_profile(framework, spec, *found)
+    return [Restriction(tuple(row["apis"]), tuple(row.get("parts", ())), tuple(row.get("dtypes", ())), row["reason"],
+                        row["basis"], row["reference"]) for row in data.get("unsupported", ())]
 
 
 def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None,
@@ -252,6 +289,11 @@ class DeviationLedger:
         if unknown:
             raise SpecError(f"profile names unknown APIs {unknown}", file=str((profiles_dir or default_profiles_dir())
                             / f"{framework}.yaml"), where="deviations[].apis", fix=f"use APIs of {api_names}")
+        self.restrictions = load_restrictions(framework, spec, profiles_dir, carried)
+        unknown = sorted({api for r in self.restrictions for api in r.apis} - set(api_names))
+        if unknown:
+            raise SpecError(f"profile names unknown APIs {unknown}", file=str((profiles_dir or default_profiles_dir())
+                            / f"{framework}.yaml"), where="unsupported[].apis", fix=f"use APIs of {api_names}")
         if like is not None and like != framework:
             names = {d.id for d in deviations}
             theirs = inherited(like, load_profile(like, spec, parent_dir(like, profiles_dir)))
@@ -261,6 +303,10 @@ class DeviationLedger:
                        for api in api_names}
         self.spec = spec
         self._specs: dict[tuple[str, ...], Spec] = {}
+
+    def unsupported(self, case: Case, api: str, part: str) -> str | None:
+        """Why the profile says `api` does not take or define this call (the reason and its source), or None."""
+        return next((r.message for r in self.restrictions if r.covers(case, api, part)), None)
 
     def declared(self, api: str, mode: str = EAGER) -> tuple[Deviation, ...]:
         """The deviations declared for `api` that document calls made in `mode` (eager only, unless a deviation's

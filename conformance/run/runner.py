@@ -511,8 +511,8 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
     dialects = {api.name: api.dialect for api in adapter.apis}
 
     def plan(case: Case) -> list[tuple[tuple[str, str, str, str], str | None]]:
-        """The calls still to make of `case`, each with the reason the API cannot express it (such a call is
-        never sent to the framework), or None."""
+        """The calls still to make of `case`, each with the reason the API cannot express it, or its profile
+        documents it does not take or define (such a call is never sent to the framework), or None."""
         parts = _selected_parts(case, options)
         out = []
         for t in ctx.targets:
@@ -523,7 +523,9 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
             adapter.mode = t.mode  # unsupported_part reads the mode (a mode without gradients)
             for part in parts:
                 if (case.id, t.api, t.device, t.mode, part) not in done:
-                    out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)))
+                    # a call the profile documents the API does not take or define is not sent either
+                    out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)
+                                or ctx.ledger.unsupported(case, t.api, part)))
             adapter.mode = EAGER
         return out
 

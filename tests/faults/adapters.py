@@ -494,3 +494,13 @@ class GarbageValueAdapter(NumpyAdapter):
         if "complex" in case.id:
             return Observation(value=honest + 1j, dtype="complex128", shape=honest.shape)
         return Observation(value=["a", "b"], dtype="float64", shape=(2,))
+
+
+class Float32Float64OnlyAdapter(NumpyAdapter):
+    """Honest for float32 and float64 arguments of one dtype; raises TypeError for any other call, as a framework
+    whose documentation says its kl_div takes float32 and float64 only, both arguments of one dtype."""
+
+    def run(self, case, api, device, part):
+        if case.dtype.is_mixed or case.dtype.input not in ("float32", "float64"):
+            return Observation(exception_type="TypeError", exception_message="dtype not supported")
+        return super().run(case, api, device, part)
