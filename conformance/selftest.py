@@ -53,7 +53,7 @@ from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, Gates
 from conformance.report.selftest import VariantReport
 from conformance.report.writer import write_report
 from conformance.run.runner import RunOptions, run_conformance
-from conformance.run.worker import Outcome, WorkerPool
+from conformance.run.worker import FRAMEWORK_CRASH, FRAMEWORK_TIMEOUT, Outcome, WorkerPool
 
 # The spec a worker's variant loads, and the file where it logs the rows it changed.
 ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"
@@ -383,7 +383,7 @@ class Crash(Variant):
         # each call that aborts is recorded: after the first, the harness makes the case's calls one at a time, so
         # the case's gradients, which do not crash, must come back as the control's; a call the framework has no
         # kernel for is then unsupported, not a crash
-        record(call, self.name, "harness.isolation")  # a crash is the worker's, whatever the answer would have been
+        record(call, self.name, FRAMEWORK_CRASH)  # killed inside its call: the framework's crash, whatever the answer
         os.abort()
 
 
@@ -397,7 +397,7 @@ class Hang(Variant):
     def plant(self, call):
         if not _chosen(call.case.id):
             return None
-        record(call, self.name, "harness.isolation", whole_case=True)
+        record(call, self.name, FRAMEWORK_TIMEOUT, whole_case=True)
         time.sleep(3600)
 
 
@@ -827,7 +827,7 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
             calls |= {(case_id, api.name, mode, part) for api in adapter.apis for part in case.parts
                       if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None}
         adapter.mode = EAGER
-        planted.update(dict.fromkeys(calls, "harness.isolation"))
+        planted.update(dict.fromkeys(calls, FRAMEWORK_TIMEOUT))
         clean |= calls
     got = {(d["case_id"], d["api"], d["device"], d["mode"], d["part"]): d for d in iter_details(run_dir)}
     seen = set()

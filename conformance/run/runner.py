@@ -571,7 +571,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
         for call, reason in todo:
             api_name, device, _, part = call
             dialect = dialects[api_name]
-            failed = outcome.failed(call)  # (verdict, message) where the worker crashed or timed out on this call
+            failed = outcome.failed(call)  # where the worker crashed or timed out on this call: why, and whose
             try:  # plan() sends only calls of an API whose dialect takes the case's input space
                 expected = judge.expected(spec, part, dialect)
                 out_of_memory = None
@@ -582,7 +582,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
                 judgement = Judgement(Verdict.UNSUPPORTED, out_of_memory)
             elif failed is not None and reason is None:
                 observed = Observation()
-                judgement = Judgement(*failed, cause="harness.isolation")
+                judgement = Judgement(failed.verdict, failed.message, cause=failed.cause)
             elif reason:  # a call the API cannot express was not sent
                 observed = Observation(unsupported=reason)
                 judgement = Judgement(Verdict.UNSUPPORTED, reason)

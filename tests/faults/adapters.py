@@ -504,3 +504,13 @@ class Float32Float64OnlyAdapter(NumpyAdapter):
         if case.dtype.is_mixed or case.dtype.input not in ("float32", "float64"):
             return Observation(exception_type="TypeError", exception_message="dtype not supported")
         return super().run(case, api, device, part)
+
+
+class SegvInCallAdapter(NumpyAdapter):
+    """Kills its own process with SIGSEGV inside its call on the fault case, after printing to stderr, as a
+    framework's kernel does when it dereferences a bad pointer."""
+
+    def misbehave(self, case):
+        sys.stderr.write("kernel: kl_div_forward read past the end of target\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSEGV)
