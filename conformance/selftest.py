@@ -701,7 +701,8 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
     modes = tuple(dict.fromkeys(options.modes)) or (EAGER,)
     control_rows = {row.call: row for row in iter_results(out_dir / "control")}
     reports = []
-    ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir)
+    ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir,
+                             carried=adapter.carried_profile())  # the profile the run reads
     planter = Planter(spec, ledger)
     calls = None  # each answer of the control run, with what a variant reads of it: made once, for every variant
 
@@ -739,7 +740,7 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
                     recorder, indices, lambda index, call, observed: planted.get((index, call), observed)))
         finally:
             os.environ.pop(ENV_LOG, None)
-        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, ran, spec, modes, control_rows))
+        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, ran, spec, modes, control_rows, ledger))
     return dict(control.counts), reports
 
 
@@ -800,9 +801,10 @@ def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases:
 
 
 def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Sequence[Case],
-           spec: Spec, modes: Sequence[str], control_rows: dict) -> VariantReport:
+           spec: Spec, modes: Sequence[str], control_rows: dict, ledger: DeviationLedger) -> VariantReport:
     """The variant's report: its planted rows (flagged? attributed?), and its other rows against the control's
-    (`control_rows`, by `Result.call`) of the cases the variant ran."""
+    (`control_rows`, by `Result.call`) of the cases the variant ran; `ledger` says which calls the profile keeps
+    from being sent."""
     report = VariantReport(variant.name, variant.fault)
     # each planted call (case id, api, mode, part), and the cause it must be given
     planted: dict[tuple[str, str, str, str], str | None] = {}
@@ -825,7 +827,8 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
         for mode in modes:
             adapter.mode = mode  # unsupported_part reads it (a mode without gradients)
             calls |= {(case_id, api.name, mode, part) for api in adapter.apis for part in case.parts
-                      if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None}
+                      if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None
+                      and ledger.unsupported(case, api.name, part) is None}
         adapter.mode = EAGER
         planted.update(dict.fromkeys(calls, FRAMEWORK_TIMEOUT))
         clean |= calls

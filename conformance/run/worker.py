@@ -97,14 +97,15 @@ class WorkerInfo:
 def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str | None = None,
                 scratch_dir: str | None = None, lifeline=None, parent_pid: int | None = None, in_call=None) -> None:
     """Entry point of the worker process: load the adapter, then serve batches until told to stop. `in_call`, a
-    shared byte, is 1 while the worker is inside the framework's call: what the parent reads when the worker
-    dies or hangs, to tell the framework's failure from the harness's."""
+    one-byte file, holds 1 while the worker is inside the framework's call: what the parent reads when the
+    worker dies or hangs, to tell the framework's failure from the harness's."""
     # Ctrl-C and SIGTERM (a CI job cancelled: sent to the whole process group) are the parent's to handle
     # (it stops the run and kills this process); a worker dying of one first would be recorded as a crash
     # of the case it was on
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(lifeline, parent_pid)
+    marker = _CallMarker(in_call)
     fd = os.open(output_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)  # the framework's own printing goes to a file the parent reads after a crash
     os.dup2(fd, 2)
@@ -136,7 +137,7 @@ def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str |
             conn.send((CLOSED, None))
             return
         for task in batch:
-            observations = {call: observe_call(adapter, task.case, *call, in_call=in_call) for call in task.calls}
+            observations = {call: observe_call(adapter, task.case, *call, in_call=marker) for call in task.calls}
             conn.send((CASE, task.index, observations))
 
 
@@ -169,21 +170,41 @@ def _watch_parent(lifeline) -> None:
     os._exit(1)
 
 
+class _CallMarker:
+    """In the worker: the one-byte file at `path` says 1 for exactly the time inside the framework's call (a
+    write of the page cache, which outlives a process killed in the call). Where the file cannot be written
+    (a full disk), nothing is marked, and a death is the harness's."""
+
+    def __init__(self, path: str | None) -> None:
+        try:
+            self._fd = os.open(path, os.O_WRONLY) if path else None
+        except OSError:
+            self._fd = None
+
+    def _mark(self, byte: bytes) -> None:
+        if self._fd is not None:
+            try:
+                os.pwrite(self._fd, byte, 0)
+            except OSError:
+                self._fd = None
+
+    def __enter__(self) -> None:
+        self._mark(b"1")
+
+    def __exit__(self, *exc) -> None:
+        self._mark(b"0")
+
+
 def observe_call(adapter, case: Case, api_name: str, device: str, mode: str, part: str,
                  in_call=None) -> Observation:
     """One adapter call in `mode`; an adapter bug (an exception, not an Observation, or one the judge cannot
-    read) is reported as data: an AdapterError the case's row records as an `error` verdict. `in_call` (see
-    worker_main) is 1 for exactly the adapter's call."""
+    read) is reported as data: an AdapterError the case's row records as an `error` verdict. `in_call`, the
+    worker's _CallMarker, is entered for exactly the adapter's call."""
     try:
         adapter.mode = mode
         api = adapter.api(api_name)
-        if in_call is not None:
-            in_call.value = 1
-        try:
+        with in_call if in_call is not None else contextlib.nullcontext():
             observed = adapter.run(case, api, device, part)
-        finally:
-            if in_call is not None:
-                in_call.value = 0
     except Exception:
         return _adapter_error("adapter raised: " + traceback.format_exc(limit=3)[-800:])
     if not isinstance(observed, Observation):
@@ -306,6 +327,16 @@ class _Outbox:
                 return
 
 
+def _fresh_marker(path: str) -> str | None:
+    """`path` holding 0 (worker_main's `in_call`), or None where it cannot be written."""
+    try:
+        with open(path, "wb") as f:
+            f.write(b"0")
+    except OSError:
+        return None
+    return path
+
+
 class WorkerPool:
     """One worker process for one framework, with crash and timeout recovery.
 
@@ -349,7 +380,7 @@ class WorkerPool:
         """Start the worker without waiting: it imports the framework, which is slow, while the caller works."""
         parent, child = self._ctx.Pipe()
         watched, self._lifeline = self._ctx.Pipe(duplex=False)  # closed when this process dies: the worker ends
-        self._in_call = self._ctx.RawValue("b", 0)  # a fresh one per worker: a dead worker's may be left at 1
+        self._in_call = _fresh_marker(os.path.join(self._scratch, "in_call"))  # a dead worker's may be left at 1
         self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._log_path,
                                                 str(self.compile_cache_dir) if self.compile_cache_dir else None,
                                                 self._scratch, watched, os.getpid(), self._in_call), daemon=True)
@@ -495,7 +526,13 @@ class WorkerPool:
 
     def _inside_call(self) -> bool:
         """Whether the worker is (or died) inside the framework's call (worker_main's `in_call`)."""
-        return self._in_call is not None and self._in_call.value == 1
+        if self._in_call is None:
+            return False
+        try:
+            with open(self._in_call, "rb") as f:
+                return f.read(1) == b"1"
+        except OSError:
+            return False
 
     def _crash_message(self, inside: bool) -> str:
         code = self._process.exitcode

@@ -4,15 +4,19 @@ unsupported row with the documented reason and its source, never an `error` row.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from cases.ids import parse_id
+from conformance.adapters.base import Api
 from conformance.cli import main
 from conformance.core.errors import SpecError
 from conformance.core.model import Verdict
 from conformance.core.results import iter_results
 from conformance.judge.profiles import DeviationLedger, load_restrictions
+from tests.faults.adapters import NumpyAdapter
 from tests.helpers import make_case
 
 FRAMEWORK = "tests.faults.adapters:Float32Float64OnlyAdapter"  # its rows name it numpy-test
@@ -98,3 +102,26 @@ def test_an_entry_for_an_api_the_adapter_lacks_is_refused(spec, tmp_path):
         "basis: docs, reference: 'https://x'}\n")
     with pytest.raises(SpecError, match=r"unsupported\[\]\.apis"):
         DeviationLedger(spec, "numpy-test", ["numpy.kl_div"], tmp_path)
+
+
+class OneApiRestricted(NumpyAdapter):
+    """Two honest APIs; its carried profile says the second does not take float64 (so no float64 call of it is
+    sent)."""
+
+    apis = (Api("numpy.kl_div"), Api("numpy.kl_div_narrow"))
+    profile = {"framework": "numpy-test", "deviations": [], "unsupported": [
+        {"apis": ["numpy.kl_div_narrow"], "dtypes": ["float64"], "reason": "float32 only", "basis": "docs",
+         "reference": "https://x"}]}
+
+
+def test_the_selftests_hang_counts_only_the_calls_the_run_sends(tmp_path):
+    """A hang costs every call of its case that was sent: not those the profile keeps back, which stay
+    unsupported, so the planted hang is counted once and disturbs nothing."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: crash-31, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}\n"
+                     "- {id: beside, input: [[-0.5, -1.0]], target: [[0.5, 0.5]], reduction: sum, dtype: float64}\n")
+    out = tmp_path / "out"
+    assert main(["selftest", "--framework", "tests.faults.test_profile_unsupported:OneApiRestricted", "--suite",
+                 "none", "--cases", str(cases), "--variant", "hang", "--out", str(out)]) == 0
+    (hang,) = json.loads((out / "selftest.json").read_text())["variants"]
+    assert (hang["planted"], hang["flagged"], hang["disturbed"]) == (1, 1, 0), hang
