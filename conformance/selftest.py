@@ -53,7 +53,7 @@ from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, Gates
 from conformance.report.selftest import VariantReport
 from conformance.report.writer import write_report
 from conformance.run.runner import RunOptions, run_conformance
-from conformance.run.worker import Outcome, WorkerPool
+from conformance.run.worker import FRAMEWORK_CRASH, FRAMEWORK_TIMEOUT, Outcome, WorkerPool
 
 # The spec a worker's variant loads, and the file where it logs the rows it changed.
 ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"
@@ -383,7 +383,7 @@ class Crash(Variant):
         # each call that aborts is recorded: after the first, the harness makes the case's calls one at a time, so
         # the case's gradients, which do not crash, must come back as the control's; a call the framework has no
         # kernel for is then unsupported, not a crash
-        record(call, self.name, "harness.isolation")  # a crash is the worker's, whatever the answer would have been
+        record(call, self.name, FRAMEWORK_CRASH)  # killed inside its call: the framework's crash, whatever the answer
         os.abort()
 
 
@@ -397,7 +397,7 @@ class Hang(Variant):
     def plant(self, call):
         if not _chosen(call.case.id):
             return None
-        record(call, self.name, "harness.isolation", whole_case=True)
+        record(call, self.name, FRAMEWORK_TIMEOUT, whole_case=True)
         time.sleep(3600)
 
 
@@ -701,7 +701,8 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
     modes = tuple(dict.fromkeys(options.modes)) or (EAGER,)
     control_rows = {row.call: row for row in iter_results(out_dir / "control")}
     reports = []
-    ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir)
+    ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], options.profiles_dir,
+                             carried=adapter.carried_profile())  # the profile the run reads
     planter = Planter(spec, ledger)
     calls = None  # each answer of the control run, with what a variant reads of it: made once, for every variant
 
@@ -739,7 +740,7 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
                     recorder, indices, lambda index, call, observed: planted.get((index, call), observed)))
         finally:
             os.environ.pop(ENV_LOG, None)
-        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, ran, spec, modes, control_rows))
+        reports.append(_count(VARIANTS[name], log, out_dir / name, adapter, ran, spec, modes, control_rows, ledger))
     return dict(control.counts), reports
 
 
@@ -800,9 +801,10 @@ def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases:
 
 
 def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Sequence[Case],
-           spec: Spec, modes: Sequence[str], control_rows: dict) -> VariantReport:
+           spec: Spec, modes: Sequence[str], control_rows: dict, ledger: DeviationLedger) -> VariantReport:
     """The variant's report: its planted rows (flagged? attributed?), and its other rows against the control's
-    (`control_rows`, by `Result.call`) of the cases the variant ran."""
+    (`control_rows`, by `Result.call`) of the cases the variant ran; `ledger` says which calls the profile keeps
+    from being sent."""
     report = VariantReport(variant.name, variant.fault)
     # each planted call (case id, api, mode, part), and the cause it must be given
     planted: dict[tuple[str, str, str, str], str | None] = {}
@@ -826,9 +828,10 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
         for mode in modes:
             adapter.mode = mode  # unsupported_part reads it (a mode without gradients)
             calls |= {(case_id, api.name, mode, part) for api in adapter.apis for part in case.parts
-                      if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None}
+                      if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None
+                      and ledger.unsupported(case, api.name, part) is None}
         adapter.mode = EAGER
-        planted.update(dict.fromkeys(calls, "harness.isolation"))
+        planted.update(dict.fromkeys(calls, FRAMEWORK_TIMEOUT))
         clean |= calls
     got = {(d["case_id"], d["api"], d["device"], d["mode"], d["part"]): d for d in iter_details(run_dir)}
     seen = set()

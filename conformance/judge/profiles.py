@@ -1,9 +1,10 @@
 """Per-framework profiles of documented deviations (spec/profiles/<framework>.yaml).
 
 A profile lists, for each framework API, the conventions in which the framework is
-documented (or reported upstream) to depart from the spec, each with a rationale
-and a link. `DeviationLedger.documented` marks a divergence as documented only when
-the observation passes under the spec with that API's declared deviations applied,
+documented (or reported upstream) to depart from the spec, each with a rationale, its basis (`docs`: the
+API's documentation; `maintainers`: a closed issue, release notes or a design note; `domain`: the documented
+input domain) and a link to where the framework states it. `DeviationLedger.documented` marks a divergence as
+documented only when the observation passes under the spec with that API's declared deviations applied,
 so an undocumented change in a framework's behaviour still shows up. A deviation documents eager calls only,
 unless its `mode:` (a glob over modes) says more: a compiled mode is another implementation, and a deviation
 documented for eager must not silently document a compiled mode's different bug.
@@ -22,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import jsonschema
-
 from conformance.core.choices import choice_points, get_path, set_choice
 from conformance.core.errors import SpecError
-from conformance.core.model import EAGER, Expected, Observation, Spec
-from conformance.core.specload import default_spec_path, load_schema, parse_yaml, spec_hash, yaml_path
+from conformance.core.model import EAGER, Case, Expected, Observation, Spec
+from conformance.core.profilefile import default_profiles_dir, profile_data
+from conformance.core.specload import parse_yaml, spec_hash
 from conformance.core.yamlload import read_text
 from conformance.judge.compare import passes
 
@@ -40,7 +40,8 @@ class Deviation:
     exceptions: dict[str, dict[str, str]]  # error id -> {type, match (optional)}
     floating: tuple[str, ...] | None
     rationale: str
-    reference: str
+    reference: str  # where the framework states it
+    basis: str  # docs, maintainers or domain (the module's docstring): what a maintainer points at to close a report
     of: str = ""  # the framework whose APIs `apis` names: "" for the profile's own, else the one inherited from
     mode: str = EAGER  # a glob over the modes it documents; eager only unless the profile says otherwise
 
@@ -48,8 +49,41 @@ class Deviation:
         return fnmatch.fnmatchcase(mode, self.mode)
 
 
-def default_profiles_dir() -> Path:
-    return default_spec_path().parent / "profiles"
+@dataclass(frozen=True)
+class Restriction:
+    """Calls a framework documents it does not take or does not define (a profile's `unsupported:` entry): the
+    run does not send them, and records each as unsupported with this reason and its source. The framework's
+    own: a port does not inherit them by `extends:`, its implementation being another."""
+
+    apis: tuple[str, ...]
+    parts: tuple[str, ...]  # () for every part
+    dtypes: tuple[str, ...]  # () for every dtype; "mixed" for the calls whose input and target dtypes differ
+    reason: str
+    basis: str
+    reference: str
+
+    def covers(self, case: Case, api: str, part: str) -> bool:
+        if api not in self.apis or (self.parts and part not in self.parts):
+            return False
+        if not self.dtypes:
+            return True
+        pair = (case.dtype.input, case.dtype.target)
+        return ("mixed" in self.dtypes and case.dtype.is_mixed) or any(d in self.dtypes for d in pair)
+
+    @property
+    def message(self) -> str:
+        return f"{self.reason} (documented, {self.basis}: {self.reference})"
+
+
+def load_restrictions(framework: str, spec: Spec, profiles_dir: Path | None = None,
+                      carried: str | Path | dict | None = None) -> list[Restriction]:
+    """The `unsupported:` entries of `framework`'s own profile (see Restriction); none without a profile."""
+    found = profile_source(framework, profiles_dir, carried)
+    if found is None:
+        return []
+    data = _checked_profile(framework, spec, *found)
+    return [Restriction(tuple(row["apis"]), tuple(row.get("parts", ())), tuple(row.get("dtypes", ())), row["reason"],
+                        row["basis"], row["reference"]) for row in data.get("unsupported", ())]
 
 
 def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None,
@@ -125,21 +159,30 @@ def _load(framework: str, spec: Spec, profiles_dir: Path | None, carried) -> lis
 
 
 def _checked_profile(framework: str, spec: Spec, shown: str, source) -> dict:
-    """A profile's data, read and checked against its schema and its file's name."""
-    if isinstance(source, dict):
-        data = source
-    else:
-        data = parse_yaml(read_text(source, shown, SpecError, fix="pass --profiles with a directory of readable "
-                                                                 "profiles"), shown, SpecError)
-    errors = sorted(jsonschema.Draft202012Validator(load_schema("profile.schema.json")).iter_errors(data),
-                    key=lambda e: len(e.absolute_path))
-    if errors:
-        raise SpecError(errors[0].message, file=shown, where=yaml_path(errors[0].absolute_path) or "(top level)",
-                        fix="see spec/profile.schema.json")
+    """A profile's data, read and checked against its schema, its file's name and the spec (its upstream
+    issues' causes)."""
+    data = profile_data(shown, source)
     if data["framework"] != framework:
         raise SpecError(f"framework {data['framework']!r} in a file named for {framework!r}", file=shown,
                         where="framework", fix=f"write framework: {framework}")
+    _check_upstream(data, spec, shown)
     return data
+
+
+def _check_upstream(data: dict, spec: Spec, shown: str) -> None:
+    """Each upstream issue's cause names what rows can show: spec paths, an error by its id."""
+    for i, row in enumerate(data.get("upstream", ())):
+        for path in row["cause"].split(" + "):
+            head, _, error_id = path.partition(".")
+            if head == "errors" and error_id in spec.error_order:
+                continue
+            try:
+                get_path(spec.data, path)
+            except (KeyError, TypeError):
+                raise SpecError(f"cause {path!r} is not a path of the spec", file=shown,
+                                where=f"upstream[{i}].cause",
+                                fix="write the cause as the rows show it (results.jsonl `cause`): spec paths "
+                                    "joined by ' + ', an error as errors.<id>") from None
 
 
 def _deviations(data: dict, spec: Spec, shown: str) -> list[Deviation]:
@@ -170,7 +213,7 @@ def _deviations(data: dict, spec: Spec, shown: str) -> list[Deviation]:
                       for error_id, raised in row.get("exceptions", {}).items()}
         deviations.append(Deviation(row["id"], tuple(row["apis"]), dict(row.get("set", {})), exceptions,
                                     tuple(row["floating"]) if "floating" in row else None,
-                                    row["rationale"], row["reference"], mode=row.get("mode", EAGER)))
+                                    row["rationale"], row["reference"], row["basis"], mode=row.get("mode", EAGER)))
     return deviations
 
 
@@ -211,7 +254,7 @@ def inherited(framework: str, deviations: list[Deviation]) -> list[Deviation]:
     """`framework`'s deviations as a port takes them: each named "<framework>:<id>" and applied by mirrored API
     (those it inherited in turn keep their names and the framework whose APIs they name)."""
     return [d if d.of else Deviation(f"{framework}:{d.id}", d.apis, d.set, d.exceptions, d.floating, d.rationale,
-                                     d.reference, of=framework, mode=d.mode) for d in deviations]
+                                     d.reference, d.basis, of=framework, mode=d.mode) for d in deviations]
 
 
 def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
@@ -246,6 +289,11 @@ class DeviationLedger:
         if unknown:
             raise SpecError(f"profile names unknown APIs {unknown}", file=str((profiles_dir or default_profiles_dir())
                             / f"{framework}.yaml"), where="deviations[].apis", fix=f"use APIs of {api_names}")
+        self.restrictions = load_restrictions(framework, spec, profiles_dir, carried)
+        unknown = sorted({api for r in self.restrictions for api in r.apis} - set(api_names))
+        if unknown:
+            raise SpecError(f"profile names unknown APIs {unknown}", file=str((profiles_dir or default_profiles_dir())
+                            / f"{framework}.yaml"), where="unsupported[].apis", fix=f"use APIs of {api_names}")
         if like is not None and like != framework:
             names = {d.id for d in deviations}
             theirs = inherited(like, load_profile(like, spec, parent_dir(like, profiles_dir)))
@@ -255,6 +303,10 @@ class DeviationLedger:
                        for api in api_names}
         self.spec = spec
         self._specs: dict[tuple[str, ...], Spec] = {}
+
+    def unsupported(self, case: Case, api: str, part: str) -> str | None:
+        """Why the profile says `api` does not take or define this call (the reason and its source), or None."""
+        return next((r.message for r in self.restrictions if r.covers(case, api, part)), None)
 
     def declared(self, api: str, mode: str = EAGER) -> tuple[Deviation, ...]:
         """The deviations declared for `api` that document calls made in `mode` (eager only, unless a deviation's

@@ -519,8 +519,8 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
     dialects = {api.name: api.dialect for api in adapter.apis}
 
     def plan(case: Case) -> list[tuple[tuple[str, str, str, str], str | None]]:
-        """The calls still to make of `case`, each with the reason the API cannot express it (such a call is
-        never sent to the framework), or None."""
+        """The calls still to make of `case`, each with the reason the API cannot express it, or its profile
+        documents it does not take or define (such a call is never sent to the framework), or None."""
         parts = _selected_parts(case, options)
         out = []
         for t in ctx.targets:
@@ -531,7 +531,9 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
             adapter.mode = t.mode  # unsupported_part reads the mode (a mode without gradients)
             for part in parts:
                 if (case.id, t.api, t.device, t.mode, part) not in done:
-                    out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)))
+                    # a call the profile documents the API does not take or define is not sent either
+                    out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)
+                                or ctx.ledger.unsupported(case, t.api, part)))
             adapter.mode = EAGER
         return out
 
@@ -577,7 +579,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
         for call, reason in todo:
             api_name, device, _, part = call
             dialect = dialects[api_name]
-            failed = outcome.failed(call)  # (verdict, message) where the worker crashed or timed out on this call
+            failed = outcome.failed(call)  # where the worker crashed or timed out on this call: why, and whose
             try:  # plan() sends only calls of an API whose dialect takes the case's input space
                 expected = judge.expected(spec, part, dialect)
                 out_of_memory = None
@@ -588,7 +590,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
                 judgement = Judgement(Verdict.UNSUPPORTED, out_of_memory)
             elif failed is not None and reason is None:
                 observed = Observation()
-                judgement = Judgement(*failed, cause="harness.isolation")
+                judgement = Judgement(failed.verdict, failed.message, cause=failed.cause)
             elif reason:  # a call the API cannot express was not sent
                 observed = Observation(unsupported=reason)
                 judgement = Judgement(Verdict.UNSUPPORTED, reason)

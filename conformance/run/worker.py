@@ -5,7 +5,9 @@ answers one message per case with its observations. The parent side, `WorkerPool
 keeps a window of cases in flight (so the parent computes references while the
 worker calls the framework), detects a dead worker (crash: signal or exit code and
 the last lines it printed) or a case past its time limit (timeout), replaces the
-worker and resends what was in flight.
+worker and resends what was in flight. A crash or a timeout while the worker is inside
+the framework's call is the framework's (cause framework.crash, framework.timeout);
+anywhere else it is the harness's (harness.isolation).
 
 Owns the worker processes and the messages between them and the parent; never judges, and never imports
 a framework in the parent.
@@ -30,7 +32,7 @@ import weakref
 from dataclasses import dataclass, field, fields
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
-from typing import Any, Deque, Iterator
+from typing import Any, Deque, Iterator, NamedTuple
 
 import numpy as np
 
@@ -41,6 +43,17 @@ READY, UNAVAILABLE, CASE, CLOSED = "ready", "unavailable", "case", "closed"
 # How long closing waits for the worker to close its adapter; R torch, which ends its R session there,
 # needs far less than this.
 CLOSE_TIMEOUT_S = 5.0
+# The causes of a call the worker gave no answer to: the framework crashed or hung inside its own call, or the
+# harness failed around it (a worker that died between calls, a pipe that broke)
+FRAMEWORK_CRASH, FRAMEWORK_TIMEOUT, HARNESS_ISOLATION = "framework.crash", "framework.timeout", "harness.isolation"
+
+
+class Failure(NamedTuple):
+    """Why a call got no answer: its verdict (crash or timeout), the message, and whose failure it was."""
+
+    verdict: Verdict
+    message: str
+    cause: str
 
 
 @dataclass(frozen=True)
@@ -61,14 +74,15 @@ class Outcome:
     observations: dict[tuple[str, str, str, str], Observation] = field(default_factory=dict)
     failure: Verdict | None = None
     failure_message: str = ""
-    failed_calls: dict[tuple[str, str, str, str], tuple[Verdict, str]] = field(default_factory=dict)
+    failed_calls: dict[tuple[str, str, str, str], Failure] = field(default_factory=dict)
     lost: Exception | None = None  # the worker could not be restarted after this task: nothing more runs
+    failure_cause: str = HARNESS_ISOLATION  # whose the task's failure was (the module's docstring)
 
-    def failed(self, call: tuple[str, str, str, str]) -> tuple[Verdict, str] | None:
-        """(verdict, message) where `call` got no answer, or None."""
+    def failed(self, call: tuple[str, str, str, str]) -> Failure | None:
+        """Why `call` got no answer, or None."""
         if call in self.failed_calls:
             return self.failed_calls[call]
-        return (self.failure, self.failure_message) if self.failure is not None else None
+        return Failure(self.failure, self.failure_message, self.failure_cause) if self.failure is not None else None
 
 
 @dataclass(frozen=True)
@@ -81,14 +95,17 @@ class WorkerInfo:
 
 
 def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str | None = None,
-                scratch_dir: str | None = None, lifeline=None, parent_pid: int | None = None) -> None:
-    """Entry point of the worker process: load the adapter, then serve batches until told to stop."""
+                scratch_dir: str | None = None, lifeline=None, parent_pid: int | None = None, in_call=None) -> None:
+    """Entry point of the worker process: load the adapter, then serve batches until told to stop. `in_call`, a
+    one-byte file, holds 1 while the worker is inside the framework's call: what the parent reads when the
+    worker dies or hangs, to tell the framework's failure from the harness's."""
     # Ctrl-C and SIGTERM (a CI job cancelled: sent to the whole process group) are the parent's to handle
     # (it stops the run and kills this process); a worker dying of one first would be recorded as a crash
     # of the case it was on
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(lifeline, parent_pid)
+    marker = _CallMarker(in_call)
     fd = os.open(output_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)  # the framework's own printing goes to a file the parent reads after a crash
     os.dup2(fd, 2)
@@ -120,7 +137,7 @@ def worker_main(conn, framework: str, output_path: str, compile_cache_dir: str |
             conn.send((CLOSED, None))
             return
         for task in batch:
-            observations = {call: observe_call(adapter, task.case, *call) for call in task.calls}
+            observations = {call: observe_call(adapter, task.case, *call, in_call=marker) for call in task.calls}
             conn.send((CASE, task.index, observations))
 
 
@@ -153,12 +170,41 @@ def _watch_parent(lifeline) -> None:
     os._exit(1)
 
 
-def observe_call(adapter, case: Case, api_name: str, device: str, mode: str, part: str) -> Observation:
+class _CallMarker:
+    """In the worker: the one-byte file at `path` says 1 for exactly the time inside the framework's call (a
+    write of the page cache, which outlives a process killed in the call). Where the file cannot be written
+    (a full disk), nothing is marked, and a death is the harness's."""
+
+    def __init__(self, path: str | None) -> None:
+        try:
+            self._fd = os.open(path, os.O_WRONLY) if path else None
+        except OSError:
+            self._fd = None
+
+    def _mark(self, byte: bytes) -> None:
+        if self._fd is not None:
+            try:
+                os.pwrite(self._fd, byte, 0)
+            except OSError:
+                self._fd = None
+
+    def __enter__(self) -> None:
+        self._mark(b"1")
+
+    def __exit__(self, *exc) -> None:
+        self._mark(b"0")
+
+
+def observe_call(adapter, case: Case, api_name: str, device: str, mode: str, part: str,
+                 in_call=None) -> Observation:
     """One adapter call in `mode`; an adapter bug (an exception, not an Observation, or one the judge cannot
-    read) is reported as data: an AdapterError the case's row records as an `error` verdict."""
+    read) is reported as data: an AdapterError the case's row records as an `error` verdict. `in_call`, the
+    worker's _CallMarker, is entered for exactly the adapter's call."""
     try:
         adapter.mode = mode
-        observed = adapter.run(case, adapter.api(api_name), device, part)
+        api = adapter.api(api_name)
+        with in_call if in_call is not None else contextlib.nullcontext():
+            observed = adapter.run(case, api, device, part)
     except Exception:
         return _adapter_error("adapter raised: " + traceback.format_exc(limit=3)[-800:])
     if not isinstance(observed, Observation):
@@ -281,6 +327,16 @@ class _Outbox:
                 return
 
 
+def _fresh_marker(path: str) -> str | None:
+    """`path` holding 0 (worker_main's `in_call`), or None where it cannot be written."""
+    try:
+        with open(path, "wb") as f:
+            f.write(b"0")
+    except OSError:
+        return None
+    return path
+
+
 class WorkerPool:
     """One worker process for one framework, with crash and timeout recovery.
 
@@ -301,6 +357,7 @@ class WorkerPool:
         self.start_timeout_s = start_timeout_s
         self._ctx = multiprocessing.get_context("spawn")
         self._process = None
+        self._in_call = None  # the running worker's worker_main `in_call`
         self._conn = None
         self._lifeline = None  # the write end of the pipe the worker watches
         self._outbox: _Outbox | None = None
@@ -323,9 +380,10 @@ class WorkerPool:
         """Start the worker without waiting: it imports the framework, which is slow, while the caller works."""
         parent, child = self._ctx.Pipe()
         watched, self._lifeline = self._ctx.Pipe(duplex=False)  # closed when this process dies: the worker ends
+        self._in_call = _fresh_marker(os.path.join(self._scratch, "in_call"))  # a dead worker's may be left at 1
         self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._log_path,
                                                 str(self.compile_cache_dir) if self.compile_cache_dir else None,
-                                                self._scratch, watched, os.getpid()), daemon=True)
+                                                self._scratch, watched, os.getpid(), self._in_call), daemon=True)
         with _main_script_hidden(self.framework):
             self._process.start()
         child.close()
@@ -420,14 +478,14 @@ class WorkerPool:
                     self._restart()
                 except WorkerLost as exc:
                     outcome.lost = exc
-                    outcome.failed_calls.update({c: (crashed.failure, crashed.failure_message)
-                                                 for c in task.calls[i:]})
+                    outcome.failed_calls.update({c: Failure(crashed.failure, crashed.failure_message,
+                                                            crashed.failure_cause) for c in task.calls[i:]})
                     return outcome
             self._outbox.put([Task(task.index, task.case, (call,))])
             message = self._wait(task)
             dead = isinstance(message, Outcome)
             if dead:
-                outcome.failed_calls[call] = (message.failure, message.failure_message)
+                outcome.failed_calls[call] = Failure(message.failure, message.failure_message, message.failure_cause)
             else:
                 outcome.observations.update(message[2])
         if dead:
@@ -443,9 +501,12 @@ class WorkerPool:
         while True:
             remaining = limit - (time.monotonic() - start)
             if remaining <= 0:
+                inside = self._inside_call()  # read before the kill
                 self._kill()
+                whose = f"inside the {self.framework} call" if inside else "outside any framework call"
                 return Outcome(head, failure=Verdict.TIMEOUT,
-                               failure_message=f"timeout: no answer within {limit:g} s; worker replaced")
+                               failure_message=f"timeout: no answer within {limit:g} s, {whose}; worker replaced",
+                               failure_cause=FRAMEWORK_TIMEOUT if inside else HARNESS_ISOLATION)
             try:
                 if self._conn.poll(min(remaining, 1.0)):
                     return self._conn.recv()
@@ -459,12 +520,26 @@ class WorkerPool:
                         return self._conn.recv()
                 except (EOFError, OSError):
                     pass
-                return Outcome(head, failure=Verdict.CRASH, failure_message=self._crash_message())
+                inside = self._inside_call()
+                return Outcome(head, failure=Verdict.CRASH, failure_message=self._crash_message(inside),
+                               failure_cause=FRAMEWORK_CRASH if inside else HARNESS_ISOLATION)
 
-    def _crash_message(self) -> str:
+    def _inside_call(self) -> bool:
+        """Whether the worker is (or died) inside the framework's call (worker_main's `in_call`)."""
+        if self._in_call is None:
+            return False
+        try:
+            with open(self._in_call, "rb") as f:
+                return f.read(1) == b"1"
+        except OSError:
+            return False
+
+    def _crash_message(self, inside: bool) -> str:
         code = self._process.exitcode
         how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}")
-        return f"crash: worker died ({how}); last output: {self._tail()}"
+        if inside:
+            return f"crash: {self.framework} killed its worker inside its call ({how}); its last output: {self._tail()}"
+        return f"crash: worker died outside any framework call ({how}); last output: {self._tail()}"
 
     def _tail(self, lines: int = 5) -> str:
         try:

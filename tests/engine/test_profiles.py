@@ -16,20 +16,20 @@ def test_shipped_profiles_are_valid(spec, name):
 
 @pytest.mark.parametrize("body, words", [
     ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {reductions.batchmean.divisor: rows}, "
-     "rationale: r, reference: 'https://x'}\n", "'rows' is not a choice the spec lists"),
-    ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {no.such.path: y}, rationale: r, "
+     "rationale: r, basis: docs, reference: 'https://x'}\n", "'rows' is not a choice the spec lists"),
+    ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {no.such.path: y}, rationale: r, basis: docs, "
      "reference: 'https://x'}\n", "'no.such.path' is not a choice point"),
     # a set: key is a choice point's path, without `.choice` (spec version 2); spec paths that are no
     # choice point are refused at load, not when the run applies them
     ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {gradients.conventions.nan_propagation.choice: "
-     "formula}, rationale: r, reference: 'https://x'}\n", "'gradients.conventions.nan_propagation.choice' is not a choice point"),
-    ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {tolerance.pointwise.factor: '9'}, rationale: r, "
+     "formula}, rationale: r, basis: docs, reference: 'https://x'}\n", "'gradients.conventions.nan_propagation.choice' is not a choice point"),
+    ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {tolerance.pointwise.factor: '9'}, rationale: r, basis: docs, "
      "reference: 'https://x'}\n", "'tolerance.pointwise.factor' is not a choice point"),
-    ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {pointwise.conventions: zero}, rationale: r, "
+    ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {pointwise.conventions: zero}, rationale: r, basis: docs, "
      "reference: 'https://x'}\n", "'pointwise.conventions' is not a choice point"),
-    ("framework: torch\ndeviations:\n- {id: x, apis: [a], exceptions: {typo: RuntimeError}, rationale: r, "
+    ("framework: torch\ndeviations:\n- {id: x, apis: [a], exceptions: {typo: RuntimeError}, rationale: r, basis: docs, "
      "reference: 'https://x'}\n", "unknown error id 'typo'"),
-    ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {shapes.broadcasting: none}, rationale: r}\n",
+    ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {shapes.broadcasting: none}, rationale: r, basis: docs}\n",
      "'reference' is a required property"),
 ])
 def test_bad_profiles_name_file_and_field(tmp_path, spec, body, words):
@@ -50,7 +50,7 @@ def test_apply_deviations_changes_only_what_it_declares(spec):
 def test_a_set_key_names_the_choice_point_and_applies_to_its_choice(tmp_path, spec):
     (tmp_path / "torch.yaml").write_text(
         "framework: torch\ndeviations:\n- {id: x, apis: [a], set: {gradients.conventions.nan_propagation: formula},"
-        " rationale: r, reference: 'https://x'}\n")
+        " rationale: r, basis: docs, reference: 'https://x'}\n")
     changed = apply_deviations(spec, load_profile("torch", spec, tmp_path))
     assert changed.data["gradients"]["conventions"]["nan_propagation"]["choice"] == "formula"
     assert set(changed.data["gradients"]["conventions"]["nan_propagation"]) == \
@@ -61,7 +61,7 @@ def test_a_refused_set_key_lists_the_choice_points(tmp_path, spec):
     from conformance.core.choices import choice_points
 
     (tmp_path / "torch.yaml").write_text("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {dtypes.mixeds: "
-                                         "reject}, rationale: r, reference: 'https://x'}\n")
+                                         "reject}, rationale: r, basis: docs, reference: 'https://x'}\n")
     with pytest.raises(SpecError) as info:
         load_profile("torch", spec, tmp_path)
     text = str(info.value)
@@ -69,7 +69,7 @@ def test_a_refused_set_key_lists_the_choice_points(tmp_path, spec):
     assert all(point in text for point in choice_points(spec.data))
 
 
-PORT_DEVIATION = ("- {id: own, apis: [port.kl_div], set: {shapes.broadcasting: none}, rationale: r, "
+PORT_DEVIATION = ("- {id: own, apis: [port.kl_div], set: {shapes.broadcasting: none}, rationale: r, basis: docs, "
                   "reference: 'https://x'}\n")
 
 

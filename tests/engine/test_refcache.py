@@ -329,7 +329,7 @@ def test_stored_documentation_follows_the_profile(spec, suite, tmp_path):
     case = next(c for c in suite if c.params.reduction == "batchmean" and c.input.shape != c.target.shape
                 and c.input.shape and c.target.shape and c.input.shape[0] != np.broadcast_shapes(
                     c.input.shape, c.target.shape)[0] and not c.params.log_target and not c.params.has_legacy)
-    profile = dict(id="batchmean-divides-by-input-dim0", apis=apis, rationale="r", reference="https://example.org")
+    profile = dict(id="batchmean-divides-by-input-dim0", apis=apis, rationale="r", basis="docs", reference="https://example.org")
     declared = with_alternatives(spec, (Alternative("reductions.batchmean.divisor", "input_dim0"),))
     under = expected_forward(case, declared)
     observed = Observation(value=under.value, dtype=under.result_dtype, shape=under.shape)

@@ -71,7 +71,7 @@ def test_garbage_at_a_masked_nan_is_not_documented(spec):
     ledger = DeviationLedger(spec, "oneflow", ["oneflow.nn.functional.kl_div", "oneflow.nn.KLDivLoss"])
     ledger.by_api["oneflow.nn.functional.kl_div"] = (Deviation(
         "masks-nan", ("oneflow.nn.functional.kl_div",), {"pointwise.conventions.nan_propagation":
-                                                         "masked_by_zero_target"}, {}, None, "r", "https://x"),)
+                                                         "masked_by_zero_target"}, {}, None, "r", "https://x", "docs"),)
     case = make_case([nan], [0.0], reduction="none")
     expect = lambda s: expected_forward(case, s)
     assert ledger.documented("oneflow.nn.functional.kl_div", _observed([0.0]), expect) == ("masks-nan",)
@@ -92,7 +92,7 @@ def test_a_documented_exception_must_match_its_message_too(spec, message, docume
     expect = lambda s: expected_forward(case, s)
     assert classify(expect(spec), observed, spec).verdict is Verdict.ERROR
     got = ledger.documented("torch.nn.functional.kl_div", observed, expect)
-    assert got == (("runtime-error-for-bad-dtypes-and-shapes",) if documented else ())
+    assert got == (("runtime-error-for-integral-dtypes",) if documented else ())
 
 
 def test_a_bad_message_pattern_in_a_profile_is_refused(tmp_path, spec):
@@ -101,7 +101,7 @@ def test_a_bad_message_pattern_in_a_profile_is_refused(tmp_path, spec):
 
     (tmp_path / "torch.yaml").write_text(
         "framework: torch\ndeviations:\n- {id: x, apis: [a], exceptions: {integral_dtype: {type: RuntimeError, "
-        "match: 'kl_div: ('}}, rationale: r, reference: 'https://x'}\n")
+        "match: 'kl_div: ('}}, rationale: r, basis: docs, reference: 'https://x'}\n")
     with pytest.raises(SpecError, match=r"deviations\[0\]\.exceptions\.integral_dtype\.match: match 'kl_div: \(' "
                                         r"is not a regular expression"):
         load_profile("torch", spec, tmp_path)

@@ -501,3 +501,23 @@ class TwoFormsAdapter(OffByOneAdapter):
     one defect for the first two, another for the third."""
 
     apis = (Api("numpy.kl_div"), Api("numpy.KLDivLoss", implementation="numpy.kl_div"), Api("numpy.kl_div_other"))
+
+
+class Float32Float64OnlyAdapter(NumpyAdapter):
+    """Honest for float32 and float64 arguments of one dtype; raises TypeError for any other call, as a framework
+    whose documentation says its kl_div takes float32 and float64 only, both arguments of one dtype."""
+
+    def run(self, case, api, device, part):
+        if case.dtype.is_mixed or case.dtype.input not in ("float32", "float64"):
+            return Observation(exception_type="TypeError", exception_message="dtype not supported")
+        return super().run(case, api, device, part)
+
+
+class SegvInCallAdapter(NumpyAdapter):
+    """Kills its own process with SIGSEGV inside its call on the fault case, after printing to stderr, as a
+    framework's kernel does when it dereferences a bad pointer."""
+
+    def misbehave(self, case):
+        sys.stderr.write("kernel: kl_div_forward read past the end of target\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSEGV)

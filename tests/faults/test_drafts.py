@@ -24,6 +24,7 @@ deviations:
     apis: [numpy.kl_div]
     set: {pointwise.conventions.target_zero: ieee}
     rationale: the planted IEEE convention, documented
+    basis: docs
     reference: https://example.org/planted
 """
 KNOWN = """

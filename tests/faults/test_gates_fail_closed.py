@@ -227,7 +227,7 @@ def test_a_profile_set_written_as_a_path_runs_and_a_bad_choice_is_one_line(tmp_p
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     deviation = ("framework: numpy-test\ndeviations:\n- {id: x, apis: [numpy.kl_div], set: "
-                 "{gradients.conventions.nan_propagation: %s}, rationale: r, reference: 'https://x'}\n")
+                 "{gradients.conventions.nan_propagation: %s}, rationale: r, basis: docs, reference: 'https://x'}\n")
     (profiles / "numpy-test.yaml").write_text(deviation % "formula")
     assert _run(tmp_path, "NumpyAdapter", "--profiles", str(profiles), out="ok") == 0
     assert json.loads((tmp_path / "ok" / "run.json").read_text())["status"] == "complete"

@@ -18,7 +18,7 @@ ONLY = ["--only", "fwd/*/log_target=0/4x6/float64/*"]
 HERE = "tests.faults.test_ports:"
 FRAMEWORK = "tests.faults.adapters:NumpyAdapter"  # its rows name it numpy-test
 PROFILE = ("framework: numpy-test\ndeviations:\n- {id: negative-target-gives-zero, apis: [numpy.kl_div], "
-           "set: {pointwise.conventions.target_negative: zero}, rationale: r, reference: 'https://x'}\n")
+           "set: {pointwise.conventions.target_negative: zero}, rationale: r, basis: docs, reference: 'https://x'}\n")
 
 
 class NumpyPort(NumpyAdapter):
@@ -57,7 +57,7 @@ class CarryingPort(NumpyPort):
 
     name = "numpy-carrying"
     profile = {"framework": "numpy-carrying", "deviations": [
-        {"id": "negative-target-gives-zero", "apis": ["port.kl_div"], "rationale": "r", "reference": "https://x",
+        {"id": "negative-target-gives-zero", "apis": ["port.kl_div"], "rationale": "r", "basis": "docs", "reference": "https://x",
          "set": {"pointwise.conventions.target_negative": "zero"}}]}
 
 
