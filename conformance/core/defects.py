@@ -21,6 +21,8 @@ from conformance.core.model import UNEXPLAINED, Result, Verdict
 
 DEFECT_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{10}")  # "<framework>-<digest>": what defect_id gives
 NARROW_DTYPES = frozenset({"float16", "bfloat16"})
+_SIGNATURE = "signature."  # the spec's section of the call's arguments
+_CONVENTION = re.compile(r"^(pointwise|gradients)\.conventions\.")  # the loss's and the gradients' edge conventions
 _RAISED = re.compile(r"raised ([A-Za-z_][A-Za-z0-9_.]*)")  # an error row's message names what it raised
 _ERROR_SIZES = ((16.0, "within 16 bounds"), (1e4, "within 10^4 bounds"))  # else "larger"
 
@@ -37,6 +39,16 @@ def residual_cause(cause: str, documented_paths: frozenset[str]) -> str:
     paths = cause_paths(cause)
     rest = tuple(p for p in paths if p not in documented_paths)
     return " + ".join(rest) if rest and len(rest) < len(paths) else cause
+
+
+def root_cause(cause: str) -> str:
+    """What a cause merges by. The spec states each edge convention twice, for the loss (`pointwise.conventions.X`)
+    and for its gradients (`gradients.conventions.X`), under one `applies`: the parts of one edge are one root
+    cause. A cause that joins a rule of the call's signature (how its arguments are read: legacy precedence) to
+    rules of the values is the values' defect: the signature's own rows show that defect apart."""
+    paths = cause_paths(cause)
+    values = [p for p in paths if not p.startswith(_SIGNATURE)] or list(paths)
+    return " + ".join(dict.fromkeys(_CONVENTION.sub("conventions.", p) for p in values))
 
 
 def error_size(max_abs_err: float | None, bound: float | None) -> str:
@@ -59,11 +71,11 @@ def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
     if row.verdict is Verdict.PASS:
         return None
     head = (row.framework, row.framework_version, implementation)
-    if row.verdict is Verdict.UNSUPPORTED:
-        return (*head, "unsupported", row.part)
+    if row.verdict is Verdict.UNSUPPORTED:  # by the reason's stem: a documented restriction, no kernel, ...
+        return (*head, "unsupported", row.part, row.message.split(" (documented", 1)[0].split(":", 1)[0])
     head += ("documented by " + ",".join(sorted(row.documented_by)),)
     if row.cause and row.cause != UNEXPLAINED:
-        return (*head, row.cause)
+        return (*head, root_cause(row.cause))
     raised = _RAISED.search(row.message) if row.verdict is Verdict.ERROR else None
     return (*head, UNEXPLAINED, row.verdict.value, row.part, width(row.dtype),
             raised.group(1) if raised else error_size(row.max_abs_err, row.bound))

@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from conformance.core.defects import NARROW_DTYPES, cause_paths, error_size, width
+from conformance.core.errors import ConformanceError
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec, Verdict
+from conformance.core.profilefile import deviation_bases
+from conformance.core.upstream import UpstreamIssue, upstream_issues
 
 UNDOCUMENTED, DOCUMENTED, KNOWN, UNSUPPORTED = "undocumented", "documented", "known", "unsupported"
 STATUSES = (UNDOCUMENTED, KNOWN, DOCUMENTED, UNSUPPORTED)  # the order the reports list them in
 _BEHAVES = re.compile(r"; behaves as (.+)$")
+_STATED = re.compile(r"\(documented, (docs|maintainers|domain): [^()]*\)$")  # an unsupported row the profile states
 _CHOSEN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) = ([A-Za-z_][A-Za-z0-9_]*)")
 _SHAPE = re.compile(r"^\d+(x\d+)*(:\d+(x\d+)*)?")
 _PART_WORDS = {"forward": "loss", "grad_input": "gradient with respect to input",
@@ -71,8 +75,33 @@ class Defects:
 
     def __init__(self, rows: Iterable[Result] = ()) -> None:
         self.by_id: dict[str, Defect] = {}
+        self._bases: dict[str, dict[str, str]] = {}
+        self._upstream: dict[str, list[UpstreamIssue]] = {}
         for r in rows:
             self.add(r)
+
+    def basis(self, d: Defect) -> str | None:
+        """Where the framework states an accepted defect: its profile entries' basis (docs, maintainers,
+        domain), read from the shipped profiles; None for an undocumented or known one."""
+        if d.status == UNSUPPORTED:
+            found = _STATED.search(d.example.message)
+            return found.group(1) if found else None
+        if d.status != DOCUMENTED:
+            return None
+        if d.framework not in self._bases:
+            self._bases[d.framework] = deviation_bases(d.framework)
+        bases = sorted({self._bases[d.framework].get(i) for i in d.documented_by} - {None})
+        return ", ".join(bases) or None
+
+    def upstream(self, d: Defect) -> UpstreamIssue | None:
+        """The framework's upstream issue that reports this behaviour, where its profile lists one."""
+        if d.framework not in self._upstream:
+            try:
+                self._upstream[d.framework] = upstream_issues(d.framework)
+            except ConformanceError:  # a profile its schema refuses: the report names no issue rather than stop
+                self._upstream[d.framework] = []
+        return next((i for i in self._upstream[d.framework] for part in sorted(d.parts) if i.covers(d.cause, part)),
+                    None)
 
     def add(self, r: Result) -> None:
         if not r.defect:

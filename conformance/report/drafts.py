@@ -22,6 +22,7 @@ from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec
 from conformance.core.results import write_atomic
 from conformance.core.rundirs import REPRO_DIR, iter_rows, script_name, snippet_name
 from conformance.core.text import without_mentions
+from conformance.core.upstream import UpstreamIssue
 from conformance.report.defects import UNDOCUMENTED, Defect, Defects, expected_words, spec_of, title
 from conformance.report.markdown import repro_command
 
@@ -43,6 +44,7 @@ class _Draft:
     defect: Defect
     script: tuple[str, str] | None  # (text, language) of the example's reproducer
     snippet: str | None
+    upstream: UpstreamIssue | None  # the framework's own issue about this behaviour, where its profile lists one
     others: list[Result] = field(default_factory=list)
 
 
@@ -51,8 +53,9 @@ def write_drafts(out_dir: Path, run_dirs: Sequence[Path], manifests: Sequence[di
     """Write one draft per undocumented defect into `out_dir`/issues (drafts an earlier report left there are
     replaced); `known` (a known-findings file) marks the rows it accepts. Returns the files."""
     defects = Defects(known.mark(row) if known is not None else row for row in iter_rows(run_dirs))
+    upstream = {d.id: defects.upstream(d) for d in defects.ordered(UNDOCUMENTED)}
     with_scripts = [d for d in run_dirs if (d / REPRO_DIR).is_dir()]  # those with reproducers (a merge has none)
-    drafts = {d.id: _Draft(d, _script_of(d.example, with_scripts), _snippet_of(d.id, with_scripts))
+    drafts = {d.id: _Draft(d, _script_of(d.example, with_scripts), _snippet_of(d.id, with_scripts), upstream[d.id])
               for d in defects.ordered(UNDOCUMENTED)}
     targets = {(m.get("framework"), mode) for m in manifests for mode in (m.get("modes") or [EAGER])}
     if len(targets) > 1 and drafts:  # other frameworks, or other modes of one (eager beside a compiled mode)
@@ -129,6 +132,10 @@ def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> 
     lines = [f"# {plain(title(d, spec))}", "",
              f"{plain(row.framework)} {plain(row.framework_version)}: {d.rows} results of the kl\\_div conformance "
              f"suite show this ({plain(verdicts)}), none documented by the framework's profile.", "",
+             *([f"Reported upstream: <{draft.upstream.url}> ({plain(draft.upstream.state)}"
+                + (f" in {plain(draft.upstream.fixed_in)}" if draft.upstream.fixed_in else "")
+                + f"): {plain(draft.upstream.title)}", ""] if draft.upstream is not None
+               and _URL.fullmatch(draft.upstream.url) else []),
              "## Reproduce", ""]
     if draft.snippet is not None:
         lines += [*fenced(draft.snippet, "python"), ""]

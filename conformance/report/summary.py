@@ -79,15 +79,21 @@ def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[dict
     for d in tally.defects.ordered():
         r = d.example
         found.append({
-            "id": d.id, "framework": d.framework, "release": d.release, "status": d.status, "basis": None,
+            "id": d.id, "framework": d.framework, "release": d.release, "status": d.status,
+            "basis": tally.defects.basis(d),
             "title": title(d, spec), "cause": d.cause, "verdicts": dict(sorted(d.verdicts.items())), "rows": d.rows,
             "apis": sorted(d.apis), "modes": sorted(d.modes), "parts": sorted(d.parts), "dtypes": sorted(d.dtypes),
             "documented_by": list(d.documented_by),
             "example": {"case_id": r.case_id, "api": r.api, "mode": r.mode, "part": r.part, "device": r.device},
             "reproduce": repro_command(r, _run_info(r, manifests)),
             "draft": f"{ISSUES_DIR}/{draft_name(d.id)}" if d.status == UNDOCUMENTED else None,
-            "upstream": None})
+            "upstream": _upstream_json(tally.defects.upstream(d))})
     return found
+
+
+def _upstream_json(issue) -> dict[str, Any] | None:
+    return None if issue is None else {"url": issue.url, "state": issue.state, "title": issue.title,
+                                       "fixed_in": issue.fixed_in}
 
 
 def _run_info(r: Result, manifests: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -108,8 +114,10 @@ def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bo
     lines = [f"{len(undocumented)} undocumented defect{'' if len(undocumented) == 1 else 's'}"
              + (f" ({sum(d.rows for d in undocumented)} rows):" if undocumented else "")]
     for d in undocumented[:limit]:
+        issue = tally.defects.upstream(d)
         lines.append(f"UNDOCUMENTED {d.id}: {_short(title(d, spec), 200)} [{d.rows} rows; {_short(d.where(), 200)}] "
-                     f"reproduce: {_short(repro_command(d.example, _run_info(d.example, ())), 400)}")
+                     + (f"upstream: {_short(issue.url, 200)} ({issue.state}) " if issue is not None else "")
+                     + f"reproduce: {_short(repro_command(d.example, _run_info(d.example, ())), 400)}")
     if len(undocumented) > limit:
         rest = undocumented[limit:]
         lines.append(f"and {len(rest)} more undocumented defects ({sum(d.rows for d in rest)} rows): see report.md")

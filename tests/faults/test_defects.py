@@ -12,7 +12,7 @@ from collections import Counter
 import jsonschema
 
 from conformance.cli import main
-from conformance.core.defects import defect_of, residual_cause
+from conformance.core.defects import defect_of, residual_cause, root_cause
 from conformance.core.results import iter_results
 from conformance.core.specload import load_schema
 from conformance.report.defects import Defects
@@ -123,3 +123,31 @@ def test_rows_of_one_behaviour_are_one_defect_across_parts_dtypes_modes_and_what
     defects = Defects(explained + [documented])
     assert [(d.status, d.rows, sorted(d.modes)) for d in defects.ordered()] == \
         [("undocumented", 3, ["eager", "inductor"]), ("documented", 1, ["eager"])]
+
+
+def test_the_loss_and_its_gradients_at_one_edge_are_one_defect_and_a_signature_rule_beside_it_is_not_another():
+    forward = make_result(case_id="f", verdict="nonfinite", cause="pointwise.conventions.log_target_neg_inf",
+                          log_target=True)
+    gradient = make_result(case_id="g", verdict="nonfinite", cause="gradients.conventions.log_target_neg_inf",
+                           log_target=True, part="grad_target")
+    with_legacy = make_result(case_id="l", verdict="nonfinite", part="grad_target", log_target=True,
+                              cause="gradients.conventions.log_target_neg_inf + signature.legacy.precedence")
+    legacy_alone = make_result(case_id="a", verdict="value", cause="signature.legacy.precedence")
+    assert forward.defect == gradient.defect == with_legacy.defect != legacy_alone.defect
+    assert root_cause("signature.legacy.precedence") == "signature.legacy.precedence"
+
+
+def test_an_accepted_defect_names_where_the_framework_states_it_and_its_upstream_issue():
+    """Read from the shipped torch profile: grad_target NaN at a zero target, closed upstream as by design."""
+    row = make_result(case_id="z", framework="torch", verdict="nonfinite", part="grad_target",
+                      cause="gradients.conventions.target_zero", documented=True,
+                      documented_by=("grad-target-nan-at-zero-target",))
+    defects = Defects([row])
+    (d,) = defects.ordered()
+    assert (d.status, defects.basis(d)) == ("documented", "maintainers")
+    issue = defects.upstream(d)
+    assert issue.url == "https://github.com/pytorch/pytorch/issues/89558" and issue.state == "closed-by-design"
+    # grad_input at the same edge is another part: that issue is about grad_target only
+    (other_part,) = Defects([make_result(case_id="y", framework="torch", verdict="nonfinite",
+                                         cause="gradients.conventions.target_zero", part="grad_input")]).ordered()
+    assert Defects().upstream(other_part) is None
