@@ -77,8 +77,9 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
     summary = json.loads(render_summary(tally, manifests))
     lines = [f"# {text(name)}: findings of a matrix run", "", _generated(given, commit), "",
              "What each finding means, and the reasoning behind it, is written by hand on the "
-             "[framework pages](../frameworks/index.md); this page is only what the run recorded.", "",
-             "## Provenance", ""]
+             "[framework pages](../frameworks/index.md); this page is only what the run recorded.", ""]
+    lines += _defects(summary["defects"])
+    lines += ["## Provenance", ""]
     lines += _provenance(manifests, commit)
     lines += ["## Results", "", f"{tally.total} results; {text(divergence_counts(tally))}.", ""]
     verdicts = [v for v in _VERDICTS if any(t["verdicts"].get(v) for t in summary["targets"].values())]
@@ -110,6 +111,27 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
                      f"{text(r.api)} on {text(r.device)}" + ("" if r.mode == EAGER else f" in mode {text(r.mode)}")
                      + f", {text(r.part)}: {code(repro_command(r, run_info))}")
     return "\n".join(lines + [""])
+
+
+def _defects(defects: Sequence[dict[str, Any]]) -> list[str]:
+    """The page's lead: each undocumented defect once, then one line for the accepted and the unsupported."""
+    undocumented = [d for d in defects if d["status"] == "undocumented"]
+    lines = [f"## {len(undocumented)} undocumented defect{'' if len(undocumented) == 1 else 's'}", ""]
+    if undocumented:
+        lines += ["| defect | what it does | rows | where it shows | upstream |", "|---|---|---:|---|---|"]
+        for d in undocumented:
+            where = "; ".join(", ".join(d[key]) for key in ("apis", "modes", "parts", "dtypes"))
+            upstream = f"{text(d['upstream']['url'])} ({text(d['upstream']['state'])})" if d["upstream"] else "none listed"
+            lines.append(f"| {code(d['id'])} | {text(d['title'])} | {d['rows']} | {text(where)} | {upstream} |")
+        lines.append("")
+    for status, said in (("known", "accepted by a known-findings file"), ("documented", "documented by the "
+                         "profile"), ("unsupported", "API parts not offered")):
+        found = [d for d in defects if d["status"] == status]
+        if found:
+            bases = sorted({d["basis"] for d in found if d.get("basis")})
+            lines.append(f"- {len(found)} {said} ({sum(d['rows'] for d in found)} rows)"
+                         + (f"; basis: {text(', '.join(bases))}" if bases else ""))
+    return lines + ([""] if lines[-1] else [])
 
 
 def render_index(names: Sequence[str], tallies: dict[str, Tally], by_framework: dict[str, list[dict[str, Any]]],

@@ -47,6 +47,11 @@ def test_the_same_run_gives_the_same_pages_with_its_counts_and_provenance(run_di
     divergent = [r for r in rows if r["verdict"] not in ("pass", "unsupported")]
     assert divergent and len(divergent) < len(rows)
     assert f"{len(rows)} results; {len(divergent)} divergences: {len(divergent)} undocumented" in page
+    # the page leads with its defects: each undocumented one once, before the provenance
+    defects = {r["defect"] for r in divergent}
+    assert page.index("undocumented defect") < page.index("## Provenance")
+    assert f"## {len(defects)} undocumented defect{'' if len(defects) == 1 else 's'}" in page
+    assert all(page.count(f"`{d}`") == 1 for d in defects)
     manifest = json.loads((run_dir / "run.json").read_text())
     # provenance from run.json: the version, when it ran, the commit it ran from (where it ran from a git
     # checkout); --commit only for runs whose run.json records none
