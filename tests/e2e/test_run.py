@@ -266,10 +266,11 @@ def test_baseline_reports_new_fixed_and_changed(default_run, tmp_path):
     new_index = next(i for i, r in enumerate(rows) if r["verdict"] not in ("pass", "unsupported"))
     fixed_index = next(i for i, r in enumerate(rows) if r["verdict"] == "pass")
     # each edit consistent, as `report` refuses a row its own fields contradict (results.row_problem)
+    defect = rows[new_index]["defect"]
     rows[new_index] = {**rows[new_index], "verdict": "pass", "cause": "", "max_abs_err": None, "bound": None,
-                       "documented": False, "documented_by": []}
+                       "documented": False, "documented_by": [], "defect": ""}
     rows[fixed_index] = {**rows[fixed_index], "verdict": "value", "cause": "pointwise.formula", "max_abs_err": 1.0,
-                         "bound": 0.5}
+                         "bound": 0.5, "defect": defect}
     old = tmp_path / "old"
     old.mkdir()
     (old / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
