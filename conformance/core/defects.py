@@ -4,8 +4,10 @@ A maintainer triages behaviours, not rows. Rows of one behaviour differ in what 
 of one implementation (a module and its functional form), the part, the dtype, the shape, the layout, the
 legacy arguments and the mode (a mode that answers as eager shows eager's defect; one that answers otherwise
 has a cause of its own). So a row's defect is named by what stays: the framework release, the implementation,
-whether the profile documents it (and by which deviations), and its residual cause (what remains once the
-profile is applied). An unexplained divergence has no cause to merge by, so it is named by what it shows: its
+whether the profile documents it (and by which deviations), and its root cause: the residual cause (what
+remains once the profile is applied; the run records it as the row's cause), with the loss's and the gradients'
+convention at one edge as one, and a rule of the call's signature beside rules of the values left to the rows it
+explains alone (`root_cause`). An unexplained divergence has no cause to merge by, so it is named by what it shows: its
 verdict, its part, its dtype's width and the size of its error.
 
 The id is a digest of that signature, so a run, a shard, a merge and a baseline name one behaviour alike.
