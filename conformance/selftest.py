@@ -106,6 +106,12 @@ class Variant:
         or None. Derived from the adapter's declared APIs and profile, never from a run."""
         return None
 
+    def not_reached(self, calls: Sequence["Call | None"]) -> str | None:
+        """Why none of the calls the control run made can carry this fault, where the variant planted nothing:
+        a fault the suite offers no place for is not applicable, one it offers a place for yet planted nothing
+        fails. None: the calls offer a place."""
+        return None
+
 
 def _answer(call: Call) -> np.ndarray | None:
     """The framework's values where they have the expected shape, as a float64 copy."""
@@ -368,6 +374,21 @@ class GarbageWhereDocumented(Variant):
 
     def not_applicable(self, adapter, ledger):
         return None if any(ledger.by_api.values()) else f"the profile of {adapter.name} documents no deviation"
+
+    def not_reached(self, calls):
+        """No call of the run where a documented deviation predicts other than the spec (its profile's
+        `unsupported:` entries may keep every such call from running)."""
+        for c in calls:
+            d, e = (c.deviated, c.expected) if c is not None else (None, None)
+            if d is None:
+                continue
+            if d.error_id != e.error_id:
+                return None
+            if d.value is not None and e.value is not None and d.value.shape == e.value.shape:
+                with np.errstate(invalid="ignore"):
+                    if (np.isfinite(d.value) & (~np.isfinite(e.value) | (np.abs(d.value - e.value) > e.bound))).any():
+                        return None
+        return "no call the suite sends reaches a documented deviation (the profile's unsupported calls are not sent)"
 
 
 class Crash(Variant):
@@ -735,6 +756,10 @@ def run_selftest(spec: Spec, framework: str, cases: Sequence[Case], out_dir: Pat
                 calls = _calls(recorder, planter, adapter) if calls is None else calls
                 planted = {(index, call): fault for index, call, c in calls
                            if (fault := planter.plant(variant, c)) is not None}
+                reason = variant.not_reached([c for _, _, c in calls]) if not planted else None
+                if reason is not None:
+                    reports.append(VariantReport(name, variant.fault, not_applicable=reason))
+                    continue
                 indices = sorted({index for index, _ in planted})
                 ran = [cases[i] for i in indices]
                 run_conformance(spec, framework, ran, out_dir / name, options, pool=_ReplayPool(

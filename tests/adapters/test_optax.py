@@ -164,12 +164,13 @@ def test_grad_input_is_minus_target_where_the_loss_is_nan(framework_adapter, spe
 
 def test_grad_target_at_infinite_target_is_nan(framework_adapter, spec):
     """d/dt of t * (log t - x) at t = +inf is log t - x + t * (1 / t) = inf + inf * 0 = NaN; the limit is
-    +inf. No spec choice names this (a finding of gradients.formula)."""
+    +inf. Spec 6 names the product rule that computes the "+1" as t * (1 / t) (or (g * t) / t): it gives NaN at
+    t = +inf (gradients.target_product_rule = xlogy)."""
     case = make_case([[-1.0, -1.0]], [[np.inf, 0.5]], dtype="float64")
     observed = _run(framework_adapter, case, part="grad_target")
     assert np.isnan(observed.value[0, 0]) and np.isposinf(_expected(case, spec, "grad_target").value[0, 0])
     verdict, found = _behaves_as(framework_adapter, spec, case, part="grad_target")
-    assert verdict is Verdict.NONFINITE and found is None
+    assert verdict is Verdict.NONFINITE and found == ["gradients.target_product_rule = xlogy"]
 
 
 def test_subnormal_targets_are_flushed_to_zero_on_cpu(framework_adapter, spec):

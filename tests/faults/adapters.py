@@ -521,3 +521,11 @@ class SegvInCallAdapter(NumpyAdapter):
         sys.stderr.write("kernel: kl_div_forward read past the end of target\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGSEGV)
+
+
+class SameShapeProfileAdapter(NumpyAdapter):
+    """Honest, and carrying a profile that documents one deviation: shapes must be the same (no broadcasting)."""
+
+    profile = {"framework": "numpy-test", "deviations": [
+        {"id": "same-shape", "apis": ["numpy.kl_div"], "set": {"shapes.broadcasting": "none"}, "rationale": "r",
+         "basis": "docs", "reference": "https://example.org/docs"}]}

@@ -150,3 +150,22 @@ def test_a_planted_fault_is_one_defect_per_implementation_and_a_split_fails_the_
     (report,) = json.loads((tmp_path / "split" / "selftest.json").read_text())["variants"]
     assert not report["ok"] and len(report["defects"]["shapes.output on numpy.kl_div"]) == 2
     assert "one fault came out as several defects" in (tmp_path / "split" / "selftest.md").read_text()
+
+
+def test_a_documented_deviation_no_call_reaches_leaves_its_variant_not_applicable(tmp_path):
+    """garbage_where_documented plants where the profile predicts other than the spec. A profile whose one
+    deviation no case of the run reaches (no broadcasting case here) offers it no place: not applicable, with why,
+    never "planted nothing"; a case that reaches it is planted into."""
+    def selftest(cases_text, out):
+        cases = tmp_path / f"{out}.yaml"
+        cases.write_text(cases_text)
+        assert main(["selftest", "--framework", ADAPTERS + "SameShapeProfileAdapter", "--suite", "none", "--cases",
+                     str(cases), "--out", str(tmp_path / out), "--variant", "garbage_where_documented"]) == 0
+        (report,) = json.loads((tmp_path / out / "selftest.json").read_text())["variants"]
+        return report
+    unreached = selftest(CASES, "unreached")
+    assert unreached["ok"] and unreached["planted"] == 0 and "reaches a documented deviation" in \
+        unreached["not_applicable"]
+    reached = selftest(CASES + "- {id: wide, input: [-1.0, -2.0], target: [[0.25, 0.75], [0.5, 0.5]], reduction: "
+                               "sum, dtype: float64}\n", "reached")
+    assert reached["ok"] and reached["planted"] == reached["flagged"] == 1 and reached["not_applicable"] is None
