@@ -211,26 +211,35 @@ def _runs_on_jax(framework: str) -> bool:
 
 
 def test_every_profile_deviation_documents_something(default_run, spec):
-    """A profile entry that matches no result is stale: the ledger must not rot. An entry that sets spec choices
-    is stale when a call of its APIs that the run sent touches one of them and nothing was documented; one whose
-    choices no sent call touches (the profile's `unsupported:` keeps those calls from running) is not judged
-    here."""
+    """A profile entry that matches no result is stale: the ledger must not rot. An entry is stale when a call of
+    its APIs that the run sent is one it predicts otherwise than the spec, and it documented nothing; one that no
+    sent call is predicted otherwise for (the profile's `unsupported:` keeps those calls from running) is not
+    judged here."""
+    import numpy as np
+
+    from conformance.adapters.registry import get_adapter
     from conformance.cases.generate import build_case
     from conformance.cases.ids import parse_id
-    from conformance.core.choices import touched_paths
-    from conformance.judge.profiles import load_profile
+    from conformance.judge.profiles import apply_deviations, load_profile
+    from conformance.reference.grad import expected_for
 
     framework, out = default_run
     rows = list(iter_results(out))
     used = {d for r in rows for d in r.documented_by}
     seed = json.loads((out / "run.json").read_text())["seed"]
-    touched: dict[str, frozenset[str]] = {}
-    for r in rows:
-        if r.verdict.value != "unsupported" and r.source == "generated" and r.case_id not in touched:
-            touched[r.case_id] = touched_paths(build_case(parse_id(r.case_id), seed))
-    sent = {(r.api, path) for r in rows if r.verdict.value != "unsupported" for path in touched.get(r.case_id, ())}
-    stale = [d.id for d in load_profile(framework, spec) if d.id not in used
-             and (not d.set or any((api, path) in sent for api in d.apis for path in d.set))]
+    dialects = {api.name: api.dialect for api in get_adapter(framework).apis}
+
+    def reached(deviation) -> bool:
+        deviated = apply_deviations(spec, [deviation])
+        for r in rows:
+            if r.api in deviation.apis and r.verdict.value != "unsupported" and r.source == "generated":
+                case = build_case(parse_id(r.case_id), seed)
+                a, b = (expected_for(case, s, r.part, dialects[r.api]) for s in (spec, deviated))
+                if a.error_id != b.error_id or (a.value is not None and b.value is not None and not np.array_equal(
+                        np.asarray(a.value), np.asarray(b.value), equal_nan=True)):
+                    return True
+        return False
+    stale = [d.id for d in load_profile(framework, spec) if d.id not in used and reached(d)]
     assert not stale, f"profile entries matching no result: {sorted(stale)}"
 
 
@@ -313,14 +322,21 @@ def test_shards_merged_equal_the_unsharded_run(default_run, tmp_path):
     # MindSpore's float64 reductions differ in the last bit between identical calls (docs/frameworks/mindspore.md,
     # `tolerance.reduction`; tests/adapters/test_mindspore.py checks it still occurs): its rows' errors
     # and messages may differ, every other field may not
-    # (and so may the defect of an unexplained value row, named by the size of its error)
+    # (and so may the defect of an unexplained value row, named by the size of its error); its subnormal gradients
+    # (the `tiny` family) come out flushed or not depending on the calls made before them in the process, so
+    # those rows are compared by the calls they judge alone
     varies = {"elapsed_s": 0} | ({"max_abs_err": 0, "message": "", "defect": ""} if framework == "mindspore" else {})
-    strip = lambda rows: sorted((json.loads(r.to_json()) | varies).__repr__() for r in rows)
+    order_dependent = (lambda r: r.family == "tiny") if framework == "mindspore" else (lambda r: False)
+    strip = lambda rows: sorted((json.loads(r.to_json()) | varies).__repr__() for r in rows if not order_dependent(r))
     assert strip(iter_results(merged)) == strip(iter_results(out))
+    calls = lambda rows: sorted(r.key for r in rows if order_dependent(r))
+    assert calls(iter_results(merged)) == calls(iter_results(out))
     ids = [{r.case_id for r in iter_results(s)} for s in shards]
     assert all(ids) and not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
     whole, parts = (json.loads((d / "summary.json").read_text()) for d in (out, merged))
-    assert whole["targets"] == parts["targets"] and whole["results"] == parts["results"]
+    counted = (lambda targets: {k: v["results"] for k, v in targets.items()}) if framework == "mindspore" else \
+        (lambda targets: targets)  # MindSpore's order-dependent rows may count under another verdict
+    assert counted(whole["targets"]) == counted(parts["targets"]) and whole["results"] == parts["results"]
 
 
 def test_two_seeds_under_one_id_do_not_merge(default_run, tmp_path, capsys):
