@@ -32,8 +32,8 @@ from conformance.core.generated import GeneratedFolder
 from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Verdict
 from conformance.core.rundirs import script_name, snippet_name
 from conformance.judge.casejudge import CaseJudge
-from conformance.report.defects import Defects
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
+from conformance.report.defects import Defects
 from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB, needs_mb
 from conformance.run.worker import Task, WorkerPool, WorkerUnavailable, observe_call
 

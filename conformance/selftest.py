@@ -360,14 +360,11 @@ class GarbageWhereDocumented(Variant):
 
     def plant(self, call):
         d, e = call.deviated, call.expected
-        if d is not None and d.error_id is not None and e.error_id is None:
+        if _predicts_refusal(d, e):
             return Observation(exception_type="KeyError", exception_message=f"planted: not {d.error_type} ({d.error_id})")
         got = _answer(call)
-        if got is None or d is None or d.value is None or e.value is None or d.value.shape != e.value.shape:
-            return None
-        with np.errstate(invalid="ignore"):
-            differs = np.isfinite(d.value) & (~np.isfinite(e.value) | (np.abs(d.value - e.value) > e.bound))
-        if not differs.any():
+        differs = _predicts_other_values(d, e)
+        if got is None or differs is None or not differs.any():
             return None
         got = np.where(differs, d.value + 1000.0 * (1.0 + np.abs(d.value)), d.value)
         return _with(call, got)
@@ -379,16 +376,28 @@ class GarbageWhereDocumented(Variant):
         """No call of the run where a documented deviation predicts other than the spec (its profile's
         `unsupported:` entries may keep every such call from running)."""
         for c in calls:
-            d, e = (c.deviated, c.expected) if c is not None else (None, None)
-            if d is None:
+            if c is None or c.deviated is None:
                 continue
-            if d.error_id != e.error_id:
+            differs = _predicts_other_values(c.deviated, c.expected)
+            if c.deviated.error_id != c.expected.error_id or (differs is not None and differs.any()):
                 return None
-            if d.value is not None and e.value is not None and d.value.shape == e.value.shape:
-                with np.errstate(invalid="ignore"):
-                    if (np.isfinite(d.value) & (~np.isfinite(e.value) | (np.abs(d.value - e.value) > e.bound))).any():
-                        return None
         return "no call the suite sends reaches a documented deviation (the profile's unsupported calls are not sent)"
+
+
+def _predicts_refusal(deviated: Expected | None, expected: Expected) -> bool:
+    """The API's documented deviations predict an exception where the spec predicts a value."""
+    return deviated is not None and deviated.error_id is not None and expected.error_id is None
+
+
+def _predicts_other_values(deviated: Expected | None, expected: Expected) -> np.ndarray | None:
+    """Per element: where the documented deviations predict a finite value the spec's bound does not hold; None
+    where either predicts no value (or their shapes differ)."""
+    if deviated is None or deviated.value is None or expected.value is None \
+            or deviated.value.shape != expected.value.shape:
+        return None
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(deviated.value) & (~np.isfinite(expected.value)
+                                              | (np.abs(deviated.value - expected.value) > expected.bound))
 
 
 class Crash(Variant):

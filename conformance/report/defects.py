@@ -7,6 +7,7 @@ and words its title from the spec's own text for the behaviour. Reads rows and t
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -223,8 +224,10 @@ def _first_clause(message: str) -> str:
     return message.split("; ")[0][:200]
 
 
+@functools.lru_cache(maxsize=4)
 def spec_of(spec_hash: str) -> Spec | None:
-    """The shipped spec, where it is the one the rows were judged by (a run directory names no file to read)."""
+    """The shipped spec, where it is the one the rows were judged by (a run directory names no file to read); read
+    once per hash, however many reports and drafts quote its words."""
     from conformance.core.specload import load_spec
 
     try:

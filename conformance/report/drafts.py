@@ -88,15 +88,11 @@ def draft_name(defect: str) -> str:
 
 
 def _snippet_of(defect: str, run_dirs: Sequence[Path]) -> str | None:
-    """The defect's snippet a run wrote beside its reproducers (rundirs.snippet_name), inside the run directory."""
+    """The defect's snippet a run wrote beside its reproducers (rundirs.snippet_name)."""
     for run_dir in run_dirs:
-        path = run_dir / REPRO_DIR / snippet_name(defect)
-        try:
-            if path.is_file() and run_dir.resolve() in path.resolve().parents:
-                text = path.read_text(encoding="utf-8", errors="replace")
-                return text if len(text) <= MAX_SCRIPT_CHARS else None
-        except OSError:
-            continue
+        text = _reproducer_text(run_dir, snippet_name(defect))
+        if text is not None:
+            return text if len(text) <= MAX_SCRIPT_CHARS else None
     return None
 
 
@@ -106,13 +102,21 @@ def _script_of(row: Result, run_dirs: Sequence[Path]) -> tuple[str, str] | None:
     compiled mode's finding."""
     for run_dir in run_dirs:
         for suffix, language in ((".py", "python"), (".R", "r")):
-            path = run_dir / REPRO_DIR / script_name(row.case_id, row.api, row.device, row.part, suffix, row.mode)
-            try:
-                if path.is_file() and run_dir.resolve() in path.resolve().parents:
-                    text = path.read_text(encoding="utf-8", errors="replace")
-                    return (text, language) if len(text) <= MAX_SCRIPT_CHARS else None
-            except OSError:
-                continue
+            text = _reproducer_text(run_dir, script_name(row.case_id, row.api, row.device, row.part, suffix, row.mode))
+            if text is not None:
+                return (text, language) if len(text) <= MAX_SCRIPT_CHARS else None
+    return None
+
+
+def _reproducer_text(run_dir: Path, name: str) -> str | None:
+    """The text of the file `name` among a run's reproducers: a file inside the run directory, never one a link
+    leads out to; None where there is none, or it cannot be read."""
+    path = run_dir / REPRO_DIR / name
+    try:
+        if path.is_file() and run_dir.resolve() in path.resolve().parents:
+            return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        pass
     return None
 
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.results import detail_matcher
-from conformance.report.defects import UNDOCUMENTED, spec_of, title
+from conformance.report.defects import UNDOCUMENTED, title
 from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
@@ -79,8 +79,8 @@ applyFilters();
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{}'; base-uri 'none'; "
        "form-action 'none'")
 
-FILTER_KEYS = ("defect", "cause", "framework", "release", "api", "device", "mode", "part", "dtype", "reduction", "family",
-               "verdict", "documented")
+FILTER_KEYS = ("defect", "cause", "framework", "release", "api", "device", "mode", "part", "dtype", "reduction",
+               "family", "verdict", "documented")
 
 
 def script_hash(script: str = SCRIPT) -> str:
@@ -121,7 +121,7 @@ def _defects(tally: Tally) -> list[str]:
     found = tally.defects.ordered()
     if not found:
         return ["<p>No divergences: every judged result is within the spec.</p>"]
-    spec = spec_of(sorted(tally.spec_hashes)[0]) if tally.spec_hashes else None
+    spec = tally.spec()
     n = len(tally.defects.ordered(UNDOCUMENTED))
     out = [f"<h2 id='defects'>{n} undocumented defect{'' if n == 1 else 's'}</h2>",
            "<table class='defects'><tr><th>status</th><th>defect</th><th>what it does</th><th>rows</th>"

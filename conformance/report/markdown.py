@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
 from conformance.core.text import without_mentions
-from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, spec_of, title
+from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, title
 from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
 from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_label, join_framework, split_label
@@ -28,8 +28,8 @@ from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_labe
 REPORT_LIMIT = 65_536  # characters an issue body holds: report.md stays below
 _BUDGET = REPORT_LIMIT - 1_536  # what the parts may fill together; the rest is slack for the lines that say "more"
 # the most characters each part but the divergences may take; the divergences' sections get what is left
-_PART_BUDGETS = {"defects": 16_000, "provenance": 8_000, "summary": 12_000, "families": 12_000, "known": 4_000, "warnings": 4_000,
-                 "baseline": 6_000, "releases": 10_000}
+_PART_BUDGETS = {"defects": 16_000, "provenance": 8_000, "summary": 12_000, "families": 12_000, "known": 4_000,
+                 "warnings": 4_000, "baseline": 6_000, "releases": 10_000}
 _CELL = 160  # characters of a row's text shown in one cell of report.md
 _MESSAGE = 400  # characters of the worked example's message
 _LISTED_CELL = 600  # characters of a row's text in one cell of divergences.md
@@ -72,7 +72,7 @@ def _defects(tally: Tally) -> list[str]:
     defects = tally.defects
     if not defects.by_id:
         return ["No divergences: every judged result is within the spec.", ""]
-    spec = spec_of(sorted(tally.spec_hashes)[0]) if tally.spec_hashes else None
+    spec = tally.spec()
     undocumented = defects.ordered(UNDOCUMENTED)
     out = [f"## {len(undocumented)} undocumented defect{'' if len(undocumented) == 1 else 's'}", ""]
     if undocumented:

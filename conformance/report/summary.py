@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from conformance.core.model import EAGER, FORMAT_VERSION, Result
 from conformance.core.text import terminal_line
-from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, spec_of, title
+from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, title
 from conformance.report.drafts import ISSUES_DIR, draft_name
 from conformance.report.markdown import repro_command
 from conformance.report.releases import release_pairs
@@ -74,7 +74,7 @@ def divergence_counts(tally: Tally) -> str:
 
 def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """summary.json's `defects`: each defect once, as the reports list them."""
-    spec = spec_of(sorted(tally.spec_hashes)[0]) if tally.spec_hashes else None
+    spec = tally.spec()
     found = []
     for d in tally.defects.ordered():
         r = d.example
@@ -85,7 +85,7 @@ def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[dict
             "apis": sorted(d.apis), "modes": sorted(d.modes), "parts": sorted(d.parts), "dtypes": sorted(d.dtypes),
             "documented_by": list(d.documented_by),
             "example": {"case_id": r.case_id, "api": r.api, "mode": r.mode, "part": r.part, "device": r.device},
-            "reproduce": repro_command(r, _run_info(r, manifests)),
+            "reproduce": repro_command(r, _run_info(r)),
             "draft": f"{ISSUES_DIR}/{draft_name(d.id)}" if d.status == UNDOCUMENTED else None,
             "upstream": _upstream_json(tally.defects.upstream(d))})
     return found
@@ -96,7 +96,7 @@ def _upstream_json(issue) -> dict[str, Any] | None:
                                        "fixed_in": issue.fixed_in}
 
 
-def _run_info(r: Result, manifests: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _run_info(r: Result) -> dict[str, Any]:
     """What repro_command reads of the run that wrote `r`: its seed (the row's own)."""
     return {"seed": r.seed} if r.seed is not None else {}
 
@@ -105,9 +105,9 @@ def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bo
     """The defects, as a command's output ends: "N undocumented defects", then one line each (its id, plain
     title, rows, where it shows, the command that reproduces it), most rows first; past `limit`, one line counts
     the rest; then (with `accepted`) one line for what is accepted (documented, known) and one for what is
-    unsupported. Text from
-    the rows is made one plain line (a framework's message or a doctored row may hold escape sequences)."""
-    spec = spec_of(sorted(tally.spec_hashes)[0]) if tally.spec_hashes else None
+    unsupported. Text from the rows is made one plain line (a framework's message or a doctored row may hold escape
+    sequences)."""
+    spec = tally.spec()
     undocumented = tally.defects.ordered(UNDOCUMENTED)
     if not tally.defects.by_id:
         return []
@@ -117,7 +117,7 @@ def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bo
         issue = tally.defects.upstream(d)
         lines.append(f"UNDOCUMENTED {d.id}: {_short(title(d, spec), 200)} [{d.rows} rows; {_short(d.where(), 200)}] "
                      + (f"upstream: {_short(issue.url, 200)} ({issue.state}) " if issue is not None else "")
-                     + f"reproduce: {_short(repro_command(d.example, _run_info(d.example, ())), 400)}")
+                     + f"reproduce: {_short(repro_command(d.example, _run_info(d.example)), 400)}")
     if len(undocumented) > limit:
         rest = undocumented[limit:]
         lines.append(f"and {len(rest)} more undocumented defects ({sum(d.rows for d in rest)} rows): see report.md")

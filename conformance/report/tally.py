@@ -10,8 +10,8 @@ import math
 from collections import Counter, defaultdict
 from typing import Iterable, NamedTuple
 
-from conformance.core.model import EAGER, PARTS, Result, Verdict
-from conformance.report.defects import Defects
+from conformance.core.model import EAGER, PARTS, Result, Spec, Verdict
+from conformance.report.defects import Defects, spec_of
 
 VERDICT_ORDER = [v.value for v in Verdict]
 LISTED_PER_GROUP = 500  # divergences listed per cause group; the rest are counted and found in results.jsonl
@@ -166,6 +166,10 @@ class Tally:
         # the worked example: the group's first undocumented row, else its first row
         if key not in self.group_example or (undocumented and self.group_example[key].is_accepted):
             self.group_example[key] = r
+
+    def spec(self) -> Spec | None:
+        """The shipped spec where the rows were judged by it: its words title the defects."""
+        return spec_of(min(self.spec_hashes)) if self.spec_hashes else None
 
     def ordered_groups(self) -> list[tuple[str, str]]:
         """The cause groups as the reports show them: those with undocumented rows first, most of those first,
