@@ -248,15 +248,15 @@ class _Suite:
         gated = (self.known is not None or self.baseline is not None) and not self.config.getoption("collectonly")
         if gated:
             decision = self._gate()
-            if decision.lines:
-                reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
                 for line in decision.lines:
-                    if reporter is not None:
-                        reporter.write_line(f"kl-conformance: {line}", red=True, bold=True)
-                        for detail in decision.details.get(line, ()):
-                            reporter.write_line(f"kl-conformance:   {detail}", red=True)
-                if session.exitstatus == pytest.ExitCode.OK:
-                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+                    reporter.write_line(f"kl-conformance: {line}", red=True, bold=True)
+                    for detail in decision.details.get(line, ()):
+                        reporter.write_line(f"kl-conformance:   {detail}", red=True)
+                reporter.write_line(f"kl-conformance: {decision.line}", red=bool(decision.code), bold=True)
+            if decision.lines and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _gate(self):
         """The CLI's gates over every row this session wrote (each case's run directory)."""

@@ -74,14 +74,42 @@ class Decision:
     lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     details: dict[str, list[str]] = field(default_factory=dict)
+    gates: tuple[str, ...] = ()
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # what each check counted: its line's figures
+
+    @property
+    def outcome(self) -> str:
+        """`passed`, `failed` (a gate failed), `incomplete` (not everything was judged) or `not gated`."""
+        if self.code == EXIT_GATE:
+            return "failed"
+        if self.code == EXIT_INCOMPLETE:
+            return "incomplete"
+        return "passed" if self.gates else "not gated"
+
+    @property
+    def line(self) -> str:
+        """The decision in one line, pass or fail: what each check counted, then the outcome."""
+        said = [f"{check}: " + ", ".join(f"{n} {what}" for what, n in figures.items())
+                for check, figures in self.counts.items()]
+        verdict = {"passed": "gate passed", "failed": "gate failed", "not gated": "no gate asked",
+                   "incomplete": ("gate failed: " if self.gates else "") + "not everything was judged"}[self.outcome]
+        return "; ".join(said + [verdict + (f" ({', '.join(self.gates)})" if self.gates else "")])
+
+    def to_json(self) -> dict[str, Any]:
+        """summary.json's `decision`."""
+        return {"gates": list(self.gates), "outcome": self.outcome, "exit_code": self.code, "line": self.line,
+                "counts": self.counts, "failed": list(self.lines)}
 
     def print(self) -> int:
         """Print the notes and the failed gates, each followed by what failed it, as plain lines (text from
-        rows and known-findings files may hold escape sequences)."""
+        rows and known-findings files may hold escape sequences); a gated run then says what it decided in one
+        line, pass or fail."""
         for line in self.notes + self.lines:
             print(f"kl-conformance: {terminal_line(line)}", file=sys.stderr)
             for detail in self.details.get(line, ()):
                 print(f"kl-conformance:   {terminal_line(detail)}", file=sys.stderr)
+        if self.gates or self.counts:
+            print(f"kl-conformance: {terminal_line(self.line)}", file=sys.stderr)
         return self.code
 
     def text(self, line: str) -> str:
@@ -228,18 +256,26 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
            known: Any = None) -> Decision:
     """The exit code and its lines. `baseline_diff` is a report.baseline.BaselineDiff, `known` a
     known.KnownFindings that has audited these rows and judged the runs' scope."""
-    decision = Decision()
+    decision = Decision(gates=tuple(gates.names.split(", ")) if gates.asked else ())
     broken = damaged(manifests, tally)
     if broken:  # not gated: what its rows are missing cannot be judged
         decision.lines, decision.code = broken, EXIT_INCOMPLETE
         return decision
+    if baseline_diff is not None:
+        decision.counts["baseline"] = {"new": len(baseline_diff.new), "changed": len(baseline_diff.changed),
+                                       "fixed": len(baseline_diff.fixed), "lost": len(baseline_diff.lost)}
     if known is not None:
+        audits = known.audit()
+        decision.counts["known"] = {"accepted": sum(tally.known.values())}
+        decision.counts["known entries"] = {"matched": sum(1 for a in audits if a.status == "matched"),
+                                            "not exercised": len(known.not_exercised()), "stale": len(known.stale())}
         for audit in known.stale():
             decision.lines.append(known.stale_message(audit))
         decision.notes += [known.not_exercised_message(a) for a in known.not_exercised()]
     if gates.strict:  # a fallback row is what was not checked, not a finding: `incomplete` says it
         targets = Counter({t: n - tally.fallback[t] for t, n in tally.undocumented.items() if n - tally.fallback[t]})
         unaccepted = sum(targets.values())
+        decision.counts["strict"] = {"undocumented": unaccepted}
         if unaccepted:
             defects = sum(1 for d in tally.defects.ordered(UNDOCUMENTED) if set(d.verdicts) != {Verdict.FALLBACK.value})
             line = (f"--strict: {unaccepted} divergences neither documented nor known "

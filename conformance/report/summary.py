@@ -21,7 +21,8 @@ from conformance.report.tally import Tally, split_label
 SHORT_SUMMARY_DEFECTS = 20  # undocumented defects named at the end of a command's output; the rest are counted
 
 
-def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
+def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]], decision: dict[str, Any] | None = None) -> str:
+    """summary.json's text; `decision` is what the gates decided (report/gate.py: Decision.to_json)."""
     targets = {_target_key(label): (label, counts) for label, counts in tally.by_target.items()}
     summary = {
         "format_version": FORMAT_VERSION,
@@ -48,6 +49,8 @@ def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]]) -> str:
         "known": sum(tally.known.values()),
         "results": tally.total,
     }
+    if decision is not None:
+        summary["decision"] = decision
     pairs = release_pairs(tally)
     if pairs:  # a report of one release per framework reads as before releases were set side by side
         summary["releases"] = releases_json(pairs)

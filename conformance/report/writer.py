@@ -142,7 +142,7 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
                    like: LikeMarks | None = None) -> Written:
     """Everything written from the tally: summary.json, report.html (with the details of `present`),
     divergences.md, report.md (with the details of its worked examples) and, with a baseline, baseline.json."""
-    write_atomic(out_dir / "summary.json", summary_json(render_summary(tally, manifests), like))
+    write_atomic(out_dir / "summary.json", summary_json(render_summary(tally, manifests, decision.to_json()), like))
     details = (d for run_dir in present for d in iter_details(run_dir))
     page = render_html(tally, manifests, details)
     if like is not None:  # the port's marks, before the page's end

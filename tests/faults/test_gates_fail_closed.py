@@ -46,8 +46,12 @@ def test_the_gate_on_change_recipe_fails_on_a_build_that_cannot_import(tmp_path,
         capsys.readouterr()
         assert _run(tmp_path, "UnloadableAdapter", *gate, out=out) == 3
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and f"{gate[0] if gate[0] == '--known' else gate[2]}: " in err[0]
+        assert len(err) == 2 and f"{gate[0] if gate[0] == '--known' else gate[2]}: " in err[0]
         assert "did not run" in err[0]
+        counted = ("baseline: 0 new, 0 changed, 0 fixed, 0 lost" if gate[0] == "--baseline"
+                   else "known: 0 accepted; known entries: 0 matched, 0 not exercised, 0 stale")
+        assert err[1] == (f"kl-conformance: {counted}; gate failed: not everything was judged "
+                          f"({gate[0] if gate[0] == '--known' else gate[2]})")  # the decision, in one line
         assert "numpy_kl" in err[0]
         assert _junit_counts(tmp_path / out)["failures"] == 1  # the dashboard is red too
     assert main(["report", str(tmp_path / "new"), "--out", str(tmp_path / "merged"), "--baseline", accepted,
@@ -157,7 +161,9 @@ def test_a_known_entry_is_not_stale_on_a_subset(tmp_path, capsys):
     base = ["run", "--framework", ADAPTERS + "NumpyAdapter", "--no-progress", "--no-repro", "--known", known]
     assert main([*base, *only, "--out", str(tmp_path / "subset")]) == 0
     err = capsys.readouterr().err
-    assert "not exercised here" in err and "(--only)" in err and "stale" not in err
+    assert "not exercised here" in err and "(--only)" in err and "stale:" not in err
+    assert err.splitlines()[-1] == ("kl-conformance: known: 0 accepted; known entries: 0 matched, "
+                                    "2 not exercised, 0 stale; gate passed (--known)")
     assert "| not exercised here |" in (tmp_path / "subset" / "report.md").read_text()
     assert main(["report", str(tmp_path / "subset"), "--out", str(tmp_path / "merged"), "--known", known]) == 0
     # the two halves of a shard: each alone is a subset; merged, they are the whole selection and stale shows

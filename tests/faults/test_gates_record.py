@@ -52,7 +52,8 @@ def test_a_selected_case_without_rows_fails_fail_on_new_closed(tmp_path, capsys)
     assert main(["report", str(tmp_path / "new"), "--out", str(tmp_path / "merged"), "--baseline",
                  str(tmp_path / "accepted"), "--fail-on-new"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "numpy-test run is damaged" in err[0]
+    assert len(err) == 2 and "numpy-test run is damaged" in err[0]
+    assert err[1] == "kl-conformance: gate failed: not everything was judged (--fail-on-new)"
     assert "3 cases with 4 results" in err[0] and "results.jsonl holds 3" in err[0]
     assert _junit_failures(tmp_path / "merged") >= 1  # the dashboard is red too
 
@@ -71,7 +72,8 @@ def test_a_run_json_claiming_more_cases_than_rows_is_damaged(tmp_path, capsys, g
     capsys.readouterr()
     assert main(["report", str(out), "--out", str(tmp_path / "merged"), *gate]) == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "damaged" in err[0] and "50 cases with 2 results" in err[0]
+    assert len(err) == 1 + bool(gate) and "damaged" in err[0] and "50 cases with 2 results" in err[0]
+    assert err[1:] == ["kl-conformance: gate failed: not everything was judged (--strict)"][:len(gate)]
 
 
 def test_an_undamaged_run_is_gated_as_before(tmp_path, capsys):

@@ -96,6 +96,8 @@ def test_a_known_divergence_xfails_and_a_stale_entry_fails_the_session(project):
     assert code == 0, output
     assert outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "xfailed"
     assert "known (known.yaml: off)" in output
+    assert ("kl-conformance: known: 1 accepted; known entries: 1 matched, 0 not exercised, 0 stale; gate passed "
+            "(--known)") in output  # the session's decision, in one line, pass or fail
     known.write_text(known.read_text() + "- {id: gone, case_id: ok-before, verdict: value, reason: fixed since}\n")
     code, output, outcomes = _pytest(project, *args)
     assert code == 1 and "stale" in output and "'gone'" in output, output
@@ -147,3 +149,4 @@ def test_a_baseline_xfails_what_is_unchanged_and_fails_what_changed(project):
     # the stand-in raised on the fault case in the other baseline: a value divergence now is a change
     code, output, outcomes = _pytest(project, *args, "other")
     assert code == 1 and outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "failure", output
+    assert "kl-conformance: baseline: 0 new, 1 changed, 0 fixed, 0 lost; gate failed (--fail-on-new)" in output

@@ -123,6 +123,8 @@ def test_a_dtype_the_release_lacks_makes_its_cases_unsupported_not_errors(tmp_pa
     assert adapter.learn_release().missing_dtypes == {
         d: f"klfake 0.9 has no dtype klfake.{d}" for d in ("float16", "bfloat16", "int8", "int16", "int32", "int64",
                                                            "uint8", "bool")}
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "kl-conformance: strict: 0 undocumented; gate passed (--strict)"
     # the reproducer refuses in one line, as the run did
     assert main(["repro", "half-sum", "--framework", ADAPTERS + "OldReleaseAdapter", "--api", "klfake.kl_div",
                  "--from", str(tmp_path / "out")]) == 2

@@ -118,7 +118,8 @@ def test_a_failed_gate_names_its_targets_and_causes(tmp_path, capsys):
     assert lines[2] == f"kl-conformance:   torch / {API}31m  / cpu: 12 undocumented"
     assert lines[3] == f"kl-conformance:   13 undocumented defects ({undocumented} rows):"
     assert lines[4].startswith("kl-conformance:   UNDOCUMENTED torch-") and "(rule.031m ) [13 rows; " in lines[4]
-    assert lines[-1] == "kl-conformance:   and 3 more undocumented defects (6 rows): see report.md"
+    assert lines[-2] == "kl-conformance:   and 3 more undocumented defects (6 rows): see report.md"
+    assert lines[-1] == f"kl-conformance: strict: {undocumented} undocumented; gate failed (--strict)"
     junit = (tmp_path / "strict" / "junit.xml").read_text()
     failure = re.search(r'<failure type="gate" message="([^"]*)">([^<]*)</failure>', junit)
     assert failure[1] == lines[0].removeprefix("kl-conformance: ")  # junit.xml's failing gate says the same
