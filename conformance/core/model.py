@@ -316,6 +316,7 @@ class Judgement:
     cause: str = ""
     missing_warnings: tuple[str, ...] = ()
     rules: tuple[str, ...] = ()  # the spec rules the case touches where it diverges
+    where: tuple[int, ...] | None = None  # the element a value or non-finite divergence is shown at
 
 
 # The major version of the files a run writes (results.jsonl rows, run.json, summary.json).

@@ -9,6 +9,7 @@ Composes the reference and the comparator; never imports a framework, an adapter
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any, Callable
@@ -19,7 +20,7 @@ from conformance.core.choices import touched_paths
 from conformance.core.errors import UsageError
 from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Spec, Verdict
 from conformance.core.results import array_detail, encoded_fields
-from conformance.judge.compare import classify
+from conformance.judge.compare import classify, inputs_at
 from conformance.judge.explain import explain
 from conformance.judge.faults import find_fault
 from conformance.judge.profiles import DeviationLedger
@@ -161,7 +162,8 @@ class CaseJudge:
         # Nothing to compare; where the API cannot take the case's input space there is no expectation either.
         if observed.unsupported is not None:
             return Judgement(Verdict.UNSUPPORTED, observed.unsupported)
-        judgement = classify(self.expected(self.spec, part, dialect), observed, self.spec)
+        judgement = inputs_at(classify(self.expected(self.spec, part, dialect), observed, self.spec),
+                              self.case.input, self.case.target, tuple(observed.shape or ()))
         if judgement.verdict is Verdict.FALLBACK:  # nothing of the mode to explain or document
             return judgement
         if judgement.verdict.is_divergence:
@@ -171,8 +173,7 @@ class CaseJudge:
                 explained = None
             if explained:
                 cause, said = explained
-                return Judgement(judgement.verdict, f"{judgement.message}; behaves as {said}", judgement.max_abs_err,
-                                 judgement.bound, cause, judgement.missing_warnings, judgement.rules)
+                return dataclasses.replace(judgement, message=f"{judgement.message}; behaves as {said}", cause=cause)
         return judgement
 
     def _explanation(self, part: str, dialect: str, observed: Observation) -> tuple[str, str] | None:

@@ -7,6 +7,7 @@ first, then counts, where, how bad. Never imports a framework or the reference.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -34,8 +35,7 @@ def classify(expected: Expected, observed: Observation, spec: Spec) -> Judgement
                          cause="harness.fallback")
     missing = missing_warnings(expected, observed, spec)
     judgement = _judge(expected, observed)
-    return Judgement(judgement.verdict, judgement.message, judgement.max_abs_err, judgement.bound,
-                     judgement.cause, missing, judgement.rules)
+    return dataclasses.replace(judgement, missing_warnings=missing)
 
 
 def passes(expected: Expected, observed: Observation) -> bool:
@@ -123,7 +123,8 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
         first = tuple(where[0])
         message = (f"nonfinite: {len(where)} of {got.size} elements differ in NaN/inf pattern; "
                    f"first {_index(first)}: got {_num(got[first])}, expected {_num(want[first])}")
-        return Judgement(Verdict.NONFINITE, message, cause=UNEXPLAINED, rules=touched_rules(expected, pattern_differs))
+        return Judgement(Verdict.NONFINITE, message, cause=UNEXPLAINED, rules=touched_rules(expected, pattern_differs),
+                         where=tuple(int(i) for i in first))
 
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.where(finite, np.abs(got - want), 0.0)  # both finite here; an overflowing difference is inf
@@ -138,8 +139,27 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
                    f"got {_num(got[worst])}, expected {_num(want[worst])}, "
                    f"|err| {err[worst]:.3g} > bound {worst_bound:.3g}")
         return Judgement(Verdict.VALUE, message, max_abs_err, worst_bound, cause=UNEXPLAINED,
-                         rules=touched_rules(expected, outside))
+                         rules=touched_rules(expected, outside), where=tuple(int(i) for i in worst))
     return Judgement(Verdict.PASS, "", max_abs_err, worst_bound)
+
+
+def inputs_at(judgement: Judgement, case_input: np.ndarray, case_target: np.ndarray,
+              shape: tuple[int, ...]) -> Judgement:
+    """The judgement with the input and target at the element it is shown at, where the result has the inputs'
+    broadcast shape (reduction none, the gradients): a maintainer reads the failing arguments off the message
+    without opening another file. A reduced result has no one element to name."""
+    if judgement.where is None:
+        return judgement
+    try:
+        broadcast = np.broadcast_shapes(np.shape(case_input), np.shape(case_target))
+    except ValueError:
+        return judgement
+    if tuple(shape) != broadcast:
+        return judgement
+    x, t = np.broadcast_to(case_input, broadcast), np.broadcast_to(case_target, broadcast)
+    at = judgement.where
+    return dataclasses.replace(judgement, message=f"{judgement.message}; at input {_num(x[at])}, "
+                                                  f"target {_num(t[at])}")
 
 
 def accepts_any(want: np.ndarray, bound: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ and words its title from the spec's own text for the behaviour. Reads rows and t
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from conformance.core.upstream import UpstreamIssue, upstream_issues
 UNDOCUMENTED, DOCUMENTED, KNOWN, UNSUPPORTED = "undocumented", "documented", "known", "unsupported"
 STATUSES = (UNDOCUMENTED, KNOWN, DOCUMENTED, UNSUPPORTED)  # the order the reports list them in
 _BEHAVES = re.compile(r"; behaves as (.+)$")
+_AT = re.compile(r"; at input (\S+), target ([^;\s]+)")  # judge/compare.py: inputs_at
 _STATED = re.compile(r"\(documented, (docs|maintainers|domain): [^()]*\)$")  # an unsupported row the profile states
 _CHOSEN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) = ([A-Za-z_][A-Za-z0-9_]*)")
 _SHAPE = re.compile(r"^\d+(x\d+)*(:\d+(x\d+)*)?")
@@ -147,8 +149,21 @@ def simplicity(r: Result) -> tuple:
     for n in sizes:
         elements *= n
     return (r.is_accepted, r.mode != EAGER, r.part != "forward", ":" in dtype or dtype in NARROW_DTYPES,
-            (pieces[1].split("(")[0] if generated else r.reduction) != "none", "(" in (pieces[1] if generated else ""),
-            "." in shape, elements, r.case_id, _is_class(r.api), r.api)
+            _outside_domain(r), (pieces[1].split("(")[0] if generated else r.reduction) != "none",
+            "(" in (pieces[1] if generated else ""), "." in shape, elements, r.case_id, _is_class(r.api), r.api)
+
+
+def _outside_domain(r: Result) -> bool:
+    """The element a row shows its divergence at (its message's "at input x, target t") lies outside the API's
+    input domain: a NaN, an input of +inf (a log-probability is at most 0), a target of +inf or a negative or
+    infinite probability. Such an example is chosen only where the defect shows nowhere else."""
+    found = _AT.search(r.message)
+    if not found:
+        return False
+    x, t = float(found.group(1)), float(found.group(2))
+    if math.isnan(x) or math.isnan(t) or x == math.inf or t == math.inf:
+        return True
+    return not r.log_target and (t < 0 or math.isinf(t))
 
 
 def _is_class(api: str) -> bool:
@@ -184,6 +199,13 @@ def expected_words(d: Defect, spec: Spec | None) -> str:
         if isinstance(node, dict) and isinstance(node.get("choices"), dict):
             said.append(f"{path} = {node.get('choice')}: {node['choices'].get(node.get('choice'))}")
     return "; ".join(said) or _rule_words(d.example.cause, spec)
+
+
+def shown(row: Result) -> str:
+    """What a defect's example shows, readable without another file: the call's parameters, then the row's own
+    words (the element, got against expected, the input and target there) less the choices the title states."""
+    said = _BEHAVES.sub("", row.message)
+    return f"reduction={row.reduction}, log_target={row.log_target}, {row.dtype}: {said}"
 
 
 def _chosen(message: str) -> list[tuple[str, str]]:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
 from conformance.core.text import without_mentions
-from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, title
+from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, shown, title
 from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
 from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_label, join_framework, split_label
@@ -81,7 +81,8 @@ def _defects(tally: Tally) -> list[str]:
                 "draft in `issues/` and a reproducer; the example is its simplest row.", "",
                 "| defect | what it does | rows | where it shows | example |", "|---|---|---:|---|---|"]
         out += [f"| {_code(d.id)} | {_cell(title(d, spec), 400)} | {d.rows} | {_cell(d.where(), 300)} | "
-                f"{_code(d.example.case_id)} ({_cell(d.example.api)}, {_cell(d.example.part)}) |" for d in undocumented]
+                f"{_code(d.example.case_id)} ({_cell(d.example.api)}, {_cell(d.example.part)}): "
+                f"{_cell(shown(d.example), 300)} |" for d in undocumented]
         out.append("")
     for status, heading in ((KNOWN, "Known (accepted by a known-findings file)"),
                             (DOCUMENTED, "Documented by the framework's profile"),

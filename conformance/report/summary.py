@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from conformance.core.model import EAGER, FORMAT_VERSION, Result
 from conformance.core.text import terminal_line
-from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, title
+from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, shown, title
 from conformance.report.drafts import ISSUES_DIR, draft_name
 from conformance.report.markdown import repro_command
 from conformance.report.releases import release_pairs
@@ -119,6 +119,7 @@ def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bo
     for d in undocumented[:limit]:
         issue = tally.defects.upstream(d)
         lines.append(f"UNDOCUMENTED {d.id}: {_short(title(d, spec), 200)} [{d.rows} rows; {_short(d.where(), 200)}] "
+                     + f"e.g. {_short(shown(d.example), 300)}; "
                      + (f"upstream: {_short(issue.url, 200)} ({issue.state}) " if issue is not None else "")
                      + f"reproduce: {_short(repro_command(d.example, _run_info(d.example)), 400)}")
     if len(undocumented) > limit:

@@ -151,3 +151,42 @@ def test_an_accepted_defect_names_where_the_framework_states_it_and_its_upstream
     (other_part,) = Defects([make_result(case_id="y", framework="torch", verdict="nonfinite",
                                          cause="gradients.conventions.target_zero", part="grad_input")]).ordered()
     assert Defects().upstream(other_part) is None
+
+
+def test_a_value_divergence_names_the_input_and_target_at_its_worst_element(tmp_path, capsys):
+    """Failure text a maintainer acts on without another file (issue 41): the row's message, the terminal's defect
+    line and report.md's example say the input and target at the element shown, and the call's parameters."""
+    out = _run(tmp_path, "OffByOneAdapter")
+    printed = capsys.readouterr()
+    rows = {r.case_id: r for r in iter_results(out) if r.verdict.is_divergence}
+    small = rows["fault-small"]  # reduction none: one element per input pair
+    index = tuple(int(i) for i in small.message.split("worst [")[1].split("]")[0].split(", "))
+    inputs, targets = [[-1.0, -2.0]], [[0.25, 0.75]]
+    at = f"; at input {inputs[index[0]][index[1]]!r}, target {targets[index[0]][index[1]]!r}"
+    assert at in small.message
+    assert "; at input" not in rows["fault-wide"].message  # a sum has no one element to name
+    terminal = [line for line in (printed.out + printed.err).splitlines() if line.startswith("UNDOCUMENTED ")]
+    assert len(terminal) == 1 and "e.g. reduction=none, log_target=False, float64: value: " in terminal[0]
+    assert at.removeprefix("; ") in terminal[0]
+    (example,) = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| `numpy-test-")]
+    assert "reduction=none, log_target=False, float64: value: " in example and at.removeprefix("; ") in example
+
+
+def test_the_example_is_inside_the_apis_domain_where_the_defect_shows_there():
+    """A defect's example was an input of +inf where a log-probability is due, or a target of +inf: the simplest
+    row is one whose shown element lies inside the API's domain, when the defect has one."""
+    at = "value: 1 of 4 elements outside bound; worst [0]: got 1.0, expected 0.5, |err| 0.5 > bound 1e-06"
+    rows = [make_result(case_id=f"fwd/none/log_target=0/4/float32/{family}/s0", family=family, verdict="value",
+                        reduction="none", cause="unexplained", message=f"{at}; at input {x}, target {t}",
+                        defect="torch-0000000001")
+            for family, x, t in (("infinities", "inf", "0.5"), ("nan", "-1.0", "nan"), ("negative_target", "-1.0", "-0.5"),
+                                 ("large", "-1.0", "inf"), ("softmax", "-1.0", "0.5"))]
+    defects = Defects()
+    for row in rows:
+        defects.add(row)
+    (defect,) = defects.by_id.values()
+    assert defect.example.family == "softmax"
+    defects = Defects()
+    for row in rows[:4]:  # only outside: the defect still has an example
+        defects.add(row)
+    assert next(iter(defects.by_id.values())).example.family in {"infinities", "nan", "negative_target", "large"}
