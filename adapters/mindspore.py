@@ -4,6 +4,8 @@ Quirks live here:
 - The mint APIs are documented for Ascend only; on CPU and GPU MindSpore raises
   "The kernel KLDiv unregistered", reported as `unsupported` (no kernel for this
   device) with MindSpore's message (https://www.mindspore.cn/docs/en/master/api_python/mint/mindspore.mint.nn.KLDivLoss.html).
+  So is a failed CPU kernel selection ("Kernel select failed"): ops.full, the fill factory, has no bfloat16
+  kernel on CPU, so a bfloat16 case it makes cannot be built there.
 - ops.kl_div(logits, labels, reduction) and nn.KLDivLoss(reduction) have no
   log_target argument; no API takes size_average/reduce.
 - The device is chosen through MindSpore's context: device_target CPU, GPU or Ascend.
@@ -37,8 +39,10 @@ from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailab
 from conformance.core.model import NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
-# "The kernel KLDiv unregistered." (PyNative); "Unsupported op [KLDiv] on CPU" (graph kernel selection)
-NO_KERNEL_MARKERS = ("unregistered", "Unsupported op [")
+# "The kernel KLDiv unregistered." (PyNative); "Unsupported op [KLDiv] on CPU" (graph kernel selection); "Kernel
+# select failed: Select CPU operator[FillV2] fail! Unsupported data type!" (a CPU kernel without this dtype: ops.full
+# has no bfloat16 one, so a bfloat16 case made by the fill factory cannot be built on CPU)
+NO_KERNEL_MARKERS = ("unregistered", "Unsupported op [", "Kernel select failed")
 JIT = "jit"
 # The parts of a graph-mode error that are MindSpore's call stacks and its IR dump's path, not the error: they
 # name this process's files and line numbers.

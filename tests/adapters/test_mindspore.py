@@ -40,6 +40,23 @@ def test_mint_says_no_kernel_on_cpu(framework_adapter, spec):
         assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.UNSUPPORTED
 
 
+def test_a_bfloat16_fill_on_cpu_says_no_kernel(framework_adapter, spec):
+    """ops.full (the fill factory) has no bfloat16 CPU kernel: "Kernel select failed: Select CPU operator[FillV2]
+    fail! Unsupported data type!". The case cannot be built on CPU, which is no kernel for this device, not an
+    error of kl_div (mindspore 2.10.0)."""
+    from conformance.cases.generate import DEFAULT_SEED, build_case
+    from conformance.cases.ids import parse_id
+
+    case = build_case(parse_id("fwd/sum/log_target=0/3x0/bfloat16,from=factory/certain/s0"), DEFAULT_SEED)
+    for name in ("mindspore.mint.nn.KLDivLoss", "mindspore.mint.nn.functional.kl_div"):
+        for part in ("forward", "grad_input"):
+            observed = framework_adapter.run(case, framework_adapter.api(name), "cpu", part)
+            assert observed.unsupported is not None, f"got {observed}, expected no kernel [{name}, {part}]"
+            assert observed.unsupported.startswith("no kernel for this device") and "FillV2" in observed.unsupported
+            if part == "forward":
+                assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.UNSUPPORTED
+
+
 def test_apis_without_log_target_are_unsupported_for_log_target_cases(framework_adapter):
     case = make_case([-1.0], [-0.5], reduction="sum", log_target=True, dtype="float32")
     for name in ("mindspore.ops.kl_div", "mindspore.nn.KLDivLoss"):

@@ -26,6 +26,15 @@ SUBNORMAL_CASE = """
   dtype: float32
 """
 
+# a target of one distribution for a batch of two: ops.kl_div's documentation says labels have logits' shape
+BROADCAST_CASE = """
+- id: target-broadcast-over-the-batch
+  input: [[-1.0, -2.0], [-0.5, -1.5]]
+  target: [0.25, 0.75]
+  reduction: sum
+  dtype: float32
+"""
+
 
 @pytest.fixture
 def jit(framework_adapter):
@@ -47,6 +56,23 @@ def test_run_flags_the_subnormal_target_flushed_to_zero_under_jit(framework, tmp
     assert verdicts[(EAGER, "forward")].verdict is Verdict.PASS
     flushed = verdicts[("jit", "forward")]
     assert flushed.verdict is Verdict.NONFINITE and "got 0.0, expected inf" in flushed.message
+
+
+def test_shapes_that_differ_are_documented_in_jit_as_in_eager(framework, tmp_path):
+    """jit raises eager's ValueError ("the x shape: [2,2,] must be equal to [2,]") for shapes that differ, which
+    ops.kl_div's documentation states for the API whatever compiles it (spec/profiles/mindspore.yaml,
+    ops-same-shape): documented in both modes, not an undocumented defect of jit."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(BROADCAST_CASE)
+    main(["run", "--framework", "mindspore", "--mode", "eager", "--mode", "jit", "--cases", str(cases),
+          "--suite", "none", "--api", "mindspore.ops.kl_div", "--out", str(tmp_path / "out"), "--no-progress",
+          "--no-repro"])
+    rows = [r for r in iter_results(tmp_path / "out") if r.api == "mindspore.ops.kl_div"]
+    assert {r.mode for r in rows} == {EAGER, "jit"}
+    for row in rows:
+        assert "raised ValueError" in row.message, f"got {row.message!r} [{row.mode}]"
+        assert row.documented and row.documented_by == ("ops-same-shape",), \
+            f"got documented={row.documented} by {row.documented_by}, expected ops-same-shape [{row.mode}]"
 
 
 def test_the_reproducer_compiles_the_call_and_shows_the_flush(framework, jit, spec, tmp_path):
