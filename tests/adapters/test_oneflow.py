@@ -54,6 +54,18 @@ def test_float16_has_no_cpu_kernel(framework_adapter, spec):
     assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.UNSUPPORTED
 
 
+@pytest.mark.parametrize("dtype", ["int64", "uint8", "bool"])
+def test_integral_dtype_is_a_refusal_not_a_missing_kernel(framework_adapter, spec, dtype):
+    """OneFlow says "Cannot find the kernel" for an integral or bool argument as for float16 on the CPU, but the
+    spec rules on integral inputs (errors.integral_dtype), so the RuntimeError is judged, not hidden as unsupported."""
+    case = make_case([[1.0, 0.0]], [[1.0, 0.0]], reduction="sum", dtype=dtype)
+    for api in framework_adapter.apis:
+        observed = framework_adapter.run(case, api, "cpu", "forward")
+        assert observed.unsupported is None and observed.exception_type == "RuntimeError", observed
+        judgement = classify(expected_forward(case, spec), observed, spec)
+        assert judgement.verdict is Verdict.ERROR and judgement.cause == "errors.integral_dtype"
+
+
 def test_no_broadcasting(framework_adapter, spec):
     case = make_case(np.full(3, -1.0), np.full((2, 3), 0.3), reduction="sum", dtype="float32")
     observed = framework_adapter.run(case, framework_adapter.apis[0], "cpu", "forward")
