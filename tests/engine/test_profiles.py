@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.core.errors import SpecError
-from conformance.judge.profiles import apply_deviations, load_profile
+from conformance.judge.profiles import DeviationLedger, apply_deviations, load_profile
 
 
 @pytest.mark.parametrize("name", ["torch", "oneflow", "mindspore"])
@@ -141,3 +141,23 @@ def test_the_ports_guide_profile_loads(tmp_path, spec):
     (tmp_path / "mytorch.yaml").write_text(example)
     ids = [d.id for d in load_profile("mytorch", spec, tmp_path)]
     assert ids == ["float16-computed-in-float32", *(f"torch:{d.id}" for d in load_profile("torch", spec))]
+
+
+def test_optax_documents_targets_outside_kl_divergences_domain_in_every_mode(spec):
+    """optax documents kl_divergence's targets as "Expected to be strictly positive": zero and negative targets
+    are outside that domain in eager and jit alike; kl_divergence_with_log_targets states no such domain."""
+    probs, logs = "optax.losses.kl_divergence", "optax.losses.kl_divergence_with_log_targets"
+    ledger = DeviationLedger(spec, "optax", [probs, logs])
+    for mode in ("eager", "jit"):
+        declared = ledger.declared(probs, mode)
+        assert {d.id for d in declared} == {"zero-target-outside-the-documented-domain",
+                                            "negative-target-outside-the-documented-domain"}, mode
+        assert {d.basis for d in declared} == {"domain"}
+        changed = apply_deviations(spec, list(declared))
+        conventions = changed.data["pointwise"]["conventions"], changed.data["gradients"]["conventions"]
+        assert conventions[0]["target_zero"]["choice"] == "ieee"
+        assert conventions[1]["target_zero"]["choice"] == "nan"
+        assert conventions[1]["target_negative"]["choice"] == "formula"
+        assert conventions[0]["log_target_neg_inf"]["choice"] == spec.data["pointwise"]["conventions"][
+            "log_target_neg_inf"]["choice"]
+        assert ledger.declared(logs, mode) == ()
