@@ -25,7 +25,9 @@ DEFECT_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{10}")  # "<framework>-<d
 NARROW_DTYPES = frozenset({"float16", "bfloat16"})
 _SIGNATURE = "signature."  # the spec's section of the call's arguments
 _CONVENTION = re.compile(r"^(pointwise|gradients)\.conventions\.")  # the loss's and the gradients' edge conventions
-_RAISED = re.compile(r"raised ([A-Za-z_][A-Za-z0-9_.]*)")  # an error row's message names what it raised
+_RAISED = re.compile(r"raised ([A-Za-z_][A-Za-z0-9_.:]*)(?:: (.*?))?(?:; spec expects|$)", re.S)  # an error row's
+# message names what it raised, and the framework's words
+_SENTENCE_END = re.compile(r"\.\s|\n|\s\(|\.$")
 _ERROR_SIZES = ((16.0, "within 16 bounds"), (1e4, "within 10^4 bounds"))  # else "larger"
 
 
@@ -73,14 +75,29 @@ def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
     if row.verdict is Verdict.PASS:
         return None
     head = (row.framework, row.framework_version, implementation)
-    if row.verdict is Verdict.UNSUPPORTED:  # by the reason's stem: a documented restriction, no kernel, ...
-        return (*head, "unsupported", row.part, row.message.split(" (documented", 1)[0].split(":", 1)[0])
+    if row.verdict is Verdict.UNSUPPORTED:  # by the reason: a documented restriction (each its own), no kernel, ...
+        reason, documented, _ = row.message.partition(" (documented")
+        return (*head, "unsupported", row.part, reason if documented else reason.split(":", 1)[0])
     head += ("documented by " + ",".join(sorted(row.documented_by)),)
     if row.cause and row.cause != UNEXPLAINED:
         return (*head, root_cause(row.cause))
-    raised = _RAISED.search(row.message) if row.verdict is Verdict.ERROR else None
+    raised = raised_words(row.message) if row.verdict is Verdict.ERROR else None
+    if raised:  # one refusal, whatever part or dtype meets it: by what it raised and the framework's words
+        return (*head, UNEXPLAINED, row.verdict.value, raised)
     return (*head, UNEXPLAINED, row.verdict.value, row.part, width(row.dtype),
-            raised.group(1) if raised else error_size(row.max_abs_err, row.bound))
+            error_size(row.max_abs_err, row.bound))
+
+
+def raised_words(message: str) -> str | None:
+    """What an error row raised, as one behaviour: the exception's type and the first sentence of its message,
+    numbers left out ("RuntimeError: InferDataType Failed"), so the same refusal of other shapes, dtypes or
+    parts reads alike; None where the row raised nothing (it returned a value where an error is due)."""
+    found = _RAISED.search(message)
+    if not found:
+        return None
+    words = _SENTENCE_END.split(found.group(2) or "", 1)[0]
+    words = re.sub(r"\d+", "#", words).strip()[:80]
+    return f"{found.group(1)}: {words}" if words else found.group(1)
 
 
 def defect_of(row: Result, implementation: str) -> str:

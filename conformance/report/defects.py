@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from conformance.core.defects import NARROW_DTYPES, cause_paths, error_size, width
+from conformance.core.defects import NARROW_DTYPES, cause_paths, error_size, raised_words, width
 from conformance.core.errors import ConformanceError
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
@@ -54,6 +54,7 @@ class Defect:
     modes: set[str] = field(default_factory=set)
     parts: set[str] = field(default_factory=set)
     dtypes: set[str] = field(default_factory=set)
+    log_targets: set[bool] = field(default_factory=set)
 
     @property
     def status(self) -> str:
@@ -121,6 +122,7 @@ class Defects:
         d.modes.add(r.mode)
         d.parts.add(r.part)
         d.dtypes.add(r.dtype)
+        d.log_targets.add(r.log_target)
         if simplicity(r) < simplicity(d.example):
             d.example = r
 
@@ -177,10 +179,17 @@ def title(d: Defect, spec: Spec | None) -> str:
     it shows) and where (the spec's `applies`)."""
     r = d.example
     function = r.api.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
-    head = f"{function}{'(log_target=True)' if r.log_target else ''} {_PART_WORDS.get(r.part, r.part)}"
+    # what every row shares: log_target=True only where no row has it false, the part where there is one
+    head = f"{function}{'(log_target=True)' if d.log_targets == {True} else ''}" \
+           + (f" {_PART_WORDS.get(r.part, r.part)}" if len(d.parts) <= 1 else "")
     if d.status == UNSUPPORTED:
         return f"{head}: not offered ({_first_clause(r.message)})"
+    if r.verdict is Verdict.ERROR and not raised_words(r.message) and r.message.startswith("error: returned a value"):
+        return f"{head}: returns a value where the spec expects an error ({r.message.partition('; ')[2][:200]})"
     if r.cause == UNEXPLAINED or not r.cause:
+        raised = raised_words(r.message) if r.verdict is Verdict.ERROR else None
+        if raised:
+            return f"{head}: raises {raised} where the spec expects a value (no spec choice reproduces it)"
         size = f", error {error_size(r.max_abs_err, r.bound)}" if r.verdict is Verdict.VALUE else ""
         return f"{head}: {_VERDICT_WORDS.get(r.verdict.value, r.verdict.value)} ({width(r.dtype)} dtypes{size}; " \
                f"no spec choice reproduces it)"

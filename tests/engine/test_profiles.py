@@ -161,3 +161,20 @@ def test_optax_documents_targets_outside_kl_divergences_domain_in_every_mode(spe
         assert conventions[0]["log_target_neg_inf"]["choice"] == spec.data["pointwise"]["conventions"][
             "log_target_neg_inf"]["choice"]
         assert ledger.declared(logs, mode) == ()
+
+
+def test_an_exception_type_may_be_namespaced_as_r_torch_raises_it():
+    """R torch passes every libtorch error on as `Rcpp::exception`: the schema refused that type, so R torch's
+    profile could not state libtorch's documented refusals."""
+    import jsonschema
+
+    from conformance.core.specload import load_schema
+
+    schema = load_schema("profile.schema.json")
+    entry = {"framework": "rtorch", "deviations": [{
+        "id": "x", "apis": ["torch::nnf_kl_div"], "exceptions": {"integral_dtype": {"type": "Rcpp::exception", "match": "^kl_div"}},
+        "rationale": "r", "basis": "maintainers", "reference": "https://github.com/pytorch/pytorch/pull/82714"}]}
+    jsonschema.validate(entry, schema)
+    entry["deviations"][0]["exceptions"]["integral_dtype"]["type"] = "Rcpp::"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(entry, schema)

@@ -14,8 +14,8 @@ import jsonschema
 from conformance.cli import main
 from conformance.core.defects import defect_of, residual_cause, root_cause
 from conformance.core.results import iter_results
-from conformance.core.specload import load_schema
-from conformance.report.defects import Defects
+from conformance.core.specload import load_schema, load_spec
+from conformance.report.defects import Defects, title
 from tests.helpers import make_result
 
 ADAPTERS = "tests.faults.adapters:"
@@ -190,3 +190,50 @@ def test_the_example_is_inside_the_apis_domain_where_the_defect_shows_there():
     for row in rows[:4]:  # only outside: the defect still has an example
         defects.add(row)
     assert next(iter(defects.by_id.values())).example.family in {"infinities", "nan", "negative_target", "large"}
+
+
+def test_one_refusal_is_one_defect_whatever_part_or_dtype_meets_it_and_its_title_says_what_was_raised():
+    """The audit found OneFlow's mixed-dtype refusal (`InferDataType Failed`) spread over seven defects by part
+    and dtype width, beside its 0-d batchmean refusal under one example; and every error defect titled "raises
+    where the spec expects a value", also where the framework returned a value instead of raising."""
+    refusal = "error: raised RuntimeError: InferDataType Failed. Expected kFloat, but got kDouble; spec expects a value"
+    mixed = [make_result(case_id=f"m{i}", verdict="error", cause="unexplained", part=part, dtype=dtype,
+                         message=refusal.replace("kFloat", kind))
+             for i, (part, dtype, kind) in enumerate([("forward", "float32", "kFloat"),
+                                                      ("grad_input", "float16", "kHalf"),
+                                                      ("grad_target", "float64", "kDouble")])]
+    batchmean = make_result(case_id="b", verdict="error", cause="unexplained", log_target=True,
+                            message="error: raised RuntimeError: Reduction should be none, sum or mean.; spec "
+                                    "expects a value")
+    assert len({r.defect for r in mixed}) == 1 and batchmean.defect != mixed[0].defect
+    defects = Defects(mixed + [batchmean])
+    spec = load_spec()
+    titles = {d.rows: title(d, spec) for d in defects.ordered()}
+    assert titles[3] == ("kl_div: raises RuntimeError: InferDataType Failed where the spec expects a value "
+                         "(no spec choice reproduces it)")
+    assert titles[1].startswith("kl_div(log_target=True) loss: raises RuntimeError: Reduction should be none, sum")
+    returned = make_result(case_id="r", verdict="error", cause="errors.unknown_reduction",
+                           message="error: returned a value; spec expects ValueError (errors.unknown_reduction)")
+    (d,) = Defects([returned]).ordered()
+    assert title(d, spec) == ("kl_div loss: returns a value where the spec expects an error (spec expects "
+                              "ValueError (errors.unknown_reduction))")
+
+
+def test_a_title_says_log_target_true_only_where_every_row_has_it():
+    rows = [make_result(case_id=f"c{i}", verdict="nonfinite", cause="pointwise.conventions.target_zero",
+                        log_target=lt) for i, lt in enumerate((True, False))]
+    (d,) = Defects(rows).ordered()
+    assert title(d, load_spec()).startswith("kl_div loss: ")
+    (d,) = Defects(rows[:1]).ordered()
+    assert title(d, load_spec()).startswith("kl_div(log_target=True) loss: ")
+
+
+def test_two_documented_restrictions_are_two_unsupported_defects():
+    """Every documented restriction's reason began "the documentation: ...", and the reason up to its first colon
+    was the key: MindSpore's float64 restriction and its mixed-dtype one were one defect."""
+    reasons = ["the documentation: the data type should be float16 or float32 (documented, docs: https://x)",
+               "the documentation: logits and labels have the same data type (documented, docs: https://x)"]
+    rows = [make_result(case_id=f"u{i}", verdict="unsupported", message=m) for i, m in enumerate(reasons)]
+    assert rows[0].defect != rows[1].defect
+    again = make_result(case_id="u2", verdict="unsupported", dtype="float64", message=reasons[0])
+    assert again.defect == rows[0].defect
