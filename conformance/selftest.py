@@ -864,7 +864,7 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
             adapter.mode = mode  # unsupported_part reads it (a mode without gradients)
             calls |= {(case_id, api.name, mode, part) for api in adapter.apis for part in case.parts
                       if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None
-                      and ledger.unsupported(case, api.name, part) is None}
+                      and ledger.unsupported(case, api.name, part, mode) is None}
         adapter.mode = EAGER
         planted.update(dict.fromkeys(calls, FRAMEWORK_TIMEOUT))
         clean |= calls

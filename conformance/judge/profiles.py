@@ -61,9 +61,10 @@ class Restriction:
     reason: str
     basis: str
     reference: str
+    mode: str = "*"  # a glob over the modes it covers: a restriction of the API holds whatever compiles it
 
-    def covers(self, case: Case, api: str, part: str) -> bool:
-        if api not in self.apis or (self.parts and part not in self.parts):
+    def covers(self, case: Case, api: str, part: str, mode: str = EAGER) -> bool:
+        if api not in self.apis or (self.parts and part not in self.parts) or not fnmatch.fnmatchcase(mode, self.mode):
             return False
         if not self.dtypes:
             return True
@@ -83,7 +84,7 @@ def load_restrictions(framework: str, spec: Spec, profiles_dir: Path | None = No
         return []
     data = _checked_profile(framework, spec, *found)
     return [Restriction(tuple(row["apis"]), tuple(row.get("parts", ())), tuple(row.get("dtypes", ())), row["reason"],
-                        row["basis"], row["reference"]) for row in data.get("unsupported", ())]
+                        row["basis"], row["reference"], row.get("mode", "*")) for row in data.get("unsupported", ())]
 
 
 def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None,
@@ -304,9 +305,10 @@ class DeviationLedger:
         self.spec = spec
         self._specs: dict[tuple[str, ...], Spec] = {}
 
-    def unsupported(self, case: Case, api: str, part: str) -> str | None:
-        """Why the profile says `api` does not take or define this call (the reason and its source), or None."""
-        return next((r.message for r in self.restrictions if r.covers(case, api, part)), None)
+    def unsupported(self, case: Case, api: str, part: str, mode: str = EAGER) -> str | None:
+        """Why the profile says `api` does not take or define this call in `mode` (the reason and its source), or
+        None."""
+        return next((r.message for r in self.restrictions if r.covers(case, api, part, mode)), None)
 
     def declared(self, api: str, mode: str = EAGER) -> tuple[Deviation, ...]:
         """The deviations declared for `api` that document calls made in `mode` (eager only, unless a deviation's

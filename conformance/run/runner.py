@@ -533,7 +533,7 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
                 if (case.id, t.api, t.device, t.mode, part) not in done:
                     # a call the profile documents the API does not take or define is not sent either
                     out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)
-                                or ctx.ledger.unsupported(case, t.api, part)))
+                                or ctx.ledger.unsupported(case, t.api, part, t.mode)))
             adapter.mode = EAGER
         return out
 

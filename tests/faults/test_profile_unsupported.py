@@ -83,6 +83,25 @@ def test_a_part_entry_covers_its_parts_only(spec, tmp_path):
     assert ledger.unsupported(case, "numpy.kl_div", "grad_target") == "no target gradient (documented, docs: https://x)"
 
 
+def test_a_mode_entry_covers_its_modes_only_and_an_entry_without_one_every_mode(spec, tmp_path):
+    """torch.compile does not define double backward (its maintainers made it raise): an entry may name the modes
+    it holds in, and one without `mode:` states a restriction of the API, whatever compiles it."""
+    (tmp_path / "numpy-test.yaml").write_text(
+        "framework: numpy-test\ndeviations: []\nunsupported:\n"
+        "- {apis: [numpy.kl_div], parts: [grad2_input], mode: 'inductor*', reason: no double backward compiled, "
+        "basis: maintainers, reference: 'https://x'}\n"
+        "- {apis: [numpy.kl_div], dtypes: [float16], reason: float32 or float64, basis: docs, reference: 'https://y'}\n")
+    ledger = DeviationLedger(spec, "numpy-test", ["numpy.kl_div"], tmp_path)
+    case = make_case(np.zeros((2, 3)), np.full((2, 3), 0.5), reduction="sum")
+    assert ledger.unsupported(case, "numpy.kl_div", "grad2_input") is None  # eager
+    for mode in ("inductor", "inductor-emulated"):
+        assert ledger.unsupported(case, "numpy.kl_div", "grad2_input", mode).startswith("no double backward")
+    assert ledger.unsupported(case, "numpy.kl_div", "grad2_input", "onnx-dynamo") is None
+    half = make_case(np.zeros((2, 3)), np.full((2, 3), 0.5), reduction="sum", dtype="float16")
+    for mode in ("eager", "inductor", "jit"):
+        assert ledger.unsupported(half, "numpy.kl_div", "forward", mode).startswith("float32 or float64")
+
+
 @pytest.mark.parametrize("entry, words", [
     ("{apis: [numpy.kl_div], reason: r, basis: docs, reference: 'https://x'}", "is not valid under any"),
     ("{apis: [numpy.kl_div], dtypes: [float8], reason: r, basis: docs, reference: 'https://x'}", "'float8' is not one"),
