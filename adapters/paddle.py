@@ -297,8 +297,8 @@ class PaddleAdapter(Adapter):
             return f"paddle.to_tensor({source}{given}, place={place!r}, stop_gradient={not differentiated}){view}"
         lines = ["import paddle  # warns 'No ccache found' on stderr", ""]
         if part != "forward":
-            lines += ["", "class MissingGradient(Exception):", "    \"\"\"paddle.grad gave no gradient (None).\"\"\"",
-                      ""]
+            # one line, so that an issue's snippet, which leaves this check out, leaves out all of it
+            lines += ["", "class MissingGradient(Exception): \"\"\"paddle.grad gave no gradient (None).\"\"\"", ""]
         lines += [f"paddle.set_device({place!r})",
                   f"x = {tensor('x_values', case.input, case.dtype.input, part != 'grad_target')}",
                   f"t = {tensor('t_values', case.target, case.dtype.target, part != 'grad_input')}"]
@@ -320,7 +320,7 @@ class PaddleAdapter(Adapter):
             missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
             lines += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing,
                       "result_dtype = str(grad.dtype).removeprefix('paddle.')  # as the run records it",
-                      f"result = {_host_source('grad')}"]
+                      f"result = None if grad is None else {_host_source('grad')}  # a snippet prints the None"]
         return "\n".join(lines)
 
     def _mode_source(self, case: Case, api: Api) -> list[str]:
