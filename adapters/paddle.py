@@ -272,11 +272,16 @@ class PaddleAdapter(Adapter):
 
     def describe_exception(self, exc: Exception) -> str:
         """A to_static error comes as "In transformed code:" and a traceback through the files of this machine
-        (the harness's, Paddle's); its last line is Paddle's message, after the exception's type name."""
+        (the harness's, Paddle's), then Paddle's message after the exception's type name: that message, every line
+        of it (an enforce error's second line is its hint), as eager gives it."""
         text = str(exc)
         if text.startswith("In transformed code:"):
             lines = [line.strip() for line in text.splitlines() if line.strip()]
-            return lines[-1].removeprefix(f"{type(exc).__name__}: ") if lines else text
+            opens = [i for i, line in enumerate(lines) if line.startswith(f"{type(exc).__name__}: ")]
+            if not opens:
+                return lines[-1] if lines else text
+            first, *rest = lines[opens[-1]:]
+            return "\n".join([first.removeprefix(f"{type(exc).__name__}: "), *(f"  {line}" for line in rest)])
         return text
 
     def is_no_kernel(self, exc: Exception) -> bool:
