@@ -272,11 +272,19 @@ class PaddleAdapter(Adapter):
 
     def describe_exception(self, exc: Exception) -> str:
         """A to_static error comes as "In transformed code:" and a traceback through the files of this machine
-        (the harness's, Paddle's); its last line is Paddle's message, after the exception's type name."""
+        (the harness's, Paddle's), then Paddle's message after the exception's type name: that message, every line
+        of it (an enforce error's second line is its hint), as eager gives it. SOT wraps an error of the call in
+        its InnerError, "In simulate execution:", with the origin exception's traceback: its own message, then the
+        origin's type and message, without the traceback."""
         text = str(exc)
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
         if text.startswith("In transformed code:"):
-            lines = [line.strip() for line in text.splitlines() if line.strip()]
-            return lines[-1].removeprefix(f"{type(exc).__name__}: ") if lines else text
+            return _message_from(lines, re.compile(rf"{re.escape(type(exc).__name__)}: ")) or lines[-1] if lines else text
+        if text.startswith("In simulate execution:"):
+            own = _message_from(lines, re.compile(rf"(\w+\.)*{re.escape(type(exc).__name__)}: "), last=False)
+            origin = _message_from(lines, _ERROR_LINE, keep_name=True)
+            if own and origin:
+                return f"{own.splitlines()[0]}; origin: {origin}"
         return text
 
     def is_no_kernel(self, exc: Exception) -> bool:
@@ -297,8 +305,8 @@ class PaddleAdapter(Adapter):
             return f"paddle.to_tensor({source}{given}, place={place!r}, stop_gradient={not differentiated}){view}"
         lines = ["import paddle  # warns 'No ccache found' on stderr", ""]
         if part != "forward":
-            lines += ["", "class MissingGradient(Exception):", "    \"\"\"paddle.grad gave no gradient (None).\"\"\"",
-                      ""]
+            # one line, so that an issue's snippet, which leaves this check out, leaves out all of it
+            lines += ["", "class MissingGradient(Exception): \"\"\"paddle.grad gave no gradient (None).\"\"\"", ""]
         lines += [f"paddle.set_device({place!r})",
                   f"x = {tensor('x_values', case.input, case.dtype.input, part != 'grad_target')}",
                   f"t = {tensor('t_values', case.target, case.dtype.target, part != 'grad_input')}"]
@@ -320,7 +328,7 @@ class PaddleAdapter(Adapter):
             missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
             lines += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing,
                       "result_dtype = str(grad.dtype).removeprefix('paddle.')  # as the run records it",
-                      f"result = {_host_source('grad')}"]
+                      f"result = None if grad is None else {_host_source('grad')}  # a snippet prints the None"]
         return "\n".join(lines)
 
     def _mode_source(self, case: Case, api: Api) -> list[str]:
@@ -358,6 +366,22 @@ class PaddleAdapter(Adapter):
         if dtype == "bfloat16":  # .numpy() gives its raw bits as uint16; float32 holds every bfloat16
             host = host.astype("float32")
         return host.numpy().astype(np.float64), dtype, tuple(result.shape)
+
+
+# a line that opens an exception's message in a traceback: "ValueError: (InvalidArgument) ..."
+_ERROR_LINE = re.compile(r"[A-Za-z_]\w*(Error|Exception): ")
+
+
+def _message_from(lines: list[str], opens: re.Pattern, last: bool = True, keep_name: bool = False) -> str | None:
+    """The message of a traceback's text (stripped lines) that opens on the last (or first) line `opens` matches:
+    that line without the exception's name (kept with `keep_name`), then the lines after it, indented as Paddle
+    indents an enforce error's hint; None where no line matches."""
+    found = [i for i, line in enumerate(lines) if opens.match(line)]
+    if not found:
+        return None
+    first, *rest = lines[found[-1] if last else found[0]:]
+    head = first if keep_name else first[opens.match(first).end():]
+    return "\n".join([head, *(f"  {line}" for line in rest)])
 
 
 def _spec_shape(shape, dynamic_batch: bool) -> list:

@@ -201,3 +201,28 @@ def test_a_to_static_error_is_paddles_message_not_the_transformed_traceback(adap
     assert observed.exception_type == "TypeError"
     assert observed.exception_message.startswith("(InvalidType) Check data type error for op: kldiv_loss")
     assert "transformed code" not in observed.exception_message and "File " not in observed.exception_message
+
+
+def test_a_to_static_error_keeps_every_line_of_paddles_message(adapter):
+    """Shapes of different ranks: the program raises the ValueError eager raises, its message on two lines (the
+    enforce error, then its hint). The row once kept only the hint, "[Hint: Expected dim_x.size() == ...]",
+    which names neither the problem nor the op's words for it."""
+    case = make_case([[-1.0, -2.0]], [0.3, 0.7], reduction="sum", dtype="float32")
+    eager = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
+    adapter.mode = "to-static"
+    observed = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
+    assert observed.exception_type == eager.exception_type == "ValueError"
+    assert eager.exception_message.startswith("(InvalidArgument) Input(X) rank and Input(Target) rank should be same")
+    assert observed.exception_message == eager.exception_message.rstrip()  # eager ends with a newline
+
+
+def test_an_sot_error_is_its_own_message_and_the_origin_not_the_traceback(adapter):
+    """SOT raises its InnerError around the ValueError of shapes of different ranks, with the origin's traceback
+    through this machine's files. The row keeps SOT's own message and the origin's type and message, as eager
+    gives it; it kept the whole traceback, paths included."""
+    case = make_case([[-1.0, -2.0]], [0.3, 0.7], reduction="sum", dtype="float32")
+    eager = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
+    adapter.mode = "to-static-sot"
+    observed = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
+    assert observed.exception_type == "InnerError"
+    assert observed.exception_message == f"Call paddle_api error: kl_div; origin: ValueError: {eager.exception_message}".rstrip()
