@@ -138,10 +138,12 @@ class Defects:
 
 
 def simplicity(r: Result) -> tuple:
-    """How hard a row is to read as an example, smallest first: eager before a mode, the forward before a
-    gradient, float32/float64 before a narrow or mixed dtype, reduction none, no legacy arguments, a contiguous
-    layout, the smallest shape, an undocumented row before an accepted one, then the case id (one order in any
-    merge) and a function before a module class. Read from the generated case id's pieces (cases/ids.py); a user case's id only orders by name."""
+    """How hard a row is to read as an example, smallest first: an undocumented row before an accepted one, eager
+    before a mode, the forward before a gradient, float32/float64 before a narrow or mixed dtype, an element shown
+    inside the API's domain, reduction none, no legacy arguments, a contiguous layout, the smallest shape that
+    holds an element (an empty one shows a reader of the snippet nothing), then the case id (one order in any
+    merge) and a function before a module class. Read from the generated case id's pieces (cases/ids.py); a user
+    case's id only orders by name."""
     pieces = r.case_id.split("/")
     generated = len(pieces) >= 6
     shape = pieces[3] if generated else ""
@@ -152,7 +154,8 @@ def simplicity(r: Result) -> tuple:
         elements *= n
     return (r.is_accepted, r.mode != EAGER, r.part != "forward", ":" in dtype or dtype in NARROW_DTYPES,
             _outside_domain(r), (pieces[1].split("(")[0] if generated else r.reduction) != "none",
-            "(" in (pieces[1] if generated else ""), "." in shape, elements, r.case_id, _is_class(r.api), r.api)
+            "(" in (pieces[1] if generated else ""), "." in shape, elements == 0, elements, r.case_id,
+            _is_class(r.api), r.api)
 
 
 def _outside_domain(r: Result) -> bool:

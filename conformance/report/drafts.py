@@ -164,7 +164,11 @@ def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> 
               f"- framework: {plain(row.framework)} {plain(row.framework_version)}",
               f"- device: {plain(row.device)} ({plain(row.device_name)})",
               *([] if row.mode == EAGER else [f"- mode: {plain(row.mode)}"]),
-              f"- Python: {plain(row.python_version)}, NumPy: {plain(row.numpy_version)}",
+              # the harness's own where the framework is not a Python one (R torch): the script's language says
+              (f"- Python: {plain(row.python_version)}, NumPy: {plain(row.numpy_version)}"
+               if draft.script is None or draft.script[1] != "r"
+               else f"- the harness that judged it: Python {plain(row.python_version)}, NumPy "
+                    f"{plain(row.numpy_version)} (the reproducer needs neither)"),
               f"- OS: {plain(manifest.get('platform') or 'not recorded')}",
               f"- kl-conformance {plain(row.harness_version)}, spec {plain(row.spec_hash)}", "",
               "## The full reproducer", ""]

@@ -120,6 +120,10 @@ def test_run_writes_a_reproducer_per_undocumented_defect(default_run):
     assert all(_opens_as_reproducer(s.read_text()) for s in scripts[:20])
     snippets = {s.name.removesuffix(".snippet.py") for s in (out / "repro").glob("*.snippet.py")}
     assert snippets == (set() if framework in R_FRAMEWORKS else defects)
+    # a draft's environment is the framework's: for R torch the harness's Python and NumPy are said to be its own
+    environments = [d.read_text().split("## Environment", 1)[1].split("##", 1)[0] for d in (out / "issues").glob("*.md")]
+    assert environments and all(("- the harness that judged it: Python " in e) == (framework in R_FRAMEWORKS)
+                                for e in environments)
 
 
 def _holds_one_element(script: str, framework: str) -> bool:

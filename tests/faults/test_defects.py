@@ -237,3 +237,16 @@ def test_two_documented_restrictions_are_two_unsupported_defects():
     assert rows[0].defect != rows[1].defect
     again = make_result(case_id="u2", verdict="unsupported", dtype="float64", message=reasons[0])
     assert again.defect == rows[0].defect
+
+
+def test_the_example_holds_an_element_where_the_defect_shows_in_one():
+    """Paddle's gradient defects took an empty 0x5 case as their example (the smallest shape), whose snippet shows
+    nothing."""
+    rows = [make_result(case_id=f"fwd/none/log_target=0/{shape}/float32/softmax/s0", verdict="error",
+                        cause="unexplained", reduction="none", message="error: raised RuntimeError: no; spec expects "
+                                                                       "a value")
+            for shape in ("0x5", "4x6", "7")]
+    (d,) = Defects(rows).ordered()
+    assert d.example.case_id == "fwd/none/log_target=0/7/float32/softmax/s0"
+    (d,) = Defects(rows[:1]).ordered()
+    assert d.example.case_id.split("/")[3] == "0x5"
