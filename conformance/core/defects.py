@@ -28,6 +28,11 @@ _CONVENTION = re.compile(r"^(pointwise|gradients)\.conventions\.")  # the loss's
 _RAISED = re.compile(r"raised ([A-Za-z_][A-Za-z0-9_.:]*)(?:: (.*?))?(?:; spec expects|$)", re.S)  # an error row's
 # message names what it raised, and the framework's words
 _SENTENCE_END = re.compile(r"\.\s|\n|\s\(|\.$")
+# what of an error's first sentence names the behaviour: plain words, not what varies from call to call (quoted
+# names and values, paths, shapes, the case's own text)
+_QUOTED = re.compile(r"(?<!\w)'[^']*'|(?<!\w)\"[^\"]*\"")
+_WORD = re.compile(r"[A-Za-z_]([A-Za-z_-]*[A-Za-z_])?[:,;.]?")
+_WORDS = 8
 _ERROR_SIZES = ((16.0, "within 16 bounds"), (1e4, "within 10^4 bounds"))  # else "larger"
 
 
@@ -89,15 +94,28 @@ def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
 
 
 def raised_words(message: str) -> str | None:
-    """What an error row raised, as one behaviour: the exception's type and the first sentence of its message,
-    numbers left out ("RuntimeError: InferDataType Failed"), so the same refusal of other shapes, dtypes or
-    parts reads alike; None where the row raised nothing (it returned a value where an error is due)."""
+    """What an error row raised, as one behaviour: the exception's type and the plain words that open its message
+    ("RuntimeError: InferDataType Failed"), up to the first that varies from call to call (a number, a quoted
+    name, a path, the case's own text), so the same refusal of other shapes, dtypes or parts reads alike; None
+    where the row raised nothing (it returned a value where an error is due)."""
     found = _RAISED.search(message)
     if not found:
         return None
-    words = _SENTENCE_END.split(found.group(2) or "", 1)[0]
-    words = re.sub(r"\d+", "#", words).strip()[:80]
-    return f"{found.group(1)}: {words}" if words else found.group(1)
+    words = []
+    for word in _QUOTED.sub("", raised_sentence(message) or "").split():
+        if not any(c.isalpha() for c in word):
+            continue  # what a quoted name left behind (its comma)
+        if not _WORD.fullmatch(word) or len(words) == _WORDS:
+            break
+        words.append(word)
+    return f"{found.group(1)}: {' '.join(words)}".rstrip(": ") if words else found.group(1)
+
+
+def raised_sentence(message: str) -> str | None:
+    """The first sentence of what an error row raised, as the framework said it (a title shows it); None where the
+    row raised nothing."""
+    found = _RAISED.search(message)
+    return None if not found else _SENTENCE_END.split(found.group(2) or "", 1)[0].strip()
 
 
 def defect_of(row: Result, implementation: str) -> str:

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from conformance.core.defects import NARROW_DTYPES, cause_paths, error_size, raised_words, width
+from conformance.core.defects import NARROW_DTYPES, cause_paths, error_size, raised_sentence, raised_words, width
 from conformance.core.errors import ConformanceError
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
@@ -192,7 +192,9 @@ def title(d: Defect, spec: Spec | None) -> str:
     if r.cause == UNEXPLAINED or not r.cause:
         raised = raised_words(r.message) if r.verdict is Verdict.ERROR else None
         if raised:
-            return f"{head}: raises {raised} where the spec expects a value (no spec choice reproduces it)"
+            said = (raised_sentence(r.message) or "")[:160]
+            return f"{head}: raises {raised.split(': ', 1)[0]}" \
+                   + (f" ({said})" if said else "") + " where the spec expects a value (no spec choice reproduces it)"
         size = f", error {error_size(r.max_abs_err, r.bound)}" if r.verdict is Verdict.VALUE else ""
         return f"{head}: {_VERDICT_WORDS.get(r.verdict.value, r.verdict.value)} ({width(r.dtype)} dtypes{size}; " \
                f"no spec choice reproduces it)"

@@ -261,7 +261,8 @@ def plain(text: object) -> str:
     """Outside text as plain Markdown text on one line: every markup character escaped (no link, image, HTML,
     emphasis or autolink), and a zero-width joiner after each @ and #, so no mention or issue reference is live."""
     text = _CONTROL.sub("", _BREAKS.sub(" ", str(text)))
-    return without_mentions(_PUNCTUATION.sub(r"\\\1", text))
+    # and the slashes after a colon, so that no "://" is left for an autolink to start from
+    return without_mentions(_PUNCTUATION.sub(r"\\\1", text).replace("\\://", "\\:\\/\\/"))
 
 
 def fenced(text: str, language: str = "") -> list[str]:
