@@ -38,6 +38,9 @@
 #   LIBTORCH_LIBDIR    where the system libtorch .so files are (default /usr/lib/x86_64-linux-gnu)
 #   TORCH_CMAKE_DIR    the directory holding TorchConfig.cmake (default LIBTORCH_LIBDIR/cmake/Torch)
 #   LANTERN_CXXFLAGS   extra C++ flags for lantern (default "-include fstream")
+#   RTORCH_OPT         the optimisation flags of lantern and of R torch's own C++ (default "-O1 -g0"): both are
+#                      glue around libtorch, whose kernels compute every value, so a lighter build gives the same
+#                      results for a little over half the compile time (docs/guide/rtorch.md says how it was checked)
 #   RSCRIPT, R_CMD     the Rscript and R to use (default: Rscript and R on PATH)
 set -euo pipefail
 
@@ -98,6 +101,7 @@ JOBS=${JOBS:-2}
 LIBTORCH_LIBDIR=${LIBTORCH_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 TORCH_CMAKE_DIR=${TORCH_CMAKE_DIR:-$LIBTORCH_LIBDIR/cmake/Torch}
 LANTERN_CXXFLAGS=${LANTERN_CXXFLAGS:--include fstream}
+RTORCH_OPT=${RTORCH_OPT:--O1 -g0}
 
 RLIB=$PREFIX/Rlib
 THOME=$PREFIX/torch-home
@@ -138,6 +142,7 @@ mkdir -p "$RLIB" "$THOME/lib" "$BUILD"
 step "2/5 lantern (CMake, against $TORCH_CMAKE_DIR)"
 cmake -S "$TORCH_SRC/src/lantern" -B "$BUILD/lantern" \
   -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_FLAGS_RELEASE="$RTORCH_OPT -DNDEBUG" \
   -DTORCH_PATH="$TORCH_CMAKE_DIR" \
   -DTorch_DIR="$TORCH_CMAKE_DIR" \
   -DCMAKE_CXX_FLAGS="$LANTERN_CXXFLAGS" \
@@ -165,6 +170,10 @@ ls -l "$THOME/lib"
 step "4/5 R packages into $RLIB"
 export R_LIBS="$RLIB${R_LIBS:+:$R_LIBS}"
 export MAKEFLAGS="-j$JOBS"
+# R CMD INSTALL compiles with R's own flags (Debian's: -g -O2); the user Makevars below replaces them
+printf '%s\n' "CFLAGS = $RTORCH_OPT" "CXXFLAGS = $RTORCH_OPT" "CXX11FLAGS = $RTORCH_OPT" "CXX14FLAGS = $RTORCH_OPT" \
+  "CXX17FLAGS = $RTORCH_OPT" "CXX20FLAGS = $RTORCH_OPT" > "$BUILD/Makevars"
+export R_MAKEVARS_USER="$BUILD/Makevars"
 export TORCH_HOME="$THOME"
 "$R_CMD" CMD INSTALL --no-docs --no-multiarch --library="$RLIB" "$CORO_SRC"
 # R CMD INSTALL compiles in the source tree and its Makevars rewrites R/RcppExports.R

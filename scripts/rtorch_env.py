@@ -105,6 +105,7 @@ def build_key(archives: dict[str, Path]) -> tuple[str, dict[str, str]]:
     inputs[BUILD_SCRIPT.name] = sha256_of(BUILD_SCRIPT)
     inputs.update({package: debian_version(package) for package in KEY_PACKAGES})
     inputs["LANTERN_CXXFLAGS"] = os.environ.get("LANTERN_CXXFLAGS", "")
+    inputs["RTORCH_OPT"] = os.environ.get("RTORCH_OPT", "")
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     return key, inputs
 
