@@ -597,7 +597,9 @@ def python_comment(text: str) -> str:
     return ascii(str(text))[1:-1]
 
 
-_SCAFFOLDING = re.compile(r"^(class MissingGradient\b|    \"\"\"torch\.autograd\.grad gave no gradient|\s*if grad is None:|"
+# the reproducer's checks, which a snippet leaves out: the MissingGradient class (its docstring whatever the
+# framework's words), the test of a gradient that did not come back, and the result's dtype
+_SCAFFOLDING = re.compile(r"^(class MissingGradient\b|\s+\"\"\"[^\"]*gave no gradient|\s*if grad\w* is None:|"
                           r"\s*raise MissingGradient\b|result_dtype = )")
 
 
