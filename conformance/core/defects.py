@@ -98,24 +98,25 @@ def raised_words(message: str) -> str | None:
     ("RuntimeError: InferDataType Failed"), up to the first that varies from call to call (a number, a quoted
     name, a path, the case's own text), so the same refusal of other shapes, dtypes or parts reads alike; None
     where the row raised nothing (it returned a value where an error is due)."""
-    found = _RAISED.search(message)
-    if not found:
+    found = raised(message)
+    if found is None:
         return None
+    kind, sentence = found
     words = []
-    for word in _QUOTED.sub("", raised_sentence(message) or "").split():
+    for word in _QUOTED.sub("", sentence).split():
         if not any(c.isalpha() for c in word):
             continue  # what a quoted name left behind (its comma)
         if not _WORD.fullmatch(word) or len(words) == _WORDS:
             break
         words.append(word)
-    return f"{found.group(1)}: {' '.join(words)}".rstrip(": ") if words else found.group(1)
+    return f"{kind}: {' '.join(words)}".rstrip(": ") if words else kind
 
 
-def raised_sentence(message: str) -> str | None:
-    """The first sentence of what an error row raised, as the framework said it (a title shows it); None where the
-    row raised nothing."""
+def raised(message: str) -> tuple[str, str] | None:
+    """What an error row raised: the exception's type and the first sentence of its message, as the framework
+    said it (a title shows it); None where the row raised nothing."""
     found = _RAISED.search(message)
-    return None if not found else _SENTENCE_END.split(found.group(2) or "", 1)[0].strip()
+    return None if not found else (found.group(1), _SENTENCE_END.split(found.group(2) or "", 1)[0].strip())
 
 
 def defect_of(row: Result, implementation: str) -> str:

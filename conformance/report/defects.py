@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from conformance.core.defects import NARROW_DTYPES, cause_paths, error_size, raised_sentence, raised_words, width
+from conformance.core.defects import NARROW_DTYPES, cause_paths, error_size, raised, width
 from conformance.core.errors import ConformanceError
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
@@ -55,6 +55,7 @@ class Defect:
     parts: set[str] = field(default_factory=set)
     dtypes: set[str] = field(default_factory=set)
     log_targets: set[bool] = field(default_factory=set)
+    example_key: tuple = ()  # simplicity(example), kept beside it: a pass over the rows compares each row with it
 
     @property
     def status(self) -> str:
@@ -123,8 +124,9 @@ class Defects:
         d.parts.add(r.part)
         d.dtypes.add(r.dtype)
         d.log_targets.add(r.log_target)
-        if simplicity(r) < simplicity(d.example):
-            d.example = r
+        key = simplicity(r)
+        if not d.example_key or key < d.example_key:
+            d.example, d.example_key = r, key
 
     def ordered(self, status: str | None = None) -> list[Defect]:
         """The defects (of one status), as the reports list them: by status, the most rows first."""
@@ -187,14 +189,14 @@ def title(d: Defect, spec: Spec | None) -> str:
            + (f" {_PART_WORDS.get(r.part, r.part)}" if len(d.parts) <= 1 else "")
     if d.status == UNSUPPORTED:
         return f"{head}: not offered ({_first_clause(r.message)})"
-    if r.verdict is Verdict.ERROR and not raised_words(r.message) and r.message.startswith("error: returned a value"):
+    if r.verdict is Verdict.ERROR and r.message.startswith("error: returned a value"):  # judge/compare.py's words
         return f"{head}: returns a value where the spec expects an error ({r.message.partition('; ')[2][:200]})"
     if r.cause == UNEXPLAINED or not r.cause:
-        raised = raised_words(r.message) if r.verdict is Verdict.ERROR else None
-        if raised:
-            said = (raised_sentence(r.message) or "")[:160]
-            return f"{head}: raises {raised.split(': ', 1)[0]}" \
-                   + (f" ({said})" if said else "") + " where the spec expects a value (no spec choice reproduces it)"
+        found = raised(r.message) if r.verdict is Verdict.ERROR else None
+        if found:
+            kind, said = found
+            return f"{head}: raises {kind}" + (f" ({said[:160]})" if said else "") \
+                   + " where the spec expects a value (no spec choice reproduces it)"
         size = f", error {error_size(r.max_abs_err, r.bound)}" if r.verdict is Verdict.VALUE else ""
         return f"{head}: {_VERDICT_WORDS.get(r.verdict.value, r.verdict.value)} ({width(r.dtype)} dtypes{size}; " \
                f"no spec choice reproduces it)"

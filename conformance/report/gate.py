@@ -60,9 +60,13 @@ class Gates:
         return self.strict or self.fail_on_new or self.known
 
     @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(n for n, on in (("--strict", self.strict), ("--fail-on-new", self.fail_on_new),
+                                     ("--known", self.known)) if on)
+
+    @property
     def names(self) -> str:
-        return ", ".join(n for n, on in (("--strict", self.strict), ("--fail-on-new", self.fail_on_new),
-                                         ("--known", self.known)) if on)
+        return ", ".join(self.flags)
 
 
 @dataclass
@@ -256,7 +260,7 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
            known: Any = None) -> Decision:
     """The exit code and its lines. `baseline_diff` is a report.baseline.BaselineDiff, `known` a
     known.KnownFindings that has audited these rows and judged the runs' scope."""
-    decision = Decision(gates=tuple(gates.names.split(", ")) if gates.asked else ())
+    decision = Decision(gates=gates.flags)
     broken = damaged(manifests, tally)
     if broken:  # not gated: what its rows are missing cannot be judged
         decision.lines, decision.code = broken, EXIT_INCOMPLETE
@@ -265,13 +269,12 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         decision.counts["baseline"] = {"new": len(baseline_diff.new), "changed": len(baseline_diff.changed),
                                        "fixed": len(baseline_diff.fixed), "lost": len(baseline_diff.lost)}
     if known is not None:
-        audits = known.audit()
+        stale, not_exercised = known.stale(), known.not_exercised()
         decision.counts["known"] = {"accepted": sum(tally.known.values())}
-        decision.counts["known entries"] = {"matched": sum(1 for a in audits if a.status == "matched"),
-                                            "not exercised": len(known.not_exercised()), "stale": len(known.stale())}
-        for audit in known.stale():
-            decision.lines.append(known.stale_message(audit))
-        decision.notes += [known.not_exercised_message(a) for a in known.not_exercised()]
+        decision.counts["known entries"] = {"matched": sum(1 for a in known.audit() if a.status == "matched"),
+                                            "not exercised": len(not_exercised), "stale": len(stale)}
+        decision.lines += [known.stale_message(a) for a in stale]
+        decision.notes += [known.not_exercised_message(a) for a in not_exercised]
     if gates.strict:  # a fallback row is what was not checked, not a finding: `incomplete` says it
         targets = Counter({t: n - tally.fallback[t] for t, n in tally.undocumented.items() if n - tally.fallback[t]})
         unaccepted = sum(targets.values())
