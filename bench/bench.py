@@ -41,6 +41,13 @@ bare compiled loop over the same calls, one repeat (the loop's first pass compil
 
     python bench/bench.py --framework torch --mode inductor
 
+`--plugin` measures the pytest plugin against the CLI with the same gate: a session of the default suite
+(`pytest --kl-framework NAME --kl-baseline B`, in one process and under `-n 2`) against `kl-conformance run
+--framework NAME --baseline B --fail-on-new`, B an earlier run of the same suite, the reference cache warm for
+both (the issue's target: within 1.3x):
+
+    python bench/bench.py --framework torch --plugin
+
 Prints one line per figure; no figure is asserted.
 
 Measures and prints only: no test runs it, and nothing in the harness imports it.
@@ -49,6 +56,7 @@ Measures and prints only: no test runs it, and nothing in the harness imports it
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import subprocess
 import sys
@@ -291,6 +299,40 @@ def mode_bench(framework: str, mode: str, spec) -> int:
     return 0
 
 
+def plugin_bench(framework: str, repeat: int) -> int:
+    """The plugin's session against the CLI's run, the same gate over the same suite, best of `repeat` each."""
+    def seconds(command: list[str], here: str, ok: tuple[int, ...]) -> float:
+        best = math.inf
+        for _ in range(repeat):
+            start = time.perf_counter()
+            done = subprocess.run(command, cwd=here, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            best = min(best, time.perf_counter() - start)
+            if done.returncode not in ok:
+                raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()[-400:]}")
+        return best
+
+    with tempfile.TemporaryDirectory() as here:
+        Path(here, "test_own.py").write_text("def test_own():\n    assert True\n")
+        cli = [sys.executable, "-m", "conformance", "run", "--framework", framework, "--no-progress"]
+        try:  # the accepted run, which also fills the reference cache as a second run of the day finds it
+            subprocess.run([*cli, "--out", "base"], cwd=here, check=True, capture_output=True)
+        except subprocess.CalledProcessError as exc:
+            print(f"framework            {framework} did not run here; nothing measured: {exc.stderr[-300:]!r}")
+            return 0
+        gated_cli = seconds([*cli, "--out", "run", "--force", "--baseline", "base", "--fail-on-new"], here, (0,))
+        session = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--kl-framework", framework,
+                   "--kl-baseline", "base"]
+        one = seconds(session, here, (0,))
+        two = seconds([*session, "-n", "2"], here, (0,))
+    print(f"framework            {framework} (python {sys.version.split()[0]}), default suite, --baseline of the "
+          f"same suite, warm reference cache, best of {repeat}")
+    print(f"(c) CLI, gated       {gated_cli:.2f} s: `kl-conformance run --baseline B --fail-on-new` with its reports")
+    print(f"(p) plugin           {one:.2f} s one process, {two:.2f} s under -n 2: `pytest --kl-framework "
+          f"{framework} --kl-baseline B`")
+    print(f"ratio p/c            {one / gated_cli:.2f} one process, {two / gated_cli:.2f} under -n 2")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework")
@@ -301,7 +343,11 @@ def main(argv=None) -> int:
                         help="a compiled or graph mode: its run of the mode suite against its bare compiled loop")
     parser.add_argument("--exhaustive", action="store_true",
                         help="measure the exhaustive suite (two samples) end to end instead of the default suite")
+    parser.add_argument("--plugin", action="store_true",
+                        help="measure the pytest plugin's session against the CLI's run with the same gate")
     args = parser.parse_args(argv)
+    if args.plugin:
+        return plugin_bench(args.framework or parser.error("--plugin needs --framework"), args.repeat)
     if args.reference_only:
         print(f"reference            python {sys.version.split()[0]}, numpy {np.__version__}")
         print_reference(args.reference_elements, args.repeat)

@@ -8,14 +8,16 @@ checked as the CLI checks them when the suite is set up: a bad value is one line
 (4), before any item runs.
 
 One item per (case, API, device, mode, part), named by the case id (the mode in its brackets where it is not
-eager; --kl-mode, repeatable, picks the modes, default eager). Items are judged a case at a time by the
-runner (conformance/run/runner.py) in one worker per pytest process, so a crash costs one case, never the
-session; the verdict decides the outcome: a pass passes, an unsupported call is skipped, a divergence the
-profile documents or --kl-known accepts (or, with --kl-baseline, unchanged since the baseline) is xfailed with
-the reason, and any other divergence fails, showing the verdict, cause, got against expected and the
-`kl-conformance repro` command. At the end the CLI's gates decide over every row the session wrote (a stale
-known entry, a result lost since the baseline) and fail the session as `run` exits 1. Works under pytest-xdist:
-each worker collects the same items; the controller finds the devices once and decides the gates.
+eager; --kl-mode, repeatable, picks the modes, default eager). Items are judged in batches, as `run` judges
+them: each pytest process judges its share of the collected cases in one run of the runner
+(conformance/run/runner.py) when the first item of that share is reached, in one worker per pytest process,
+so a crash costs one case, never the session. The verdict decides the outcome: a pass passes, an unsupported
+call is skipped, a divergence the profile documents or --kl-known accepts (or, with --kl-baseline, unchanged
+since the baseline) is xfailed with the reason, and any other divergence fails, showing the verdict, cause,
+got against expected and the `kl-conformance repro` command. At the end the CLI's gates decide over every row
+the session wrote (a stale known entry, a result lost since the baseline) and fail the session as `run` exits
+1. Under pytest-xdist the controller finds the devices once, hands each worker a share of whole cases (a
+scheduler that keeps a share's items on one worker, so every row is judged once), and decides the gates.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pytest
 
 _WORKER_INPUT = "kl_conformance"
 _DESELECTED = "deselected"  # a file in the shared directory: some items of the suite did not run
+_SHARES_PER_WORKER = 2  # under xdist: enough shares for a worker that finishes first to take another
 
 
 def pytest_addoption(parser) -> None:
@@ -109,6 +112,7 @@ class _Suite:
             select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
                    self.apis, self.devices, self.modes, adapter.mode_names())
         self.rows: dict = {}  # (framework, case id) -> {(api, device, mode, part): Result}
+        self.shares: dict = {}  # (framework, case id) -> the cases judged with it, in one run
         self.runs = 0
         handed = getattr(config, "workerinput", {}).get(_WORKER_INPUT)
         if handed is not None:  # an xdist worker: the controller found the devices and made the shared directory
@@ -209,14 +213,29 @@ class _Suite:
         if any(isinstance(item, _Call) for item in items):
             (self.dir / _DESELECTED).touch()
 
+    def pytest_collection_finish(self, session) -> None:
+        """Deal the collected cases into this process's shares (`_shares`), as the xdist scheduler deals them."""
+        calls = [item for item in session.items if isinstance(item, _Call)]
+        workers = getattr(self.config, "workerinput", {}).get("workercount")
+        shares = _shares([item.nodeid for item in calls], workers * _SHARES_PER_WORKER if workers else 1)
+        grouped: dict[str, dict] = {}
+        for item in calls:
+            grouped.setdefault(shares[item.nodeid], {})[(item.framework, item.case.id)] = item.case
+        self.shares = {key: list(cases.values()) for cases in grouped.values() for key in cases}
+
     def rows_of(self, framework: str, case) -> dict:
-        """The case's rows on every selected API, device and part, judged once per pytest process."""
+        """The case's rows on every selected API, device and part: its whole share is judged in one run, the
+        first time one of the share's items asks."""
         key = (framework, case.id)
         if key not in self.rows:
-            self.rows[key] = self._judge(framework, case)
+            share = self.shares.get(key, [case])
+            judged = self._judge(framework, share)
+            for each in share:
+                self.rows[(framework, each.id)] = judged.get(each.id, {})
         return self.rows[key]
 
-    def _judge(self, framework: str, case) -> dict:
+    def _judge(self, framework: str, cases: list) -> dict:
+        """{case id: {(api, device, mode, part): Result}} of one run of the runner over `cases`."""
         from conformance.core.results import iter_results
         from conformance.judge.refcache import default_cache_dir
         from conformance.run.runner import RunOptions, run_conformance
@@ -234,11 +253,21 @@ class _Suite:
         options = RunOptions(apis=self.apis, devices=self.devices, modes=self.modes, parts=self.parts,
                              timeout_s=self.timeout_s, memory_budget_mb=self.selection.memory_budget_mb,
                              known=self.known, cache_dir=default_cache_dir())
-        summary = run_conformance(self.spec, framework, [case], out, options, run_info=run_info,
+        summary = run_conformance(self.spec, framework, cases, out, options, run_info=run_info,
                                   pool=self._pool(framework))
         if summary.not_run:
             pytest.fail(f"kl-conformance: {framework} did not run: {summary.not_run}", pytrace=False)
-        return {(r.api, r.device, r.mode, r.part): r for r in iter_results(out)}
+        judged: dict = {}
+        for r in iter_results(out):
+            judged.setdefault(r.case_id, {})[(r.api, r.device, r.mode, r.part)] = r
+        return judged
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        """Under xdist, each share's items on one worker (`--dist each` runs every item everywhere, as asked)."""
+        if config.getvalue("dist") == "each":
+            return None
+        return _share_scheduling()(config, log)
 
     def pytest_sessionfinish(self, session) -> None:
         self.close()
@@ -294,6 +323,38 @@ class _Suite:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _shares(nodeids: list[str], count: int) -> dict[str, str | None]:
+    """Each item's share (None for an item that is not the suite's): each framework's cases, in the order they
+    were collected, dealt in turn into `count` shares, so that the shares hold a like mix of cases and every
+    item of one case is in the same share."""
+    dealt: dict[str, dict[str, int]] = {}  # framework's collector -> {case id: its place in the deal}
+    shares: dict[str, str | None] = {}
+    for nodeid in nodeids:
+        label, _, name = nodeid.partition("::")
+        if not (label.startswith("kl-conformance[") and name):
+            shares[nodeid] = None
+            continue
+        cases = dealt.setdefault(label, {})
+        place = cases.setdefault(name.rpartition("[")[0], len(cases))
+        shares[nodeid] = f"{label}::share-{place % count}"
+    return shares
+
+
+def _share_scheduling():
+    """xdist's scope scheduling with the suite's shares as its scopes, each other item a scope of its own."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ShareScheduling(LoadScopeScheduling):
+        _of: dict | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._of is None:
+                self._of = _shares(list(self.collection), self.numnodes * _SHARES_PER_WORKER)
+            return self._of.get(nodeid) or nodeid
+
+    return ShareScheduling
+
+
 class _Framework(pytest.Collector):
     """The items of one framework (their parent, so that each item's node id names it)."""
 
@@ -330,7 +391,8 @@ class _Call(pytest.Item):
         raise _Divergence(_failure_text(row, self.framework, self.case, suite))
 
     def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, _Divergence):
+        # an xfail's reason is all it shows: pytest would format (and parse the source of) its traceback first
+        if isinstance(excinfo.value, (_Divergence, pytest.xfail.Exception)):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
 

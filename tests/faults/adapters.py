@@ -169,6 +169,18 @@ class PlantedBugsAdapter(NumpyAdapter):
         return call_observed(compute, lambda v: (v, "float64", v.shape))
 
 
+class CountedTwoApiAdapter(OffByOneAdapter):
+    """Off by one like OffByOneAdapter, through two APIs, writing a line per call (case id and API) to the file
+    $KL_TEST_CALL_LOG names: how often each row was judged, whichever process judged it."""
+
+    apis = (Api("numpy.kl_div"), Api("numpy.KLDivLoss"))
+
+    def run(self, case, api, device, part):
+        with open(os.environ["KL_TEST_CALL_LOG"], "a", encoding="utf-8") as log:
+            log.write(f"{case.id} {api.name}\n")
+        return super().run(case, api, device, part)
+
+
 class OtherHonestAdapter(NumpyAdapter):
     """The honest NumPy kl_div under another framework name: the other framework of a merged report."""
 

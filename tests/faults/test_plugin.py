@@ -150,3 +150,46 @@ def test_a_baseline_xfails_what_is_unchanged_and_fails_what_changed(project):
     code, output, outcomes = _pytest(project, *args, "other")
     assert code == 1 and outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "failure", output
     assert "kl-conformance: baseline: 0 new, 1 changed, 0 fixed, 0 lost; gate failed (--fail-on-new)" in output
+
+
+COUNTED = "tests.faults.adapters:CountedTwoApiAdapter"
+
+
+def test_under_xdist_every_row_is_judged_once_and_the_decision_is_the_clis(project, monkeypatch, capsys):
+    """Items of one case on two workers each judged the case: the second copies counted as new against the
+    baseline, and the work was done twice. The session's gates must decide as `run` decides on the same rows."""
+    from conformance.cli import main
+
+    many = "".join(f"- {{id: {'fault' if i % 4 == 0 else 'fine'}-{i}, input: [[-1.0, -{i}.5]], target: [[0.25, 0.75]], "
+                   f"reduction: {('sum', 'none', 'mean')[i % 3]}, dtype: float64}}\n" for i in range(16))
+    (project / "many.yaml").write_text(many)
+    (project / "known.yaml").write_text("- {id: first, case_id: fault-0, verdict: value, reason: tracked}\n"
+                                        "- {id: gone, case_id: fine-1, verdict: value, reason: fixed since}\n")
+    log = project / "calls.log"
+    selection = ["--cases", "many.yaml", "--suite", "none"]
+    # the baseline: the honest adapter, so that the off-by-one faults are new there, and fine-1 judged
+    assert main(["run", "--framework", "tests.faults.adapters:NumpyAdapter", "--cases", str(project / "many.yaml"),
+                 "--suite", "none", "--only", "fine-*", "--out", str(project / "base"), "--no-progress",
+                 "--no-repro"]) == 0
+    monkeypatch.setenv("KL_TEST_CALL_LOG", str(log))
+    monkeypatch.chdir(project)
+    capsys.readouterr()
+    code = main(["run", "--framework", COUNTED, *selection, "--known", "known.yaml", "--baseline", "base",
+                 "--fail-on-new", "--out", "cli", "--no-progress", "--no-repro"])
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    decision = [line.removeprefix("kl-conformance: ") for line in shown.splitlines()
+                if line.startswith("kl-conformance: baseline: ")]
+    assert code == 1 and len(decision) == 1, shown
+    assert decision[0].endswith("gate failed (--fail-on-new, --known)") and "1 stale" in decision[0]
+    once = sorted(log.read_text().splitlines())
+    assert len(once) == 32 == len(set(once))  # 16 cases, two APIs: the CLI judges each row once
+    args = [f"--kl-{arg[2:]}" if arg.startswith("--") else arg for arg in selection]
+    for extra in ((), ("-n", "2")):
+        log.unlink()
+        code, output, outcomes = _pytest(project, "--kl-framework", COUNTED, *args, "--kl-known", "known.yaml",
+                                         "--kl-baseline", "base", *extra, env={"KL_TEST_CALL_LOG": str(log)})
+        assert code == 1, output
+        assert sorted(log.read_text().splitlines()) == once, extra  # every row judged once, whoever judged it
+        assert f"kl-conformance: {decision[0]}" in output, (extra, decision, output)
+        assert len([o for o in outcomes.values() if o == "failure"]) == 6  # fault-4, -8, -12 on two APIs
