@@ -169,13 +169,6 @@ class _Job:
         return case, self.api.name, self.device, self.mode, self.part
 
 
-def minimise(case: Case, adapter, api, device: str, part: str, spec: Spec, expect=None, mode: str = EAGER) -> Case:
-    """The smallest case (a single element, if one does) that diverges with the same verdict in `mode`."""
-    job = _Job(case, api, device, part, verdict=None, mode=mode)
-    _minimise_all([job], in_process(adapter), expect or expectations(spec), spec)
-    return job.final
-
-
 def _minimise_all(jobs: list[_Job], observe: Observe, expect, spec: Spec, deadline: float | None = None,
                   progress: Callable[[int], None] | None = None) -> None:
     """Set each job's final case, its observation and that observation's expectation and judgement: a

@@ -19,6 +19,8 @@ from conformance.core.scope import row_framework, target_call
 
 REPORT_FILE = "report.md"
 DIVERGENCES_FILE = "divergences.md"  # every divergent row, linked from report.md
+# the reports a run or a merge writes, one list: what `report` writes and what a run's directory may hold
+REPORT_FILES = (REPORT_FILE, DIVERGENCES_FILE, "report.html", "junit.xml", "summary.json")
 RUNS_FILE = "runs.json"
 REPRO_DIR = "repro"  # a run's reproducers: one per defect (its example row), named by script_name, and its snippet
 NAME_STEM_CHARS = 120  # of a file name made from a row's texts, before its hash: inside any file system's limit

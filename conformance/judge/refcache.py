@@ -319,7 +319,6 @@ class ReferenceCache:
         self._db: sqlite3.Connection | None = None
         self._lock = None
         self.verify_reads: dict[str, int] = {}
-        self.verified = 0
         self.dropped = False
         self._secret = b""
         build = reference_build()
@@ -419,7 +418,6 @@ class ReferenceCache:
     def verify(self, found: Expected | bytes, computed: Expected | bytes) -> bool:
         """Whether an expectation (or an encoded explanation) read from the cache is the one computed again; on a
         mismatch the whole cache is dropped (someone or something changed an entry and sealed it again)."""
-        self.verified += 1
         same = found == computed if isinstance(found, bytes) else encode(found) == encode(computed)
         if same:
             return True

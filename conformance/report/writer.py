@@ -17,7 +17,8 @@ from conformance.core.errors import UsageError
 from conformance.core.model import EAGER, Result
 from conformance.core.results import (DETAILS_FILE, RESULTS_FILE, AtomicLines, detail_matcher, iter_details,
                                       write_atomic, write_lines_atomic)
-from conformance.core.rundirs import DIVERGENCES_FILE, REPORT_FILE, RUNS_FILE, iter_rows, load_manifests, released
+from conformance.core.rundirs import (DIVERGENCES_FILE, REPORT_FILE, REPORT_FILES, RUNS_FILE, iter_rows, load_manifests,
+                                      released)
 from conformance.core.scope import Scope
 from conformance.report.baseline import BaselineComparison, BaselineDiff, render_baseline_markdown
 from conformance.report.drafts import write_drafts
@@ -30,7 +31,6 @@ from conformance.report.summary import divergence_counts, render_summary, short_
 from conformance.report.tally import Tally
 
 
-MERGED_REPORTS = (REPORT_FILE, DIVERGENCES_FILE, "report.html", "junit.xml", "summary.json")
 
 
 @dataclass
@@ -205,7 +205,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
         manifests = [scoped_manifest(m, modes) for m in manifests]
     # runs.json first: it records what the merge writes here (`written`), so that a later --force removes
     # those files and nothing else, even after a merge cut short
-    written = [RESULTS_FILE, DETAILS_FILE, RUNS_FILE, *MERGED_REPORTS, *(["baseline.json"] if baseline else [])]
+    written = [RESULTS_FILE, DETAILS_FILE, RUNS_FILE, *REPORT_FILES, *(["baseline.json"] if baseline else [])]
     write_atomic(out_dir / RUNS_FILE, json.dumps({"runs": manifests, "written": sorted(written)}, indent=2,
                                                  sort_keys=True) + "\n")
     rows = iter_rows(present)

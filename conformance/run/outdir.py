@@ -31,10 +31,9 @@ try:
 except ImportError:  # no flock here (Windows): the lock is not taken, as the reference cache's is not
     fcntl = None
 from conformance.core.results import DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE
-from conformance.core.rundirs import DIVERGENCES_FILE, REPORT_FILE, RUNS_FILE
+from conformance.core.rundirs import REPORT_FILES, RUNS_FILE
 
 LOCK_FILE = ".kl-conformance.lock"
-REPORT_FILES = (REPORT_FILE, DIVERGENCES_FILE, "report.html", "junit.xml", "summary.json")
 RUN_FILES = (RESULTS_FILE, DETAILS_FILE, MANIFEST_FILE)
 HARNESS_FILES = (RESULTS_FILE, DETAILS_FILE, MANIFEST_FILE, RUNS_FILE, *REPORT_FILES, "baseline.json")
 STAGING_PREFIX = ".repro-staging-"

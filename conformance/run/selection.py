@@ -57,10 +57,6 @@ class CaseSelection:
     dtype: tuple[str, ...] = ()  # a dtype of input or target, or an exact pair INPUT:TARGET
     family: tuple[str, ...] = ()  # the value family the case is drawn from ("user" for a case file's cases)
 
-    @property
-    def by_meaning(self) -> bool:
-        return bool(self.reduction or self.log_target or self.dtype or self.family)
-
 
 MEANING_OPTIONS = {"reduction": "--reduction", "log_target": "--log-target", "dtype": "--dtype", "family": "--family"}
 _TRUTH = {"0": False, "1": True, "false": False, "true": True}
