@@ -111,7 +111,7 @@ def test_a_stale_known_entry_fails_and_is_named(tmp_path, capsys):
     known = _known(tmp_path, ACCEPT_NAN)
     assert _run(tmp_path, "WrongShapeAdapter", "--known", known) == 1
     err = capsys.readouterr().err
-    assert f"{known}: entry 0 (id 'nan-on-the-fault'): stale: matches none of the 1 results it concerns" in err
+    assert f"{known}: entry 1 (id 'nan-on-the-fault'): stale: matches none of the 1 results it concerns" in err
     assert "another-framework" not in err
     (row,) = [r for r in iter_results(tmp_path / "out") if r.case_id == "the-fault"]
     assert row.verdict.value == "shape" and row.known_by == ()
