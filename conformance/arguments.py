@@ -51,9 +51,8 @@ def check_gate_options(spec: Spec, args: argparse.Namespace, seed: int | None = 
             raise UsageError("the baseline is the output directory, which this command rewrites",
                              file=args.baseline, where="--baseline",
                              fix="copy the accepted run elsewhere and pass that copy with --baseline")
-        held = load_baseline(baseline)
         if seed is not None:
-            check_baseline_draw(held, spec.hash, seed)
+            check_baseline_draw(load_baseline(baseline), spec.hash, seed)
     return load_known(args.known) if args.known else None
 
 

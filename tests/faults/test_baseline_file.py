@@ -12,7 +12,6 @@ import pytest
 from conformance import api
 from conformance.cli import main
 from conformance.core.errors import ConformanceError
-from conformance.report.baseline import baseline_rows
 
 ADAPTERS = "tests.faults.adapters:"
 # Judged first by PlantedBugsAdapter (the baseline), then by MixedFaultAdapter (the first four) and NoKernelAdapter
@@ -80,6 +79,8 @@ def test_the_gates_decide_with_the_compact_file_as_with_the_run_directory(runs, 
     assert [line.replace(str(file), "B") for line in by_file.lines] == \
         [line.replace(str(runs / "accepted"), "B") for line in by_dir.lines]
     # what the pytest plugin compares each item with
+    from conformance.report.baseline import baseline_rows
+
     assert baseline_rows(file, api.load_spec().hash, 0) == baseline_rows(runs / "accepted", api.load_spec().hash, 0)
 
 
@@ -101,7 +102,7 @@ def test_the_same_rows_give_the_same_bytes(runs):
                    b'"seeds": [], "releases": {}}\n', mtime=0), "format version 99"),
     (gzip.compress(b'{"rows": []}\n', mtime=0), "names no format"),
     (gzip.compress(b"", mtime=0), "an empty file"),
-])
+], ids=["not-gzip", "other-version", "no-header", "empty"])
 def test_a_file_that_is_not_a_baseline_is_refused_in_one_line(runs, capsys, content, problem):
     bad = runs / "bad.jsonl.gz"
     bad.write_bytes(content)
