@@ -33,7 +33,7 @@ from conformance.core.text import terminal_line
 from conformance.judge.refcache import default_cache_dir
 from conformance.options import OPTIONS
 from conformance.reference.statements import verify_formulas
-from conformance.report.baseline import baseline_written, write_baseline
+from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from conformance.report.provenance import check_runs
 from conformance.report.writer import check_modes, check_out_outside, merge_runs

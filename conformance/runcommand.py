@@ -27,7 +27,7 @@ from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Case, Result, Spec
 from conformance.core.text import terminal_line
-from conformance.report.baseline import baseline_written, write_baseline
+from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_INCOMPLETE
 from conformance.report.writer import ReportFeed, write_report
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir

@@ -20,7 +20,7 @@ from conformance.core.errors import ResultsError
 from conformance.core.model import key_label
 from conformance.core.results import RESULTS_FILE, iter_details, iter_results
 from conformance.core.rundirs import load_manifests, other_spec
-from conformance.report.baseline import load_baseline, one_release
+from conformance.report.baselinefile import load_baseline, one_release
 
 
 def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bool = False,
