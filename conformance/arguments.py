@@ -4,6 +4,7 @@ the gates asked for, and the inputs that --force must never remove. Shared by `r
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -70,6 +71,10 @@ def check_write_baseline(args: argparse.Namespace) -> None:
     if path.is_dir():
         raise UsageError("a directory, not a file", file=target, where="--write-baseline",
                          fix="name the file to write, e.g. baseline/torch.jsonl.gz")
+    folder = next(parent for parent in path.parents if parent.exists())  # the folders below it are made
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot be written: {folder} is not a folder this user may write in", file=target,
+                         where="--write-baseline", fix="name a file in a writable folder")
 
 
 def check_baseline_cases(baseline: Path, spec: Spec, selection: CaseSelection) -> None:

@@ -191,7 +191,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
 
 def _write_baseline(args: argparse.Namespace, summary) -> str:
     """--write-baseline: the compact baseline of a run that judged every selected case (one that did not run or
-    stopped early would drop rows a later gate then calls added); the line to print once the rows' summary is."""
+    stopped early would drop rows a later gate then calls added); returns the line that says it was written."""
     if not args.write_baseline:
         return ""
     if summary.not_run or summary.stopped:

@@ -116,7 +116,7 @@ def write_baseline(run_dir: str | Path, path: str | Path) -> Baseline:
     Raises
     ------
     ResultsError
-        where the rows hold two specs (no baseline can be of both).
+        where the rows hold two specs (no baseline can be of both), or the file cannot be written.
     """
     held = load_baseline(run_dir)
     if len(held.spec_hashes) > 1:
@@ -131,9 +131,14 @@ def write_baseline(run_dir: str | Path, path: str | Path) -> Baseline:
               "releases": dict(sorted(held.releases.items()))}
     lines = [_line(header)] + [_line({"case": case_id, "digest": held.digests[case_id], "rows": sorted(rows)})
                                for case_id, rows in sorted(by_case.items())]
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     # mtime 0 and no file name in the gzip header: the same rows give the same bytes
-    write_bytes_atomic(Path(path), gzip.compress("".join(lines).encode("utf-8"), compresslevel=9, mtime=0))
+    data = gzip.compress("".join(lines).encode("utf-8"), compresslevel=9, mtime=0)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(Path(path), data)
+    except OSError as exc:
+        raise ResultsError(f"cannot be written ({exc.strerror or type(exc).__name__})", file=str(path),
+                           where="--write-baseline", fix="name a file in a writable folder with room") from None
     return held
 
 

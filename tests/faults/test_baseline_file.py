@@ -123,3 +123,11 @@ def test_write_baseline_inside_the_output_directory_is_refused(runs, capsys):
     assert _run(runs, "MixedFaultAdapter", FIRST, "inside", "--write-baseline", str(runs / "inside" / "b.gz")) == 2
     err = capsys.readouterr().err
     assert "--write-baseline" in err and "inside the output directory" in err and not (runs / "inside").exists()
+
+
+def test_write_baseline_in_a_folder_that_cannot_be_made_is_refused_before_the_run(runs, capsys):
+    (runs / "a-file").write_text("")
+    assert _run(runs, "MixedFaultAdapter", FIRST, "blocked", "--write-baseline", str(runs / "a-file" / "b.gz")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--write-baseline" in err[0] and "cannot be written" in err[0], err
+    assert not (runs / "blocked").exists()
