@@ -303,7 +303,8 @@ def _written_nowhere(decision: Decision) -> Decision:
     the lines that say what failed a gate are in `details`."""
     lines = [line.replace(LISTED_IN_BASELINE_JSON, "") for line in decision.lines]
     details = {line.replace(LISTED_IN_BASELINE_JSON, ""): more for line, more in decision.details.items()}
-    return Decision(decision.code, lines, decision.notes, details, decision.gates, decision.counts)
+    names = {line.replace(LISTED_IN_BASELINE_JSON, ""): name for line, name in decision.names.items()}
+    return Decision(decision.code, lines, decision.notes, details, decision.gates, decision.counts, names)
 
 
 def _known(known: Any) -> KnownFindings | None:

@@ -4,6 +4,7 @@ the gates asked for, and the inputs that --force must never remove. Shared by `r
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -13,11 +14,9 @@ from conformance.core.results import RESULTS_FILE, iter_results
 from conformance.core.rundirs import other_spec
 from conformance.judge.known import KnownFindings, load_known
 from conformance.judge.refcache import default_cache_dir
+from conformance.report.baselinefile import REBASELINE, check_baseline_draw, load_baseline
 from conformance.report.gate import Gates
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, CaseSelection
-
-REBASELINE = ("re-baseline: run the accepted build again with this harness "
-              "(kl-conformance run ... --force --out BASELINE)")
 
 
 def case_selection(args: argparse.Namespace) -> CaseSelection:
@@ -44,31 +43,38 @@ def cache_dir_of(args: argparse.Namespace) -> Path | None:
 def check_gate_options(spec: Spec, args: argparse.Namespace, seed: int | None = None) -> KnownFindings | None:
     """--baseline, --fail-on-new and --known, checked before anything is written; returns the known findings."""
     if args.fail_on_new and args.baseline is None:
-        raise UsageError("--fail-on-new needs --baseline DIR", where="--fail-on-new",
-                         fix="pass the accepted run's directory with --baseline")
+        raise UsageError("--fail-on-new needs --baseline DIR|FILE", where="--fail-on-new",
+                         fix="pass the accepted run's directory, or the file its --write-baseline wrote, with --baseline")
+    check_write_baseline(args)
     if args.baseline is not None:
         baseline = Path(args.baseline)
-        if not (baseline / RESULTS_FILE).is_file():
-            raise UsageError("no results.jsonl in the baseline directory", file=args.baseline, where="--baseline",
-                             fix="pass the --out directory of an earlier run")
         if baseline.resolve() == Path(args.out).resolve():
             raise UsageError("the baseline is the output directory, which this command rewrites",
                              file=args.baseline, where="--baseline",
                              fix="copy the accepted run elsewhere and pass that copy with --baseline")
         if seed is not None:
-            check_baseline_draw(baseline, spec.hash, seed)
+            check_baseline_draw(load_baseline(baseline), spec.hash, seed)
     return load_known(args.known) if args.known else None
 
 
-def check_baseline_draw(baseline: Path, spec_hash: str, seed: int) -> None:
-    """A baseline of another spec or another --seed would compare other cases under the same ids."""
-    for row in iter_results(baseline):
-        if row.spec_hash != spec_hash:
-            raise other_spec(row.spec_hash, spec_hash, str(baseline), "--baseline", REBASELINE)
-        if row.source == "generated" and row.seed != seed:
-            raise ResultsError(f"the baseline drew its cases with --seed {row.seed}, this run with --seed {seed}",
-                               file=str(baseline), where="--baseline",
-                               fix=f"run with --seed {row.seed}, or take a baseline made with --seed {seed}")
+def check_write_baseline(args: argparse.Namespace) -> None:
+    """--write-baseline FILE, checked before anything is written: a file outside the output directory (which
+    --force empties), not a directory."""
+    target = getattr(args, "write_baseline", None)
+    if target is None:
+        return
+    path, out = Path(target).resolve(), Path(args.out).resolve()
+    if path == out or out in path.parents:
+        raise UsageError("the baseline file would be inside the output directory, which this command rewrites",
+                         file=target, where="--write-baseline",
+                         fix="write it outside --out, where you commit it (e.g. baseline/torch.jsonl.gz)")
+    if path.is_dir():
+        raise UsageError("a directory, not a file", file=target, where="--write-baseline",
+                         fix="name the file to write, e.g. baseline/torch.jsonl.gz")
+    folder = next(parent for parent in path.parents if parent.exists())  # the folders below it are made
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot be written: {folder} is not a folder this user may write in", file=target,
+                         where="--write-baseline", fix="name a file in a writable folder")
 
 
 def check_baseline_cases(baseline: Path, spec: Spec, selection: CaseSelection) -> None:
@@ -78,14 +84,15 @@ def check_baseline_cases(baseline: Path, spec: Spec, selection: CaseSelection) -
     from conformance.cases.digest import case_digest
     from conformance.run.selection import select_lazily
 
-    theirs = {row.case_id: row.case_digest for row in iter_results(baseline)}
+    held = load_baseline(baseline)
+    theirs = held.digests
     for case_id, make in select_lazily(spec, selection):
         if case_id in theirs:
             mine = case_digest(make())
             if mine != theirs[case_id]:
                 raise ResultsError(f"the baseline holds other values for this case (case digest {theirs[case_id]} "
                                    f"against {mine}): another --seed or another version of its case file",
-                                   file=str(baseline / RESULTS_FILE), where=f"case {case_id!r}",
+                                   file=held.shown, where=f"case {case_id!r}",
                                    fix="take a baseline made with the same seed and case files, or " + REBASELINE)
 
 

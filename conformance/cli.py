@@ -33,6 +33,7 @@ from conformance.core.text import terminal_line
 from conformance.judge.refcache import default_cache_dir
 from conformance.options import OPTIONS
 from conformance.reference.statements import verify_formulas
+from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from conformance.report.provenance import check_runs
 from conformance.report.writer import check_modes, check_out_outside, merge_runs
@@ -78,8 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--strict", action="store_true",
                        help="exit 1 if a divergence is neither documented nor known; exit 3 (with any gate) if a "
                             "framework did not run, a run stopped early, or nothing was judged")
-        p.add_argument("--baseline", metavar="DIR",
-                       help="an earlier run or merged directory: report what is new, fixed and changed since")
+        p.add_argument("--baseline", metavar="DIR|FILE",
+                       help="an earlier run or merged directory, or the file its --write-baseline wrote: report "
+                            "what is new, fixed and changed since")
+        p.add_argument("--write-baseline", metavar="FILE",
+                       help="also write these results as a compact baseline file (gzip'd JSON lines, the same "
+                            "bytes for the same results) that --baseline reads: the file a CI job commits")
         p.add_argument("--fail-on-new", action="store_true",
                        help="with --baseline: exit 1 if a divergence is new or changed since the baseline "
                             "(and neither documented nor known), or a result it judged is lost (unsupported, "
@@ -269,6 +274,8 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
         prepare_out_dir(out, force=args.force, lock=lock, inputs=inputs)
         written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known,
                              gates=gates_of(args), like=like, modes=args.modes)
+    if args.write_baseline:
+        print(baseline_written(write_baseline(out, args.write_baseline), args.write_baseline))
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
     for line in written.summary:  # the undocumented causes, largest first, then the counts as the last line

@@ -210,7 +210,8 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in (
     # the gates
     Option("--known", "known", "known-findings file (YAML): divergences it matches are accepted; an entry that "
            "matches nothing is stale and fails", None, "FILE"),
-    Option("--baseline", "baseline", "an earlier run: what is new, fixed and changed since", None, "DIR"),
+    Option("--baseline", "baseline", "an earlier run, or the file its --write-baseline wrote: what is new, fixed "
+           "and changed since", None, "DIR|FILE"),
 )}
 SELECTION_OPTIONS = ("seed", "suite", "samples", "cases", "only", "shard", "memory_budget_mb", "reduction",
                      "log_target", "dtype", "family")

@@ -27,6 +27,7 @@ from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Case, Result, Spec
 from conformance.core.text import terminal_line
+from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_INCOMPLETE
 from conformance.report.writer import ReportFeed, write_report
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
@@ -154,6 +155,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         _write_drafts(summary.out_dir, known)
         if "rows" in summary.stages:
             record_stage(summary.out_dir, "drafts")
+        wrote_baseline = _write_baseline(args, summary)
     except (KeyboardInterrupt, Terminated) as exc:  # the rows are complete; --resume writes the reports again
         record_end(summary.out_dir, "interrupted", interruption(exc) + " while writing the reports")
         raise
@@ -165,6 +167,8 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         return _failed(args.out, reason, None)
     for note in summary.notes:  # the harness's own options that this release could not take
         print(f"kl-conformance: note: {terminal_line(note)}", file=sys.stderr)
+    if wrote_baseline:
+        print(wrote_baseline)
     if summary.not_run:
         print(f"{args.framework}: not run: {terminal_line(summary.not_run)}. Report: {written.report}")
         return written.decision.print()
@@ -183,6 +187,18 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         print(f"kl-conformance: the run stopped before its end: {terminal_line(summary.stopped)}. The results so "
               f"far are in {summary.out_dir}; continue with --resume once the cause is fixed", file=sys.stderr)
     return written.decision.print()
+
+
+def _write_baseline(args: argparse.Namespace, summary) -> str:
+    """--write-baseline: the compact baseline of a run that judged every selected case (one that did not run or
+    stopped early would drop rows a later gate then calls added); returns the line that says it was written."""
+    if not args.write_baseline:
+        return ""
+    if summary.not_run or summary.stopped:
+        print(f"kl-conformance: --write-baseline: {terminal_line(args.write_baseline)} not written: the run did "
+              "not judge every selected case", file=sys.stderr)
+        return ""
+    return baseline_written(write_baseline(summary.out_dir, args.write_baseline), args.write_baseline)
 
 
 def _write_drafts(out: Path, known) -> None:

@@ -264,7 +264,7 @@ _TEXT_FIELDS = ("case_id", "family", "reduction", "framework", "framework_versio
                 "message", "source", "spec_hash", "harness_version", "python_version", "numpy_version", "device_name")
 _TEXT_LISTS = ("documented_by", "known_by", "warnings", "missing_warnings", "rules")
 _NONFINITE = ("nan", "inf", "-inf")
-_DIGEST = re.compile(r"[0-9a-f]{24}")
+CASE_DIGEST = re.compile(r"[0-9a-f]{24}")  # a row's case_digest
 MODE_NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")  # eager, inductor-emulated: a word a command line can hold
 
 
@@ -296,7 +296,7 @@ def row_problem(row: dict[str, Any]) -> str | None:
     for name in ("log_target", "documented"):
         if type(row[name]) is not bool:
             return bad(name, "true or false")
-    if type(row["case_digest"]) is not str or not _DIGEST.fullmatch(row["case_digest"]):
+    if type(row["case_digest"]) is not str or not CASE_DIGEST.fullmatch(row["case_digest"]):
         return bad("case_digest", "24 hex digits")
     if row["seed"] is not None and (type(row["seed"]) is not int or row["seed"] < 0):
         return bad("seed", "a natural number or null")
@@ -454,6 +454,18 @@ class AtomicLines:
                 os.replace(self._tmp, self.path)
         finally:
             Path(self._tmp).unlink(missing_ok=True)  # gone already once renamed
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it into place: no reader sees it half-written."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp makes 0600; the file is a report like the others
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)  # gone already once renamed
 
 
 def _umask() -> int:

@@ -60,7 +60,7 @@ DIVERGENCES = tuple(v.value for v in Verdict if v.is_divergence and v is not Ver
 class KnownEntry:
     """One accepted finding; a selector left out (None) matches anything."""
 
-    index: int
+    number: int  # its place in the file, counted from 1 as a user counts the list's items
     id: str
     case_id: str
     reason: str
@@ -159,7 +159,7 @@ class KnownFindings:
 
     def not_exercised_message(self, audit: EntryAudit) -> str:
         e = audit.entry
-        return (f"{self.source}: entry {e.index} (id {e.id!r}): not exercised here: matches none of the "
+        return (f"{self.source}: entry {e.number} (id {e.id!r}): not exercised here: matches none of the "
                 f"{audit.concerned} results it concerns, but the run selected only part of its suite "
                 f"({', '.join(audit.narrowed_by)}); an entry that matches nothing fails only after a run of the "
                 "whole suite")
@@ -169,7 +169,7 @@ class KnownFindings:
         return str(KnownFileError(
             f"stale: matches none of the {audit.concerned} results it concerns (no divergence"
             + (f" with verdict {e.verdict!r}" if e.verdict else "") + " left there)",
-            file=self.source, where=f"entry {e.index} (id {e.id!r})",
+            file=self.source, where=f"entry {e.number} (id {e.id!r})",
             fix="remove the entry if the finding is fixed, or correct its selectors if the finding changed"))
 
 
@@ -179,7 +179,7 @@ def load_known(path: str | Path) -> KnownFindings:
     Raises
     ------
     KnownFileError
-        naming the file, the entry index and the field, with the fix.
+        naming the file, the entry (counted from 1) and the field, with the fix.
     """
     shown = str(path)
     text = read_text(path, shown, KnownFileError, fix="pass --known with the path of a readable YAML file")
@@ -189,19 +189,19 @@ def load_known(path: str | Path) -> KnownFindings:
                              fix="write the file as a list: '- id: my-finding' followed by its fields, or [] for none")
     entries: list[KnownEntry] = []
     seen: set[str] = set()
-    for index, item in enumerate(data):
-        entry = _parse_entry(item, index, shown)
+    for number, item in enumerate(data, start=1):
+        entry = _parse_entry(item, number, shown)
         if entry.id in seen:
-            raise KnownFileError(f"duplicate id {entry.id!r}", file=shown, where=f"entry {index}, field 'id'",
+            raise KnownFileError(f"duplicate id {entry.id!r}", file=shown, where=f"entry {number}, field 'id'",
                                  fix="give every entry a unique id")
         seen.add(entry.id)
         entries.append(entry)
     return KnownFindings(entries, shown, hashlib.sha256(text.encode("utf-8")).hexdigest()[:16])
 
 
-def _parse_entry(item: Any, index: int, shown: str) -> KnownEntry:
+def _parse_entry(item: Any, number: int, shown: str) -> KnownEntry:
     def fail(field: str | None, problem: str, fix: str) -> KnownFileError:
-        return KnownFileError(problem, file=shown, where=f"entry {index}" + (f", field {field!r}" if field else ""),
+        return KnownFileError(problem, file=shown, where=f"entry {number}" + (f", field {field!r}" if field else ""),
                               fix=fix)
 
     if not isinstance(item, dict):
@@ -229,4 +229,4 @@ def _parse_entry(item: Any, index: int, shown: str) -> KnownEntry:
     if item.get("defect") is not None and not DEFECT_ID.fullmatch(item["defect"]):
         raise fail("defect", f"{item['defect']!r} is not a defect id", "copy an id from summary.json's defects "
                    "(\"<framework>-<10 hex digits>\")")
-    return KnownEntry(index=index, **{"case_id": "*", **{name: item.get(name) for name in FIELDS if name in item}})
+    return KnownEntry(number=number, **{"case_id": "*", **{name: item.get(name) for name in FIELDS if name in item}})

@@ -6,7 +6,7 @@ across harness versions with the same spec. A result the baseline judged that is
 used to answer, ran eagerly where a compiled mode was asked (fallback), or is missing although the run selected
 it, is lost coverage: `--fail-on-new` fails on it as on a new divergence. A baseline row outside the run's
 selection (another part, API, device, mode, shard or subset of ids) was not checked, and is counted as such.
-Reads rows only.
+A baseline is a run's directory or its compact file (report/baselinefile.py). Reads rows only.
 """
 
 from __future__ import annotations
@@ -18,19 +18,10 @@ from typing import Iterable
 
 from conformance.core.errors import ResultsError
 from conformance.core.model import Result, Verdict, key_label
-from conformance.core.results import iter_results
 from conformance.core.scope import Scope
+from conformance.report.baselinefile import BaselineRow, Key, check_baseline_draw, load_baseline, row_state
 
-Key = tuple[str, str, str, str, str, str]  # Result.key: (case_id, framework, api, device, mode, part)
 _NO_ANSWER = (Verdict.CRASH.value, Verdict.TIMEOUT.value, Verdict.FALLBACK.value)
-
-
-def _key(r: Result) -> Key:
-    return r.key
-
-
-def _state(r: Result) -> tuple[str, str]:
-    return (r.verdict.value, r.cause if r.verdict.is_divergence else "")
 
 
 def _judged(state: tuple[str, str]) -> bool:
@@ -83,36 +74,30 @@ def is_failing(kind: str, item: tuple) -> bool:
 
 
 class BaselineComparison:
-    """Classifies rows against the baseline run in `baseline_dir` as they come (`add`), so the report's one
+    """Classifies rows against the baseline (a run's directory or its compact file) as they come (`add`), so the report's one
     pass over the rows also decides junit.xml's view of each; `finish` adds the baseline rows not seen.
 
     A row made with another spec or other case values is remembered and refused at `finish` (a run feeding
     its rows must not stop halfway through on it)."""
 
-    def __init__(self, baseline_dir: str | Path) -> None:
-        self.diff = BaselineDiff(str(baseline_dir))
-        self._before: dict[Key, tuple[str, str]] = {}
-        self._digests: dict[str, str] = {}
-        self._spec_hashes: set[str] = set()
+    def __init__(self, baseline: str | Path) -> None:
+        self.diff = BaselineDiff(str(baseline))
+        held = load_baseline(baseline)
+        self._before: dict[Key, tuple[str, str]] = dict(held.states)
+        self._digests = held.digests
+        self._spec_hashes = held.spec_hashes
         self._seen_cases: set[tuple[str, str]] = set()  # (framework, case id) the run wrote rows for
         self._problem: ResultsError | None = None
-        first_release: dict[str, str] = {}
-        for r in iter_results(baseline_dir):
-            one_release(r, first_release, str(Path(baseline_dir) / "results.jsonl"), "--baseline",
-                        "give as the baseline a run (or merge) of one release per framework")
-            self._before[_key(r)] = _state(r)
-            self._digests[r.case_id] = r.case_digest
-            self._spec_hashes.add(r.spec_hash)
 
     def add(self, r: Result) -> str:
         """Classify one row: `new`, `fixed`, `changed`, `lost`, `unchanged` or `added`."""
         if self._problem is None:
             self._problem = self._mismatch(r)
         self._seen_cases.add((r.framework, r.case_id))
-        old = self._before.pop(_key(r), None)
-        now = _state(r)
+        old = self._before.pop(r.key, None)
+        now = row_state(r)
         diverges = r.verdict.is_divergence
-        item = (_key(r), old, now, r.is_accepted)
+        item = (r.key, old, now, r.is_accepted)
         diff = self.diff
         if old is None:
             diff.added += 1
@@ -171,10 +156,10 @@ class BaselineComparison:
         return None
 
 
-def compare(rows: Iterable[Result], baseline_dir: str | Path, scope: Scope | None = None) -> BaselineDiff:
-    """Classify every current row against the baseline run in `baseline_dir` (see BaselineComparison); without
-    a `scope`, every baseline row not seen counts as not checked."""
-    comparison = BaselineComparison(baseline_dir)
+def compare(rows: Iterable[Result], baseline: str | Path, scope: Scope | None = None) -> BaselineDiff:
+    """Classify every current row against the baseline (see BaselineComparison); without a `scope`, every
+    baseline row not seen counts as not checked."""
+    comparison = BaselineComparison(baseline)
     for r in rows:
         comparison.add(r)
     return comparison.finish(scope or Scope())
@@ -205,11 +190,9 @@ def render_baseline_markdown(diff: BaselineDiff, listed: int = 200) -> list[str]
     return out
 
 
-def one_release(row: Result, first_release: dict[str, str], file: str, where: str, fix: str) -> None:
-    """A baseline compares a call with the same call of another release: each side may hold one release of a
-    framework (two would make one key two rows). Raises ResultsError at a framework's second release."""
-    first = first_release.setdefault(row.framework, row.framework_version)
-    if row.framework_version != first:
-        raise ResultsError(f"these results hold two releases of {row.framework} ({first} and "
-                           f"{row.framework_version}): a baseline compares one call with the same call of one "
-                           "release", file=file, where=where, fix=fix)
+def baseline_rows(path: str | Path, spec_hash: str, seed: int, where: str = "--baseline") -> dict[Key, BaselineRow]:
+    """The baseline's rows by key (`verdict`, `cause`), checked to be of this spec and drawn with this seed:
+    what the pytest plugin compares each item with."""
+    held = load_baseline(path, where)
+    check_baseline_draw(held, spec_hash, seed, where)
+    return held.rows()

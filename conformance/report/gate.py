@@ -80,6 +80,12 @@ class Decision:
     details: dict[str, list[str]] = field(default_factory=dict)
     gates: tuple[str, ...] = ()
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # what each check counted: its line's figures
+    names: dict[str, str] = field(default_factory=dict)  # a failed gate's line -> the gate that failed it
+
+    def fail(self, line: str, name: str) -> None:
+        """Add a failed gate's line, and the gate's name (junit.xml's test name for it)."""
+        self.lines.append(line)
+        self.names[line] = name
 
     @property
     def outcome(self) -> str:
@@ -119,6 +125,17 @@ class Decision:
     def text(self, line: str) -> str:
         """A failed gate's line with what failed it, one item a line (junit.xml's failure)."""
         return "\n".join([line, *(f"  {detail}" for detail in self.details.get(line, ()))])
+
+    def named(self) -> list[tuple[str, str]]:
+        """Each failed gate as (its name, its text), a name that recurs numbered from its second: junit.xml's
+        failing tests."""
+        seen: Counter = Counter()
+        named = []
+        for line in self.lines:
+            name = self.names.get(line, "gate")
+            seen[name] += 1
+            named.append((name if seen[name] == 1 else f"{name} ({seen[name]})", self.text(line)))
+        return named
 
 
 def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | None:
@@ -263,7 +280,9 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
     decision = Decision(gates=gates.flags)
     broken = damaged(manifests, tally)
     if broken:  # not gated: what its rows are missing cannot be judged
-        decision.lines, decision.code = broken, EXIT_INCOMPLETE
+        for line in broken:
+            decision.fail(line, "damaged run")
+        decision.code = EXIT_INCOMPLETE
         return decision
     if baseline_diff is not None:
         decision.counts["baseline"] = {"new": len(baseline_diff.new), "changed": len(baseline_diff.changed),
@@ -273,7 +292,8 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         decision.counts["known"] = {"accepted": sum(tally.known.values())}
         decision.counts["known entries"] = {"matched": sum(1 for a in known.audit() if a.status == "matched"),
                                             "not exercised": len(not_exercised), "stale": len(stale)}
-        decision.lines += [known.stale_message(a) for a in stale]
+        for a in stale:
+            decision.fail(known.stale_message(a), f"--known: stale entry {a.entry.id!r}")
         decision.notes += [known.not_exercised_message(a) for a in not_exercised]
     if gates.strict:  # a fallback row is what was not checked, not a finding: `incomplete` says it
         targets = Counter({t: n - tally.fallback[t] for t, n in tally.undocumented.items() if n - tally.fallback[t]})
@@ -283,7 +303,7 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
             defects = sum(1 for d in tally.defects.ordered(UNDOCUMENTED) if set(d.verdicts) != {Verdict.FALLBACK.value})
             line = (f"--strict: {unaccepted} divergences neither documented nor known "
                     f"({_many(len(targets), 'target')}, {_many(defects, 'defect')})")
-            decision.lines.append(line)
+            decision.fail(line, "--strict")
             decision.details[line] = _named(targets, "targets") + short_summary(tally, NAMED, accepted=False)
     if gates.fail_on_new and baseline_diff is not None and baseline_diff.failing:
         failing = baseline_diff.failing
@@ -293,13 +313,14 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
                 f"{baseline_diff.baseline}" + (f" and {lost} results lost (judged by the baseline; now unsupported, "
                                                "crashed or not written)" if lost else "")
                 + LISTED_IN_BASELINE_JSON)
-        decision.lines.append(line)
+        decision.fail(line, "--fail-on-new")
         decision.details[line] = _failing_details(failing, lost_keys)
     if decision.lines:
         decision.code = EXIT_GATE
     if gates.asked:
         missing = incomplete(manifests, tally)
-        decision.lines += [f"{gates.names}: {line}" for line in missing]
+        for line in missing:
+            decision.fail(f"{gates.names}: {line}", f"{gates.names}: not everything was judged")
         if missing and decision.code == EXIT_OK:
             decision.code = EXIT_INCOMPLETE
     else:  # said, never a failure without a gate (a matrix still writes its merged report)

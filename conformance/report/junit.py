@@ -65,16 +65,17 @@ class JunitWriter:
         self._counts[name]["tests"] += 1
         self._counts[name][kind] += kind is not None
 
-    def add_gate(self, lines: list[str]) -> None:
-        """Each failed gate as a failing testcase, so the dashboard is red whenever the exit code is not 0: its
-        first line is the message, the whole text (what failed it) the body."""
+    def add_gate(self, failed: list[tuple[str, str]]) -> None:
+        """Each failed gate, given as (its name, its text), as a failing testcase named after it, so the dashboard
+        is red whenever the exit code is not 0: its text's first line is the message, the whole text (what
+        failed it) the body."""
         name = "kl-conformance.gate"
-        for i, line in enumerate(lines, start=1):
+        for gate, line in failed:
             if name not in self._files:
                 self._files[name] = open(Path(self._tmp.name) / "gate.xml", "w+", encoding="utf-8")
                 self._suites[name] = quoteattr(name)
-            element = (f"    <testcase classname={self._suites[name]} name=\"gate {i}\" time=\"0\">\n      "
-                       f"{_child('failure', 'gate', line.split(chr(10))[0][:500], line)}\n    </testcase>\n")
+            element = (f"    <testcase classname={self._suites[name]} name={quoteattr(_text(gate))} time=\"0\">\n"
+                       f"      {_child('failure', 'gate', line.split(chr(10))[0][:500], line)}\n    </testcase>\n")
             self._write(name, element, "failures")
 
     def close(self, write: bool = True) -> None:

@@ -20,7 +20,7 @@ from conformance.core.errors import ResultsError
 from conformance.core.model import key_label
 from conformance.core.results import RESULTS_FILE, iter_details, iter_results
 from conformance.core.rundirs import load_manifests, other_spec
-from conformance.report.baseline import one_release
+from conformance.report.baselinefile import load_baseline, one_release
 
 
 def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bool = False,
@@ -80,18 +80,17 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
 
 def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], spec_hash: str,
                     rebaseline: str) -> None:
-    """The baseline must be readable, of the same spec, and hold the same content under each shared id."""
-    results = baseline / RESULTS_FILE
-    first_release: dict[str, str] = {}
-    for row in iter_results(baseline):
-        one_release(row, first_release, str(results), "--baseline",
-                     "give as the baseline a run (or merge) of one release per framework")
-        if row.spec_hash != spec_hash:
-            raise other_spec(row.spec_hash, spec_hash, str(baseline), "--baseline", rebaseline)
-        mine = first_digest.get(row.case_id)
-        if mine is not None and mine[0] != row.case_digest:
+    """The baseline (a run's directory or its compact file) must be readable, of the same spec, and hold the
+    same content under each shared id."""
+    held = load_baseline(baseline)
+    for found in sorted(held.spec_hashes):
+        if found != spec_hash:
+            raise other_spec(found, spec_hash, str(baseline), "--baseline", rebaseline)
+    for case_id, digest in held.digests.items():
+        mine = first_digest.get(case_id)
+        if mine is not None and mine[0] != digest:
             raise ResultsError(f"the baseline holds other values for this case than {mine[1]} (case digest "
-                               f"{row.case_digest} against {mine[0]}): another --seed or another version of its "
-                               "case file", file=str(results), where=f"case {row.case_id!r}",
+                               f"{digest} against {mine[0]}): another --seed or another version of its "
+                               "case file", file=held.shown, where=f"case {case_id!r}",
                                fix="compare runs made with the same --seed and case files")
 

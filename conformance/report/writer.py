@@ -109,7 +109,7 @@ class ReportFeed:
             self.known.judge_scope(scope)
         decision = decide(self.gates, self._tally, manifests, diff, self.known)
         writer = self._writer()
-        writer.add_gate([decision.text(line) for line in decision.lines])
+        writer.add_gate(decision.named())
         writer.close()
         self._junit = None
         return self._tally, diff, decision

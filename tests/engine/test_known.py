@@ -17,13 +17,13 @@ def _load(tmp_path, text):
 
 @pytest.mark.parametrize("text, where, words", [
     ("{id: a}\n", None, "expected a YAML list of entries"),
-    ("- just-a-string\n", "entry 0", "expected a mapping"),
-    ("- {id: a, case_id: '*'}\n", "entry 0, field 'reason'", "missing field 'reason'"),
-    ("- {id: a, case_id: '*', reason: r, colour: red}\n", "entry 0, field 'colour'", "unknown field 'colour'"),
-    ("- {id: a, case_id: '*', reason: r, part: fwd}\n", "entry 0, field 'part'", "unknown part 'fwd'"),
-    ("- {id: a, case_id: '*', reason: r, verdict: pass}\n", "entry 0, field 'verdict'", "not a divergence verdict"),
-    ("- {id: a, case_id: 5, reason: r}\n", "entry 0, field 'case_id'", "non-empty string"),
-    ("- {id: a, case_id: '*', reason: r}\n- {id: a, case_id: 'x', reason: r}\n", "entry 1, field 'id'",
+    ("- just-a-string\n", "entry 1", "expected a mapping"),
+    ("- {id: a, case_id: '*'}\n", "entry 1, field 'reason'", "missing field 'reason'"),
+    ("- {id: a, case_id: '*', reason: r, colour: red}\n", "entry 1, field 'colour'", "unknown field 'colour'"),
+    ("- {id: a, case_id: '*', reason: r, part: fwd}\n", "entry 1, field 'part'", "unknown part 'fwd'"),
+    ("- {id: a, case_id: '*', reason: r, verdict: pass}\n", "entry 1, field 'verdict'", "not a divergence verdict"),
+    ("- {id: a, case_id: 5, reason: r}\n", "entry 1, field 'case_id'", "non-empty string"),
+    ("- {id: a, case_id: '*', reason: r}\n- {id: a, case_id: 'x', reason: r}\n", "entry 2, field 'id'",
      "duplicate id 'a'"),
     ("- {id: a, case_id: '*', reason: r, reason: s}\n", "line 1", "given twice"),
 ])
@@ -81,10 +81,18 @@ def test_stale_means_concerned_but_accepting_nothing(tmp_path):
     assert {a.entry.id: a.status for a in known.audit()} == \
         {"fixed": "stale", "elsewhere": "not in these results", "live": "matched"}
     assert [a.entry.id for a in known.stale()] == ["fixed"]
-    assert "entry 0 (id 'fixed'): stale: matches none of the 2 results it concerns" in \
+    assert "entry 1 (id 'fixed'): stale: matches none of the 2 results it concerns" in \
         known.stale_message(known.stale()[0])
 
 
 def test_an_empty_list_is_a_valid_file(tmp_path):
     _, known = _load(tmp_path, "[]\n")
     assert known.entries == [] and known.mark(make_result(verdict="value")).known_by == ()
+
+
+def test_entries_are_numbered_from_1_as_a_user_counts_them(tmp_path):
+    """Messages said "entry 2" of a file's third item: they count from 1, as an editor's reader does."""
+    path = tmp_path / "known.yaml"
+    path.write_text("- {id: a, case_id: '*', reason: r}\n- {id: b, case_id: '*', reason: r}\n- {id: c, case_id: '*'}\n")
+    with pytest.raises(KnownFileError, match=r": entry 3, field 'reason': missing field 'reason'"):
+        load_known(path)

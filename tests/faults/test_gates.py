@@ -111,7 +111,7 @@ def test_a_stale_known_entry_fails_and_is_named(tmp_path, capsys):
     known = _known(tmp_path, ACCEPT_NAN)
     assert _run(tmp_path, "WrongShapeAdapter", "--known", known) == 1
     err = capsys.readouterr().err
-    assert f"{known}: entry 0 (id 'nan-on-the-fault'): stale: matches none of the 1 results it concerns" in err
+    assert f"{known}: entry 1 (id 'nan-on-the-fault'): stale: matches none of the 1 results it concerns" in err
     assert "another-framework" not in err
     (row,) = [r for r in iter_results(tmp_path / "out") if r.case_id == "the-fault"]
     assert row.verdict.value == "shape" and row.known_by == ()
@@ -176,3 +176,19 @@ def test_a_baseline_of_another_spec_is_refused_with_how_to_rebaseline(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "another spec (hash fedcba9876543210)" in err and "re-baseline" in err
     assert not (tmp_path / "new").exists()
+
+
+def test_junit_names_each_failed_gate_after_the_gate(tmp_path):
+    """junit.xml named them "gate 1", "gate 2": a dashboard showed which failed only in the message."""
+    import xml.etree.ElementTree as ET
+
+    def gate_tests(out):
+        suite = ET.parse(tmp_path / out / "junit.xml").getroot().find("testsuite[@name='kl-conformance.gate']")
+        return [(t.get("name"), t.find("failure").get("message")) for t in suite.findall("testcase")]
+
+    assert _run(tmp_path, "WrongShapeAdapter", "--strict", "--known", _known(tmp_path, ACCEPT_NAN)) == 1
+    tests = gate_tests("out")
+    assert [name for name, _ in tests] == ["--known: stale entry 'nan-on-the-fault'", "--strict"]
+    assert "stale" in tests[0][1] and tests[1][1].startswith("--strict: 1 divergences")
+    assert _run(tmp_path, "UnloadableAdapter", "--strict", out="not-run") == 3
+    assert [name for name, _ in gate_tests("not-run")] == ["--strict: not everything was judged"]

@@ -93,7 +93,7 @@ def test_no_known_entry_accepts_a_fallback(tmp_path, capsys):
     known.write_text("- {id: ran-eagerly, case_id: the-fault, verdict: fallback, reason: compiles slowly}\n")
     assert _run(tmp_path, "FallbackModeAdapter", "--mode", "traced", "--known", str(known), out="refused") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "entry 0, field 'verdict'" in err[0] and "no entry accepts 'fallback'" in err[0]
+    assert len(err) == 1 and "entry 1, field 'verdict'" in err[0] and "no entry accepts 'fallback'" in err[0]
     known.write_text("- {id: ran-eagerly, case_id: the-fault, mode: '*', reason: compiles slowly}\n")
     assert _run(tmp_path, "FallbackModeAdapter", "--mode", "traced", "--known", str(known), out="kept") == 3
     assert not any(r.known_by for r in iter_results(tmp_path / "kept"))

@@ -1,0 +1,133 @@
+"""The compact baseline file (`--write-baseline FILE`, read by `--baseline FILE`): the gates decide with it
+exactly as with the run's directory, its bytes depend only on the rows, and a file that is not one is refused
+in one line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from conformance import api
+from conformance.cli import main
+from conformance.core.errors import ConformanceError
+
+ADAPTERS = "tests.faults.adapters:"
+# Judged first by PlantedBugsAdapter (the baseline), then by MixedFaultAdapter (the first four) and NoKernelAdapter
+# (the last): "ok-same" passes both times; "off-fixed" is off by one, then honest (fixed); "fault-nan-new" is
+# honest, then NaN (new); "fault-ieee-changed" is NaN where its target is 0, then off by one (changed);
+# "after-lost" is honest, then has no kernel (lost).
+FIRST = """
+- {id: ok-same, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}
+- {id: off-fixed, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, dtype: float64}
+- {id: fault-nan-new, input: [[-0.5, -1.5]], target: [[0.5, 0.5]], reduction: none, dtype: float64}
+- {id: fault-ieee-changed, input: [[-0.5, -1.5]], target: [[0.0, 1.0]], reduction: sum, dtype: float64}
+"""
+LAST = """
+- {id: after-lost, input: [[-0.5, -1.5]], target: [[0.5, 0.5]], reduction: mean, dtype: float64}
+"""
+
+
+def _run(tmp_path, adapter, case_text, out, *extra):
+    cases = tmp_path / f"{out}.yaml"
+    cases.write_text(case_text)
+    return main(["run", "--framework", ADAPTERS + adapter, "--cases", str(cases), "--suite", "none",
+                 "--out", str(tmp_path / out), "--no-progress", "--no-repro", *extra])
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """The baseline run (with its compact file) and the two runs gated against it."""
+    assert _run(tmp_path, "PlantedBugsAdapter", FIRST + LAST, "accepted", "--write-baseline",
+                str(tmp_path / "baseline" / "numpy.jsonl.gz")) == 0
+    assert _run(tmp_path, "MixedFaultAdapter", FIRST, "now") == 0
+    assert _run(tmp_path, "NoKernelAdapter", LAST, "now-lost") == 0
+    return tmp_path
+
+
+def _gated_report(tmp_path, baseline, out):
+    code = main(["report", str(tmp_path / "now"), str(tmp_path / "now-lost"), "--out", str(tmp_path / out),
+                 "--baseline", str(baseline), "--fail-on-new"])
+    diff = json.loads((tmp_path / out / "baseline.json").read_text())
+    decision = json.loads((tmp_path / out / "summary.json").read_text())["decision"]
+    junit = (tmp_path / out / "junit.xml").read_text()
+    return code, {k: v for k, v in diff.items() if k != "baseline"}, \
+        json.dumps(decision).replace(str(baseline), "BASELINE"), junit.replace(str(baseline), "BASELINE")
+
+
+def test_the_gates_decide_with_the_compact_file_as_with_the_run_directory(runs, capsys):
+    """New, changed, fixed and lost rows: the same exit code, baseline.json, decision and junit.xml."""
+    file = runs / "baseline" / "numpy.jsonl.gz"
+    with_dir = _gated_report(runs, runs / "accepted", "with-dir")
+    with_file = _gated_report(runs, file, "with-file")
+    code, diff, _, _ = with_dir
+    assert code == 1
+    assert {kind: [item["case_id"] for item in diff[kind]] for kind in ("new", "changed", "fixed", "lost")} == \
+        {"new": ["fault-nan-new"], "changed": ["fault-ieee-changed"], "fixed": ["off-fixed"], "lost": ["after-lost"]}
+    assert with_file == with_dir
+    # and `run --baseline FILE`, and the API
+    assert _run(runs, "MixedFaultAdapter", FIRST, "run-dir", "--baseline", str(runs / "accepted"),
+                "--fail-on-new") == 1
+    assert _run(runs, "MixedFaultAdapter", FIRST, "run-file", "--baseline", str(file), "--fail-on-new") == 1
+    for out in ("run-dir", "run-file"):
+        diff = json.loads((runs / out / "baseline.json").read_text())
+        assert [item["case_id"] for item in diff["failing"]] == ["fault-nan-new", "fault-ieee-changed"]
+    by_dir = api.gate([runs / "now", runs / "now-lost"], fail_on_new=True, baseline=runs / "accepted")
+    by_file = api.gate([runs / "now", runs / "now-lost"], fail_on_new=True, baseline=file)
+    assert (by_file.code, by_file.counts) == (by_dir.code, by_dir.counts) == (1, by_dir.counts)
+    assert [line.replace(str(file), "B") for line in by_file.lines] == \
+        [line.replace(str(runs / "accepted"), "B") for line in by_dir.lines]
+    # what the pytest plugin compares each item with
+    from conformance.report.baseline import baseline_rows
+
+    assert baseline_rows(file, api.load_spec().hash, 0) == baseline_rows(runs / "accepted", api.load_spec().hash, 0)
+
+
+def test_the_same_rows_give_the_same_bytes(runs):
+    """A refresh that changed nothing commits no diff: no time in the gzip header, rows in a fixed order."""
+    again = runs / "again.jsonl.gz"
+    assert main(["report", str(runs / "accepted"), "--out", str(runs / "merged"), "--write-baseline",
+                 str(again)]) == 0
+    first = (runs / "baseline" / "numpy.jsonl.gz").read_bytes()
+    assert again.read_bytes() == first
+    assert first[4:8] == b"\0\0\0\0"  # gzip's MTIME
+    header = json.loads(gzip.decompress(first).splitlines()[0])
+    assert header["format"] == "kl-conformance baseline" and header["releases"].keys() == {"numpy-test"}
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"not gzip at all", "not a baseline file"),
+    (gzip.compress(b'{"format": "kl-conformance baseline", "format_version": 99, "spec_hash": null, '
+                   b'"seeds": [], "releases": {}}\n', mtime=0), "format version 99"),
+    (gzip.compress(b'{"rows": []}\n', mtime=0), "names no format"),
+    (gzip.compress(b"", mtime=0), "an empty file"),
+], ids=["not-gzip", "other-version", "no-header", "empty"])
+def test_a_file_that_is_not_a_baseline_is_refused_in_one_line(runs, capsys, content, problem):
+    bad = runs / "bad.jsonl.gz"
+    bad.write_bytes(content)
+    assert _run(runs, "MixedFaultAdapter", FIRST, "refused", "--baseline", str(bad), "--fail-on-new") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and problem in err[0] and "--write-baseline FILE" in err[0], err
+    assert not (runs / "refused").exists()
+    with pytest.raises(ConformanceError, match=problem):
+        api.gate(runs / "now", fail_on_new=True, baseline=bad)
+    # a cut file (its gzip trailer lost)
+    whole = (runs / "baseline" / "numpy.jsonl.gz").read_bytes()
+    bad.write_bytes(whole[:-6])
+    assert main(["report", str(runs / "now"), "--out", str(runs / "refused"), "--baseline", str(bad)]) == 2
+    assert "not a baseline file" in capsys.readouterr().err and not (runs / "refused").exists()
+
+
+def test_write_baseline_inside_the_output_directory_is_refused(runs, capsys):
+    assert _run(runs, "MixedFaultAdapter", FIRST, "inside", "--write-baseline", str(runs / "inside" / "b.gz")) == 2
+    err = capsys.readouterr().err
+    assert "--write-baseline" in err and "inside the output directory" in err and not (runs / "inside").exists()
+
+
+def test_write_baseline_in_a_folder_that_cannot_be_made_is_refused_before_the_run(runs, capsys):
+    (runs / "a-file").write_text("")
+    assert _run(runs, "MixedFaultAdapter", FIRST, "blocked", "--write-baseline", str(runs / "a-file" / "b.gz")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--write-baseline" in err[0] and "cannot be written" in err[0], err
+    assert not (runs / "blocked").exists()
