@@ -150,15 +150,10 @@ class _Suite:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _baseline_rows(self) -> dict:
-        from conformance.arguments import check_baseline_draw
-        from conformance.core.errors import UsageError
-        from conformance.core.results import RESULTS_FILE, iter_results
+        from conformance.report.baseline import baseline_rows
 
-        if not (Path(self.baseline) / RESULTS_FILE).is_file():
-            raise UsageError("no results.jsonl in the baseline directory", file=self.baseline, where="--kl-baseline",
-                             fix="pass the --out directory of an earlier run")
-        check_baseline_draw(Path(self.baseline), self.spec.hash, self.selection.seed)  # the same cases under its ids
-        return {r.key: r for r in iter_results(self.baseline)}
+        # a run's directory or its --write-baseline file, of this spec and seed (the same cases under its ids)
+        return baseline_rows(self.baseline, self.spec.hash, self.selection.seed, where="--kl-baseline")
 
     def _pool(self, name: str):
         from conformance.judge.refcache import default_cache_dir

@@ -150,6 +150,15 @@ def test_a_baseline_xfails_what_is_unchanged_and_fails_what_changed(project):
     code, output, outcomes = _pytest(project, *args, "other")
     assert code == 1 and outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "failure", output
     assert "kl-conformance: baseline: 0 new, 1 changed, 0 fixed, 0 lost; gate failed (--fail-on-new)" in output
+    # the same decisions with the baseline's compact file (--write-baseline)
+    assert main(["report", str(project / "other"), "--out", str(project / "merged"), "--write-baseline",
+                 str(project / "other.jsonl.gz")]) == 0
+    code, output, by_file = _pytest(project, *args, "other.jsonl.gz")
+    assert code == 1 and by_file == outcomes, output
+    assert "kl-conformance: baseline: 0 new, 1 changed, 0 fixed, 0 lost; gate failed (--fail-on-new)" in output
+    (project / "bad.jsonl.gz").write_bytes(b"not a baseline")
+    code, output, _ = _pytest(project, *args, "bad.jsonl.gz")
+    assert code == 4 and "bad.jsonl.gz: --kl-baseline: not a baseline file" in output, output
 
 
 COUNTED = "tests.faults.adapters:CountedTwoApiAdapter"
