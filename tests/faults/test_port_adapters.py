@@ -109,7 +109,10 @@ def test_case_inputs_are_the_cases_values_in_its_dtype_and_layout(layout):
 
 def test_the_helpers_state_the_spec_upstream_gradient_and_refuse_bfloat16():
     """upstream_gradient is the spec's (gradients.upstream: 1.25 for a scalar, 0.75 + 0.125 * (i mod 5));
-    numpy_tensor says NumPy has no bfloat16 rather than make another dtype."""
+    numpy_tensor says NumPy has no bfloat16 rather than make another dtype; every name PORT_HELPERS lists exists."""
+    from conformance.adapters import port
+
+    assert all(hasattr(port, name) for name in port.PORT_HELPERS)
     assert upstream_gradient(()) == 1.25
     assert upstream_gradient((2, 3)).tolist() == [[0.75, 0.875, 1.0], [1.125, 1.25, 0.75]]
     with pytest.raises(ValueError, match="NumPy has no bfloat16"):
