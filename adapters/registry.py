@@ -59,7 +59,7 @@ def get_adapter(name: str) -> Adapter:
         raise unknown_framework(name)
     target = known_adapters().get(name, name)
     module_name, _, attr = target.partition(":")
-    obj = getattr(_imported(module_name, name), attr, None) if attr.isidentifier() else None
+    obj = getattr(_imported(module_name, name), attr, None)  # any text: a module's __getattr__ may make the name
     if obj is None:
         raise UsageError(f"module {module_name!r} has no {attr!r} (--framework {name!r})", where="--framework",
                          fix=f"name an Adapter class or a kl_div function defined in {module_name} after the colon")
