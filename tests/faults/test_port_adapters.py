@@ -183,3 +183,14 @@ def test_the_ports_guide_examples_run_as_written(tmp_path):
     assert {r.reduction for r in rows if r.verdict.value != "pass"} == {"batchmean"}
     assert {r.part for r in rows if r.verdict.value != "pass"} == {"forward", "grad_input", "grad_target"}
     assert all(r.verdict.value == "pass" for r in rows if r.reduction != "batchmean")
+
+
+def test_the_selftest_of_a_function_finds_its_gradient_faults_not_applicable(tmp_path, capsys):
+    """A function is judged for the forward only: the self-test's gradient variants have no call to plant into
+    and say so, instead of failing as "planted nothing"; a forward variant still plants and is flagged."""
+    variants = [w for v in ("zero_gradient", "missing_gradient", "upstream_dropped", "sign_error") for w in ("--variant", v)]
+    code = main(["selftest", "--framework", HERE + "kl_div", *variants, *ONLY, "--out", str(tmp_path / "st"),
+                 "--no-cache"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    assert out.count("no API of tests has gradients") == 3
