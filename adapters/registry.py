@@ -59,9 +59,10 @@ def get_adapter(name: str) -> Adapter:
         raise unknown_framework(name)
     target = known_adapters().get(name, name)
     module_name, _, attr = target.partition(":")
-    obj = getattr(_imported(module_name, name), attr, None)  # any text: a module's __getattr__ may make the name
+    origin = "" if target == name else f" (framework {name!r} is {target!r})"  # a registered name
+    obj = getattr(_imported(module_name, origin), attr, None)  # any text: a module's __getattr__ may make the name
     if obj is None:
-        raise UsageError(f"module {module_name!r} has no {attr!r} (--framework {name!r})", where="--framework",
+        raise UsageError(f"module {module_name!r} has no {attr!r}{origin}", where="--framework",
                          fix=f"name an Adapter class or a kl_div function defined in {module_name} after the colon")
     if inspect.isclass(obj):
         validate_adapter(obj, source=module_name)
@@ -73,17 +74,17 @@ def get_adapter(name: str) -> Adapter:
     return type(f"FunctionAdapter({target})", (FunctionAdapter,), {"function": target})()
 
 
-def _imported(module_name: str, name: str):
+def _imported(module_name: str, origin: str):
     """The module an adapter or function is named from; a module that does not exist and one whose own import
     fails are told apart (the fixes differ)."""
     if not all(part.isidentifier() for part in module_name.split(".")):
-        raise UsageError(f"{module_name!r} is not a module path (--framework {name!r})", where="--framework",
+        raise UsageError(f"{module_name!r} is not a module path{origin}", where="--framework",
                          fix="write package.module:AdapterClass or package.module:function")
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
-            raise UsageError(f"no module named {module_name!r} (--framework {name!r})", where="--framework",
+            raise UsageError(f"no module named {module_name!r}{origin}", where="--framework",
                              fix="check the module path: the module must be importable here (installed, or on "
                                  "PYTHONPATH: PYTHONPATH=. for one in the current directory)") from None
         failure = exc
@@ -91,7 +92,7 @@ def _imported(module_name: str, name: str):
         failure = exc
     said = (str(failure).splitlines() or [""])[0][:300]
     raise UsageError(f"importing module {module_name!r} failed: {type(failure).__name__}"
-                     + (f": {said}" if said else "") + f" (--framework {name!r})", where="--framework",
+                     + (f": {said}" if said else "") + origin, where="--framework",
                      fix=f"install what {module_name} imports, or fix the module (--debug shows the traceback)"
                      ) from failure
 
