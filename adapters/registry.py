@@ -7,10 +7,12 @@ Adapters outside this repository register under the entry-point group
 from __future__ import annotations
 
 import importlib
+import inspect
 from importlib import metadata
 from pathlib import Path
 
 from conformance.adapters.base import Adapter, Api
+from conformance.adapters.port import FunctionAdapter, function_problem
 from conformance.core.errors import UsageError
 
 BUILTIN = {
@@ -39,24 +41,60 @@ def is_known(name: str) -> bool:
     return name in known_adapters() or ":" in name
 
 
+def unknown_framework(name: str, where: str = "--framework") -> UsageError:
+    """The error for a framework name that is neither registered nor a "module:name" path."""
+    return UsageError(f"unknown framework {name!r}", where=where,
+                      fix=f"use one of {sorted(known_adapters())}, package.module:AdapterClass or "
+                          "package.module:function (a kl_div of torch's signature on NumPy arrays)")
+
+
 def get_adapter(name: str) -> Adapter:
     """Instantiate and validate the adapter called `name` (its framework is not imported yet).
 
-    `name` is a registered framework name, or "package.module:Class" for an adapter
-    that is not registered (a private build, a test adapter).
+    `name` is a registered framework name, "package.module:Class" for an adapter that is not registered (a
+    private build, a test adapter), or "package.module:function" for a function with torch's kl_div signature
+    on NumPy arrays, judged as a FunctionAdapter (adapters/port.py: the forward only).
     """
-    known = known_adapters()
-    if name not in known and ":" not in name:
-        raise UsageError(f"unknown framework {name!r}", where="--framework",
-                         fix=f"use one of {sorted(known)}, or package.module:AdapterClass")
-    module_name, _, class_name = known.get(name, name).partition(":")
+    if not is_known(name):
+        raise unknown_framework(name)
+    target = known_adapters().get(name, name)
+    module_name, _, attr = target.partition(":")
+    origin = "" if target == name else f" (framework {name!r} is {target!r})"  # a registered name
+    obj = getattr(_imported(module_name, origin), attr, None)  # any text: a module's __getattr__ may make the name
+    if obj is None:
+        raise UsageError(f"module {module_name!r} has no {attr!r}{origin}", where="--framework",
+                         fix=f"name an Adapter class or a kl_div function defined in {module_name} after the colon")
+    if inspect.isclass(obj):
+        validate_adapter(obj, source=module_name)
+        return obj()
+    problem = function_problem(target, obj)
+    if problem is not None:
+        raise UsageError(f"{attr} {problem}", file=module_name, where=attr,
+                         fix="name a function of torch's signature, or an Adapter class (docs/guide/ports.md)")
+    return type(f"FunctionAdapter({target})", (FunctionAdapter,), {"function": target})()
+
+
+def _imported(module_name: str, origin: str):
+    """The module an adapter or function is named from; a module that does not exist and one whose own import
+    fails are told apart (the fixes differ)."""
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise UsageError(f"{module_name!r} is not a module path{origin}", where="--framework",
+                         fix="write package.module:AdapterClass or package.module:function")
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot load adapter {name!r} ({exc})", where="--framework",
-                         fix="check the module path and class name") from None
-    validate_adapter(cls, source=module_name)
-    return cls()
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
+            raise UsageError(f"no module named {module_name!r}{origin}", where="--framework",
+                             fix="check the module path: the module must be importable here (installed, or on "
+                                 "PYTHONPATH: PYTHONPATH=. for one in the current directory)") from None
+        failure = exc
+    except Exception as exc:  # the module exists, and its own code raised
+        failure = exc
+    said = (str(failure).splitlines() or [""])[0][:300]
+    raise UsageError(f"importing module {module_name!r} failed: {type(failure).__name__}"
+                     + (f": {said}" if said else "") + origin, where="--framework",
+                     fix=f"install what {module_name} imports, or fix the module (--debug shows the traceback)"
+                     ) from failure
 
 
 def validate_adapter(cls: type, source: str) -> None:

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Sequence, Union
 import numpy as np
 
 from conformance.adapters.base import Adapter
-from conformance.adapters.registry import get_adapter, is_known, known_adapters
+from conformance.adapters.registry import get_adapter, is_known, unknown_framework
 from conformance.arguments import check_gate_options
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
@@ -109,8 +109,7 @@ def framework_name(framework: FrameworkLike) -> str:
     importable by that path and take no arguments."""
     if isinstance(framework, str):
         if not is_known(framework):
-            raise UsageError(f"unknown framework {framework!r}", where="framework",
-                             fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
+            raise unknown_framework(framework, where="framework")
         return framework
     cls = framework if isinstance(framework, type) else type(framework)
     if not issubclass(cls, Adapter):

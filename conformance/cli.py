@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from conformance.adapters.registry import get_adapter, is_known, known_adapters
+from conformance.adapters.registry import get_adapter, is_known, known_adapters, unknown_framework
 from conformance.arguments import (REBASELINE, case_selection, check_gate_options, gates_of, inputs_of, like_marks,
                                    no_case_matches)
 from conformance.cases.generate import DEFAULT_SEED
@@ -109,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run cases through a framework and write results and a report")
     run.add_argument("--framework", required=True, metavar="NAME",
                      help="a registered adapter name (e.g. torch, or one an installed package registers by entry "
-                          "point), or package.module:Class for an adapter class importable from here (a port, a "
-                          "private build)")
+                          "point), package.module:Class for an adapter class importable from here (a port, a "
+                          "private build), or package.module:function for a kl_div of torch's signature on NumPy "
+                          "arrays (forward only; docs/guide/ports.md)")
     OPTIONS["api"].add_to(run, metavar=None, help="API dotted name (repeatable; default all)")
     OPTIONS["device"].add_to(run, metavar=None, help="device (repeatable; default all present)")
     OPTIONS["mode"].add_to(run, help="how the calls are made: eager, or a compiled or graph mode the adapter "
@@ -223,8 +224,7 @@ def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
     from conformance.run.worker import WorkerUnavailable
 
     if args.framework is not None and not is_known(args.framework):
-        raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
-                         fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
+        raise unknown_framework(args.framework)
     names = [args.framework] if args.framework is not None else sorted(known_adapters())
     adapters = {name: get_adapter(name) for name in names}
     pools = {name: WorkerPool(name) for name in names}
@@ -295,8 +295,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
             raise UsageError("--all needs --from RUN_DIR", where="--all", fix="pass the run directory with --from")
         progress = (lambda done, total: print(f"progress {done} {total}", flush=True)) if args.progress else None
         if args.framework and not is_known(args.framework):
-            raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
-                             fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
+            raise unknown_framework(args.framework)
         folder = GeneratedFolder(args.all_to, "kl-conformance repro --all", option="--all")
         try:
             count, _ = write_all(args.run_dir, spec, folder,
@@ -311,8 +310,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
         raise UsageError("repro needs CASE_ID and --framework (or --all OUT_DIR --from RUN_DIR)",
                          where="command line", fix="see `kl-conformance repro --help`")
     if not is_known(args.framework):
-        raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
-                         fix=f"use one of {sorted(known_adapters())}")
+        raise unknown_framework(args.framework)
     source = CaseSource(args.run_dir, args.case_file, args.seed, memory_budget_mb=args.memory_budget_mb)
     sys.stdout.write(write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
                                   minimize=not args.no_minimize, mode=args.mode))
@@ -324,8 +322,7 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     from conformance.selftest import GATE_VARIANTS, VARIANTS, NotRun, run_selftest
 
     if not is_known(args.framework):
-        raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
-                         fix=f"use one of {sorted(known_adapters())}")
+        raise unknown_framework(args.framework)
     unknown = [v for v in args.variant if v not in VARIANTS and v not in GATE_VARIANTS]
     if unknown:
         raise UsageError(f"unknown variant {unknown[0]!r}", where="--variant",

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from conformance.adapters.registry import get_adapter, is_known, known_adapters
+from conformance.adapters.registry import get_adapter, is_known, unknown_framework
 from conformance.arguments import (cache_dir_of, case_selection, check_baseline_cases, check_gate_options, gates_of,
                                    inputs_of, like_marks, no_case_matches)
 from conformance.cases.generate import DEFAULT_SEED
@@ -50,8 +50,7 @@ REPRO_TIMEOUT_S = 900  # minimising a run's reproducers stops after this long
 
 def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | None = None) -> int:
     if not is_known(args.framework):
-        raise UsageError(f"unknown framework {args.framework!r}", where="--framework",
-                         fix=f"use one of {sorted(known_adapters())}, or package.module:AdapterClass")
+        raise unknown_framework(args.framework)
     if args.resume and args.force:
         raise UsageError("--resume and --force contradict each other", where="command line",
                          fix="--resume continues the run in --out; --force starts it again")

@@ -188,7 +188,17 @@ class WrongDivisor(Variant):
         return None
 
 
-class UpstreamDropped(Variant):
+class GradientVariant(Variant):
+    """A fault of a gradient: no call carries it where no API differentiates anything (a plain function,
+    `--framework module:function`, is judged for the forward only)."""
+
+    def not_applicable(self, adapter, ledger):
+        if not any(api.grads for api in adapter.apis):
+            return f"no API of {adapter.name} has gradients (its APIs differentiate no argument)"
+        return None
+
+
+class UpstreamDropped(GradientVariant):
     name, fault = "upstream_dropped", "a gradient ignores the gradient flowing into the loss (as if it were 1)"
     breaks = "gradients.upstream"
 
@@ -314,7 +324,7 @@ class WrongExceptionType(Variant):
         return Observation(exception_type="KeyError", exception_message=f"planted: {call.expected.error_id}")
 
 
-class MissingGradient(Variant):
+class MissingGradient(GradientVariant):
     name, fault = "missing_gradient", "autograd gives no gradient (None)"
 
     def plant(self, call):
@@ -323,7 +333,7 @@ class MissingGradient(Variant):
         return Observation(exception_type="MissingGradient", exception_message="planted: no gradient")
 
 
-class ZeroGradient(Variant):
+class ZeroGradient(GradientVariant):
     name, fault = "zero_gradient", "autograd gives zeros"
 
     def plant(self, call):
