@@ -93,13 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "an input of this command would be removed; without it a non-empty --out is refused")
 
     def add_port_options(p: argparse.ArgumentParser) -> None:  # a port judged like a framework (docs/guide/ports.md)
-        p.add_argument("--like", metavar="FRAMEWORK",
-                       help="judge a port against the spec as amended by FRAMEWORK's profile: a divergence its "
-                            "deviations document (on the API each port API mirrors) is documented as "
-                            "FRAMEWORK:<id>; the report counts them")
-        p.add_argument("--like-run", metavar="DIR",
-                       help="with --like: a recorded run of FRAMEWORK; the report marks which of the port's "
-                            "divergences it shares with FRAMEWORK's observed behaviour and which are its own")
+        OPTIONS["like"].add_to(p)
+        OPTIONS["like_run"].add_to(p)
+        p.add_argument("--fail-on-own", action="store_true",
+                       help="with --like-run: exit 1 if a divergence neither documented nor known is the port's "
+                            "own (not shared with FRAMEWORK's recorded run); with --strict, --strict on those only")
+        p.add_argument("--draft-shared", action="store_true",
+                       help="with --like-run: write issue drafts for the defects the port shares with FRAMEWORK's "
+                            "recorded run too (by default only for its own)")
 
     run = sub.add_parser("run", help="run cases through a framework and write results and a report")
     run.add_argument("--framework", required=True, metavar="NAME",
