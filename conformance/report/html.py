@@ -2,8 +2,9 @@
 
 The cross-framework matrix is coloured by verdict; filters narrow the matrix and the divergences by cause,
 framework, api, device, mode (where a report holds more than eager), part, dtype, reduction, family, verdict,
-documentation and, for a port judged with --like-run, shared or own. Divergences are grouped by cause, then verdict; each expands to its inputs, expected and actual
-values in their shape, the elements that differ highlighted, and its reproduction. Text from rows enters the page
+documentation and, for a port judged with --like-run, shared or own. Divergences are grouped by cause, then
+verdict; each expands to its inputs, expected and actual values in their shape, the elements that differ
+highlighted, and its reproduction. Text from rows enters the page
 escaped only, and a Content-Security-Policy lets no script run but the page's own (by its hash): markup that got
 in would stay inert. Reads rows, manifests and details only; never a framework or the reference.
 """

@@ -77,7 +77,8 @@ def divergence_counts(tally: Tally) -> str:
             f"{known} known")
 
 
-def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]], shared_drafts: bool = False) -> list[dict[str, Any]]:
+def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]],
+                 shared_drafts: bool = False) -> list[dict[str, Any]]:
     """summary.json's `defects`: each defect once, as the reports list them, with its draft where one is written."""
     spec = tally.spec()
     found = []
