@@ -269,7 +269,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     with OutDirLock() as lock:
         prepare_out_dir(out, force=args.force, lock=lock, inputs=inputs)
         written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known,
-                             gates=gates_of(args), like=like, modes=args.modes)
+                             gates=gates_of(args), like=like, modes=args.modes, shared_drafts=args.draft_shared)
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
     not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
     for line in written.summary:  # the undocumented causes, largest first, then the counts as the last line

@@ -6,7 +6,9 @@ A port's divergence is documented by the framework's profile when its documented
 profile's deviations ("<framework>:<id>", as the run's --like or the port profile's extends: gave it). It is
 shared when the recorded run has a divergence of the same case on the API the port's API mirrors, on the same
 device and part, with the same verdict and cause, and an observation that agrees within the port's bound (the
-same exception type for a raise; for values, the previews details.jsonl keeps). Reads rows and details only.
+same exception type for a raise; for values, the previews details.jsonl keeps). Each such row carries its mark
+(`like`: shared or own); a run's results.jsonl is written again with them once all its rows are there. Reads
+rows and details; never a framework or the reference.
 """
 
 from __future__ import annotations

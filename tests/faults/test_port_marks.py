@@ -144,6 +144,12 @@ def test_report_marks_the_rows_it_merges_and_gates_on_them(runs):
                  "--like-run", str(runs / "framework"), "--fail-on-own"]) == 1
     merged = {r.key: r.like for r in _divergent(runs / "merged")}
     assert merged == {r.key: r.like for r in _divergent(runs / "port")}
+    own = {r.defect for r in _divergent(runs / "merged") if r.like == "own" and not r.is_accepted}
+    every = {r.defect for r in _divergent(runs / "merged") if not r.is_accepted}
+    assert own < every and len(list((runs / "merged" / "issues").iterdir())) == len(own)
+    assert main(["report", str(runs / "unmarked"), "--out", str(runs / "merged-all"), "--like", "numpy-test",
+                 "--like-run", str(runs / "framework"), "--draft-shared"]) == 0
+    assert len(list((runs / "merged-all" / "issues").iterdir())) == len(every)
 
 
 def test_a_resumed_run_marks_its_earlier_rows(runs):
