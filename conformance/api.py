@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ import numpy as np
 
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter, is_known, unknown_framework
-from conformance.arguments import check_gate_options
+from conformance.arguments import check_gate_options, like_marks
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Verdict
@@ -47,6 +48,7 @@ from conformance.judge.refcache import default_cache_dir
 from conformance.options import API, OPTIONS, check_selection, spelled
 from conformance.report.gate import (EXIT_GATE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, LISTED_IN_BASELINE_JSON,
                                      Decision, Gates)
+from conformance.report.like import LikeMarks
 from conformance.report.provenance import check_runs
 from conformance.report.writer import ReportFeed
 from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, run_conformance
@@ -152,14 +154,17 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
         apis: Sequence[str] = (), devices: Sequence[str] = (), parts: Sequence[str] = (), modes: Sequence[str] = (),
         known: str | Path | KnownFindings | None = None, profiles: str | Path | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S, cache: bool = True, cache_dir: str | Path | None = None,
-        force: bool = False, spec: Spec | None = None) -> RunOutcome:
+        force: bool = False, like: str | None = None, like_run: str | Path | None = None,
+        spec: Spec | None = None) -> RunOutcome:
     """Run the selected cases through a framework and return the judged rows, as `kl-conformance run` does.
 
     The framework runs in the harness's worker process (a crash or a hang costs one case). With `out`, the
     rows are kept there (results.jsonl, details.jsonl, run.json; no report: `kl-conformance report OUT`
     writes one); without, in a temporary directory removed before returning. `known` marks the divergences a
     known-findings file accepts. `modes` are the modes the calls are made in (default eager; each row carries
-    its mode; a mode that cannot run here is not run, and the manifest's `modes_not_run` says why). Raises
+    its mode; a mode that cannot run here is not run, and the manifest's `modes_not_run` says why). `like` judges a
+    port as `--like` does (the framework's documented deviations apply), and with `like_run`, a recorded run of
+    that framework, each divergent row carries `like`: "shared" or "own" (`--like-run`). Raises
     ConformanceError (a UsageError, ...) for bad input, before anything
     is written; a framework that cannot load is no exception: `not_run` says why.
     """
@@ -171,8 +176,12 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
                                    (("api", apis), ("device", devices), ("part", parts), ("mode", modes)))
     _flags(cache=cache, force=force)
     known = _known(known)
-    for keyword, path in (("out", out), ("profiles", profiles), ("cache_dir", cache_dir)):
+    for keyword, path in (("out", out), ("profiles", profiles), ("cache_dir", cache_dir), ("like_run", like_run)):
         _path_or_none(path, keyword)
+    port = get_adapter(name)
+    where = Path(out) if out is not None else None
+    marks = _like_marks(spec, like, like_run, where, profiles=profiles,
+                        mirrors={port.name: port.mirrored()} if like is not None else None)
     chosen = list(select_cases(spec, selection))
     if not chosen:
         raise UsageError("no case matches the selection", where="selection",
@@ -180,14 +189,17 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     record = selection_record(selection, known, parts, apis, devices, get_adapter(name).name, modes)
     run_info = {key: record[key] for key in ("seed", "suite", "samples", "only", "shard")}
     run_info.update(case_files=list(selection.case_files), known=known.source if known else None,
-                    selection=record, command=f"conformance.api.run({name!r})")
-    where = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="kl-conformance-")) / "run"
+                    selection=record, command=f"conformance.api.run({name!r})",
+                    **({"mirrors": port.mirrored()} if like is not None else {}))
+    where = where or Path(tempfile.mkdtemp(prefix="kl-conformance-")) / "run"
     options = RunOptions(apis=apis, devices=devices, modes=modes, parts=parts, timeout_s=timeout_s,
                          memory_budget_mb=selection.memory_budget_mb, force=force, known=known,
-                         profiles_dir=Path(profiles) if profiles else None,
+                         profiles_dir=Path(profiles) if profiles else None, like=like,
                          cache_dir=None if not cache else Path(cache_dir) if cache_dir else default_cache_dir())
     try:
         summary = run_conformance(spec, name, chosen, where, options, run_info=run_info)
+        if marks is not None:
+            marks.write_marks(where)
         rows = list(iter_results(where)) if (where / "results.jsonl").is_file() else []
         manifest = read_manifest(where)
     finally:
@@ -265,12 +277,13 @@ def _observation(observed: Any, dtype: str | None, warnings: tuple[str, ...]) ->
 @_in_api_words
 def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new: bool = False,
          baseline: str | Path | None = None, known: str | Path | KnownFindings | None = None,
+         like: str | None = None, like_run: str | Path | None = None, fail_on_own: bool = False,
          spec: Spec | None = None) -> Decision:
     """The exit decision the CLI takes for these runs under these gates (`run` or `report` with --strict,
-    --fail-on-new, --baseline, --known): `code` (EXIT_OK, EXIT_GATE, EXIT_INCOMPLETE), the `lines` that say
-    why a gate failed, and the `notes` that inform without failing. `runs` are RunOutcomes or run (or
-    merged) directories. Writes nothing."""
-    _flags(strict=strict, fail_on_new=fail_on_new)
+    --fail-on-new, --baseline, --known, --like, --like-run, --fail-on-own): `code` (EXIT_OK, EXIT_GATE,
+    EXIT_INCOMPLETE), the `lines` that say why a gate failed, and the `notes` that inform without failing.
+    `runs` are RunOutcomes or run (or merged) directories. Writes nothing."""
+    _flags(strict=strict, fail_on_new=fail_on_new, fail_on_own=fail_on_own)
     spec = spec or load_spec()
     given = [runs] if isinstance(runs, (RunOutcome, str, Path)) else _listed(runs)
     wrong = [r for r in given if not isinstance(r, (RunOutcome, str, Path))]
@@ -278,23 +291,44 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
         raise UsageError(f"expected RunOutcomes or run directories, got {type(wrong[0]).__name__}", where="runs",
                          fix="pass what conformance.api.run returned, or the --out directory of a run")
     _path_or_none(baseline, "baseline")
+    _path_or_none(like_run, "like_run")
     dirs = [Path(r) for r in given if not isinstance(r, RunOutcome)]
     scratch = make_scratch("kl-conformance-gate-")
     try:
         check_gate_options(spec, _gate_args(fail_on_new, baseline, None, dirs, scratch))
+        outcomes = [r for r in given if isinstance(r, RunOutcome)]
+        marks = _like_marks(spec, like, like_run, dirs[0] if dirs else scratch, runs=dirs, fail_on_own=fail_on_own,
+                            manifests=[o.manifest for o in outcomes])
         known = _known(known)  # read after the options are checked, as the CLI reads it
         if dirs:
             check_runs(dirs, spec.hash, baseline=baseline)
         present, manifests = load_manifests(dirs) if dirs else ([], [])
-        outcomes = [r for r in given if isinstance(r, RunOutcome)]
         manifests = [o.manifest for o in outcomes] + list(manifests)
-        feed = ReportFeed(scratch, known, baseline, Gates(strict, fail_on_new, known is not None))
+        feed = ReportFeed(scratch, known, baseline, Gates(strict, fail_on_new, known is not None, fail_on_own))
+        if marks is not None and marks.marking:  # the rows as a run with --like-run writes them: marked
+            for row in _chained([o.rows for o in outcomes] + [iter_rows(present)]):
+                marks.add(row)
+            marks.finish([*present, *(o.out_dir for o in outcomes if o.out_dir is not None)])
         for row in _chained([o.rows for o in outcomes] + [iter_rows(present)]):
+            row = marks.mark(row) if marks is not None else row
             feed.add(known.mark(row) if known is not None else row)
         _, _, decision = feed.finish(manifests)
         return _written_nowhere(decision)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _like_marks(spec: Spec, like: Any, like_run: Any, out: Path | None, profiles: Any = None, runs: Sequence[Path] = (),
+                fail_on_own: bool = False, mirrors: dict | None = None,
+                manifests: Sequence[dict] = ()) -> LikeMarks | None:
+    """`like` and `like_run` checked as the CLI checks --like and --like-run (before anything is written): the
+    marks of a port's divergences, or None without `like`."""
+    if like is not None and not isinstance(like, str):
+        raise UsageError(f"expected a framework's name, got {like!r}", where="like", fix="pass e.g. like='torch'")
+    args = argparse.Namespace(like=like, like_run=None if like_run is None else str(like_run), fail_on_own=fail_on_own,
+                              profiles=None if profiles is None else str(profiles),
+                              out=str(out) if out is not None else os.devnull)  # no output directory yet
+    return like_marks(spec, args, runs=[str(r) for r in runs], mirrors=mirrors, manifests=manifests)
 
 
 def _written_nowhere(decision: Decision) -> Decision:

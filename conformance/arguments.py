@@ -97,7 +97,8 @@ def check_baseline_cases(baseline: Path, spec: Spec, selection: CaseSelection) -
 
 
 def gates_of(args: argparse.Namespace) -> Gates:
-    return Gates(strict=args.strict, fail_on_new=args.fail_on_new, known=args.known is not None)
+    return Gates(strict=args.strict, fail_on_new=args.fail_on_new, known=args.known is not None,
+                 fail_on_own=getattr(args, "fail_on_own", False))
 
 
 def inputs_of(args: argparse.Namespace, *more: tuple[str, str]) -> tuple[tuple[str, str], ...]:
@@ -108,16 +109,23 @@ def inputs_of(args: argparse.Namespace, *more: tuple[str, str]) -> tuple[tuple[s
     return tuple((option, path) for option, path in given if path)
 
 
-def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), mirrors: dict | None = None):
+def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), mirrors: dict | None = None,
+               manifests: Sequence[dict] = ()):
     """--like and --like-run, checked before anything is written: the report's marks of a port's findings
     (report/like.py), or None without --like. `runs`: the directories `report` merges, each port run of which
-    must have been judged with the same --like; `mirrors`: the port adapter's mirrored APIs (`run`)."""
+    must have been judged with the same --like (and so the `manifests` of runs held in memory, the API's);
+    `mirrors`: the port adapter's mirrored APIs (`run`)."""
     from conformance.adapters.registry import known_adapters
     from conformance.core.rundirs import load_manifests
     from conformance.judge.profiles import profile_source
     from conformance.report.like import LikeMarks, mirrors_of
 
     like, like_run = getattr(args, "like", None), getattr(args, "like_run", None)
+    for flag, asked in (("--fail-on-own", getattr(args, "fail_on_own", False)),
+                        ("--draft-shared", getattr(args, "draft_shared", False))):
+        if asked and like_run is None:
+            raise UsageError(f"{flag} needs --like FRAMEWORK --like-run DIR", where=flag,
+                             fix="pass the framework the port is judged like and a recorded run of it")
     if like is None:
         if like_run is not None:
             raise UsageError("--like-run needs --like FRAMEWORK", where="--like-run",
@@ -125,7 +133,7 @@ def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), m
         return None
     profiles = Path(args.profiles) if getattr(args, "profiles", None) else None
     # `report` checks instead that each port run was judged like it
-    if not runs and like not in known_adapters() and profile_source(like, profiles) is None and \
+    if not runs and not manifests and like not in known_adapters() and profile_source(like, profiles) is None and \
             profile_source(like, None) is None:
         raise UsageError(f"unknown framework {like!r}", where="--like",
                          fix=f"use one of {sorted(known_adapters())}, or a framework with a profile")
@@ -144,17 +152,18 @@ def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), m
         if like not in ran:
             raise UsageError(f"a run of {sorted(ran) or 'no framework'}, not of {like!r}", file=like_run,
                              where="--like-run", fix=f"pass a run of {like} (kl-conformance run --framework {like})")
-    if runs:
+    if runs or manifests:
         mirrors = {}
-        for run in runs:
-            _, manifests = load_manifests([run], allow_missing=getattr(args, "allow_missing", False))
-            for manifest in manifests:
+        given = [(None, list(manifests))] if manifests else []  # runs held in memory have no directory
+        for run, held in given + [(run, load_manifests([run], getattr(args, "allow_missing", False))[1])
+                                  for run in runs]:
+            for manifest in held:
                 adapter = (manifest.get("selection") or {}).get("adapter") or manifest.get("framework")
                 judged = manifest.get("like")
                 if manifest.get("status") != "not_run" and adapter != like and judged != like:
                     raise ResultsError(f"a run of {adapter!r} judged " + (f"like {judged!r}" if judged else
                                                                          "without --like") + f", not like {like!r}",
-                                       file=str(run), where="--like",
+                                       file=None if run is None else str(run), where="--like",
                                        fix=f"run the port again with --like {like}, or report it without --like")
-            mirrors.update(mirrors_of(manifests))
+            mirrors.update(mirrors_of(held))
     return LikeMarks(like, like_run, mirrors)

@@ -98,13 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "an input of this command would be removed; without it a non-empty --out is refused")
 
     def add_port_options(p: argparse.ArgumentParser) -> None:  # a port judged like a framework (docs/guide/ports.md)
-        p.add_argument("--like", metavar="FRAMEWORK",
-                       help="judge a port against the spec as amended by FRAMEWORK's profile: a divergence its "
-                            "deviations document (on the API each port API mirrors) is documented as "
-                            "FRAMEWORK:<id>; the report counts them")
-        p.add_argument("--like-run", metavar="DIR",
-                       help="with --like: a recorded run of FRAMEWORK; the report marks which of the port's "
-                            "divergences it shares with FRAMEWORK's observed behaviour and which are its own")
+        OPTIONS["like"].add_to(p)
+        OPTIONS["like_run"].add_to(p)
+        p.add_argument("--fail-on-own", action="store_true",
+                       help="with --like-run: exit 1 if a divergence neither documented nor known is the port's "
+                            "own (not shared with FRAMEWORK's recorded run); with --strict, --strict on those only")
+        p.add_argument("--draft-shared", action="store_true",
+                       help="with --like-run: write issue drafts for the defects the port shares with FRAMEWORK's "
+                            "recorded run too (by default only for its own)")
 
     run = sub.add_parser("run", help="run cases through a framework and write results and a report")
     run.add_argument("--framework", required=True, metavar="NAME",
@@ -273,7 +274,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     with OutDirLock() as lock:
         prepare_out_dir(out, force=args.force, lock=lock, inputs=inputs)
         written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known,
-                             gates=gates_of(args), like=like, modes=args.modes)
+                             gates=gates_of(args), like=like, modes=args.modes, shared_drafts=args.draft_shared)
     if args.write_baseline:
         print(baseline_written(write_baseline(out, args.write_baseline), args.write_baseline))
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)

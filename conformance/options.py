@@ -212,12 +212,18 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in (
            "matches nothing is stale and fails", None, "FILE"),
     Option("--baseline", "baseline", "an earlier run, or the file its --write-baseline wrote: what is new, fixed "
            "and changed since", None, "DIR|FILE"),
+    # a port judged like a framework (docs/guide/ports.md)
+    Option("--like", "like", "judge a port against the spec as amended by FRAMEWORK's profile: a divergence its "
+           "deviations document (on the API each port API mirrors) is documented as FRAMEWORK:<id>; the report "
+           "counts them", None, "FRAMEWORK"),
+    Option("--like-run", "like_run", "with --like: a recorded run of FRAMEWORK; each of the port's divergences is "
+           "marked shared with FRAMEWORK's observed behaviour or its own (results.jsonl's `like`)", None, "DIR"),
 )}
 SELECTION_OPTIONS = ("seed", "suite", "samples", "cases", "only", "shard", "memory_budget_mb", "reduction",
                      "log_target", "dtype", "family")
 # the plugin's options beyond --kl-framework, in the order its --help lists them
 PLUGIN_OPTIONS = ("only", "cases", "suite", "seed", "known", "baseline", "reduction", "log_target", "dtype",
-                  "family", "api", "part", "device", "mode", "timeout_s", "memory_budget_mb")
+                  "family", "api", "part", "device", "mode", "timeout_s", "memory_budget_mb", "like", "like_run")
 
 
 def check_selection(selection: Any, surface: str = API):
@@ -245,7 +251,8 @@ def check_selection(selection: Any, surface: str = API):
 
 _CLI_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 # what the API calls the options outside the table that checks below the commands name
-_API_KEYWORDS = {"--framework": "framework", "--profiles": "profiles", "--cache-dir": "cache_dir"}
+_API_KEYWORDS = {"--framework": "framework", "--profiles": "profiles", "--cache-dir": "cache_dir",
+                 "--fail-on-own": "fail_on_own"}
 
 
 def spelled(where: str, surface: str) -> str:

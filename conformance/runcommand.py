@@ -109,9 +109,11 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     shown = _progress_and_details(progress, show_details)
     # While the rows are written, the report's pass reads them and the rows that will need a reproducer are
     # kept. A resumed run's earlier rows are only on disk, so then both the report and the reproducers read
-    # the rows back from the file instead.
+    # the rows back from the file instead, as they do when the rows are marked shared or own (--like-run) once all
+    # are written.
     needing: list[Result] | None = None if args.no_repro or args.resume else []
-    feed = None if args.resume else ReportFeed(Path(args.out), known, args.baseline, gates_of(args), like)
+    marking = like is not None and like.marking
+    feed = None if args.resume or marking else ReportFeed(Path(args.out), known, args.baseline, gates_of(args), like)
     from conformance.repro import needs_reproducer
 
     def on_result(case: Case, result: Result) -> None:
@@ -141,8 +143,10 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     if progress is not None:
         sys.stderr.write("\n")
     try:
+        if marking:
+            like.write_marks(summary.out_dir)
         written = write_report(summary.out_dir, [summary.out_dir], baseline=args.baseline, known=known, fed=feed,
-                               gates=gates_of(args), drafts=False, like=like)
+                               gates=gates_of(args), drafts=False, like=like, shared_drafts=args.draft_shared)
         if "rows" in summary.stages:
             record_stage(summary.out_dir, "reports")
         # a resumed run writes the reproducers its earlier command did not record writing, from the rows on disk
@@ -151,7 +155,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
                     spec, args, summary.out_dir, pool, show_progress=progress is not None,
                     results=needing):
                 record_stage(summary.out_dir, "reproducers")
-        _write_drafts(summary.out_dir, known)
+        _write_drafts(summary.out_dir, known, shared=args.draft_shared)
         if "rows" in summary.stages:
             record_stage(summary.out_dir, "drafts")
         wrote_baseline = _write_baseline(args, summary)
@@ -200,13 +204,14 @@ def _write_baseline(args: argparse.Namespace, summary) -> str:
     return baseline_written(write_baseline(summary.out_dir, args.write_baseline), args.write_baseline)
 
 
-def _write_drafts(out: Path, known) -> None:
+def _write_drafts(out: Path, known, shared: bool = False) -> None:
     """The run's issue drafts, written once its reproducers exist, so that each quotes its example's script;
-    then recorded in run.json, so that --force removes them."""
+    then recorded in run.json, so that --force removes them. `shared` (--draft-shared): also the defects a port
+    shares with the recorded run of the framework it is judged like."""
     from conformance.core.rundirs import load_manifests
     from conformance.report.drafts import ISSUES_DIR, iter_drafts, write_drafts
 
-    write_drafts(out, [out], load_manifests([out])[1], known)
+    write_drafts(out, [out], load_manifests([out])[1], known, shared=shared)
     names = [f"{ISSUES_DIR}/{p.name}" for p in iter_drafts(out)]
     add_written(out, names + ([f"{ISSUES_DIR}/"] if names else []))
 

@@ -322,14 +322,14 @@ class Judgement:
 # The major version of the files a run writes (results.jsonl rows, run.json, summary.json).
 # It changes when a field is removed or renamed or changes meaning; adding a field does not
 # change it. Readers refuse another version (spec/results.schema.json says the same).
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 STRICT_JSON = json.JSONEncoder(allow_nan=False)  # JSON without NaN/inf, one encoder: json.dumps(allow_nan=False) builds one per call
 
 RESULT_FIELDS = (
     "case_id", "case_digest", "seed", "family", "reduction", "log_target", "framework", "framework_version", "api",
     "device", "mode", "dtype", "part", "verdict", "documented", "documented_by", "known_by", "max_abs_err", "bound", "cause",
     "rules", "defect", "message", "warnings", "missing_warnings", "elapsed_s", "source", "spec_hash",
-    "harness_version", "python_version", "numpy_version", "device_name",
+    "harness_version", "python_version", "numpy_version", "device_name", "like",
 )
 
 
@@ -369,6 +369,9 @@ class Result:
     python_version: str
     numpy_version: str
     device_name: str
+    # a port's divergence judged with --like and --like-run: "shared" with the recorded run of the framework it
+    # is judged like, or its "own" (report/like.py); None for every other row
+    like: str | None = None
 
     @property
     def target(self) -> Target:

@@ -306,6 +306,8 @@ def row_problem(row: dict[str, Any]) -> str | None:
         return bad("mode", "a mode name (lower-case words joined by '-')")
     if type(row["verdict"]) is not str or row["verdict"] not in {v.value for v in Verdict}:
         return bad("verdict", f"one of {[v.value for v in Verdict]}")
+    if row["like"] not in (None, "shared", "own") or type(row["like"]) not in (type(None), str):
+        return bad("like", "'shared', 'own' or null")
     elapsed = row["elapsed_s"]
     if type(elapsed) not in (int, float) or not 0 <= elapsed < math.inf:
         return bad("elapsed_s", "a finite number of seconds")

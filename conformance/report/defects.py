@@ -56,6 +56,8 @@ class Defect:
     dtypes: set[str] = field(default_factory=set)
     log_targets: set[bool] = field(default_factory=set)
     example_key: tuple = ()  # simplicity(example), kept beside it: a pass over the rows compares each row with it
+    shared: int = 0  # rows a port shares with the recorded run of the framework it is judged like (--like-run)
+    own: int = 0  # rows that are the port's own
 
     @property
     def status(self) -> str:
@@ -64,6 +66,12 @@ class Defect:
         if self.undocumented:
             return UNDOCUMENTED
         return DOCUMENTED if self.documented_by else KNOWN
+
+    @property
+    def like(self) -> str | None:
+        """A port's defect with --like-run: `own` where any of its rows is the port's own, `shared` where every
+        marked row is shared; None where its rows carry no mark."""
+        return "own" if self.own else ("shared" if self.shared else None)
 
     def where(self) -> str:
         """Where it shows, in one line: APIs, modes beside eager, parts and dtypes."""
@@ -119,6 +127,8 @@ class Defects:
         d.undocumented += r.verdict is not Verdict.UNSUPPORTED and not r.is_accepted
         d.known += bool(r.known_by) and not r.documented
         d.verdicts[r.verdict.value] += 1
+        d.shared += r.like == "shared"
+        d.own += r.like == "own"
         d.apis.add(r.api)
         d.modes.add(r.mode)
         d.parts.add(r.part)

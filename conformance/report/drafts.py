@@ -49,14 +49,17 @@ class _Draft:
 
 
 def write_drafts(out_dir: Path, run_dirs: Sequence[Path], manifests: Sequence[dict[str, Any]],
-                 known: Any = None) -> list[Path]:
+                 known: Any = None, shared: bool = False) -> list[Path]:
     """Write one draft per undocumented defect into `out_dir`/issues (drafts an earlier report left there are
-    replaced); `known` (a known-findings file) marks the rows it accepts. Returns the files."""
+    replaced); `known` (a known-findings file) marks the rows it accepts. A port's defect shared with the
+    recorded run of the framework it is judged like (Defect.like, from --like-run) is that framework's to
+    report: it has a draft only with `shared`. Returns the files."""
     defects = Defects(known.mark(row) if known is not None else row for row in iter_rows(run_dirs))
-    upstream = {d.id: defects.upstream(d) for d in defects.ordered(UNDOCUMENTED)}
+    drafted = [d for d in defects.ordered(UNDOCUMENTED) if shared or d.like != "shared"]
+    upstream = {d.id: defects.upstream(d) for d in drafted}
     with_scripts = [d for d in run_dirs if (d / REPRO_DIR).is_dir()]  # those with reproducers (a merge has none)
     drafts = {d.id: _Draft(d, _script_of(d.example, with_scripts), _snippet_of(d.id, with_scripts), upstream[d.id])
-              for d in defects.ordered(UNDOCUMENTED)}
+              for d in drafted}
     targets = {(m.get("framework"), mode) for m in manifests for mode in (m.get("modes") or [EAGER])}
     if len(targets) > 1 and drafts:  # other frameworks, or other modes of one (eager beside a compiled mode)
         wanted = {(d.defect.example.case_id, d.defect.example.part): d for d in drafts.values()}

@@ -2,13 +2,15 @@
 
 - 0: finished. Divergences are findings, not failures, unless a gate below asks.
 - 1: a gate failed: with --strict, a divergence that no profile documents and no known-findings
-  entry accepts; with --fail-on-new, such a divergence that is new or changed since the baseline,
+  entry accepts; with --fail-on-own, such a divergence that is a port's own (not shared with the recorded
+  run of the framework it is judged like: --like-run), with or without --strict, which it narrows to those;
+  with --fail-on-new, such a divergence that is new or changed since the baseline,
   or lost coverage (a result the baseline judged that is now unsupported, crashed where it answered,
   or missing although the run selected it); with --known, a stale entry (it accepts nothing any more,
   after a run of the whole suite it speaks about).
 - 2: bad input; nothing was written (conformance/core/errors.py; not decided here).
-- 3: a gate was asked for (--strict, --fail-on-new or --known) and not everything was judged: a framework
-  could not be loaded (not_run), a run stopped before its end, a framework judged nothing (no results,
+- 3: a gate was asked for (--strict, --fail-on-new, --known or --fail-on-own) and not everything was judged:
+  a framework could not be loaded (not_run), a run stopped before its end, a framework judged nothing (no results,
   or every result unsupported), a mode's call ran eagerly instead of compiled (a `fallback` row: the mode
   was not checked), a mode asked for could not run here (run.json's `modes_not_run`), or an API the installed
   release lacks (run.json's `apis_not_run`; select the APIs it has with --api to gate on those). The gates fail
@@ -54,15 +56,23 @@ class Gates:
     strict: bool = False
     fail_on_new: bool = False
     known: bool = False
+    fail_on_own: bool = False  # the strict gate on a port's own divergences only (--like-run marks them)
 
     @property
     def asked(self) -> bool:
-        return self.strict or self.fail_on_new or self.known
+        return self.strict or self.fail_on_new or self.known or self.fail_on_own
 
     @property
     def flags(self) -> tuple[str, ...]:
         return tuple(n for n, on in (("--strict", self.strict), ("--fail-on-new", self.fail_on_new),
-                                     ("--known", self.known)) if on)
+                                     ("--known", self.known), ("--fail-on-own", self.fail_on_own)) if on)
+
+    def fails_strictly(self, r: Result) -> bool:
+        """Whether an undocumented divergence fails whatever its baseline: with --strict, and with --fail-on-own
+        (which narrows --strict to them) where it is a port's own."""
+        if self.fail_on_own:
+            return r.like == "own"
+        return self.strict
 
     @property
     def names(self) -> str:
@@ -148,12 +158,16 @@ def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | N
         return "failure", f"not checked: the {r.mode} call ran eagerly instead. {r.message}"
     if gates.fail_on_new and kind == "lost" and not (r.is_accepted and r.verdict.is_divergence):
         return "failure", f"lost coverage since the baseline: now {r.verdict.value}. {r.message}"
-    if not r.verdict.is_divergence or r.is_accepted or gates.strict:
+    if not r.verdict.is_divergence or r.is_accepted or gates.fails_strictly(r):
         return None
     if gates.fail_on_new:
         if kind in ("new", "changed", "lost"):
             return None
         return "skipped", "unchanged since the baseline (--fail-on-new fails only on what is new)"
+    if gates.fail_on_own:
+        return "skipped", ("shared with the recorded run of the framework the port is judged like "
+                           "(--fail-on-own fails only on the port's own)" if r.like == "shared" else
+                           "no port's own divergence (--fail-on-own fails only on those)")
     return "skipped", "a finding neither documented nor known; only --strict or --fail-on-new fail on it"
 
 
@@ -295,7 +309,7 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         for a in stale:
             decision.fail(known.stale_message(a), f"--known: stale entry {a.entry.id!r}")
         decision.notes += [known.not_exercised_message(a) for a in not_exercised]
-    if gates.strict:  # a fallback row is what was not checked, not a finding: `incomplete` says it
+    if gates.strict and not gates.fail_on_own:  # a fallback row is not a finding: `incomplete` says it
         targets = Counter({t: n - tally.fallback[t] for t, n in tally.undocumented.items() if n - tally.fallback[t]})
         unaccepted = sum(targets.values())
         decision.counts["strict"] = {"undocumented": unaccepted}
@@ -305,6 +319,17 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
                     f"({_many(len(targets), 'target')}, {_many(defects, 'defect')})")
             decision.fail(line, "--strict")
             decision.details[line] = _named(targets, "targets") + short_summary(tally, NAMED, accepted=False)
+    if gates.fail_on_own:  # --strict on the port's own divergences only
+        targets = +tally.undocumented_like["own"]
+        own = sum(targets.values())
+        decision.counts["own"] = {"undocumented": own}
+        decision.counts["shared"] = {"undocumented": sum(tally.undocumented_like["shared"].values())}
+        if own:
+            defects = sum(1 for d in tally.defects.ordered(UNDOCUMENTED) if d.like == "own")
+            line = (f"--fail-on-own: {own} divergences neither documented nor known are the port's own, not shared "
+                    f"with the recorded run ({_many(len(targets), 'target')}, {_many(defects, 'defect')})")
+            decision.lines.append(line)
+            decision.details[line] = _named(targets, "targets")
     if gates.fail_on_new and baseline_diff is not None and baseline_diff.failing:
         failing = baseline_diff.failing
         lost_keys = {item[0] for item in baseline_diff.lost}

@@ -1,9 +1,10 @@
 """Writes report.html: one self-contained file (styles, script and plots inline, no network).
 
 The cross-framework matrix is coloured by verdict; filters narrow the matrix and the divergences by cause,
-framework, api, device, mode (where a report holds more than eager), part, dtype, reduction, family, verdict and
-documentation. Divergences are grouped by cause, then verdict; each expands to its inputs, expected and actual
-values in their shape, the elements that differ highlighted, and its reproduction. Text from rows enters the page
+framework, api, device, mode (where a report holds more than eager), part, dtype, reduction, family, verdict,
+documentation and, for a port judged with --like-run, shared or own. Divergences are grouped by cause, then
+verdict; each expands to its inputs, expected and actual values in their shape, the elements that differ
+highlighted, and its reproduction. Text from rows enters the page
 escaped only, and a Content-Security-Policy lets no script run but the page's own (by its hash): markup that got
 in would stay inert. Reads rows, manifests and details only; never a framework or the reference.
 """
@@ -80,7 +81,9 @@ CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src
        "form-action 'none'")
 
 FILTER_KEYS = ("defect", "cause", "framework", "release", "api", "device", "mode", "part", "dtype", "reduction",
-               "family", "verdict", "documented")
+               "family", "verdict", "documented", "like")
+
+UNMARKED = "unmarked"  # the `like` filter's value for a row that is no port's divergence judged with --like-run
 
 
 def script_hash(script: str = SCRIPT) -> str:
@@ -239,6 +242,7 @@ def _filters(tally: Tally) -> list[str]:
         values["cause"].add(_group_key(r)[0])
         values["defect"].add(r.defect)
         values["dtype"].add(r.dtype)
+        values["like"].add(_like(r))
     values["verdict"] = {v for c in tally.by_target.values() for v, n in c.items() if n and Verdict(v).is_divergence}
     values["documented"] = {"documented", "known", "no"}
     out = ["<h2>Filters</h2><div class='filters'>"]
@@ -246,6 +250,8 @@ def _filters(tally: Tally) -> list[str]:
         if key == "mode" and values[key] <= {EAGER}:  # an eager-only report reads as before modes existed
             continue
         if key == "release" and not values[key]:  # one release per framework: as before releases were compared
+            continue
+        if key == "like" and values[key] <= {UNMARKED}:  # no port judged with --like-run: nothing to choose
             continue
         options = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in sorted(values[key]))
         out.append(f"<label>{key} <select data-key='{key}'><option value=''>all</option>{options}</select></label>")
@@ -349,7 +355,7 @@ def _divergence(r: Result, run_info: dict, detail: dict | None, released: frozen
     accepted = "documented" if r.documented else ("known" if r.known_by else "no")
     attrs = {**_split(target_label(r, released)), "defect": r.defect, "cause": _group_key(r)[0],
              "verdict": r.verdict.value,
-             "dtype": r.dtype, "reduction": r.reduction, "family": r.family, "documented": accepted}
+             "dtype": r.dtype, "reduction": r.reduction, "family": r.family, "documented": accepted, "like": _like(r)}
     doc = ((f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
            + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
     bad = _differing(detail, r.bound) if detail else None
@@ -378,6 +384,11 @@ def _divergence(r: Result, run_info: dict, detail: dict | None, released: frozen
     return (f"<div class='divergence' {_data(attrs)}><details><summary><code>{_e(r.case_id)}</code> "
             f"{_e(where_label(r, released) + ' ' + r.part)} <span class='v-div'>{_e(r.verdict.value)}</span>"
             f"{doc} <span class='worst'>{_worst(r, detail, bad)}</span></summary>" + "".join(body) + "</details></div>")
+
+
+def _like(r: Result) -> str:
+    """A divergence's `like` filter value: shared or own (a port's, with --like-run), else UNMARKED."""
+    return r.like or UNMARKED
 
 
 def _value(v: Any) -> float:

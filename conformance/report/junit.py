@@ -1,7 +1,8 @@
 """Writes junit.xml: one testcase per case x framework x api x device x mode x part, so CI shows results natively.
 
 An undocumented divergence is a failure (crash and timeout are errors); a documented
-divergence, a known finding (--known) and an unsupported case are skipped, with the reason. With a gate, the
+divergence, a known finding (--known) and an unsupported case are skipped, with the reason; a port's divergence
+judged with --like-run carries its mark as the property `like` (shared or own). With a gate, the
 gate decides (report/gate.py junit_view): a finding it accepts is skipped with why, lost coverage is a failure,
 and each failed gate is a failing testcase of the suite `kl-conformance.gate`. Takes rows one
 at a time (JunitWriter.add) and streams: each suite's testcases go to a temporary file while the rows are read, and
@@ -131,6 +132,8 @@ def _testcase(suite: str, name: str, r: Result, view: tuple[str, str] | None = N
         child, kind = f"<skipped message={quoteattr(_text(r.message[:500]))} />", "skipped"
     else:
         return head + " />\n", None
+    if r.like is not None:  # a port's divergence, shared with the framework it is judged like or its own
+        child = f"<properties><property name=\"like\" value={quoteattr(r.like)} /></properties>\n      {child}"
     return f"{head}>\n      {child}\n    </testcase>\n", kind
 
 

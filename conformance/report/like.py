@@ -6,7 +6,9 @@ A port's divergence is documented by the framework's profile when its documented
 profile's deviations ("<framework>:<id>", as the run's --like or the port profile's extends: gave it). It is
 shared when the recorded run has a divergence of the same case on the API the port's API mirrors, on the same
 device and part, with the same verdict and cause, and an observation that agrees within the port's bound (the
-same exception type for a raise; for values, the previews details.jsonl keeps). Reads rows and details only.
+same exception type for a raise; for values, the previews details.jsonl keeps). Each such row carries its mark
+(`like`: shared or own); a run's results.jsonl is written again with them once all its rows are there. Reads
+rows and details; never a framework or the reference.
 """
 
 from __future__ import annotations
@@ -14,36 +16,36 @@ from __future__ import annotations
 import html
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from conformance.core.model import Result
-from conformance.core.results import DETAIL_KEYS, iter_details, iter_results
+from conformance.core.results import DETAIL_KEYS, RESULTS_FILE, iter_details, iter_results, write_lines_atomic
+from conformance.core.rundirs import iter_rows
 from conformance.core.text import terminal_line
-
-LISTED = 50  # own undocumented findings listed in report.md
 
 
 class LikeMarks:
-    """Marks a port's rows as they go by (`add`); `finish` compares them with the recorded run."""
+    """Marks a port's rows: `add` each row (adding a row again is harmless), then `finish` compares the
+    divergences with the recorded run once; `mark` gives a row carrying its mark (`like`)."""
 
     def __init__(self, framework: str, like_run: str | Path | None = None,
                  mirrors: dict[str, dict[str, str]] | None = None) -> None:
         self.framework, self.like_run = framework, Path(like_run) if like_run is not None else None
         self.mirrors = mirrors or {}  # port framework -> {its API: the API of `framework` it mirrors}
-        self.counts = {"divergences": 0, "documented_by_like": 0, "undocumented": 0}
-        self._candidates: dict[tuple, tuple[Result, bool]] = {}
-        self.own_undocumented: list[Result] = []
+        self.counts: dict[str, int] = {}
+        self._candidates: dict[tuple, Result] = {}  # a port's divergent row's key -> the row, in the rows' order
         self.marks: dict[tuple, str] = {}  # a port row's key -> "shared" or "own"
 
+    @property
+    def marking(self) -> bool:
+        """Whether rows are marked shared or own (a recorded run was given)."""
+        return self.like_run is not None
+
     def add(self, row: Result) -> None:
-        if row.framework == self.framework or not row.verdict.is_divergence:
-            return
-        self.counts["divergences"] += 1
-        self.counts["documented_by_like"] += any(d.startswith(self.framework + ":") for d in row.documented_by)
-        self.counts["undocumented"] += not row.is_accepted
-        if self.like_run is not None:
-            self._candidates[row.key] = (row, not row.is_accepted)
+        if row.framework != self.framework and row.verdict.is_divergence:
+            self._candidates[row.key] = row
 
     def mirrored(self, row: Result) -> tuple[str, str, str, str, str]:
         """The call of the framework it is judged like that a port's row mirrors: (case, api, device, mode, part)."""
@@ -51,28 +53,58 @@ class LikeMarks:
                 row.part)
 
     def finish(self, port_dirs: Sequence[Path]) -> None:
-        """Compare the port's divergences with the recorded run's (nothing to do without one)."""
+        """Count the port's divergences, and compare those not marked yet with the recorded run's (with one)."""
+        rows = self._candidates.values()
+        self.counts = {"divergences": len(rows),
+                       "documented_by_like": sum(any(d.startswith(self.framework + ":") for d in r.documented_by)
+                                                 for r in rows),
+                       "undocumented": sum(not r.is_accepted for r in rows)}
         if self.like_run is None:
+            return
+        self._compare(port_dirs, [r for key, r in self._candidates.items() if key not in self.marks])
+        for mark in ("shared", "own"):
+            self.counts[mark] = sum(self.marks[key] == mark for key in self._candidates)
+            self.counts[f"{mark}_undocumented"] = sum(self.marks[key] == mark and not r.is_accepted
+                                                      for key, r in self._candidates.items())
+
+    def _compare(self, port_dirs: Sequence[Path], rows: Sequence[Result]) -> None:
+        if not rows:
             return
         theirs = {r.call: r for r in iter_results(self.like_run)
                   if r.framework == self.framework and r.verdict.is_divergence}
-        alike = {key: theirs[self.mirrored(row)] for key, (row, _) in self._candidates.items()
-                 if self.mirrored(row) in theirs and (theirs[self.mirrored(row)].verdict, theirs[self.mirrored(row)]
-                                                     .cause) == (row.verdict, row.cause)}
-        details = _details(port_dirs, {row.key for key, (row, _) in self._candidates.items() if key in alike})
+        alike = {row.key: theirs[self.mirrored(row)] for row in rows if self.mirrored(row) in theirs
+                 and (theirs[self.mirrored(row)].verdict, theirs[self.mirrored(row)].cause) == (row.verdict, row.cause)}
+        details = _details(port_dirs, set(alike))
         their_details = _details([self.like_run], {r.key for r in alike.values()})
-        for key, (row, undocumented) in self._candidates.items():
-            other = alike.get(key)
-            same = other is not None and _same_observation(details.get(key), their_details.get(other.key))
-            mark = "shared" if same else "own"
-            self.marks[key] = mark
-            self.counts[mark] = self.counts.get(mark, 0) + 1
-            self.counts[f"{mark}_undocumented"] = self.counts.get(f"{mark}_undocumented", 0) + undocumented
-            if mark == "own" and undocumented and len(self.own_undocumented) < LISTED:
-                self.own_undocumented.append(row)
-        for mark in ("shared", "own"):
-            self.counts.setdefault(mark, 0)
-            self.counts.setdefault(f"{mark}_undocumented", 0)
+        for row in rows:
+            other = alike.get(row.key)
+            same = other is not None and _same_observation(details.get(row.key), their_details.get(other.key))
+            self.marks[row.key] = "shared" if same else "own"
+
+    def mark(self, row: Result) -> Result:
+        """The row as results.jsonl keeps it: with its mark where `finish` gave it one, else as it came."""
+        mark = self.marks.get(row.key)
+        return row if mark is None or mark == row.like else replace(row, like=mark)
+
+    def prepare(self, run_dirs: Sequence[Path]) -> None:
+        """Mark the divergences of `run_dirs` not marked yet, before a report reads them (one pass over the rows,
+        then the details of the divergences alone); `add` and `finish` then count what the report holds."""
+        if self.like_run is not None:
+            self._compare(run_dirs, [row for row in iter_rows(run_dirs) if row.framework != self.framework
+                                     and row.verdict.is_divergence and row.key not in self.marks])
+
+    def write_marks(self, run_dir: Path) -> None:
+        """Mark a run's rows and write its results.jsonl again, whole, with each divergent row's mark: a run's
+        rows are written as judged, the marks once every row is there (so a resumed run's are marked too)."""
+        if self.like_run is None or not (run_dir / RESULTS_FILE).is_file():
+            return
+        self.prepare([run_dir])
+        write_lines_atomic(run_dir / RESULTS_FILE, (self.mark(row).to_json() + "\n" for row in iter_results(run_dir)))
+
+    def own(self) -> list[Result]:
+        """Every row that is the port's own, undocumented first, in the rows' order."""
+        own = [r for key, r in self._candidates.items() if self.marks.get(key) == "own"]
+        return sorted(own, key=lambda r: r.is_accepted)
 
     def summary(self) -> dict[str, Any]:
         """summary.json's `like` object."""
@@ -98,19 +130,37 @@ class LikeMarks:
         if self.like_run is not None:
             out += ["", f"Compared with the recorded run of {_md(self.framework)} (`--like-run`): {c['shared']} "
                         f"divergences the port shares with it ({c['shared_undocumented']} undocumented), "
-                        f"{c['own']} its own ({c['own_undocumented']} undocumented)."]
-            if self.own_undocumented:
-                out += ["", "Its own undocumented divergences" + (f" (the first {LISTED})" if
-                                                                   c["own_undocumented"] > LISTED else "") + ":", "",
-                        "| case | api | device | part | verdict | cause |", "|---|---|---|---|---|---|"]
-                cells = ((r.case_id, r.api, r.device, r.part, r.verdict.value, r.cause) for r in self.own_undocumented)
+                        f"{c['own']} its own ({c['own_undocumented']} undocumented). Each divergent row of "
+                        f"results.jsonl says which (`like`)."]
+            own = self.own()
+            if own:
+                out += ["", "Its own divergences, undocumented first:", "",
+                        "| case | api | device | mode | part | verdict | cause | accepted |",
+                        "|---|---|---|---|---|---|---|---|"]
+                cells = ((r.case_id, r.api, r.device, r.mode, r.part, r.verdict.value, r.cause, _accepted(r))
+                         for r in own)
                 out += ["| " + " | ".join(_md(v) for v in row) + " |" for row in cells]
         return out
 
     def html(self) -> str:
         text = "\n".join(line for line in self.markdown()[2:] if line and not line.startswith("|"))
-        return (f"<h2>Judged like {html.escape(self.framework)}</h2>\n"
+        page = (f"<h2 id='like'>Judged like {html.escape(self.framework)}</h2>\n"
                 + "".join(f"<p>{html.escape(line)}</p>\n" for line in text.split("\n")))
+        own = self.own() if self.like_run is not None else []
+        if own:
+            head = "".join(f"<th>{h}</th>" for h in ("case", "api", "device", "mode", "part", "verdict", "cause",
+                                                       "accepted"))
+            cells = ("".join(f"<td>{html.escape(terminal_line(str(v)))}</td>" for v in
+                             (r.case_id, r.api, r.device, r.mode, r.part, r.verdict.value, r.cause, _accepted(r)))
+                     for r in own)
+            page += (f"<table class='own'><tr>{head}</tr>\n" + "".join(f"<tr>{c}</tr>\n" for c in cells)
+                     + "</table>\n")
+        return page
+
+
+def _accepted(r: Result) -> str:
+    """Whether a row is accepted, and by what: `no`, `documented` or `known`."""
+    return "documented" if r.documented else ("known" if r.known_by else "no")
 
 
 def _md(text: str) -> str:

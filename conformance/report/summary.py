@@ -21,8 +21,10 @@ from conformance.report.tally import Tally, split_label
 SHORT_SUMMARY_DEFECTS = 20  # undocumented defects named at the end of a command's output; the rest are counted
 
 
-def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]], decision: dict[str, Any] | None = None) -> str:
-    """summary.json's text; `decision` is what the gates decided (report/gate.py: Decision.to_json)."""
+def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]], decision: dict[str, Any] | None = None,
+                   shared_drafts: bool = False) -> str:
+    """summary.json's text; `decision` is what the gates decided (report/gate.py: Decision.to_json);
+    `shared_drafts`: the drafts of a port's shared defects are written too (drafts.write_drafts)."""
     targets = {_target_key(label): (label, counts) for label, counts in tally.by_target.items()}
     summary = {
         "format_version": FORMAT_VERSION,
@@ -44,7 +46,7 @@ def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]], decision: 
                     "known": tally.group_known[(cause, verdict)],
                     "targets": dict(sorted(tally.group_spans[(cause, verdict)]["target"].items()))}
                    for cause, verdict in tally.ordered_groups()],
-        "defects": defects_json(tally, manifests),
+        "defects": defects_json(tally, manifests, shared_drafts),
         "undocumented": sum(tally.undocumented.values()),
         "known": sum(tally.known.values()),
         "results": tally.total,
@@ -75,8 +77,9 @@ def divergence_counts(tally: Tally) -> str:
             f"{known} known")
 
 
-def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """summary.json's `defects`: each defect once, as the reports list them."""
+def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]],
+                 shared_drafts: bool = False) -> list[dict[str, Any]]:
+    """summary.json's `defects`: each defect once, as the reports list them, with its draft where one is written."""
     spec = tally.spec()
     found = []
     for d in tally.defects.ordered():
@@ -86,10 +89,11 @@ def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[dict
             "basis": tally.defects.basis(d),
             "title": title(d, spec), "cause": d.cause, "verdicts": dict(sorted(d.verdicts.items())), "rows": d.rows,
             "apis": sorted(d.apis), "modes": sorted(d.modes), "parts": sorted(d.parts), "dtypes": sorted(d.dtypes),
-            "documented_by": list(d.documented_by),
+            "documented_by": list(d.documented_by), "like": d.like,
             "example": {"case_id": r.case_id, "api": r.api, "mode": r.mode, "part": r.part, "device": r.device},
             "reproduce": repro_command(r, _run_info(r)),
-            "draft": f"{ISSUES_DIR}/{draft_name(d.id)}" if d.status == UNDOCUMENTED else None,
+            "draft": (f"{ISSUES_DIR}/{draft_name(d.id)}" if d.status == UNDOCUMENTED
+                      and (shared_drafts or d.like != "shared") else None),
             "upstream": _upstream_json(tally.defects.upstream(d))})
     return found
 

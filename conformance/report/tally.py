@@ -103,6 +103,9 @@ class Tally:
         self.undocumented: Counter = Counter()  # divergences neither documented nor known: what --strict fails on
         self.known: Counter = Counter()  # divergences a known-findings file accepts and no profile documents
         self.fallback: Counter = Counter()  # calls of a mode that ran eagerly instead: the mode was not checked
+        # a port's undocumented divergences judged with --like-run (fallback rows left out), by mark ("shared",
+        # "own") and target: what --fail-on-own fails on
+        self.undocumented_like: dict[str, Counter] = {"own": Counter(), "shared": Counter()}
         self.modes: Counter = Counter()  # rows per mode
         self.accepted_cells: Counter = Counter()
         self.ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -140,6 +143,8 @@ class Tally:
             self.undocumented[target] += not r.is_accepted
             self.known[target] += bool(r.known_by) and not r.documented
             self.fallback[target] += r.verdict is Verdict.FALLBACK
+            if r.like in self.undocumented_like and not r.is_accepted and r.verdict is not Verdict.FALLBACK:
+                self.undocumented_like[r.like][target] += 1
             self.accepted_cells[((r.family, r.reduction, int(r.log_target)), target)] += r.is_accepted
             key = (r.cause or "unknown", r.verdict.value)
             self.group_sizes[key] += 1

@@ -49,7 +49,8 @@ class Written:
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
                  baseline: str | Path | None = None, known: Any = None, fed: "ReportFeed | None" = None,
-                 gates: Gates = Gates(), drafts: bool = True, like: LikeMarks | None = None) -> Written:
+                 gates: Gates = Gates(), drafts: bool = True, like: LikeMarks | None = None,
+                 shared_drafts: bool = False) -> Written:
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
     One pass over the rows gathers what the Markdown, HTML and summary show (and, with `known`, a
@@ -57,15 +58,21 @@ def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: b
     junit.xml (one element per row, as the `gates` see it). Each file is written atomically. `fed` is that
     pass already made, as a run wrote its rows into `out_dir` (its own report): then no row is read back.
     With `drafts`, the issue drafts too (a run writes them itself once its reproducers exist, to quote them).
-    `like` marks a port's findings (report/like.py; a fed pass brings its own).
+    `like` marks a port's findings (report/like.py; a fed pass brings its own); with `shared_drafts`, the drafts
+    of the defects a port shares with the recorded run are written too (drafts.write_drafts).
     """
     present, manifests = load_manifests(run_dirs, allow_missing)
     if fed is None:
-        fed = _fed(ReportFeed(out_dir, known, baseline, gates, like, released(manifests)), iter_rows(present))
+        rows = iter_rows(present)
+        if like is not None and like.marking:  # the rows as marked (a run has written its marks already)
+            like.prepare(present)
+            rows = (like.mark(row) for row in rows)
+        fed = _fed(ReportFeed(out_dir, known, baseline, gates, like, released(manifests)), rows)
     tally, diff, decision = fed.finish(manifests)
     if fed.like is not None:
         fed.like.finish(present)
-    return _write_reports(out_dir, tally, present, manifests, diff, known, decision, drafts, fed.like)
+    return _write_reports(out_dir, tally, present, manifests, diff, known, decision, drafts, fed.like,
+                          shared_drafts)
 
 
 class ReportFeed:
@@ -139,10 +146,11 @@ def _fed(feed: "ReportFeed", rows: Iterator[Result]) -> "ReportFeed":
 
 def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifests: list[dict[str, Any]],
                    diff: BaselineDiff | None, known: Any, decision: Decision, drafts: bool = True,
-                   like: LikeMarks | None = None) -> Written:
+                   like: LikeMarks | None = None, shared_drafts: bool = False) -> Written:
     """Everything written from the tally: summary.json, report.html (with the details of `present`),
     divergences.md, report.md (with the details of its worked examples) and, with a baseline, baseline.json."""
-    write_atomic(out_dir / "summary.json", summary_json(render_summary(tally, manifests, decision.to_json()), like))
+    summary = render_summary(tally, manifests, decision.to_json(), shared_drafts)
+    write_atomic(out_dir / "summary.json", summary_json(summary, like))
     details = (d for run_dir in present for d in iter_details(run_dir))
     page = render_html(tally, manifests, details)
     if like is not None:  # the port's marks, before the page's end
@@ -161,7 +169,7 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     path = out_dir / REPORT_FILE
     write_atomic(path, markdown)
     if drafts:
-        write_drafts(out_dir, present, manifests, known)
+        write_drafts(out_dir, present, manifests, known, shared=shared_drafts)
     lines = short_summary(tally) + ([like.terminal_line()] if like is not None else [])
     return Written(path, diff, tally.total, decision, lines, divergence_counts(tally))
 
@@ -189,7 +197,7 @@ def _feeding(consume: Callable[[Result], Any], rows: Iterator[Result]) -> Iterat
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False,
                baseline: str | Path | None = None, known: Any = None, gates: Gates = Gates(),
-               like: LikeMarks | None = None, modes: Sequence[str] = ()) -> Written:
+               like: LikeMarks | None = None, modes: Sequence[str] = (), shared_drafts: bool = False) -> Written:
     """Merge run directories into `out_dir`: results.jsonl (with `known`, its rows' known_by set by that
     file), details.jsonl, runs.json and the reports. `out_dir` must not be one of the runs. With `modes`
     (`report --mode`), the rows of the other modes are left out, and runs.json records each run as selecting
@@ -209,6 +217,9 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     write_atomic(out_dir / RUNS_FILE, json.dumps({"runs": manifests, "written": sorted(written)}, indent=2,
                                                  sort_keys=True) + "\n")
     rows = iter_rows(present)
+    if like is not None and like.marking:  # the marks first: the merged rows carry them
+        like.prepare(present)
+        rows = (like.mark(row) for row in rows)
     if modes:
         rows = _in_modes(rows, set(modes), left_out)
     rows = (known.mark(r) for r in rows) if known is not None else rows
@@ -224,7 +235,8 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
                               f"the modes {', '.join(sorted(left_out))} left out of this report")
     if like is not None:
         like.finish([out_dir])
-    return _write_reports(out_dir, tally, [out_dir], merged, diff, known, decision, like=like)
+    return _write_reports(out_dir, tally, [out_dir], merged, diff, known, decision, like=like,
+                          shared_drafts=shared_drafts)
 
 
 def check_out_outside(out_dir: str | Path, inputs: Sequence[tuple[str, str | Path]]) -> None:

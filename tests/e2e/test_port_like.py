@@ -1,10 +1,14 @@
 """A port that copies torch (torch's adapter under another name), judged like torch: it has exactly torch's
-undocumented findings; judged on its own, more. Runs only with --framework torch."""
+undocumented findings; judged on its own, more. With torch's recorded run (--like-run), each divergent row of a
+port says shared or own: a copy's are all shared; a port whose sum is twice torch's has those rows as its own.
+Runs only with --framework torch."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,16 @@ class TorchCopy(TorchAdapter):
     """torch under another name: a port that copies torch exactly."""
 
     name = "torch-copy"
+
+
+class TorchOwnSum(TorchCopy):
+    """A copy of torch with a bug of its own: the forward value of a sum is twice torch's."""
+
+    def run(self, case, api, device, part):
+        seen = super().run(case, api, device, part)
+        if part == "forward" and case.params.reduction == "sum" and seen.value is not None:
+            return dataclasses.replace(seen, value=seen.value * 2)
+        return seen
 
 
 def _undocumented(out: Path) -> list[tuple]:
@@ -52,3 +66,33 @@ def test_a_port_that_copies_torch_has_torchs_undocumented_findings_like_torch(fr
     assert marks["own"] == 0 and marks["shared"] == marks["divergences"] > 0
     alone = run(port, "alone")
     assert set(theirs) < set(_undocumented(alone))
+
+
+def test_each_divergence_of_a_port_of_torch_says_shared_or_own(framework, tmp_path, capsys):
+    if framework != "torch":
+        pytest.skip("the port copies torch: run with --framework torch")
+
+    def run(framework_name: str, out: str, *extra: str) -> int:  # with two sums torch computes right
+        return main(["run", "--framework", framework_name, *ONLY,
+                     "--only", "fwd/sum/log_target=0/4x6/float32/softmax/*",
+                     "--only", "fwd/sum/log_target=0/4x6/float32/onehot/*", "--out", str(tmp_path / out),
+                     "--no-progress", "--no-repro", *extra])
+    assert run("torch", "torch") == 0
+    like = ["--like", "torch", "--like-run", str(tmp_path / "torch")]
+    assert run(f"{__name__}:TorchCopy", "copy", *like, "--fail-on-own") == 0
+    copy = [r for r in iter_results(tmp_path / "copy") if r.verdict.is_divergence]
+    assert copy and {r.like for r in copy} == {"shared"}
+    assert run(f"{__name__}:TorchOwnSum", "own", *like) == 0
+    rows = list(iter_results(tmp_path / "own"))
+    divergent = [r for r in rows if r.verdict.is_divergence]
+    own = [r for r in divergent if r.like == "own"]
+    assert own and all(r.part == "forward" and "/sum/" in r.case_id for r in own)
+    assert all(r.like == "shared" for r in divergent if "/sum/" not in r.case_id)
+    assert all(r.like is None for r in rows if not r.verdict.is_divergence)
+    properties = [p.get("value") for p in ET.parse(tmp_path / "own" / "junit.xml").iter("property")
+                  if p.get("name") == "like"]
+    assert sorted(properties) == sorted(r.like for r in divergent)
+    undocumented_own = [r for r in own if not r.is_accepted]
+    capsys.readouterr()
+    assert run(f"{__name__}:TorchOwnSum", "own-gate", *like, "--fail-on-own") == (1 if undocumented_own else 0)
+    assert f"own: {len(undocumented_own)} undocumented" in capsys.readouterr().err

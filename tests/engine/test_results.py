@@ -61,7 +61,7 @@ def test_rows_carry_format_version_seed_and_digest(tmp_path):
     assert list(iter_results(tmp_path)) == [row]
 
 
-@pytest.mark.parametrize("version", [None, 1, 2, 3, 4, 5, 7])
+@pytest.mark.parametrize("version", [None, 1, 2, 3, 4, 5, 6, 8])  # 6: the rows of 0.4.x
 def test_rows_of_another_format_version_are_refused(tmp_path, version):
     row = json.loads(make_result().to_json())
     if version is None:
