@@ -261,7 +261,8 @@ def spelled(where: str, surface: str) -> str:
     path) is left as it is."""
     by_flag = {o.flag: o.where(surface) for o in OPTIONS.values()}
     if surface == PLUGIN:
-        by_flag.update({"--framework": "--kl-framework", "framework": "--kl-framework"})
+        by_flag.update({"--framework": "--kl-framework", "framework": "--kl-framework",
+                        "--fail-on-own": "--kl-fail-on-own"})
     elif surface == API:
         by_flag.update(_API_KEYWORDS)
     if where in by_flag:

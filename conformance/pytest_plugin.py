@@ -38,8 +38,12 @@ def pytest_addoption(parser) -> None:
 
     group = parser.getgroup("kl-conformance", "kl-conformance: the kl_div conformance suite as test items")
     group.addoption("--kl-framework", action="append", default=[], metavar="NAME",
-                    help="run the suite against this framework: a registered name (torch) or "
-                         "package.module:AdapterClass (repeatable). Without it the plugin adds nothing")
+                    help="run the suite against this framework: a registered name (torch), "
+                         "package.module:AdapterClass or package.module:function (repeatable). Without it the "
+                         "plugin adds nothing")
+    group.addoption("--kl-fail-on-own", action="store_true", default=False,
+                    help="with --kl-like and --kl-like-run: a divergence the recorded run shares xfails; the "
+                         "port's own undocumented ones fail, and so does the session (as run --fail-on-own)")
     helps = {"seed": "draw of the generated values (default: the CLI's)",
              "known": "known-findings file: the divergences it accepts xfail; an entry that matches nothing is "
                       "stale and fails the session",
@@ -71,8 +75,9 @@ class _Suite:
             self._setup(config)
         except ConformanceError as exc:
             self._discard()
-            if exc.where:  # the CLI's option names, as this plugin spells them
-                exc.where = spelled(exc.where, PLUGIN)
+            # the CLI's option names, where the line names one, as this plugin spells them
+            exc.where, exc.problem, exc.fix = (spelled(text, PLUGIN) if text else text
+                                               for text in (exc.where, exc.problem, exc.fix))
             raise pytest.UsageError(f"kl-conformance: {exc.render()}") from None
         except BaseException:
             self._discard()
@@ -101,6 +106,8 @@ class _Suite:
         self.timeout_s = DEFAULT_TIMEOUT_S if given["timeout_s"] is None else given["timeout_s"]
         self.known = load_known(given["known"]) if given["known"] else None
         self.baseline = given["baseline"]
+        self.like, self.like_run = given["like"], given["like_run"]
+        self.fail_on_own = config.getoption("kl_fail_on_own")
         self.baseline_rows = self._baseline_rows() if self.baseline else {}
         if not any(True for _ in select_lazily(self.spec, self.selection)):  # validates files, ids and values
             raise UsageError("no case matches the selection", where="--kl-only / --kl-cases / --kl-suite / "
@@ -108,6 +115,7 @@ class _Suite:
                              fix="check the ids with `kl-conformance cases`")
         self.frameworks = [api.framework_name(name) for name in dict.fromkeys(config.getoption("kl_framework"))]
         self.adapters = {name: get_adapter(name) for name in self.frameworks}
+        self.marks = self._like_marks()
         for name, adapter in self.adapters.items():  # unknown names are refused before any worker starts
             select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
                    self.apis, self.devices, self.modes, adapter.mode_names())
@@ -154,6 +162,17 @@ class _Suite:
 
         # a run's directory or its --write-baseline file, of this spec and seed (the same cases under its ids)
         return baseline_rows(self.baseline, self.spec.hash, self.selection.seed, where="--kl-baseline")
+
+    def _like_marks(self):
+        """--kl-like and --kl-like-run, checked as `run` checks them: the marks of the port's rows, or None."""
+        import argparse
+        import tempfile
+
+        from conformance.arguments import like_marks
+
+        args = argparse.Namespace(like=self.like, like_run=self.like_run, profiles=None,
+                                  fail_on_own=self.fail_on_own, out=tempfile.gettempdir())  # the plugin writes no run
+        return like_marks(self.spec, args, mirrors={a.name: a.mirrored() for a in self.adapters.values()})
 
     def _pool(self, name: str):
         from conformance.judge.refcache import default_cache_dir
@@ -244,14 +263,17 @@ class _Suite:
         run_info = {"seed": self.selection.seed, "suite": self.selection.suite, "samples": self.selection.samples,
                     "case_files": list(self.selection.case_files), "only": list(self.selection.only),
                     "shard": None, "known": self.config.getoption("kl_known"), "selection": record,
-                    "command": "pytest --kl-framework " + framework}
+                    "command": "pytest --kl-framework " + framework,
+                    **({"mirrors": self.adapters[framework].mirrored()} if self.like else {})}
         options = RunOptions(apis=self.apis, devices=self.devices, modes=self.modes, parts=self.parts,
                              timeout_s=self.timeout_s, memory_budget_mb=self.selection.memory_budget_mb,
-                             known=self.known, cache_dir=default_cache_dir())
+                             known=self.known, cache_dir=default_cache_dir(), like=self.like)
         summary = run_conformance(self.spec, framework, cases, out, options, run_info=run_info,
                                   pool=self._pool(framework))
         if summary.not_run:
             pytest.fail(f"kl-conformance: {framework} did not run: {summary.not_run}", pytrace=False)
+        if self.marks is not None:
+            self.marks.write_marks(out)  # each divergence shared with the recorded run, or the port's own
         judged: dict = {}
         for r in iter_results(out):
             judged.setdefault(r.case_id, {})[(r.api, r.device, r.mode, r.part)] = r
@@ -269,7 +291,8 @@ class _Suite:
         if not self.controller:
             return
         # collecting only (as an editor's test discovery does) judges nothing: there is nothing to gate
-        gated = (self.known is not None or self.baseline is not None) and not self.config.getoption("collectonly")
+        gated = (self.known is not None or self.baseline is not None or self.fail_on_own) \
+            and not self.config.getoption("collectonly")
         if gated:
             decision = self._gate()
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -308,6 +331,7 @@ class _Suite:
                 manifest["counts"] = dict(Counter(r.verdict.value for r in rows))
             outcomes.append(api.RunOutcome(rows, manifest))
         return api.gate(outcomes, known=self.known, baseline=self.baseline, fail_on_new=self.baseline is not None,
+                        like=self.like, like_run=self.like_run, fail_on_own=self.fail_on_own,
                         spec=self.spec)
 
     def pytest_unconfigure(self, config) -> None:
@@ -403,6 +427,8 @@ def _accepted(row, suite) -> str:
         return f"{said}: documented by the {row.framework} profile: {', '.join(row.documented_by)}"
     if row.known_by:
         return f"{said}: known ({suite.config.getoption('kl_known')}: {', '.join(row.known_by)})"
+    if suite.fail_on_own and row.like == "shared":
+        return f"{said}: shared with {suite.like}'s recorded run {suite.like_run} (--kl-fail-on-own)"
     before = suite.baseline_rows.get(row.key)
     if before is not None and (before.verdict, before.cause) == (row.verdict, row.cause):
         return f"{said}: unchanged since the baseline {suite.baseline}"
@@ -425,5 +451,8 @@ def _failure_text(row, framework: str, case, suite) -> str:
              f"got against expected: {terminal_line(row.message)}"]
     if row.max_abs_err is not None and row.bound is not None:
         lines.append(f"worst |error| {row.max_abs_err:.3g} against the bound {row.bound:.3g}")
+    if row.like:
+        lines.append(f"like:    {row.like}" + (" (not in " if row.like == "own" else " (as in ")
+                     + f"{suite.like}'s recorded run {terminal_line(str(suite.like_run))})")
     lines.append("reproduce: " + command)
     return "\n".join(lines)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -96,3 +97,35 @@ def test_each_divergence_of_a_port_of_torch_says_shared_or_own(framework, tmp_pa
     capsys.readouterr()
     assert run(f"{__name__}:TorchOwnSum", "own-gate", *like, "--fail-on-own") == (1 if undocumented_own else 0)
     assert f"own: {len(undocumented_own)} undocumented" in capsys.readouterr().err
+
+
+def test_the_plugin_marks_and_gates_a_port_as_run_does(framework, tmp_path, capsys):
+    """--kl-like, --kl-like-run and --kl-fail-on-own: the port's own divergences fail their items, the shared ones
+    xfail with the recorded run named, and the session decides as `run --fail-on-own` does."""
+    if framework != "torch":
+        pytest.skip("the port copies torch: run with --framework torch")
+    only = [*ONLY, "--only", "fwd/sum/log_target=0/4x6/float32/softmax/*"]
+    assert main(["run", "--framework", "torch", *only, "--out", str(tmp_path / "torch"), "--no-progress",
+                 "--no-repro"]) == 0
+    like = ["--like", "torch", "--like-run", str(tmp_path / "torch"), "--fail-on-own"]
+    capsys.readouterr()
+    code = main(["run", "--framework", f"{__name__}:TorchOwnSum", *only, *like, "--out", str(tmp_path / "own"),
+                 "--no-progress", "--no-repro"])
+    decision = [line for line in capsys.readouterr().err.splitlines() if "gate failed" in line]
+    own = [r for r in iter_results(tmp_path / "own") if r.like == "own" and not r.is_accepted]
+    assert code == 1 and own and len(decision) == 1, decision
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "conftest.py").write_text(f"import sys\nsys.path.append({ROOT!r})\n")
+    junit = project / "junit.xml"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rx", f"--junitxml={junit}",
+                           "--kl-framework", f"{__name__}:TorchOwnSum",
+                           *[f"--kl-{arg[2:]}" if arg.startswith("--") else arg for arg in [*only, *like]]],
+                          cwd=project, capture_output=True, text=True, timeout=900)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and decision[0] in output, output
+    failed = {c.get("name") for c in ET.parse(junit).iter("testcase") if c.find("failure") is not None}
+    shown = {f"{r.case_id}[{r.api}-{r.device}-{r.part}]" for r in own}
+    assert failed == shown, (failed, shown)
+    assert "like:    own (not in torch's recorded run" in output  # a failing item says the divergence is own
+    assert "shared with torch's recorded run" in output  # -rx: a shared one xfails, naming the recorded run

@@ -117,6 +117,8 @@ def test_a_framework_that_cannot_load_fails_the_session_in_one_line(project):
 def test_bad_options_are_one_line_naming_the_plugin_option(project):
     code, output, _ = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-dtype", "float8")
     assert code == 4 and "--kl-dtype: unknown value 'float8'" in output and "Traceback" not in output
+    code, output, _ = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-fail-on-own")
+    assert code == 4 and "--kl-fail-on-own needs --kl-like FRAMEWORK --kl-like-run DIR" in output, output
     code, output, _ = _pytest(project, "--kl-framework", "no-such-framework")
     assert code == 4 and "--kl-framework" in output and "no-such-framework" in output
 
