@@ -104,6 +104,13 @@ class _Suite:
         self.apis, self.devices, self.parts = given["api"], given["device"], given["part"]
         self.modes = tuple(dict.fromkeys(given["mode"]))
         self.timeout_s = DEFAULT_TIMEOUT_S if given["timeout_s"] is None else given["timeout_s"]
+        self.frameworks = [api.framework_name(name) for name in dict.fromkeys(config.getoption("kl_framework"))]
+        self.adapters = {name: get_adapter(name) for name in self.frameworks}
+        for name, adapter in self.adapters.items():  # unknown names are refused before any worker starts
+            select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
+                   self.apis, self.devices, self.modes, adapter.mode_names())
+        for name in self.frameworks:  # each worker imports its framework while the options are checked below
+            self._pool(name).launch()
         self.known = load_known(given["known"]) if given["known"] else None
         self.baseline = given["baseline"]
         self.like, self.like_run = given["like"], given["like_run"]
@@ -113,12 +120,7 @@ class _Suite:
             raise UsageError("no case matches the selection", where="--kl-only / --kl-cases / --kl-suite / "
                              "--kl-reduction / --kl-log-target / --kl-dtype / --kl-family",
                              fix="check the ids with `kl-conformance cases`")
-        self.frameworks = [api.framework_name(name) for name in dict.fromkeys(config.getoption("kl_framework"))]
-        self.adapters = {name: get_adapter(name) for name in self.frameworks}
         self.marks = self._like_marks()
-        for name, adapter in self.adapters.items():  # unknown names are refused before any worker starts
-            select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
-                   self.apis, self.devices, self.modes, adapter.mode_names())
         self.rows: dict = {}  # (framework, case id) -> {(api, device, mode, part): Result}
         self.shares: dict = {}  # (framework, case id) -> the cases judged with it, in one run
         self.runs = 0
@@ -140,7 +142,7 @@ class _Suite:
         for name, adapter in self.adapters.items():
             pool = self._pool(name)
             try:
-                info = pool.start()
+                info = pool.wait_ready()
             except Exception as exc:  # WorkerUnavailable: the framework cannot be loaded
                 self._discard()
                 pytest.exit(f"kl-conformance: {name} did not run: {exc}", returncode=3)
