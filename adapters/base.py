@@ -219,6 +219,9 @@ class Adapter:
     profile: ClassVar[str | Path | dict | None] = None
     # The modes beside eager this adapter can make its calls in (Mode); an adapter without any is eager only.
     modes: ClassVar[tuple[Mode, ...]] = ()
+    # The most worker processes a run may spread its cases over (--jobs), for a framework two of whose processes
+    # cannot run at once; None: as many as the run asks for.
+    max_jobs: ClassVar[int | None] = None
     # The mode of the calls that follow: the worker sets it before each call (and a reproducer before its
     # source), so `invoke`, `gradient` and `repro_source` keep their signatures.
     mode: str = EAGER

@@ -117,6 +117,7 @@ class RunOptions:
     like: str | None = None  # judge as a port of this framework: its profile's deviations document too (--like)
     cache_dir: Path | None = None  # the reference cache (refcache.py); None computes every expectation
     inputs: tuple[tuple[str, str], ...] = ()  # (option, path) of the command's inputs: --force must not remove one
+    jobs: int = 1  # worker processes the cases are spread over (--jobs), at most the adapter's max_jobs
 
 
 def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],
@@ -243,6 +244,9 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
         try:
             if not pool.launched:
                 pool.launch()
+            jobs = min(options.jobs, adapter.max_jobs or options.jobs)
+            if jobs > 1:
+                pool.widen(jobs)  # the other workers import the framework beside the first
             # while the worker imports the framework, the first cases' expectations are made
             prefetched = _prefetch(ctx, cases)
             # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
