@@ -31,6 +31,7 @@ import time
 import traceback
 import types
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -285,6 +286,27 @@ def _main_script_hidden(framework: str) -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
+_launcher: ThreadPoolExecutor | None = None
+_launcher_lock = threading.Lock()
+
+
+def _start(process, framework: str) -> None:
+    """Start a worker process from the main thread, or from one thread that lasts as long as this process: Linux
+    sends PR_SET_PDEATHSIG when the thread that started the worker ends, and a pool of several restarts a
+    worker from the thread that serves it, which ends with the run."""
+    def start() -> None:
+        with _main_script_hidden(framework):
+            process.start()
+    if threading.current_thread() is threading.main_thread():
+        start()
+        return
+    global _launcher
+    with _launcher_lock:
+        if _launcher is None:
+            _launcher = ThreadPoolExecutor(1, thread_name_prefix="kl-worker-launcher")
+    _launcher.submit(start).result()
+
+
 def case_limit(timeout_s: float, task: Task) -> float:
     """The time limit of one case: `timeout_s` for its eager calls and as much again for each compiled or graph
     mode among its calls, which may each compile (a new signature compiles once per mode and API)."""
@@ -432,8 +454,7 @@ class WorkerPool:
         self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._log_path,
                                                 str(self.compile_cache_dir) if self.compile_cache_dir else None,
                                                 self._scratch, watched, os.getpid(), self._in_call), daemon=True)
-        with _main_script_hidden(self.framework):
-            self._process.start()
+        _start(self._process, self.framework)
         child.close()
         watched.close()
         self._conn = parent
@@ -490,17 +511,21 @@ class WorkerPool:
                          for i, worker in enumerate(workers)]
         for thread in self._threads:
             thread.start()
+        finished = False
         try:
             yield from spread.outcomes(self._threads)
+            finished = True
         finally:
             spread.stop()
-            self._stop_threads()
+            self._stop_threads(interrupt=not finished)
 
-    def _stop_threads(self) -> None:
-        """End a pool of several's threads (each at its next wait), so no thread uses a worker after this."""
+    def _stop_threads(self, interrupt: bool = True) -> None:
+        """End a pool of several's threads, so no thread uses a worker after this: once the tasks are all
+        answered, each ends when its worker is ready again (a restart after a crash on the last task, as one
+        worker restarts before its run ends); else each is interrupted at its next wait."""
         workers = [self, *self._others]
         for worker in workers:
-            worker._stopping = True
+            worker._stopping = interrupt
         for thread in self._threads:
             thread.join(CLOSE_TIMEOUT_S + 5)
         self._threads = []
@@ -516,11 +541,10 @@ class WorkerPool:
         try:
             yield from self._serve(tasks, pending, unsent)
         finally:
-            self._stale = bool(pending or unsent)
+            self._stale = self._stale or bool(pending or unsent)
 
     def _renew(self) -> None:
-        """A fresh worker in place of one a run left with tasks in flight."""
-        self._stale = False
+        """A fresh worker in place of one a run left with tasks in flight, or left starting."""
         self._kill()
         open(self._log_path, "w").close()
         try:
@@ -528,6 +552,7 @@ class WorkerPool:
             self.wait_ready()
         except WorkerUnavailable as exc:
             raise WorkerLost(f"the {self.framework} worker could not be started again: {exc}") from None
+        self._stale = False
 
     def _serve(self, tasks: Iterator[Task], pending: Deque[Task], unsent: Deque[Task]) -> Iterator[Outcome]:
         source = iter(tasks)
@@ -666,12 +691,14 @@ class WorkerPool:
         self._kill()
         self._restarts += 1
         open(self._log_path, "w").close()
+        self._stale = True  # until the new worker is ready (a pool of several may stop it while it starts)
         try:
             self._launch_own()
             self.wait_ready()
         except WorkerUnavailable as exc:
             raise WorkerLost(f"the {self.framework} worker could not be restarted after a crash or timeout: "
                              f"{exc}") from None
+        self._stale = False
 
     def _kill(self) -> None:
         if self._process is not None and self._process.is_alive():
