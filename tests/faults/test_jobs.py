@@ -115,12 +115,12 @@ def _interrupt_at_a_third(proc, results: Path, total: int, signum: int, group: b
     proc.wait(60)
 
 
-@pytest.mark.parametrize("signum, group", [(signal.SIGKILL, True), (signal.SIGINT, False)],
+@pytest.mark.parametrize("signum, group, again", [(signal.SIGKILL, True, 2), (signal.SIGINT, False, 1)],
                          ids=["sigkill", "ctrl-c"])
-def test_a_run_interrupted_under_two_jobs_resumes_to_the_files_of_one_job(tmp_path, signum, group):
+def test_a_run_interrupted_under_two_jobs_resumes_to_the_files_of_one_job(tmp_path, signum, group, again):
     """Killed outright (parent and workers), or Ctrl-C to the parent, which stops its workers' threads while cases
-    are in flight on both workers; the resumed run (under --jobs 2 again) ends with what an uninterrupted run of
-    one worker writes."""
+    are in flight on both workers; the resumed run (under --jobs 2 again, or 1) ends with what an uninterrupted
+    run of one worker writes."""
     clean = tmp_path / "clean"
     _subprocess_run(tmp_path, clean, 1)
     total = len((clean / "results.jsonl").read_text().splitlines())
@@ -133,7 +133,7 @@ def test_a_run_interrupted_under_two_jobs_resumes_to_the_files_of_one_job(tmp_pa
     assert status == ("running" if signum == signal.SIGKILL else "interrupted")
     if signum == signal.SIGINT:
         assert proc.returncode != 0 and "Traceback" not in proc.stderr.read()
-    _subprocess_run(tmp_path, cut, 2, "--resume")
+    _subprocess_run(tmp_path, cut, again, "--resume")
     strip = lambda rows: [(r.case_id, r.api, r.device, r.mode, r.part, r.verdict, r.message) for r in rows]
     assert strip(iter_results(cut)) == strip(iter_results(clean))  # in the same order
     assert (cut / "report.md").read_bytes() == (clean / "report.md").read_bytes()
