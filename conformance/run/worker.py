@@ -527,7 +527,7 @@ class WorkerPool:
         for worker in workers:
             worker._stopping = interrupt
         for thread in self._threads:
-            thread.join(CLOSE_TIMEOUT_S + 5)
+            thread.join(CLOSE_TIMEOUT_S + 5 if interrupt else None)
         self._threads = []
         for worker in workers:
             worker._stopping = False
@@ -769,6 +769,10 @@ class _Spread:
         last = None
         try:
             if worker.info is None:
+                while not worker.ready():  # still loading: the others may have run every case first
+                    if self._stopped or self._exhausted:
+                        return
+                    time.sleep(0.1)
                 try:
                     worker.wait_ready()
                 except WorkerUnavailable:  # the others run the cases
