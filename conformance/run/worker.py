@@ -768,11 +768,7 @@ class _Spread:
         mine: Deque[int] = collections.deque()  # the places of the tasks this worker has in flight
         last = None
         try:
-            if worker.info is None:
-                while not worker.ready():  # still loading: the others may have run every case first
-                    if self._stopped or self._exhausted:
-                        return
-                    time.sleep(0.1)
+            if worker.info is None:  # loaded beside the first: every worker is ready, and closes, as one does
                 try:
                     worker.wait_ready()
                 except WorkerUnavailable:  # the others run the cases
