@@ -154,3 +154,15 @@ def test_jobs_is_checked_on_every_surface(tmp_path, capsys):
     outcome = api.run(ADAPTERS + "NumpyAdapter", selection=CaseSelection(suite="none", case_files=(str(cases),)),
                       jobs=2, cache=False)
     assert [r.verdict.value for r in outcome.rows] == ["pass"]
+
+
+@pytest.mark.parametrize("devices, workers", [(("cpu",), 2), (("gpu",), 1), ((), 1)])
+def test_a_device_one_process_claims_whole_has_one_worker(tmp_path, monkeypatch, devices, workers):
+    """JAX, TensorFlow and Paddle take most of an accelerator's memory when they load: a second worker on it would
+    fail where one does not, so a run on such a device keeps one worker (Adapter.shared_device_kinds)."""
+    loads = tmp_path / "loads"
+    monkeypatch.setenv("KL_TEST_LOADS", str(loads))
+    cases = _cases(tmp_path, [f"ok-{i:02d}" for i in range(4)])
+    chosen = [arg for device in devices for arg in ("--device", device)]
+    assert _run("AcceleratorAdapter", cases, tmp_path / "out", 2, *chosen) == 0
+    assert loads.read_text().count("loaded") == workers
