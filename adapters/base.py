@@ -219,6 +219,13 @@ class Adapter:
     profile: ClassVar[str | Path | dict | None] = None
     # The modes beside eager this adapter can make its calls in (Mode); an adapter without any is eager only.
     modes: ClassVar[tuple[Mode, ...]] = ()
+    # The most worker processes a run may spread its cases over (--jobs), for a framework two of whose processes
+    # cannot run at once; None: as many as the run asks for.
+    max_jobs: ClassVar[int | None] = None
+    # The kinds of device (a device's name after any "backend:") that several worker processes can use at once: a
+    # run on any other device has one worker, since a framework that claims an accelerator's memory whole when it
+    # loads (JAX's and TensorFlow's preallocation, Paddle's) would leave the second worker none.
+    shared_device_kinds: ClassVar[tuple[str, ...]] = ("cpu",)
     # The mode of the calls that follow: the worker sets it before each call (and a reproducer before its
     # source), so `invoke`, `gradient` and `repro_source` keep their signatures.
     mode: str = EAGER

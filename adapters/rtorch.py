@@ -189,6 +189,7 @@ class RTorchAdapter(Adapter):
             implementation="torch::nnf_kl_div"),
     )
     known_devices = ("cpu", "cuda")
+    shared_device_kinds = ("cpu", "cuda")  # libtorch takes CUDA memory as tensors need it
 
     def __init__(self) -> None:
         self._session: RSession | None = None

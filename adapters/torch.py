@@ -57,6 +57,7 @@ class TorchAdapter(Adapter):
             implementation="torch.nn.functional.kl_div"),
     )
     known_devices = ("cpu", "cuda")
+    shared_device_kinds = ("cpu", "cuda")  # CUDA memory is taken as tensors need it
     modes = MODES
     # Dynamo compiles a function again for each new signature (dtype, shape, layout) and, past its recompile
     # limit, silently runs it eagerly: raised so a suite compiles (each compiled function serves one API and

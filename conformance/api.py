@@ -53,6 +53,7 @@ from conformance.report.provenance import check_runs
 from conformance.report.writer import ReportFeed
 from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, run_conformance
 from conformance.run.selection import CaseSelection, select_cases
+from conformance.run.worker import available_cores
 from conformance.runcommand import selection_record
 
 __all__ = [
@@ -155,7 +156,7 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
         known: str | Path | KnownFindings | None = None, profiles: str | Path | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S, cache: bool = True, cache_dir: str | Path | None = None,
         force: bool = False, like: str | None = None, like_run: str | Path | None = None,
-        spec: Spec | None = None) -> RunOutcome:
+        spec: Spec | None = None, jobs: int | None = None) -> RunOutcome:
     """Run the selected cases through a framework and return the judged rows, as `kl-conformance run` does.
 
     The framework runs in the harness's worker process (a crash or a hang costs one case). With `out`, the
@@ -164,7 +165,8 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     known-findings file accepts. `modes` are the modes the calls are made in (default eager; each row carries
     its mode; a mode that cannot run here is not run, and the manifest's `modes_not_run` says why). `like` judges a
     port as `--like` does (the framework's documented deviations apply), and with `like_run`, a recorded run of
-    that framework, each divergent row carries `like`: "shared" or "own" (`--like-run`). Raises
+    that framework, each divergent row carries `like`: "shared" or "own" (`--like-run`). `jobs` worker processes
+    share the cases (default: the cores this process may use), with the rows of one. Raises
     ConformanceError (a UsageError, ...) for bad input, before anything
     is written; a framework that cannot load is no exception: `not_run` says why.
     """
@@ -172,6 +174,7 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     name = framework_name(framework)
     selection = check_selection(selection or CaseSelection())
     timeout_s = OPTIONS["timeout_s"].check(timeout_s, API)
+    jobs = available_cores() if jobs is None else OPTIONS["jobs"].check(jobs, API)
     apis, devices, parts, modes = (OPTIONS[option].check_each(given, API) for option, given in
                                    (("api", apis), ("device", devices), ("part", parts), ("mode", modes)))
     _flags(cache=cache, force=force)
@@ -195,7 +198,8 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     options = RunOptions(apis=apis, devices=devices, modes=modes, parts=parts, timeout_s=timeout_s,
                          memory_budget_mb=selection.memory_budget_mb, force=force, known=known,
                          profiles_dir=Path(profiles) if profiles else None, like=like,
-                         cache_dir=None if not cache else Path(cache_dir) if cache_dir else default_cache_dir())
+                         cache_dir=None if not cache else Path(cache_dir) if cache_dir else default_cache_dir(),
+                         jobs=min(jobs, len(chosen)))
     try:
         summary = run_conformance(spec, name, chosen, where, options, run_info=run_info)
         if marks is not None:

@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "by meaning, --known, spec, profile set or framework version)")
     OPTIONS["timeout_s"].add_to(run, default=DEFAULT_TIMEOUT_S, metavar=None,
                                 help=f"{OPTIONS['timeout_s'].help} (default {DEFAULT_TIMEOUT_S:g})")
+    OPTIONS["jobs"].add_to(run)
     run.add_argument("--cache-dir", metavar="DIR",
                      help="where computed expectations are kept for later runs and other frameworks, and JAX's "
                           "compiled kernels (default $KL_CACHE_DIR, else ~/.cache/kl-conformance)")

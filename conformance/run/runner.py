@@ -117,6 +117,7 @@ class RunOptions:
     like: str | None = None  # judge as a port of this framework: its profile's deviations document too (--like)
     cache_dir: Path | None = None  # the reference cache (refcache.py); None computes every expectation
     inputs: tuple[tuple[str, str], ...] = ()  # (option, path) of the command's inputs: --force must not remove one
+    jobs: int = 1  # worker processes the cases are spread over (--jobs): one on a device not shared, at most max_jobs
 
 
 def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],
@@ -243,6 +244,9 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
         try:
             if not pool.launched:
                 pool.launch()
+            jobs = min(options.jobs, adapter.max_jobs or options.jobs)
+            if jobs > 1 and _shared(adapter, options.devices or adapter.known_devices):
+                pool.widen(jobs)  # the other workers import the framework beside the first
             # while the worker imports the framework, the first cases' expectations are made
             prefetched = _prefetch(ctx, cases)
             # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
@@ -275,6 +279,8 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
         unusable = {m: why for m in dict.fromkeys(t.mode for t in ctx.targets)
                     if (why := ctx.info.unusable_modes.get(m))}
         ctx.targets = [t for t in ctx.targets if t.mode not in unusable and t.api not in apis_not_run]
+        if jobs > 1 and _shared(adapter, [t.device for t in ctx.targets]):
+            pool.widen(jobs)  # the devices present, known only now, are all shared: launched now if not before
         manifest.update(framework_version=ctx.info.version, targets=[str(t) for t in ctx.targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         modes=list(dict.fromkeys(options.modes or (EAGER,))),
@@ -340,6 +346,11 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     if progress is not None:
         progress(summary.cases)
     return summary
+
+
+def _shared(adapter: Adapter, devices: Iterable[str]) -> bool:
+    """Whether several worker processes can use every one of `devices` at once (Adapter.shared_device_kinds)."""
+    return all(device.rpartition(":")[2] in adapter.shared_device_kinds for device in devices)
 
 
 def _release_gaps(adapter, info: WorkerInfo, options: RunOptions, api_names: list[str]) -> tuple[dict, list[str]]:

@@ -5,7 +5,9 @@ answers one message per case with its observations. The parent side, `WorkerPool
 keeps a window of cases in flight (so the parent computes references while the
 worker calls the framework), detects a dead worker (crash: signal or exit code and
 the last lines it printed) or a case past its time limit (timeout), replaces the
-worker and resends what was in flight. A crash or a timeout while the worker is inside
+worker and resends what was in flight. With `jobs` above one, the pool runs that many workers, each loading
+the framework once, hands each the next task as it frees up, and gives the outcomes back in the tasks' order,
+so the rows written are those of one worker. A crash or a timeout while the worker is inside
 the framework's call is the framework's (cause framework.crash, framework.timeout);
 anywhere else it is the harness's (harness.isolation).
 
@@ -29,6 +31,7 @@ import time
 import traceback
 import types
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -40,6 +43,9 @@ from conformance.core.model import EAGER, Case, Observation, Verdict
 from conformance.core.scratch import make_scratch
 
 READY, UNAVAILABLE, CASE, CLOSED = "ready", "unavailable", "case", "closed"
+# What a task source gives a worker of a pool of several that still has tasks in flight, when the outcomes not
+# yet given back in order are as many as the pool keeps: no task for now, and not the end of the tasks
+LATER = object()
 # How long closing waits for the worker to close its adapter; R torch, which ends its R session there,
 # needs far less than this.
 CLOSE_TIMEOUT_S = 5.0
@@ -280,10 +286,38 @@ def _main_script_hidden(framework: str) -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
+_launcher: ThreadPoolExecutor | None = None
+_launcher_lock = threading.Lock()
+
+
+def _start(process, framework: str) -> None:
+    """Start a worker process from the main thread, or from one thread that lasts as long as this process: Linux
+    sends PR_SET_PDEATHSIG when the thread that started the worker ends, and a pool of several restarts a
+    worker from the thread that serves it, which ends with the run."""
+    def start() -> None:
+        with _main_script_hidden(framework):
+            process.start()
+    if threading.current_thread() is threading.main_thread():
+        start()
+        return
+    global _launcher
+    with _launcher_lock:
+        if _launcher is None:
+            _launcher = ThreadPoolExecutor(1, thread_name_prefix="kl-worker-launcher")
+    _launcher.submit(start).result()
+
+
 def case_limit(timeout_s: float, task: Task) -> float:
     """The time limit of one case: `timeout_s` for its eager calls and as much again for each compiled or graph
     mode among its calls, which may each compile (a new signature compiles once per mode and API)."""
     return timeout_s * (1 + len({call[2] for call in task.calls} - {EAGER}))
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system has one): --jobs's default."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
 
 
 class WorkerUnavailable(Exception):
@@ -292,6 +326,10 @@ class WorkerUnavailable(Exception):
 
 class WorkerLost(WorkerUnavailable):
     """A worker that died or hung could not be replaced: the run cannot go on."""
+
+
+class _Stopped(Exception):
+    """Raised in a worker's thread of a pool of several once the pool stops (the run ended early, or it closes)."""
 
 
 class _Outbox:
@@ -338,18 +376,19 @@ def _fresh_marker(path: str) -> str | None:
 
 
 class WorkerPool:
-    """One worker process for one framework, with crash and timeout recovery.
+    """Worker processes for one framework (one, or `jobs`), with crash and timeout recovery.
 
     Parameters
     ----------
     framework : adapter name (or "module:Class").
     timeout_s : limit for one case, from the moment the worker is free to start it.
-    window : cases in flight at most (sent, not yet answered); refilled once half of them are answered.
+    window : cases in flight at most per worker (sent, not yet answered); refilled once half of them are answered.
     compile_cache_dir : where the framework may keep compiled kernels between runs (Adapter.compile_cache_dir).
+    jobs : the worker processes; the first is this object's own, the others are pools of one it runs beside it.
     """
 
     def __init__(self, framework: str, timeout_s: float = 60.0, window: int = 16, start_timeout_s: float = 600.0,
-                 compile_cache_dir: Path | None = None):
+                 compile_cache_dir: Path | None = None, jobs: int = 1):
         self.framework = framework
         self.compile_cache_dir = compile_cache_dir
         self.timeout_s = timeout_s
@@ -368,8 +407,19 @@ class WorkerPool:
         self._log_path = os.path.join(self._scratch, "worker.log")
         open(self._log_path, "w").close()
         self.info: WorkerInfo | None = None
-        self.restarts = 0
+        self._restarts = 0
         self._idle = False  # every task sent has been answered: a close is the worker's next message
+        self._stale = False  # a run ended with tasks in flight: their answers would meet the next run's tasks
+        self._stopping = False  # a pool of several is stopping: this worker's thread ends at its next wait
+        self.jobs = max(1, jobs)
+        self._others: list[WorkerPool] = []  # the workers beyond this one's own (jobs - 1), once launched
+        self._threads: list[threading.Thread] = []  # a pool of several's threads while it runs
+        self.left_out = False  # a worker beside the first that could not load: the others run the cases
+
+    @property
+    def restarts(self) -> int:
+        """How often a worker was replaced after a crash or a timeout, every worker of the pool counted."""
+        return self._restarts + sum(other.restarts for other in self._others)
 
     def start(self) -> WorkerInfo:
         """Start the worker and wait until it has loaded the framework."""
@@ -377,15 +427,34 @@ class WorkerPool:
         return self.wait_ready()
 
     def launch(self) -> None:
-        """Start the worker without waiting: it imports the framework, which is slow, while the caller works."""
+        """Start the workers without waiting: they import the framework, which is slow, while the caller works."""
+        self._launch_own()
+        self._launch_others()
+
+    def widen(self, jobs: int) -> None:
+        """Run `jobs` workers from now on (an early-launched pool learns the run's --jobs once it is read); the
+        ones added are launched at once if this pool is."""
+        self.jobs = max(1, jobs)
+        while len(self._others) > self.jobs - 1:
+            self._others.pop().close()
+        if self.launched:
+            self._launch_others()
+
+    def _launch_others(self) -> None:
+        while len(self._others) < self.jobs - 1:
+            other = WorkerPool(self.framework, self.timeout_s, self.window, self.start_timeout_s,
+                               self.compile_cache_dir)
+            other.launch()
+            self._others.append(other)
+
+    def _launch_own(self) -> None:
         parent, child = self._ctx.Pipe()
         watched, self._lifeline = self._ctx.Pipe(duplex=False)  # closed when this process dies: the worker ends
         self._in_call = _fresh_marker(os.path.join(self._scratch, "in_call"))  # a dead worker's may be left at 1
         self._process = self._ctx.Process(target=worker_main, args=(child, self.framework, self._log_path,
                                                 str(self.compile_cache_dir) if self.compile_cache_dir else None,
                                                 self._scratch, watched, os.getpid(), self._in_call), daemon=True)
-        with _main_script_hidden(self.framework):
-            self._process.start()
+        _start(self._process, self.framework)
         child.close()
         watched.close()
         self._conn = parent
@@ -406,9 +475,14 @@ class WorkerPool:
     def wait_ready(self) -> WorkerInfo:
         """The launched worker's versions and devices, once it has loaded the framework."""
         parent = self._conn
-        if not parent.poll(max(0.0, self.start_timeout_s - (time.monotonic() - self._launched))):
-            self._kill()
-            raise WorkerUnavailable(f"the {self.framework} worker did not start within {self.start_timeout_s:.0f} s")
+        deadline = self._launched + self.start_timeout_s
+        while not parent.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
+            if self._stopping:
+                raise _Stopped()
+            if time.monotonic() >= deadline:
+                self._kill()
+                raise WorkerUnavailable(f"the {self.framework} worker did not start within "
+                                        f"{self.start_timeout_s:.0f} s")
         try:
             kind, payload = parent.recv()
         except EOFError:
@@ -420,9 +494,67 @@ class WorkerPool:
         return payload
 
     def run(self, tasks: Iterator[Task]) -> Iterator[Outcome]:
-        """Yield one Outcome per task, in order, whatever happens to the worker."""
+        """Yield one Outcome per task, in order, whatever happens to the workers."""
+        if self._others:
+            yield from self._run_spread(tasks)
+        else:
+            yield from self._run_alone(tasks)
+
+    def _run_spread(self, tasks: Iterator[Task]) -> Iterator[Outcome]:
+        """Every worker of the pool takes the next task whenever it has room, in a thread of its own; the
+        outcomes are given back in the tasks' order. A worker beside the first that cannot load is left out."""
+        workers = [self, *(other for other in self._others if not other.left_out)]
+        for other in self._others:
+            other.timeout_s = self.timeout_s
+        spread = _Spread(tasks, ahead=2 * self.window * len(workers))
+        self._threads = [threading.Thread(target=spread.serve, args=(worker,), name=f"kl-worker-{i}", daemon=True)
+                         for i, worker in enumerate(workers)]
+        for thread in self._threads:
+            thread.start()
+        finished = False
+        try:
+            yield from spread.outcomes(self._threads)
+            finished = True
+        finally:
+            spread.stop()
+            self._stop_threads(interrupt=not finished)
+
+    def _stop_threads(self, interrupt: bool = True) -> None:
+        """End a pool of several's threads, so no thread uses a worker after this: once the tasks are all
+        answered, each ends when its worker is ready again (a restart after a crash on the last task, as one
+        worker restarts before its run ends); else each is interrupted at its next wait."""
+        workers = [self, *self._others]
+        for worker in workers:
+            worker._stopping = interrupt
+        for thread in self._threads:
+            thread.join(CLOSE_TIMEOUT_S + 5 if interrupt else None)
+        self._threads = []
+        for worker in workers:
+            worker._stopping = False
+
+    def _run_alone(self, tasks: Iterator[Task]) -> Iterator[Outcome]:
+        """This pool's own worker runs every task."""
+        if self._stale:
+            self._renew()
         pending: Deque[Task] = collections.deque()
         unsent: Deque[Task] = collections.deque()
+        try:
+            yield from self._serve(tasks, pending, unsent)
+        finally:
+            self._stale = self._stale or bool(pending or unsent)
+
+    def _renew(self) -> None:
+        """A fresh worker in place of one a run left with tasks in flight, or left starting."""
+        self._kill()
+        open(self._log_path, "w").close()
+        try:
+            self._launch_own()
+            self.wait_ready()
+        except WorkerUnavailable as exc:
+            raise WorkerLost(f"the {self.framework} worker could not be started again: {exc}") from None
+        self._stale = False
+
+    def _serve(self, tasks: Iterator[Task], pending: Deque[Task], unsent: Deque[Task]) -> Iterator[Outcome]:
         source = iter(tasks)
         exhausted = False
         while True:
@@ -432,6 +564,8 @@ class WorkerPool:
                 task = next(source, None)
                 if task is None:
                     exhausted = True
+                elif task is LATER:
+                    break
                 else:
                     unsent.append(task)
             if unsent:
@@ -442,6 +576,8 @@ class WorkerPool:
                 self._outbox.put(batch)
                 pending.extend(batch)
             if not pending:
+                if not exhausted:
+                    continue
                 self._idle = True
                 return
             head = pending[0]
@@ -499,6 +635,8 @@ class WorkerPool:
         start = time.monotonic()
         limit = case_limit(self.timeout_s, head)
         while True:
+            if self._stopping:
+                raise _Stopped()
             remaining = limit - (time.monotonic() - start)
             if remaining <= 0:
                 inside = self._inside_call()  # read before the kill
@@ -551,13 +689,16 @@ class WorkerPool:
 
     def _restart(self) -> None:
         self._kill()
-        self.restarts += 1
+        self._restarts += 1
         open(self._log_path, "w").close()
+        self._stale = True  # until the new worker is ready (a pool of several may stop it while it starts)
         try:
-            self.start()
+            self._launch_own()
+            self.wait_ready()
         except WorkerUnavailable as exc:
             raise WorkerLost(f"the {self.framework} worker could not be restarted after a crash or timeout: "
                              f"{exc}") from None
+        self._stale = False
 
     def _kill(self) -> None:
         if self._process is not None and self._process.is_alive():
@@ -576,6 +717,10 @@ class WorkerPool:
         and says so; then it is stopped at once: what is left is the framework's own teardown at exit, which
         can take longer than a short run (torch's does) and leaves nothing the harness needs. A worker that
         did not say so is given a moment to exit; one still on a case (Ctrl-C) is not waited for."""
+        if self._threads:  # a pool of several closed while it runs (Ctrl-C)
+            self._stop_threads()
+        while self._others:
+            self._others.pop().close()
         if self._process is not None and self._process.is_alive():
             try:
                 self._outbox.put(None)  # queued behind every batch already put, so the worker answers those first
@@ -597,3 +742,103 @@ class WorkerPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
+
+
+class _Spread:
+    """One task source shared by the threads of a pool of several workers, and the outcomes given back in the
+    source's order. A worker that has tasks in flight takes no more while the outcomes waiting for an earlier
+    one to be given back are `ahead` (memory stays bounded when one case hangs). What ends a worker's thread (it
+    could not be restarted, or a harness bug) and what the source raises are raised in the order too: after every
+    outcome before them."""
+
+    def __init__(self, tasks: Iterator[Task], ahead: int) -> None:
+        self._source = iter(tasks)
+        self._source_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._ahead = ahead
+        self._taken = 0  # tasks taken from the source, each numbered by its place there
+        self._given = 0  # outcomes given back
+        self._done: dict[int, Outcome] = {}
+        self._ends: list[tuple[int, BaseException]] = []  # (the place it is raised at, the exception)
+        self._exhausted = False
+        self._stopped = False
+
+    def serve(self, worker: WorkerPool) -> None:
+        """A worker's thread: its outcomes, numbered by their tasks' places, until the source is exhausted."""
+        mine: Deque[int] = collections.deque()  # the places of the tasks this worker has in flight
+        last = None
+        try:
+            if worker.info is None:  # loaded beside the first: every worker is ready, and closes, as one does
+                try:
+                    worker.wait_ready()
+                except WorkerUnavailable:  # the others run the cases
+                    worker.left_out = True
+                    return
+            for outcome in worker._run_alone(self._feed(mine)):
+                last = mine.popleft()
+                with self._cond:
+                    self._done[last] = outcome
+                    self._cond.notify_all()
+        except _Stopped:
+            pass
+        except BaseException as exc:  # raised where one worker would have: after its last outcome
+            at = last + 1 if last is not None else mine[0] if mine else self._taken
+            with self._cond:
+                self._ends.append((at, exc))
+                self._cond.notify_all()
+
+    def _feed(self, mine: Deque[int]) -> Iterator[Any]:
+        """The tasks one worker takes, as it has room for them (WorkerPool._serve's source)."""
+        while True:
+            with self._cond:
+                while self._full() and not mine:  # an idle worker waits for room
+                    self._cond.wait(1.0)
+                later = self._full()
+            if later:
+                yield LATER
+                continue
+            with self._source_lock:
+                if self._stopped or self._exhausted:
+                    return
+                try:
+                    task = next(self._source, None)
+                except BaseException as exc:
+                    task = None
+                    with self._cond:
+                        self._ends.append((self._taken, exc))
+                if task is None:
+                    with self._cond:
+                        self._exhausted = True
+                        self._cond.notify_all()
+                    return
+                mine.append(self._taken)
+                self._taken += 1
+            yield task
+
+    def _full(self) -> bool:
+        """Whether the outcomes not yet given back are as many as are kept (with tasks still to take)."""
+        return not (self._stopped or self._exhausted) and self._taken - self._given >= self._ahead
+
+    def outcomes(self, threads: list[threading.Thread]) -> Iterator[Outcome]:
+        while True:
+            with self._cond:
+                while True:
+                    ends = [(at, exc) for at, exc in self._ends if at <= self._given]
+                    if ends:
+                        raise min(ends, key=lambda end: end[0])[1]
+                    if self._given in self._done:
+                        outcome = self._done.pop(self._given)
+                        break
+                    if self._exhausted and self._given >= self._taken:
+                        return
+                    if not any(thread.is_alive() for thread in threads):
+                        raise WorkerLost("no worker is left to run the cases")
+                    self._cond.wait(1.0)
+                self._given += 1
+                self._cond.notify_all()
+            yield outcome
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()

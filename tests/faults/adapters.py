@@ -541,3 +541,17 @@ class SameShapeProfileAdapter(NumpyAdapter):
     profile = {"framework": "numpy-test", "deviations": [
         {"id": "same-shape", "apis": ["numpy.kl_div"], "set": {"shapes.broadcasting": "none"}, "rationale": "r",
          "basis": "docs", "reference": "https://example.org/docs"}]}
+
+
+class AcceleratorAdapter(NumpyAdapter):
+    """Has a `gpu` beside the cpu, which one process claims whole (as JAX preallocates its memory): each worker
+    that loads appends a line to the file named by $KL_TEST_LOADS."""
+
+    known_devices = ("cpu", "gpu")
+
+    def load(self) -> None:
+        with open(os.environ["KL_TEST_LOADS"], "a") as mark:
+            mark.write("loaded\n")
+
+    def devices(self) -> tuple[str, ...]:
+        return ("cpu", "gpu")

@@ -397,25 +397,28 @@ def test_the_worker_does_not_run_the_callers_main_script_again(tmp_path):
     assert marker.read_text().splitlines() == ["__main__"]  # not also "__mp_main__" from the worker
 
 
-def test_the_worker_closes_its_adapter_before_it_is_stopped(tmp_path, monkeypatch):
-    """R torch's adapter ends its R on close, and R then removes its temporary files; the run's worker must get
-    to close it (once for the run and its reproducers) before the harness kills the worker."""
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_worker_closes_its_adapter_before_it_is_stopped(tmp_path, monkeypatch, jobs):
+    """R torch's adapter ends its R on close, and R then removes its temporary files; each of the run's workers
+    must get to close it (once for the run and its reproducers) before the harness kills the worker."""
     mark = tmp_path / "closed"
     monkeypatch.setenv("KL_TEST_CLOSED_MARK", str(mark))
-    code, rows = _run(tmp_path, "ClosingAdapter")
+    code, rows = _run(tmp_path, "ClosingAdapter", "--jobs", str(jobs))
     assert code == 0 and rows["ok-last"].verdict.value == "pass"
-    assert mark.read_text() == "closed\n"
+    assert mark.read_text() == "closed\n" * jobs
 
 
-def test_a_killed_worker_leaves_nothing_of_its_helper_processes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_killed_worker_leaves_nothing_of_its_helper_processes(tmp_path, monkeypatch, jobs):
     """R torch's R dies with a worker killed by SIGKILL (a hung case), and then nobody in that worker can
     remove R's TMPDIR: the pool made the worker's scratch directory, and removes it at the end of the run."""
     mark = tmp_path / "helpers"
     monkeypatch.setenv("KL_TEST_HELPER_MARK", str(mark))
-    code, rows = _run(tmp_path, "KilledWithHelperAdapter")
+    code, rows = _run(tmp_path, "KilledWithHelperAdapter", "--jobs", str(jobs))
     assert code == 0 and rows["the-fault"].verdict.value == "crash" and "SIGKILL" in rows["the-fault"].message
     assert rows["ok-last"].verdict.value == "pass"
     helper_dirs = mark.read_text().split()
-    assert len(helper_dirs) == 2  # the killed worker's helper, and the one of the worker that replaced it
+    # each worker's helper, and the one of the worker that replaced the killed one
+    assert len(helper_dirs) == jobs + 1
     assert all(Path(d).name.startswith("kl-rsession-") for d in helper_dirs)
     assert [d for d in helper_dirs if Path(d).exists()] == []
