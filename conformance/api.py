@@ -53,7 +53,7 @@ from conformance.report.provenance import check_runs
 from conformance.report.writer import ReportFeed
 from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, run_conformance
 from conformance.run.selection import CaseSelection, select_cases
-from conformance.run.worker import available_cores
+from conformance.run.worker import default_jobs
 from conformance.runcommand import selection_record
 
 __all__ = [
@@ -174,7 +174,7 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     name = framework_name(framework)
     selection = check_selection(selection or CaseSelection())
     timeout_s = OPTIONS["timeout_s"].check(timeout_s, API)
-    jobs = available_cores() if jobs is None else OPTIONS["jobs"].check(jobs, API)
+    jobs = None if jobs is None else OPTIONS["jobs"].check(jobs, API)
     apis, devices, parts, modes = (OPTIONS[option].check_each(given, API) for option, given in
                                    (("api", apis), ("device", devices), ("part", parts), ("mode", modes)))
     _flags(cache=cache, force=force)
@@ -199,7 +199,7 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
                          memory_budget_mb=selection.memory_budget_mb, force=force, known=known,
                          profiles_dir=Path(profiles) if profiles else None, like=like,
                          cache_dir=None if not cache else Path(cache_dir) if cache_dir else default_cache_dir(),
-                         jobs=min(jobs, len(chosen)))
+                         jobs=default_jobs(modes, len(chosen)) if jobs is None else min(jobs, len(chosen)))
     try:
         summary = run_conformance(spec, name, chosen, where, options, run_info=run_info)
         if marks is not None:

@@ -205,7 +205,8 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in (
            one_of(_parts), "{forward,grad_input,grad_target,grad2_input}", repeatable=True,
            fix="use one of ['forward', 'grad_input', 'grad_target', 'grad2_input']"),
     Option("--jobs", "jobs", "worker processes the cases are spread over, each loading the framework once; the "
-           "rows and reports are those of one (default: the cores this process may use)", whole(1), "N",
+           "rows and reports are those of one (default: the cores this process may use where a compiled or graph "
+           "mode is run, else 1)", whole(1), "N",
            fix="give a whole number >= 1, e.g. 2"),
     Option("--timeout-s", "timeout_s", "time limit of one case, and as much again for each compiled mode its "
            "calls are made in; past it the verdict is timeout", positive, "S",

@@ -255,6 +255,7 @@ class _Suite:
         from conformance.core.results import iter_results
         from conformance.judge.refcache import default_cache_dir
         from conformance.run.runner import RunOptions, run_conformance
+        from conformance.run.worker import default_jobs
         from conformance.runcommand import selection_record
 
         self.runs += 1
@@ -269,7 +270,9 @@ class _Suite:
                     **({"mirrors": self.adapters[framework].mirrored()} if self.like else {})}
         options = RunOptions(apis=self.apis, devices=self.devices, modes=self.modes, parts=self.parts,
                              timeout_s=self.timeout_s, memory_budget_mb=self.selection.memory_budget_mb,
-                             known=self.known, cache_dir=default_cache_dir(), like=self.like)
+                             known=self.known, cache_dir=default_cache_dir(), like=self.like,
+                             # under xdist the pytest processes take the cores; alone, --jobs's default
+                             jobs=1 if "PYTEST_XDIST_WORKER" in os.environ else default_jobs(self.modes, len(cases)))
         summary = run_conformance(self.spec, framework, cases, out, options, run_info=run_info,
                                   pool=self._pool(framework))
         if summary.not_run:

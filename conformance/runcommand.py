@@ -35,7 +35,7 @@ from conformance.run.runner import (RunFailed, RunOptions, Terminated, add_writt
                                     record_end, record_stage, run_conformance)
 from conformance.run.selection import (MEANING_OPTIONS, CaseSelection, file_digest, select_cases, select_lazily,
                                       selected_shard)
-from conformance.run.worker import WorkerPool, available_cores
+from conformance.run.worker import WorkerPool, default_jobs
 from conformance.version import checkout_commit, source_root
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
@@ -106,7 +106,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
                          memory_budget_mb=args.memory_budget_mb, resume=args.resume, force=args.force, known=known,
                          profiles_dir=Path(args.profiles) if args.profiles else None, like=args.like,
                          cache_dir=cache_dir_of(args), inputs=inputs_of(args),
-                         jobs=min(args.jobs or available_cores(), total))
+                         jobs=min(args.jobs, total) if args.jobs else default_jobs(args.mode, total))
     shown = _progress_and_details(progress, show_details)
     # While the rows are written, the report's pass reads them and the rows that will need a reproducer are
     # kept. A resumed run's earlier rows are only on disk, so then both the report and the reproducers read

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
-from typing import Any, Deque, Iterator, NamedTuple
+from typing import Any, Deque, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -318,6 +318,15 @@ def available_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
+
+
+def default_jobs(modes: Sequence[str], cases: int) -> int:
+    """--jobs's default: a worker per core where the run compiles (a compiled or graph mode: the workers'
+    compiling is the run's cost), one where every call is eager (the parent's judging is, and another worker's
+    import of the framework costs more than it saves: bench/bench.py's whole run prints both); never more
+    workers than cases."""
+    compiles = any(mode != EAGER for mode in modes)
+    return max(1, min(available_cores() if compiles else 1, cases))
 
 
 class WorkerUnavailable(Exception):

@@ -22,6 +22,16 @@ class ModedAdapter(NumpyAdapter):
         return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
 
 
+class CountedLoadsModedAdapter(ModedAdapter):
+    """ModedAdapter, each worker that loads it appending a line to the file named by $KL_TEST_LOADS."""
+
+    def load(self) -> None:
+        import os
+
+        with open(os.environ["KL_TEST_LOADS"], "a") as mark:
+            mark.write("loaded\n")
+
+
 class FallbackModeAdapter(ModedAdapter):
     """In mode `traced`, the calls of the cases whose id holds "fault" ran eagerly instead (as Dynamo does past
     its recompile limit): their rows are `fallback`. Eager is honest everywhere."""

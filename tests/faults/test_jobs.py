@@ -165,4 +165,22 @@ def test_a_device_one_process_claims_whole_has_one_worker(tmp_path, monkeypatch,
     cases = _cases(tmp_path, [f"ok-{i:02d}" for i in range(4)])
     chosen = [arg for device in devices for arg in ("--device", device)]
     assert _run("AcceleratorAdapter", cases, tmp_path / "out", 2, *chosen) == 0
-    assert loads.read_text().count("loaded") == workers
+    assert loads.read_text().count("loaded") == (1 if workers == 1 else min(available_cores(), 4))  # 4 cases
+
+
+@pytest.mark.parametrize("mode_args, workers", [((), 1), (("--mode", "traced"), "per core"), (("--mode", "eager"), 1)])
+def test_the_default_is_a_worker_per_core_where_a_run_compiles_and_one_where_every_call_is_eager(
+        tmp_path, monkeypatch, mode_args, workers):
+    """An eager run's cost is the parent's judging (a second worker only imports the framework again); a compiled
+    mode's is the workers' compiling, which the cores share."""
+    from conformance.run.worker import available_cores
+
+    if workers != 1 and available_cores() < 2:
+        pytest.skip("one core here: every default is one worker")
+    loads = tmp_path / "loads"
+    monkeypatch.setenv("KL_TEST_LOADS", str(loads))
+    cases = _cases(tmp_path, [f"ok-{i:02d}" for i in range(4)])
+    assert main(["run", "--framework", "tests.faults.mode_adapters:CountedLoadsModedAdapter", "--suite", "none",
+                 "--cases", str(cases), "--out", str(tmp_path / "out"), "--no-progress", "--no-cache",
+                 *mode_args]) == 0
+    assert loads.read_text().count("loaded") == (1 if workers == 1 else min(available_cores(), 4))  # 4 cases
