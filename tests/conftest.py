@@ -4,8 +4,22 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import threading
 
 import pytest
+
+
+def _hear_ctrl_c() -> None:
+    """A session started in the background of a shell (`cmd &`, nohup) inherits SIGINT ignored, and so would every
+    run the tests start: Python then never raises KeyboardInterrupt, and the tests that press Ctrl-C on a run wait on
+    a run that cannot hear it. The session takes Python's own handler back, so that its children start with SIGINT
+    at its default and hear it as they do under a terminal."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_hear_ctrl_c()
 
 
 def pytest_addoption(parser):
