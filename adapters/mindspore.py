@@ -14,9 +14,13 @@ Quirks live here:
   no kernel) surfaced in later calls and made runs nondeterministic.
 
 Mode `jit`: the call is a function compiled by `mindspore.jit(fn, fullgraph=True)` (graph mode, parsed from
-its source), one per (API, arguments, device, input signature); gradients are `mindspore.grad` through that compiled
-function, as a user differentiating a jitted loss gets them. The mint APIs fail graph kernel selection on CPU
-("Unsupported op [KLDiv] on CPU"), so their rows stay unsupported as in eager.
+its source), one per (API, arguments, device, input signature). A gradient is taken as MindSpore's tutorials write a
+training step: `mindspore.jit` of the function that calls `mindspore.grad` of the loss, so the loss and its backward
+are one graph (https://www.mindspore.cn/tutorials/en/master/beginner/quick_start.html, `train_step`;
+https://www.mindspore.cn/tutorials/en/master/beginner/accelerate_with_static_graph.html). The step never runs the
+forward alone: a forward without a kernel does not stop its gradient from being tried, and on CPU the mint APIs'
+forward and input gradient fail graph kernel selection ("Unsupported op [KLDiv] on CPU": unsupported, as eager)
+while their target gradient comes back from the graph, where PyNative raises "The kernel KLDiv unregistered".
 It proves each call compiled: `fullgraph=True` makes syntax MindSpore cannot compile raise instead of running
 in the Python interpreter (the LAX "JIT fallback"), and the switch mindspore.jit's wrapper reads at each call to
 run the function eagerly instead, the environment variable MS_JIT=0, leaves no compiled phase behind: a call
@@ -62,12 +66,14 @@ class MindSporeAdapter(Adapter):
             implementation="mindspore.ops.kl_div"),
     )
     known_devices = tuple(DEVICE_TARGETS)
-    modes = (Mode(JIT, "mindspore.jit(fullgraph=True): graph mode; gradients by mindspore.grad through it"),)
+    modes = (Mode(JIT, "mindspore.jit(fullgraph=True): graph mode; a gradient is a jitted training step, "
+                       "mindspore.jit of the function calling mindspore.grad"),)
 
     def __init__(self) -> None:
         self.ms = None
         self._device: str | None = None
-        self._jitted: dict[tuple, tuple[str, object]] = {}  # (API, call, input signature) -> (name, compiled fn)
+        # (API, call, device, input signature[, part]) -> (name, compiled fn): a call's, or a gradient's step
+        self._jitted: dict[tuple, tuple[str, object]] = {}
         self._names = itertools.count()
 
     def load(self) -> None:
@@ -100,22 +106,30 @@ class MindSporeAdapter(Adapter):
         """Eager: the call as stated. jit: the compiled function of this call and signature, proved compiled."""
         if self.mode != JIT:
             return super().invoke(case, api, inputs)
-        x, t = inputs
         call = self.call(case, api)
-        key = (api.name, call, self._device, *((str(a.dtype), tuple(a.shape)) for a in (x, t)))
+        return self._compiled(api, (call, *_signature(inputs)), lambda: self._plain(call), inputs)
+
+    def _compiled(self, api: Api, key: tuple, make, inputs):
+        """`make()`'s function compiled by `mindspore.jit` (once per key), called on `inputs`, and proved compiled:
+        named uniquely, so that its phase can be found (MindSpore names a phase after the function's module, name
+        and source line)."""
+        key = (api.name, self._device, *key)
         if key not in self._jitted:
-            self._jitted[key] = self._jit(call)
+            fn = make()
+            name = f"kl_conformance_jit_{next(self._names)}"
+            fn.__name__ = fn.__qualname__ = name
+            self._jitted[key] = name, self.ms.jit(fn, fullgraph=True)
         name, compiled = self._jitted[key]
         jit_off = os.environ.get("MS_JIT") == "0"
-        out = compiled(x, t)
+        out = compiled(*inputs)
         if jit_off or not any(f".{name}." in phase for phase in self._compiled_phases()):
             raise ModeFallback(f"mindspore.jit ran {api.name} eagerly: "
                                + ("MS_JIT=0 is set" if jit_off else "no compiled phase of its function"))
         return out
 
-    def _jit(self, call: ApiCall):
-        """`mindspore.jit` of a plain function making `call`, named uniquely so its compiled phases can be found
-        (MindSpore names a phase after the function's module, name and source line)."""
+    @staticmethod
+    def _plain(call: ApiCall):
+        """A plain function `kl(x, t)` making `call` (a loss object built outside it, as a user builds one)."""
         fn = call.resolve()
         if call.init is not None:
             fn = fn(**dict(call.init))
@@ -126,9 +140,7 @@ class MindSporeAdapter(Adapter):
         else:
             def kl(x, t):
                 return fn(t, x, **kwargs)
-        name = f"kl_conformance_jit_{next(self._names)}"
-        kl.__name__ = kl.__qualname__ = name
-        return name, self.ms.jit(kl, fullgraph=True)
+        return kl
 
     @staticmethod
     def _compiled_phases():
@@ -175,8 +187,15 @@ class MindSporeAdapter(Adapter):
         return ApiCall.function(api.name, "x", "t", **kwargs)
 
     def gradient(self, case: Case, api: Api, device: str, part: str):
-        """mindspore.grad of sum(loss * upstream): the vector-Jacobian product with the upstream gradient."""
+        """mindspore.grad of sum(loss * upstream): the vector-Jacobian product with the upstream gradient; in jit,
+        a jitted training step that takes it (the module's docstring says why)."""
         x, t = self.build(case, device)
+        if self.mode == JIT:
+            call = self.call(case, api)
+            shape = _result_shape(case, x, t)
+            return self._compiled(api, (call, *_signature((x, t)), part),
+                                  lambda: _training_step(self.ms, self._plain(call), shape, tuple(x.shape), part),
+                                  (x, t))
         out = self.invoke(case, api, (x, t))
         ms = self.ms
         upstream = ms.Tensor(upstream_gradient(tuple(out.shape)), out.dtype)
@@ -228,8 +247,14 @@ class MindSporeAdapter(Adapter):
                  f"ms.set_context(device_target={DEVICE_TARGETS[device]!r})",
                  f"x = {tensor('x_values', case.dtype.input)}",
                  f"t = {tensor('t_values', case.dtype.target)}",
-                 *self._kl_source(self.call(case, api)),
-                 "out = kl(x, t)"]
+                 *self._kl_source(self.call(case, api), part)]
+        if self.mode == JIT and part != "forward":
+            shape = _result_shape(case, case.input, case.target)
+            lines += _training_step_source(shape, part)
+            lines.append("result_dtype = str(grad.dtype).lower()  # as the run records it")
+            lines.append(f"result = {_host_source('grad')}")
+            return "\n".join(lines)
+        lines.append("out = kl(x, t)")
         if part == "forward":
             lines.append("result_dtype = str(out.dtype).lower()  # as the run records it")
             lines.append(f"result = {_host_source('out')}")
@@ -246,17 +271,17 @@ class MindSporeAdapter(Adapter):
             lines.append(f"result = {_host_source('grad')}")
         return "\n".join(lines)
 
-    def _kl_source(self, call: ApiCall) -> list[str]:
+    def _kl_source(self, call: ApiCall, part: str = "forward") -> list[str]:
         """Lines defining `kl(x, t)`, the call; in jit the function compiled as the run compiles it (a loss object
-        built outside it, as the run builds it)."""
+        built outside it, as the run builds it), which a gradient's training step calls uncompiled."""
         if self.mode != JIT:
             return [f"kl = lambda x, t: {call.source()}"]
         lines = []
         if call.init is not None:
             lines.append(f"loss = {ApiCall.function(call.path, **dict(call.init)).source()}")
             call = ApiCall("loss", call.args, call.kwargs)
-        return [*lines, "", "", "@ms.jit(fullgraph=True)  # graph mode, as the run's mode jit",
-                "def kl(x, t):", f"    return {call.source()}", "", ""]
+        compiled = ["@ms.jit(fullgraph=True)  # graph mode, as the run's mode jit"] if part == "forward" else []
+        return [*lines, "", "", *compiled, "def kl(x, t):", f"    return {call.source()}", "", ""]
 
     def to_numpy(self, result):
         if not isinstance(result, self.ms.Tensor):
@@ -265,6 +290,55 @@ class MindSporeAdapter(Adapter):
         if dtype == "bfloat16":
             result = result.astype(self.ms.float32)
         return result.asnumpy().astype(np.float64), dtype, tuple(result.shape)
+
+
+def _signature(tensors) -> tuple:
+    return tuple((str(a.dtype), tuple(a.shape)) for a in tensors)
+
+
+def _result_shape(case: Case, x, t) -> tuple[int, ...]:
+    """The loss's shape, known without running it: the inputs' broadcast shape unreduced, else a scalar."""
+    return tuple(np.broadcast_shapes(tuple(x.shape), tuple(t.shape))) if case.params.reduction == "none" else ()
+
+
+def _training_step(ms, kl, shape: tuple[int, ...], input_shape: tuple[int, ...], part: str):
+    """The function a user jits as a training step: mindspore.grad of sum(kl(x, t) * upstream) (the upstream in the
+    loss's dtype, cast inside the graph), of the input or the target; for grad2_input, the target's gradient of
+    sum(grad_input * w). Every function is a `def`: graph mode parses no lambda."""
+    upstream = ms.Tensor(upstream_gradient(shape))
+    w = ms.Tensor(upstream_gradient(input_shape))
+
+    def weighted(a, b):
+        out = kl(a, b)
+        return (out * ms.ops.cast(upstream, out.dtype)).sum()
+    if part != "grad2_input":
+        grad_fn = ms.grad(weighted, grad_position=0 if part == "grad_input" else 1)
+    else:
+        grad_input = ms.grad(weighted, grad_position=0)
+
+        def weighted_grad(a, b):
+            g = grad_input(a, b)
+            return (g * ms.ops.cast(w, g.dtype)).sum()
+        grad_fn = ms.grad(weighted_grad, grad_position=1)
+
+    def train_step(x, t):
+        return grad_fn(x, t)
+    return train_step
+
+
+def _training_step_source(shape: tuple[int, ...], part: str) -> list[str]:
+    """A reproducer's lines for `_training_step`, jitted as the run jits it."""
+    lines = [f"g = ms.Tensor(upstream({shape!r}))", "", "",
+             "def weighted(a, b):", "    out = kl(a, b)", "    return (out * ms.ops.cast(g, out.dtype)).sum()", "", ""]
+    if part != "grad2_input":
+        lines.append(f"grad_fn = ms.grad(weighted, grad_position={0 if part == 'grad_input' else 1})")
+    else:
+        lines += ["w = ms.Tensor(upstream(tuple(x.shape)))", "grad_input = ms.grad(weighted, grad_position=0)", "",
+                  "", "def weighted_grad(a, b):", "    gi = grad_input(a, b)",
+                  "    return (gi * ms.ops.cast(w, gi.dtype)).sum()", "", "",
+                  "grad_fn = ms.grad(weighted_grad, grad_position=1)"]
+    return [*lines, "", "", "@ms.jit(fullgraph=True)  # the training step, compiled as the run's mode jit compiles it",
+            "def train_step(a, b):", "    return grad_fn(a, b)", "", "", "grad = train_step(x, t)"]
 
 
 def _host_source(name: str) -> str:
