@@ -1,9 +1,15 @@
-"""tox inline plugin: let tox find interpreters that pyenv installed but left off PATH.
+"""tox inline plugin: let tox find interpreters that pyenv installed but left off PATH, and pass a SIGTERM to tox
+on to the command it is running.
 
 The OneFlow environment needs CPython 3.10 (OneFlow 0.9.0 has wheels for 3.8-3.10 only), and
 the optax environment CPython 3.12 (jax and jaxlib 0.11 and later require it). Where such a
 `python3.X` is not on PATH but pyenv has one, its folder is appended to PATH for tox's
 interpreter discovery, after every existing entry, so `python3` is unchanged.
+
+tox stops its running commands on Ctrl-C (SIGINT to each, then SIGTERM, then SIGKILL, each after a timeout), but
+a SIGTERM ended tox alone and left its `kl-conformance run` going, unseen, holding its output directory. tox now
+takes a SIGTERM as it takes Ctrl-C, so the run it started ends as an interrupted run (run.json says so, and
+`--resume` continues it).
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
+import threading
 
 from tox.plugin import impl
 
@@ -38,6 +46,14 @@ def _runs(executable: str | None) -> bool:
         return False
 
 
+def _sigterm_as_ctrl_c() -> None:
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupted)
+
+
 @impl
 def tox_add_option(parser) -> None:  # the earliest hook tox calls: before any interpreter is looked up
     _append_pyenv_interpreters()
+    _sigterm_as_ctrl_c()

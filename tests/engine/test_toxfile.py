@@ -1,0 +1,57 @@
+"""The tox plugin (toxfile.py): a SIGTERM to tox reaches the command it is running. Without it tox ended alone and
+its `kl-conformance run` went on unseen, holding its output directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tox")
+
+ROOT = Path(__file__).resolve().parents[2]
+SLEEPER = "import os, pathlib, time; pathlib.Path('child.pid').write_text(str(os.getpid())); time.sleep(600)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a child that has exited but that nobody has reaped yet is no longer running
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
+def test_a_sigterm_to_tox_ends_the_command_it_runs(tmp_path):
+    shutil.copy(ROOT / "toxfile.py", tmp_path / "toxfile.py")
+    (tmp_path / "tox.ini").write_text(f'[testenv:sleepy]\nskip_install = true\npackage = skip\n'
+                                      f'commands = python -c "{SLEEPER}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOX_")}
+    tox = subprocess.Popen([sys.executable, "-m", "tox", "-e", "sleepy", "--workdir", str(tmp_path / ".tox")],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pid_file = tmp_path / "child.pid"
+    deadline = time.monotonic() + 300  # a bound on a hang (tox makes a virtual environment first), not a timing
+    while not pid_file.exists():
+        assert tox.poll() is None, f"tox ended before its command started:\n{tox.stdout.read()}"
+        assert time.monotonic() < deadline, "tox never started its command"
+        time.sleep(0.1)
+    time.sleep(0.5)  # the pid is written as the command starts: let it reach its sleep
+    child = int(pid_file.read_text())
+    tox.send_signal(signal.SIGTERM)
+    output, _ = tox.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 60
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), f"tox's command outlived tox:\n{output}"
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+    assert tox.returncode != 0
