@@ -88,7 +88,7 @@ class _Suite:
         from conformance.adapters.registry import get_adapter
         from conformance.cases.generate import DEFAULT_SEED
         from conformance.core.errors import UsageError
-        from conformance.judge.known import load_known
+        from conformance.core.known import load_known
         from conformance.options import OPTIONS, PLUGIN_OPTIONS
         from conformance.run.runner import DEFAULT_TIMEOUT_S, select
         from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_lazily

@@ -36,9 +36,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from conformance.core.known import KnownFindings
 from conformance.core.model import Result, Verdict, key_label
 from conformance.core.scope import row_framework
 from conformance.core.text import terminal_line
+from conformance.report.baseline import BaselineDiff
 from conformance.report.defects import UNDOCUMENTED
 from conformance.report.summary import short_summary
 from conformance.report.tally import Tally, split_label
@@ -287,10 +289,10 @@ def mode_gaps(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     return lines
 
 
-def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], baseline_diff: Any = None,
-           known: Any = None) -> Decision:
-    """The exit code and its lines. `baseline_diff` is a report.baseline.BaselineDiff, `known` a
-    known.KnownFindings that has audited these rows and judged the runs' scope."""
+def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], baseline_diff: BaselineDiff | None = None,
+           known: KnownFindings | None = None) -> Decision:
+    """The exit code and its lines. `baseline_diff` compares the rows with a baseline; `known` has audited these
+    rows and judged the runs' scope."""
     decision = Decision(gates=gates.flags)
     broken = damaged(manifests, tally)
     if broken:  # not gated: what its rows are missing cannot be judged

@@ -17,6 +17,7 @@ import shlex
 from collections import Counter
 from typing import Any, Callable, Sequence
 
+from conformance.core.known import EntryAudit
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
 from conformance.core.text import without_mentions
@@ -41,9 +42,10 @@ _SPAN_NAMES = {"part": "parts", "dtype": "dtypes", "reduction": "reductions", "l
                "family": "families"}
 
 
-def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]], known_audit: Sequence[Any] | None = None,
+def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]],
+                    known_audit: Sequence[EntryAudit] | None = None,
                     examples: dict[tuple, dict[str, Any]] | None = None, baseline: Sequence[str] = ()) -> str:
-    """report.md's text, under REPORT_LIMIT characters. `known_audit` (known.EntryAudit items) adds the
+    """report.md's text, under REPORT_LIMIT characters. `known_audit` (the known-findings file's audit) adds the
     known-findings section; `examples` are the details (details.jsonl lines) of the worked examples, by
     `detail_key`; `baseline` is the comparison with a baseline (report.baseline.render_baseline_markdown)."""
     parts = {"provenance": _provenance(tally, manifests),
@@ -519,7 +521,7 @@ def _values(counts: Counter, shown: int = _VALUES) -> str:
     return text + (f", and {len(top) - shown} more" if len(top) > shown else "")
 
 
-def _known(audit: Sequence[Any]) -> list[str]:
+def _known(audit: Sequence[EntryAudit]) -> list[str]:
     """How each entry of the known-findings file fared: matched, stale, or about rows not in this report."""
     out = ["## Known findings", ""]
     if not audit:
