@@ -405,10 +405,10 @@ class _Call(pytest.Item):
         row = suite.rows_of(self.framework, self.case).get(self.call)
         if row is None:
             pytest.fail(f"kl-conformance: no result for {self.case.id} on {' / '.join(self.call)}", pytrace=False)
-        if row.verdict.value == "pass":
+        if row.verdict.outcome == "passed":
             return
-        if row.verdict.value == "unsupported":
-            pytest.skip(f"unsupported: {row.message}")
+        if row.verdict.outcome == "skipped":
+            pytest.skip(f"{row.verdict.value}: {row.message}")
         reason = _accepted(row, suite)
         if reason:
             pytest.xfail(reason)

@@ -156,7 +156,8 @@ def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | N
     `kind` is the row's class against the baseline (report.baseline.BaselineComparison.add), if any."""
     if not gates.asked:
         return None
-    if r.verdict is Verdict.FALLBACK:  # whatever its baseline: the mode was not checked, which no gate accepts
+    # whatever its baseline: a divergence that is no finding (fallback: the call was not checked) no gate accepts
+    if r.verdict.is_divergence and not r.verdict.is_finding:
         return "failure", f"not checked: the {r.mode} call ran eagerly instead. {r.message}"
     if gates.fail_on_new and kind == "lost" and not (r.is_accepted and r.verdict.is_divergence):
         return "failure", f"lost coverage since the baseline: now {r.verdict.value}. {r.message}"
@@ -250,7 +251,7 @@ def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     for label, counts in tally.by_target.items():
         framework = split_label(label)["framework"]
         totals[framework] += sum(counts.values())
-        judged[framework] += sum(n for v, n in counts.items() if v != Verdict.UNSUPPORTED.value)
+        judged[framework] += sum(n for v, n in counts.items() if Verdict(v).is_judged)
     for m in manifests:
         name, status = m.get("framework", "?"), m.get("status", "of unknown status")
         reason = f": {m['reason']}" if m.get("reason") else ""
@@ -316,7 +317,8 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         unaccepted = sum(targets.values())
         decision.counts["strict"] = {"undocumented": unaccepted}
         if unaccepted:
-            defects = sum(1 for d in tally.defects.ordered(UNDOCUMENTED) if set(d.verdicts) != {Verdict.FALLBACK.value})
+            defects = sum(1 for d in tally.defects.ordered(UNDOCUMENTED)
+                          if any(Verdict(v).is_finding for v in d.verdicts))
             line = (f"--strict: {unaccepted} divergences neither documented nor known "
                     f"({_many(len(targets), 'target')}, {_many(defects, 'defect')})")
             decision.fail(line, "--strict")

@@ -207,14 +207,22 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
                    f"{_cell(m.get('python_version', '-'))} | {_cell(m.get('numpy_version', '-'))} | "
                    f"{_cell(m.get('spec_hash', '-'))} | {_cell(m.get('harness_version', '-'))} |")
     seeds = sorted({str(m.get("seed")) for m in manifests if m.get("seed") is not None})
-    out += ["", f"{tally.total} results; seed {_cell(', '.join(seeds) or '-')}. "
-                "Verdicts: `pass`; divergences `value` (outside the bound), `nonfinite` (NaN/inf pattern), "
-                "`shape`, `dtype`, `error` (raised where a value was expected, returned a value where an error "
-                "was expected, or a different exception type), `crash`, `timeout`"
-                + (", `fallback` (a compiled mode's call ran eagerly instead: the mode was not checked, and no "
-                   "gate accepts it)" if sum(tally.fallback.values()) else "")
-                + "; and `unsupported` (the API cannot express the case).", ""]
+    out += ["", f"{tally.total} results; seed {_cell(', '.join(seeds) or '-')}. {_legend(tally)}", ""]
     return out + _modes(tally, manifests) + _release_gaps(manifests)
+
+
+def _legend(tally: Tally) -> str:
+    """The verdicts, each with its gloss (core/verdict.py): those that pass, the divergences, then those that judge
+    nothing. A divergence that is no finding (fallback, which only a compiled mode gives) is named only where a
+    row has it, so that an eager report does not explain it."""
+    present = {v for c in tally.by_target.values() for v, n in c.items() if n}
+
+    def named(verdicts: list[Verdict]) -> str:
+        return ", ".join(f"`{v.value}`" + (f" ({v.gloss})" if v.gloss else "") for v in verdicts)
+    passing = [v for v in Verdict if v.is_judged and not v.is_divergence]
+    divergences = [v for v in Verdict if v.is_finding or (v.is_divergence and v.value in present)]
+    judging_nothing = [v for v in Verdict if not v.is_judged]
+    return f"Verdicts: {named(passing)}; divergences {named(divergences)}; and {named(judging_nothing)}."
 
 
 def _release_gaps(manifests: Sequence[dict[str, Any]]) -> list[str]:
@@ -281,7 +289,7 @@ def _family_matrix(tally: Tally, level: str = "target") -> list[str]:
         row = []
         for target in targets:
             c = cells.get(target, Counter())
-            judged = sum(c.values()) - c["unsupported"]
+            judged = sum(n for v, n in c.items() if Verdict(v).is_judged)
             divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
             if not judged:  # no row (the API's dialect cannot state the family's cases) or all unsupported
                 row.append("n/a")
