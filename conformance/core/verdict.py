@@ -1,10 +1,11 @@
 """The verdicts, and what each means to the rest of the harness, stated once in one table (`MEANINGS`).
 
-A judged row carries one `Verdict`. Whether it is a divergence, whether its call was checked, whether a
-profile or a known-findings entry may accept it, how a test report shows it and how a defect's title says it
-are read from `MEANINGS` by the judge, the gates, the tallies and every report, never restated as sets of
-verdicts in their own files. Adding a verdict is one member here and one row of the table (docs/layout.md says
-what else: the comparator that gives it). Imports nothing from the project.
+A judged row carries one `Verdict`. Whether it is a divergence, whether a call was judged, checked in its mode
+or came back, whether a profile or a known-findings entry may accept it, its test outcome, a defect title's
+words and report.md's gloss are read from here by the judge, the gates, the baseline, the tallies, every
+report, repro and the pytest plugin, never restated as sets of verdicts in their own files. Adding a verdict is
+a member and its row here, and the code that gives it (docs/layout.md: Add a verdict). Imports nothing from
+the project.
 """
 
 from __future__ import annotations
@@ -65,8 +66,15 @@ class Verdict(str, enum.Enum):
 
     @property
     def outcome(self) -> str:
-        """The test outcome of a row no profile or known entry accepts (junit.xml, the pytest plugin)."""
-        return MEANINGS[self].outcome
+        """The test outcome of a row no profile or known entry accepts (junit.xml, the pytest plugin), one of
+        OUTCOMES: a pass passes, what judges nothing is skipped, a divergence whose call never came back is an
+        error (the test could not finish), and any other divergence fails."""
+        meaning = MEANINGS[self]
+        if not meaning.judged:
+            return "skipped"
+        if not meaning.divergence:
+            return "passed"
+        return "failed" if meaning.answered else "error"
 
     @property
     def words(self) -> str:
@@ -84,35 +92,35 @@ OUTCOMES = ("passed", "skipped", "failed", "error")  # a test's outcomes, as jun
 
 @dataclass(frozen=True)
 class Meaning:
-    """What one verdict means; the properties of `Verdict` read it."""
+    """What one verdict means; the properties of `Verdict` read it, and derive the rest."""
 
     divergence: bool
     judged: bool
     checked: bool
     answered: bool
-    outcome: str  # one of OUTCOMES: "error" where the test could not finish (the process died or hung)
     words: str  # what the framework does, as a defect's title says it
     gloss: str = ""  # what report.md's legend says after the name, where the name does not say it
 
 
+_GLOSS_ERROR = ("raised where a value was expected, returned a value where an error was expected, or a different "
+                "exception type")
+_GLOSS_FALLBACK = "a compiled mode's call ran eagerly instead: the mode was not checked, and no gate accepts it"
+
 MEANINGS: dict[Verdict, Meaning] = {
-    #               divergence, judged, checked, answered, outcome
-    Verdict.PASS: Meaning(False, True, True, True, "passed", words="does what the spec says"),
-    Verdict.VALUE: Meaning(True, True, True, True, "failed", words="values outside the spec's rounding bound",
-                           gloss="outside the bound"),
-    Verdict.NONFINITE: Meaning(True, True, True, True, "failed",
-                               words="NaN or inf where the spec has none, or the reverse", gloss="NaN/inf pattern"),
-    Verdict.SHAPE: Meaning(True, True, True, True, "failed", words="another shape than the spec's"),
-    Verdict.DTYPE: Meaning(True, True, True, True, "failed", words="another dtype than the spec's"),
-    Verdict.ERROR: Meaning(True, True, True, True, "failed", words="raises where the spec expects a value",
-                           gloss="raised where a value was expected, returned a value where an error was expected, "
-                                 "or a different exception type"),
+    #                                 divergence judged checked answered
+    Verdict.PASS:        Meaning(False, True, True, True, "does what the spec says"),
+    Verdict.VALUE:       Meaning(True, True, True, True, "values outside the spec's rounding bound",
+                                 "outside the bound"),
+    Verdict.NONFINITE:   Meaning(True, True, True, True, "NaN or inf where the spec has none, or the reverse",
+                                 "NaN/inf pattern"),
+    Verdict.SHAPE:       Meaning(True, True, True, True, "another shape than the spec's"),
+    Verdict.DTYPE:       Meaning(True, True, True, True, "another dtype than the spec's"),
+    Verdict.ERROR:       Meaning(True, True, True, True, "raises where the spec expects a value", _GLOSS_ERROR),
     # the API cannot express the case: no call was made, so nothing was judged
-    Verdict.UNSUPPORTED: Meaning(False, False, False, False, "skipped", words="not offered",
-                                 gloss="the API cannot express the case"),
-    Verdict.CRASH: Meaning(True, True, True, False, "error", words="crashes the process"),
-    Verdict.TIMEOUT: Meaning(True, True, True, False, "error", words="does not return"),
-    Verdict.FALLBACK: Meaning(True, True, False, True, "failed", words="ran eagerly instead of compiled",
-                              gloss="a compiled mode's call ran eagerly instead: the mode was not checked, and no "
-                                    "gate accepts it"),
+    Verdict.UNSUPPORTED: Meaning(False, False, False, False, "not offered", "the API cannot express the case"),
+    # the worker process died, or did not answer in time: the run's own record, not a call to make again
+    Verdict.CRASH:       Meaning(True, True, True, False, "crashes the process"),
+    Verdict.TIMEOUT:     Meaning(True, True, True, False, "does not return"),
+    # the call came back, but not from the mode asked for: nothing of the mode was checked
+    Verdict.FALLBACK:    Meaning(True, True, False, True, "ran eagerly instead of compiled", _GLOSS_FALLBACK),
 }
