@@ -43,7 +43,7 @@ from conformance.core.rundirs import iter_rows, load_manifests
 from conformance.core.scratch import make_scratch
 from conformance.core.specload import load_spec
 from conformance.judge.casejudge import CaseJudge
-from conformance.judge.known import KnownFindings, load_known
+from conformance.core.known import KnownFindings, load_known
 from conformance.judge.refcache import default_cache_dir
 from conformance.options import API, OPTIONS, check_selection, spelled
 from conformance.report.gate import (EXIT_GATE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, LISTED_IN_BASELINE_JSON,

@@ -12,7 +12,7 @@ from conformance.core.errors import ResultsError, UsageError
 from conformance.core.model import Spec
 from conformance.core.results import RESULTS_FILE, iter_results
 from conformance.core.rundirs import other_spec
-from conformance.judge.known import KnownFindings, load_known
+from conformance.core.known import KnownFindings, load_known
 from conformance.judge.refcache import default_cache_dir
 from conformance.report.baselinefile import REBASELINE, check_baseline_draw, load_baseline
 from conformance.report.gate import Gates

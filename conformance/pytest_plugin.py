@@ -88,7 +88,7 @@ class _Suite:
         from conformance.adapters.registry import get_adapter
         from conformance.cases.generate import DEFAULT_SEED
         from conformance.core.errors import UsageError
-        from conformance.judge.known import load_known
+        from conformance.core.known import load_known
         from conformance.options import OPTIONS, PLUGIN_OPTIONS
         from conformance.run.runner import DEFAULT_TIMEOUT_S, select
         from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_lazily
@@ -405,10 +405,10 @@ class _Call(pytest.Item):
         row = suite.rows_of(self.framework, self.case).get(self.call)
         if row is None:
             pytest.fail(f"kl-conformance: no result for {self.case.id} on {' / '.join(self.call)}", pytrace=False)
-        if row.verdict.value == "pass":
+        if row.verdict.outcome == "passed":
             return
-        if row.verdict.value == "unsupported":
-            pytest.skip(f"unsupported: {row.message}")
+        if row.verdict.outcome == "skipped":
+            pytest.skip(f"{row.verdict.value}: {row.message}")
         reason = _accepted(row, suite)
         if reason:
             pytest.xfail(reason)

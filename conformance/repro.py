@@ -397,8 +397,7 @@ def within_budget(rows: Sequence[Result], case_of: Callable[[str], Case],
 
 def needs_reproducer(result: Result) -> bool:
     """An undocumented divergence that a call can show again (a crash or a hang is the run's own record)."""
-    return (result.verdict.is_divergence and not result.documented
-            and result.verdict not in (Verdict.CRASH, Verdict.TIMEOUT))
+    return result.verdict.is_divergence and result.verdict.is_answered and not result.documented
 
 
 def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, api_name: str | None = None,

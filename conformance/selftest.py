@@ -45,7 +45,7 @@ from conformance.core.rounding import round_to_dtype
 from conformance.core.specload import load_spec
 from conformance.core.model import UNEXPLAINED
 from conformance.judge.faults import scaled
-from conformance.judge.known import KnownFindings
+from conformance.core.known import KnownFindings
 from conformance.judge.profiles import DeviationLedger, apply_deviations
 from conformance.reference.forward import in_result_dtype, reduction_divisor
 from conformance.reference.grad import expected_for, expected_grad

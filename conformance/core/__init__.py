@@ -1,2 +1,2 @@
 """The ground floor: the types that flow, errors, the spec and its choice points, formulas, rounding,
-tolerances, YAML and result rows. Imports nothing from the project above it."""
+tolerances, YAML, result rows and known findings. Imports nothing from the project above it."""

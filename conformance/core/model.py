@@ -1,11 +1,10 @@
 """The types that flow through the harness: spec -> Case -> Expected -> Observation -> Result.
 
-Depends only on the standard library and NumPy; imports nothing from the project.
+Depends only on the standard library, NumPy and core/verdict.py (the verdicts, which this module names too).
 """
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import math
@@ -13,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
+
+from conformance.core.verdict import Verdict  # the verdicts and what each means (one table)
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 # (significand bits including the implicit one, smallest normal exponent, largest finite value) of each
@@ -61,27 +62,6 @@ RULE_NAMES = (
     "dialects.keras.clip",
     "dialects.keras.ratio",
 )
-
-
-class Verdict(str, enum.Enum):
-    """How an observation compares with the spec; values are written to results files."""
-
-    PASS = "pass"
-    VALUE = "value"
-    NONFINITE = "nonfinite"
-    SHAPE = "shape"
-    DTYPE = "dtype"
-    ERROR = "error"
-    UNSUPPORTED = "unsupported"
-    CRASH = "crash"
-    TIMEOUT = "timeout"
-    # a compiled or graph mode's call that ran eagerly instead (Dynamo's recompile limit, a graph break, a jit
-    # that traced nothing): the mode was not checked, so no profile documents it and no gate accepts it
-    FALLBACK = "fallback"
-
-    @property
-    def is_divergence(self) -> bool:
-        return self not in (Verdict.PASS, Verdict.UNSUPPORTED)
 
 
 def spec_hash(data: Any) -> str:

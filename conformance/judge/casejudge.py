@@ -164,9 +164,7 @@ class CaseJudge:
             return Judgement(Verdict.UNSUPPORTED, observed.unsupported)
         judgement = inputs_at(classify(self.expected(self.spec, part, dialect), observed, self.spec),
                               self.case.input, self.case.target, tuple(observed.shape or ()))
-        if judgement.verdict is Verdict.FALLBACK:  # nothing of the mode to explain or document
-            return judgement
-        if judgement.verdict.is_divergence:
+        if judgement.verdict.is_finding:  # a divergence that is no finding (fallback) has nothing to explain
             try:
                 explained = self._explanation(part, dialect, observed)
             except ExpectationOutOfMemory:  # the divergence stands, unexplained

@@ -21,12 +21,15 @@ from conformance.core.model import Result, Verdict, key_label
 from conformance.core.scope import Scope
 from conformance.report.baselinefile import BaselineRow, Key, check_baseline_draw, load_baseline, row_state
 
-_NO_ANSWER = (Verdict.CRASH.value, Verdict.TIMEOUT.value, Verdict.FALLBACK.value)
 
-
-def _judged(state: tuple[str, str]) -> bool:
+def _checked(state: tuple[str, str]) -> bool:
     """The row checked its call: not unsupported, and not a mode's call that ran eagerly instead (fallback)."""
-    return state[0] not in (Verdict.UNSUPPORTED.value, Verdict.FALLBACK.value)
+    return Verdict(state[0]).is_checked
+
+
+def _answered(state: tuple[str, str]) -> bool:
+    """The row's call came back with a value or an exception: no crash, no hang."""
+    return Verdict(state[0]).is_answered
 
 
 @dataclass
@@ -69,8 +72,7 @@ def is_failing(kind: str, item: tuple) -> bool:
     if kind == "lost":
         return not (accepted and now is not None and Verdict(now[0]).is_divergence)
     # a fallback the baseline did not answer is no finding: the gates' incompleteness line fails on it (exit 3)
-    return kind in ("new", "changed") and Verdict(now[0]).is_divergence and not accepted \
-        and now[0] != Verdict.FALLBACK.value
+    return kind in ("new", "changed") and Verdict(now[0]).is_finding and not accepted
 
 
 class BaselineComparison:
@@ -108,14 +110,14 @@ class BaselineComparison:
         if old == now:
             diff.unchanged += 1
             return "unchanged"
-        if _judged(old) and (not _judged(now) or (now[0] in _NO_ANSWER and old[0] not in _NO_ANSWER)):
+        if _checked(old) and (not _checked(now) or (_answered(old) and not _answered(now))):
             diff.lost.append(item)
             return "lost"
         was_divergence = Verdict(old[0]).is_divergence
         if diverges and not was_divergence:
             diff.new.append(item)
             return "new"
-        if now[0] == Verdict.PASS.value and was_divergence:
+        if not diverges and was_divergence:
             diff.fixed.append(item)
             return "fixed"
         diff.changed.append(item)
@@ -135,7 +137,7 @@ class BaselineComparison:
         for key, old in self._before.items():
             if (key[1], key[0]) in self._seen_cases and scope.selects(key[1], key[2], key[3], key[5], key[4]):
                 self.diff.removed += 1
-                if _judged(old):
+                if _checked(old):
                     self.diff.lost.append((key, old, None, False))
             else:
                 self.diff.not_checked += 1

@@ -30,10 +30,6 @@ _SHAPE = re.compile(r"^\d+(x\d+)*(:\d+(x\d+)*)?")
 _PART_WORDS = {"forward": "loss", "grad_input": "gradient with respect to input",
                "grad_target": "gradient with respect to target",
                "grad2_input": "double backward (the input gradient's derivative with respect to target)"}
-_VERDICT_WORDS = {"value": "values outside the spec's rounding bound", "nonfinite": "NaN or inf where the spec has "
-                  "none, or the reverse", "shape": "another shape than the spec's", "dtype": "another dtype than the "
-                  "spec's", "error": "raises where the spec expects a value", "crash": "crashes the process",
-                  "timeout": "does not return", "fallback": "ran eagerly instead of compiled"}
 
 
 @dataclass
@@ -61,7 +57,7 @@ class Defect:
 
     @property
     def status(self) -> str:
-        if self.example.verdict is Verdict.UNSUPPORTED:
+        if not self.example.verdict.is_judged:
             return UNSUPPORTED
         if self.undocumented:
             return UNDOCUMENTED
@@ -124,7 +120,7 @@ class Defects:
             d = self.by_id[r.defect] = Defect(r.defect, r.framework, r.framework_version, r.cause, r,
                                               documented_by=r.documented_by)
         d.rows += 1
-        d.undocumented += r.verdict is not Verdict.UNSUPPORTED and not r.is_accepted
+        d.undocumented += r.verdict.is_divergence and not r.is_accepted
         d.known += bool(r.known_by) and not r.documented
         d.verdicts[r.verdict.value] += 1
         d.shared += r.like == "shared"
@@ -208,13 +204,13 @@ def title(d: Defect, spec: Spec | None) -> str:
             return f"{head}: raises {kind}" + (f" ({said[:160]})" if said else "") \
                    + " where the spec expects a value (no spec choice reproduces it)"
         size = f", error {error_size(r.max_abs_err, r.bound)}" if r.verdict is Verdict.VALUE else ""
-        return f"{head}: {_VERDICT_WORDS.get(r.verdict.value, r.verdict.value)} ({width(r.dtype)} dtypes{size}; " \
+        return f"{head}: {r.verdict.words} ({width(r.dtype)} dtypes{size}; " \
                f"no spec choice reproduces it)"
     said = [_choice_words(path, choice, spec) for path, choice in _chosen(r.message) if path in cause_paths(r.cause)]
     if said:
         return f"{head}: " + "; and ".join(said)
     rule = _rule_words(r.cause, spec)
-    return f"{head}: {_VERDICT_WORDS.get(r.verdict.value, r.verdict.value)} ({rule or r.cause})"
+    return f"{head}: {r.verdict.words} ({rule or r.cause})"
 
 
 def expected_words(d: Defect, spec: Spec | None) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import yaml
 
+from conformance.core.known import KnownFindings
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec
 from conformance.core.results import write_atomic
 from conformance.core.rundirs import REPRO_DIR, iter_rows, script_name, snippet_name
@@ -49,7 +50,7 @@ class _Draft:
 
 
 def write_drafts(out_dir: Path, run_dirs: Sequence[Path], manifests: Sequence[dict[str, Any]],
-                 known: Any = None, shared: bool = False) -> list[Path]:
+                 known: KnownFindings | None = None, shared: bool = False) -> list[Path]:
     """Write one draft per undocumented defect into `out_dir`/issues (drafts an earlier report left there are
     replaced); `known` (a known-findings file) marks the rows it accepts. A port's defect shared with the
     recorded run of the framework it is judged like (Defect.like, from --like-run) is that framework's to

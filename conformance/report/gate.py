@@ -36,9 +36,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from conformance.core.known import KnownFindings
 from conformance.core.model import Result, Verdict, key_label
 from conformance.core.scope import row_framework
 from conformance.core.text import terminal_line
+from conformance.report.baseline import BaselineDiff
 from conformance.report.defects import UNDOCUMENTED
 from conformance.report.summary import short_summary
 from conformance.report.tally import Tally, split_label
@@ -154,7 +156,8 @@ def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | N
     `kind` is the row's class against the baseline (report.baseline.BaselineComparison.add), if any."""
     if not gates.asked:
         return None
-    if r.verdict is Verdict.FALLBACK:  # whatever its baseline: the mode was not checked, which no gate accepts
+    # whatever its baseline: a divergence that is no finding (fallback: the call was not checked) no gate accepts
+    if r.verdict.is_divergence and not r.verdict.is_finding:
         return "failure", f"not checked: the {r.mode} call ran eagerly instead. {r.message}"
     if gates.fail_on_new and kind == "lost" and not (r.is_accepted and r.verdict.is_divergence):
         return "failure", f"lost coverage since the baseline: now {r.verdict.value}. {r.message}"
@@ -248,7 +251,7 @@ def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     for label, counts in tally.by_target.items():
         framework = split_label(label)["framework"]
         totals[framework] += sum(counts.values())
-        judged[framework] += sum(n for v, n in counts.items() if v != Verdict.UNSUPPORTED.value)
+        judged[framework] += sum(n for v, n in counts.items() if Verdict(v).is_judged)
     for m in manifests:
         name, status = m.get("framework", "?"), m.get("status", "of unknown status")
         reason = f": {m['reason']}" if m.get("reason") else ""
@@ -287,10 +290,10 @@ def mode_gaps(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     return lines
 
 
-def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], baseline_diff: Any = None,
-           known: Any = None) -> Decision:
-    """The exit code and its lines. `baseline_diff` is a report.baseline.BaselineDiff, `known` a
-    known.KnownFindings that has audited these rows and judged the runs' scope."""
+def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], baseline_diff: BaselineDiff | None = None,
+           known: KnownFindings | None = None) -> Decision:
+    """The exit code and its lines. `baseline_diff` compares the rows with a baseline; `known` has audited these
+    rows and judged the runs' scope."""
     decision = Decision(gates=gates.flags)
     broken = damaged(manifests, tally)
     if broken:  # not gated: what its rows are missing cannot be judged
@@ -314,7 +317,8 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         unaccepted = sum(targets.values())
         decision.counts["strict"] = {"undocumented": unaccepted}
         if unaccepted:
-            defects = sum(1 for d in tally.defects.ordered(UNDOCUMENTED) if set(d.verdicts) != {Verdict.FALLBACK.value})
+            defects = sum(1 for d in tally.defects.ordered(UNDOCUMENTED)
+                          if any(Verdict(v).is_finding for v in d.verdicts))
             line = (f"--strict: {unaccepted} divergences neither documented nor known "
                     f"({_many(len(targets), 'target')}, {_many(defects, 'defect')})")
             decision.fail(line, "--strict")

@@ -274,7 +274,7 @@ def _matrix(tally: Tally) -> list[str]:
         cells = []
         for target in targets:
             c = tally.by_family[key][target]
-            judged = sum(c.values()) - c["unsupported"]
+            judged = sum(n for v, n in c.items() if Verdict(v).is_judged)
             divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
             undocumented = divergent - accepted_by_cell[(key, target)]
             if not sum(c.values()):

@@ -17,6 +17,7 @@ import shlex
 from collections import Counter
 from typing import Any, Callable, Sequence
 
+from conformance.core.known import EntryAudit
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
 from conformance.core.text import without_mentions
@@ -41,9 +42,10 @@ _SPAN_NAMES = {"part": "parts", "dtype": "dtypes", "reduction": "reductions", "l
                "family": "families"}
 
 
-def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]], known_audit: Sequence[Any] | None = None,
+def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]],
+                    known_audit: Sequence[EntryAudit] | None = None,
                     examples: dict[tuple, dict[str, Any]] | None = None, baseline: Sequence[str] = ()) -> str:
-    """report.md's text, under REPORT_LIMIT characters. `known_audit` (known.EntryAudit items) adds the
+    """report.md's text, under REPORT_LIMIT characters. `known_audit` (the known-findings file's audit) adds the
     known-findings section; `examples` are the details (details.jsonl lines) of the worked examples, by
     `detail_key`; `baseline` is the comparison with a baseline (report.baseline.render_baseline_markdown)."""
     parts = {"provenance": _provenance(tally, manifests),
@@ -205,14 +207,22 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
                    f"{_cell(m.get('python_version', '-'))} | {_cell(m.get('numpy_version', '-'))} | "
                    f"{_cell(m.get('spec_hash', '-'))} | {_cell(m.get('harness_version', '-'))} |")
     seeds = sorted({str(m.get("seed")) for m in manifests if m.get("seed") is not None})
-    out += ["", f"{tally.total} results; seed {_cell(', '.join(seeds) or '-')}. "
-                "Verdicts: `pass`; divergences `value` (outside the bound), `nonfinite` (NaN/inf pattern), "
-                "`shape`, `dtype`, `error` (raised where a value was expected, returned a value where an error "
-                "was expected, or a different exception type), `crash`, `timeout`"
-                + (", `fallback` (a compiled mode's call ran eagerly instead: the mode was not checked, and no "
-                   "gate accepts it)" if sum(tally.fallback.values()) else "")
-                + "; and `unsupported` (the API cannot express the case).", ""]
+    out += ["", f"{tally.total} results; seed {_cell(', '.join(seeds) or '-')}. {_legend(tally)}", ""]
     return out + _modes(tally, manifests) + _release_gaps(manifests)
+
+
+def _legend(tally: Tally) -> str:
+    """The verdicts, each with its gloss (core/verdict.py): those that pass, the divergences, then those that judge
+    nothing. A divergence that is no finding (fallback, which only a compiled mode gives) is named only where a
+    row has it, so that an eager report does not explain it."""
+    present = {v for c in tally.by_target.values() for v, n in c.items() if n}
+
+    def named(verdicts: list[Verdict]) -> str:
+        return ", ".join(f"`{v.value}`" + (f" ({v.gloss})" if v.gloss else "") for v in verdicts)
+    passing = [v for v in Verdict if v.is_judged and not v.is_divergence]
+    divergences = [v for v in Verdict if v.is_finding or (v.is_divergence and v.value in present)]
+    judging_nothing = [v for v in Verdict if not v.is_judged]
+    return f"Verdicts: {named(passing)}; divergences {named(divergences)}; and {named(judging_nothing)}."
 
 
 def _release_gaps(manifests: Sequence[dict[str, Any]]) -> list[str]:
@@ -279,7 +289,7 @@ def _family_matrix(tally: Tally, level: str = "target") -> list[str]:
         row = []
         for target in targets:
             c = cells.get(target, Counter())
-            judged = sum(c.values()) - c["unsupported"]
+            judged = sum(n for v, n in c.items() if Verdict(v).is_judged)
             divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
             if not judged:  # no row (the API's dialect cannot state the family's cases) or all unsupported
                 row.append("n/a")
@@ -519,7 +529,7 @@ def _values(counts: Counter, shown: int = _VALUES) -> str:
     return text + (f", and {len(top) - shown} more" if len(top) > shown else "")
 
 
-def _known(audit: Sequence[Any]) -> list[str]:
+def _known(audit: Sequence[EntryAudit]) -> list[str]:
     """How each entry of the known-findings file fared: matched, stale, or about rows not in this report."""
     out = ["## Known findings", ""]
     if not audit:

@@ -41,7 +41,7 @@ class ReleasePair:
 
 
 def _judged(seen: Seen | None) -> bool:
-    return seen is not None and seen.verdict != Verdict.UNSUPPORTED.value
+    return seen is not None and Verdict(seen.verdict).is_judged
 
 
 def _diverges(seen: Seen) -> bool:

@@ -142,8 +142,8 @@ class Tally:
                 self.listed_in_page.append(r)
             self.undocumented[target] += not r.is_accepted
             self.known[target] += bool(r.known_by) and not r.documented
-            self.fallback[target] += r.verdict is Verdict.FALLBACK
-            if r.like in self.undocumented_like and not r.is_accepted and r.verdict is not Verdict.FALLBACK:
+            self.fallback[target] += not r.verdict.is_checked  # a divergence of a call not checked: no finding
+            if r.like in self.undocumented_like and not r.is_accepted and r.verdict.is_finding:
                 self.undocumented_like[r.like][target] += 1
             self.accepted_cells[((r.family, r.reduction, int(r.log_target)), target)] += r.is_accepted
             key = (r.cause or "unknown", r.verdict.value)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from conformance.core.errors import UsageError
+from conformance.core.known import KnownFindings
 from conformance.core.model import EAGER, Result
 from conformance.core.results import (DETAILS_FILE, RESULTS_FILE, AtomicLines, detail_matcher, iter_details,
                                       write_atomic, write_lines_atomic)
@@ -48,13 +49,13 @@ class Written:
 
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
-                 baseline: str | Path | None = None, known: Any = None, fed: "ReportFeed | None" = None,
-                 gates: Gates = Gates(), drafts: bool = True, like: LikeMarks | None = None,
-                 shared_drafts: bool = False) -> Written:
+                 baseline: str | Path | None = None, known: KnownFindings | None = None,
+                 fed: "ReportFeed | None" = None, gates: Gates = Gates(), drafts: bool = True,
+                 like: LikeMarks | None = None, shared_drafts: bool = False) -> Written:
     """Write report.md, report.html, junit.xml and summary.json for the run directories into `out_dir`.
 
     One pass over the rows gathers what the Markdown, HTML and summary show (and, with `known`, a
-    known.KnownFindings, how each of its entries fared; with `baseline`, how each row compares) and writes
+    KnownFindings, how each of its entries fared; with `baseline`, how each row compares) and writes
     junit.xml (one element per row, as the `gates` see it). Each file is written atomically. `fed` is that
     pass already made, as a run wrote its rows into `out_dir` (its own report): then no row is read back.
     With `drafts`, the issue drafts too (a run writes them itself once its reproducers exist, to quote them).
@@ -83,7 +84,7 @@ class ReportFeed:
     compared as it comes, so junit.xml shows it as the `gates` judge it. `released` names the frameworks the rows
     hold two releases or more of (rundirs.released): their targets and tests are named with the release."""
 
-    def __init__(self, out_dir: Path, known: Any = None, baseline: str | Path | None = None,
+    def __init__(self, out_dir: Path, known: KnownFindings | None = None, baseline: str | Path | None = None,
                  gates: Gates = Gates(), like: LikeMarks | None = None,
                  released: frozenset[str] = frozenset()) -> None:
         self.out_dir, self.known, self.gates, self.like = out_dir, known, gates, like
@@ -145,7 +146,7 @@ def _fed(feed: "ReportFeed", rows: Iterator[Result]) -> "ReportFeed":
 
 
 def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifests: list[dict[str, Any]],
-                   diff: BaselineDiff | None, known: Any, decision: Decision, drafts: bool = True,
+                   diff: BaselineDiff | None, known: KnownFindings | None, decision: Decision, drafts: bool = True,
                    like: LikeMarks | None = None, shared_drafts: bool = False) -> Written:
     """Everything written from the tally: summary.json, report.html (with the details of `present`),
     divergences.md, report.md (with the details of its worked examples) and, with a baseline, baseline.json."""
@@ -196,7 +197,7 @@ def _feeding(consume: Callable[[Result], Any], rows: Iterator[Result]) -> Iterat
 
 
 def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: bool = False,
-               baseline: str | Path | None = None, known: Any = None, gates: Gates = Gates(),
+               baseline: str | Path | None = None, known: KnownFindings | None = None, gates: Gates = Gates(),
                like: LikeMarks | None = None, modes: Sequence[str] = (), shared_drafts: bool = False) -> Written:
     """Merge run directories into `out_dir`: results.jsonl (with `known`, its rows' known_by set by that
     file), details.jsonl, runs.json and the reports. `out_dir` must not be one of the runs. With `modes`

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.core.errors import KnownFileError
-from conformance.judge.known import load_known
+from conformance.core.known import load_known
 from tests.helpers import make_result
 
 

@@ -53,7 +53,7 @@ from conformance.core.yamlload import parse_yaml, read_text
 FIELDS = ("id", "case_id", "framework", "api", "device", "mode", "part", "verdict", "cause", "defect", "reason",
           "link")
 REQUIRED = ("id", "reason")  # and case_id, unless the entry names a defect
-DIVERGENCES = tuple(v.value for v in Verdict if v.is_divergence and v is not Verdict.FALLBACK)
+DIVERGENCES = tuple(v.value for v in Verdict if v.is_finding)  # the verdicts an entry may name
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class KnownEntry:
 
     def accepts(self, row: Result) -> bool:
         """The row is a divergence this entry accepts."""
-        return (row.verdict.is_divergence and row.verdict is not Verdict.FALLBACK
+        return (row.verdict.is_finding
                 and (self.verdict is None or row.verdict.value == self.verdict)
                 and (self.cause is None or fnmatch.fnmatchcase(row.cause, self.cause))
                 and (self.defect is None or row.defect == self.defect) and self.concerns(row))
