@@ -811,7 +811,7 @@ def _gate_variant(spec: Spec, framework: str, variant: type[GateVariant], cases:
     report = VariantReport(variant.name, variant.fault)
     if variant is LostDtype:
         # a dtype the control judged somewhere, so that losing it loses coverage
-        judged = {r.case_id for r in iter_results(out_dir / "control") if r.verdict.value != "unsupported"}
+        judged = {r.case_id for r in iter_results(out_dir / "control") if r.verdict.is_judged}
         present = {str(c.dtype) for c in cases if c.id in judged}
         lost = next((d for d in FLOAT_FORMATS if d in present), None)
         if lost is None:
