@@ -344,7 +344,7 @@ def _written_nowhere(decision: Decision) -> Decision:
     return Decision(decision.code, lines, decision.notes, details, decision.gates, decision.counts, names)
 
 
-def _known(known: Any) -> KnownFindings | None:
+def _known(known: "str | Path | KnownFindings | None") -> KnownFindings | None:
     """A known-findings file (a path) read and checked, or KnownFindings as they are."""
     if known is None or isinstance(known, KnownFindings):
         return known
