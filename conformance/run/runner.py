@@ -4,8 +4,8 @@ Composes the pipeline: cases -> reference (Expected, once per case, shared by ev
 API and device) -> adapter in a worker process (Observation) -> compare (verdict)
 -> results.jsonl. The parent computes references and verdicts while the worker
 calls the framework. A crash or a timeout costs one case; --resume skips every
-(case, api, device, mode, part) already in results.jsonl. run.json's `stages` records each output stage
-once it is done (STAGES); --resume redoes every stage it does not record.
+(case, api, device, mode, part) already in results.jsonl (resume.py). run.json's `stages` records each output
+stage once it is done (record.STAGES); --resume redoes every stage it does not record.
 
 Never imports a framework in the parent process (the worker's adapter does), and never imports the
 reports.
@@ -13,56 +13,33 @@ reports.
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import itertools
-import json
-import os
-import platform
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
-
-import numpy as np
 
 import conformance
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
 from conformance.cases.digest import case_digest
 from conformance.core.defects import defect_of, residual_cause
-from conformance.core.errors import ConformanceError, ResultsError, UsageError
+from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
-from conformance.core.results import (DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE, ResultsWriter, iter_details,
-                                      iter_results, manifest_text, read_manifest, write_lines_atomic, write_manifest)
-from conformance.core.rundirs import other_spec
+from conformance.core.results import ResultsWriter, write_manifest
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
-from conformance.judge.profiles import DeviationLedger, default_profiles_dir, older_than, oldest_release
+from conformance.judge.profiles import DeviationLedger, older_than, oldest_release
 from conformance.judge.refcache import ReferenceCache
 from conformance.reference.forward import takes_input_space
 from conformance.run.outdir import (RUN_FILES, OutDirLock, check_out_dir, clear_temporary_files, prepare_out_dir,
                                     repair_appended_files)
+from conformance.run.record import (RunFailed, Terminated, failure_reason, interruption, profiles_digest, provenance,
+                                    record_end)
+from conformance.run.resume import Resumed, drop_orphan_details, drop_rows_without_details, read_resumed
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, element_count, needs_mb
 from conformance.run.worker import Task, WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
 
 DEFAULT_TIMEOUT_S = 60.0
-
-# The output stages of a run, in order, as run.json's `stages` records them once each is done: --resume redoes
-# every stage not recorded (a run.json older than the record redoes them all). `rows` is this module's; the
-# others are the command's (runcommand.py).
-STAGES = ("rows", "reports", "reproducers", "drafts")
-
-
-class RunFailed(Exception):
-    """The run could not go on (no memory, a full disk, a file it cannot write): run.json says `failed` and
-    why, and every case judged before stays in results.jsonl for --resume. Its text is one line."""
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread (cli.py installs the handler), so that the run ends as on Ctrl-C:
-    its worker stopped, its temporary files removed, run.json `interrupted`."""
-
 
 @dataclass
 class RunSummary:
@@ -225,7 +202,7 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     out = check_out_dir(out_dir, resume=options.resume, force=options.force, inputs=options.inputs)
     run_info = run_info or {}
     profiles = profiles_digest(options.profiles_dir, adapter.carried_profile(), options.like)
-    before = _already_done(out, spec, framework, run_info, profiles, options.profiles_dir) if options.resume \
+    before = read_resumed(out, spec, framework, run_info, profiles, options.profiles_dir) if options.resume \
         else None
     done = before.done if before is not None else set()
     summary = RunSummary(out)
@@ -267,11 +244,8 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
                 ResultsWriter(out).close()
             write_manifest(out, {**manifest, "status": "not_run", "reason": str(exc)})
             return summary
-        if before is not None and before.framework_version not in (None, str(ctx.info.version)):
-            raise ResultsError(f"this directory holds a run of {framework} {before.framework_version}, not of "
-                               f"{ctx.info.version}: rows of two versions would be mixed", file=str(out),
-                               where="--resume", fix="resume with the framework version of that run, or start "
-                                                     "again with --force or another --out")
+        if before is not None:
+            before.check_version(out, framework, ctx.info.version)
         # the devices present are known only now; an absent one is refused before anything is written
         ctx.targets = select(framework, api_names, adapter.known_devices, ctx.info.devices, options.apis,
                              options.devices, options.modes, adapter.mode_names(), str(ctx.info.version))
@@ -369,92 +343,7 @@ def _release_gaps(adapter, info: WorkerInfo, options: RunOptions, api_names: lis
     return apis_not_run, notes
 
 
-def interruption(exc: BaseException) -> str:
-    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
-
-
-def failure_reason(exc: BaseException, case_id: str | None = None) -> str:
-    """One line on why a run could not go on: no memory, a full disk, a file it cannot write."""
-    at = f" at case {case_id!r}" if case_id else ""
-    if isinstance(exc, MemoryError):
-        return f"out of memory{at}; lower --memory-budget-mb or free memory, and continue with --resume"
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left on the device{at}" + (f" ({exc.filename})" if exc.filename else "")
-                + "; free some and continue with --resume")
-    return f"{type(exc).__name__}{at}: {exc}".splitlines()[0][:500]
-
-
-def record_end(out: Path, status: str, reason: str) -> bool:
-    """Record in run.json that the run ended before its end (`failed`, `interrupted`) and why; False when even
-    that cannot be written (a full disk: run.json is then rewritten in place, which needs no new space)."""
-    try:
-        manifest = read_manifest(out)
-    except (ConformanceError, OSError):
-        return False
-    if not manifest:
-        return False
-    manifest.update(status=status, reason=reason, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    try:
-        write_manifest(out, manifest)
-        return True
-    except OSError:
-        pass
-    try:  # the atomic write needs room for a second copy; in place it needs about none
-        data = manifest_text(manifest).encode()
-        fd = os.open(out / MANIFEST_FILE, os.O_WRONLY)
-        try:
-            os.write(fd, data)
-            os.ftruncate(fd, len(data))
-        finally:
-            os.close(fd)
-        return True
-    except OSError:
-        return False
-
-
-def add_written(out: Path, names: Sequence[str]) -> None:
-    """Add files (and "dir/" entries) the command wrote into `out` to run.json's `written` record."""
-    if not names:
-        return
-    manifest = read_manifest(out)
-    if manifest:
-        manifest["written"] = sorted(set(manifest.get("written", [])) | set(names))
-        write_manifest(out, manifest)
-
-
-def record_stage(out: Path, stage: str) -> None:
-    """Record in run.json that an output stage (STAGES) is done: --resume does not redo it."""
-    assert stage in STAGES, stage
-    manifest = read_manifest(out)
-    if manifest and stage not in manifest.get("stages", []):
-        manifest["stages"] = [s for s in STAGES if s in {*manifest.get("stages", []), stage}]
-        write_manifest(out, manifest)
-
-
-def profiles_digest(profiles_dir: Path | None, carried: Path | dict | None = None, like: str | None = None) -> str:
-    """A digest of the deviation profiles (every .yaml file of the directory, name and bytes; the adapter's own
-    profile; the framework of --like): --resume refuses another profile set, whose documented flags would
-    differ."""
-    directory = profiles_dir or default_profiles_dir()
-    digest = hashlib.sha256()
-    if carried is not None or like is not None:
-        try:
-            own = carried.read_bytes() if isinstance(carried, Path) else json.dumps(carried, sort_keys=True).encode()
-        except OSError:
-            own = b""
-        digest.update(b"carried\0" + own + b"\0like\0" + str(like).encode() + b"\0")
-    try:
-        files = sorted(p for p in Path(directory).iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
-    except OSError:
-        files = []
-    for path in files:
-        data = path.read_bytes()
-        digest.update(f"{path.name}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()[:16]
-
-
-def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, before: "_Resumed | None",
+def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, before: Resumed | None,
              summary: RunSummary) -> None:
     """Create and lock the output directory (cleared on --force, its half-written last lines cut on --resume),
     record in run.json what the run writes there, then copy the user case files into it."""
@@ -463,13 +352,10 @@ def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, b
         clear_temporary_files(out)  # report parts a killed run left: the report is written during the run
         repair_appended_files(out)
         if before is not None:
-            _drop_rows_without_details(out, before.done)
-            _drop_orphan_details(out, before.done)
+            drop_rows_without_details(out, before.done)
+            drop_orphan_details(out, before.done)
     if before is not None:  # the rows kept, by verdict: run.json counts them with those written now
-        counted: dict[str, int] = {}
-        for call in before.done:
-            counted[before.verdicts[call]] = counted.get(before.verdicts[call], 0) + 1
-        summary.earlier = counted
+        summary.earlier = before.counts()
     case_files = manifest.get("case_files", [])
     ours = set(before.written) if before is not None else set()
     kept = _kept_names(out, case_files, ours)
@@ -644,146 +530,6 @@ def _kept_names(out: Path, case_files: Sequence[str], ours: set[str]) -> list[st
     return kept
 
 
-def _drop_rows_without_details(out: Path, done: set[tuple[str, str, str, str, str]]) -> None:
-    """A divergence is written with its detail line; a row whose detail line was cut off (a full disk, a kill
-    between the two files' writes) is removed from the rows and from `done`, so the resumed run judges that
-    call again and writes both."""
-    have = {_detail_call(d) for d in iter_details(out)}
-    lacking = {key for r in iter_results(out) if r.verdict.is_divergence and (key := r.call) not in have}
-    if not lacking:
-        return
-    path = out / RESULTS_FILE
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
-            if _row_key(line) not in lacking]
-    write_lines_atomic(path, kept)
-    done -= lacking
-
-
-def _row_key(line: str) -> tuple[str, str, str, str, str]:
-    return _detail_call(json.loads(line))
-
-
-def _detail_call(d: dict) -> tuple[str, str, str, str, str]:
-    """A row's or a detail's (case id, api, device, mode, part), as `Result.call`."""
-    return (d["case_id"], d["api"], d["device"], d["mode"], d["part"])
-
-
-def _drop_orphan_details(out: Path, done: set[tuple[str, str, str, str, str]]) -> None:
-    """A resumed run writes the details of every row it writes: a detail line whose row was cut off (a kill
-    or a full disk between the two writes) would be a second copy of the one written again."""
-    path = out / DETAILS_FILE
-    if not path.is_file():
-        return
-    if all(_detail_call(d) in done for d in iter_details(out)):
-        return
-    write_lines_atomic(path, (json.dumps(d) + "\n" for d in iter_details(out) if _detail_call(d) in done))
-
-
 def _selected_parts(case: Case, options: RunOptions) -> list[str]:
     """The parts of `case` the run asks for (--part narrows them)."""
     return [p for p in case.parts if not options.parts or p in options.parts]
-
-
-# run.json's `selection` fields --resume must find again, each with the option that sets it: rows of two
-# selections in one directory would be gated as one run
-SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples", "case_files": "--cases",
-                     "only": "--only", "shard": "--shard", "known": "--known", "reduction": "--reduction",
-                     "modes": "--mode", "log_target": "--log-target", "dtype": "--dtype", "family": "--family",
-                     "parts": "--part", "apis": "--api", "devices": "--device"}
-# compared as sets: `--api A --api B` selects what `--api B --api A` does
-_UNORDERED = ("reduction", "log_target", "dtype", "family", "modes", "parts", "apis", "devices")
-# files a selection records by digest: a refusal names the file, from the run.json field of its path
-_FILE_FIELDS = {"case_files": "case_files", "known": "known"}
-
-# a run.json written before the selection by meaning existed selected by none of it
-_NOT_RECORDED = {"reduction": [], "log_target": [], "dtype": [], "family": [], "modes": ["eager"], "parts": [],
-                 "apis": [], "devices": []}
-
-
-@dataclass
-class _Resumed:
-    """What --resume takes from the interrupted run: the keys of its rows with their verdicts, what it recorded
-    writing, the output stages it recorded done, and the framework version it ran (checked once the worker has
-    loaded the framework)."""
-
-    done: set[tuple[str, str, str, str, str]]
-    written: list[str]
-    framework_version: str | None
-    verdicts: dict[tuple[str, str, str, str, str], str] = field(default_factory=dict)
-    stages: list[str] = field(default_factory=list)
-
-
-def _already_done(out: Path, spec: Spec, framework: str, run_info: dict, profiles: str,
-                  profiles_dir: Path | None = None) -> _Resumed:
-    """Keys of the rows an interrupted run already wrote. Reads only: refuses a directory made with another
-    framework, spec, profile set or selection of cases or calls (SELECTION_OPTIONS)."""
-    manifest = read_manifest(out) if (out / MANIFEST_FILE).is_file() else {}
-    written = [w for w in manifest.get("written", []) if isinstance(w, str)] if manifest else []
-    version = manifest.get("framework_version")
-    stages = manifest.get("stages") if isinstance(manifest.get("stages"), list) else []  # older: redo every stage
-    if not (out / RESULTS_FILE).is_file():
-        return _Resumed(set(), written, None if version is None else str(version))
-    if not manifest:
-        raise ResultsError("results without a run.json: how they were made is unknown", file=str(out),
-                           where="--resume", fix="start again with --force or another --out")
-    if manifest.get("framework") != framework:
-        raise ResultsError(f"this directory holds a run of {manifest.get('framework')!r}, not {framework!r}",
-                           file=str(out), where="--resume", fix="resume with the same --framework, or use another --out")
-    redo = "start the run again with --force instead of --resume (or resume with the spec it used, --spec)"
-    if manifest.get("spec_hash") != spec.hash:
-        raise other_spec(manifest.get("spec_hash"), spec.hash, str(out / MANIFEST_FILE), "--resume", redo)
-    if manifest.get("profiles_digest") != profiles:
-        raise ResultsError(f"this directory was run with another set of deviation profiles than those in "
-                           f"{profiles_dir or default_profiles_dir()} (or another --like): its documented flags "
-                           f"would differ", file=str(out), where="--resume, --profiles",
-                           fix="resume with the --profiles directory (and contents) of that run, or start again "
-                               "with --force or another --out")
-    problem = _changed_selection(manifest, run_info)
-    if problem is not None:
-        option, text = problem
-        raise ResultsError(text, file=str(out), where="--resume",
-                           fix=f"resume with the {option} of that run, or start again with --force or another --out")
-    verdicts = {}
-    for row in iter_results(out, complete_lines_only=True):
-        if row.spec_hash != spec.hash:
-            raise other_spec(row.spec_hash, spec.hash, str(out / RESULTS_FILE), f"--resume, case {row.case_id!r}",
-                             redo)
-        verdicts[row.call] = row.verdict.value
-    return _Resumed(set(verdicts), written, None if version is None else str(version), verdicts,
-                    [s for s in stages if s in STAGES])
-
-
-def _changed_selection(manifest: dict, run_info: dict) -> tuple[str, str] | None:
-    """The first selection field (SELECTION_OPTIONS) a resumed command changes, as (option, the problem's text);
-    a file recorded by digest is named by its path."""
-    selection = run_info.get("selection")
-    if selection is None:
-        return None
-    before = manifest.get("selection") or {}
-    for name, option in SELECTION_OPTIONS.items():
-        was, now = before.get(name, _NOT_RECORDED.get(name)), selection.get(name)
-        if name in _UNORDERED and isinstance(was, list) and isinstance(now, list):
-            was, now = sorted(map(str, was)), sorted(map(str, now))
-        if was == now:
-            continue
-        if name in _FILE_FIELDS:
-            paths_before, paths_now = manifest.get(_FILE_FIELDS[name]), run_info.get(_FILE_FIELDS[name])
-            if paths_before == paths_now and paths_now:
-                shown = paths_now
-                if isinstance(paths_now, list) and isinstance(was, list) and len(was) == len(now) == len(paths_now):
-                    shown = next(str(path) for path, a, b in zip(paths_now, was, now) if a != b)
-                return option, f"this directory was run with {option} {shown} as it was then: the file has changed"
-            return option, (f"this directory was run with {option} {_shown(paths_before)}, not "
-                            f"{_shown(paths_now)}")
-        return option, f"this directory was run with {option} {_shown(was)}, not {_shown(now)}"
-    return None
-
-
-def _shown(value) -> str:
-    return "(none)" if value in (None, [], "") else repr(value)
-
-
-def provenance() -> dict[str, str]:
-    """Versions every result carries, so reports from different machines can be compared."""
-    return {"python_version": platform.python_version(), "numpy_version": np.__version__,
-            "platform": platform.platform(), "executable": sys.executable}
