@@ -7,6 +7,13 @@ calls the framework. A crash or a timeout costs one case; --resume skips every
 (case, api, device, mode, part) already in results.jsonl (resume.py). run.json's `stages` records each output
 stage once it is done (record.STAGES); --resume redoes every stage it does not record.
 
+run_conformance is a sequence of named steps over one RunContext: check the names and build the ledger, check
+the output directory and read what --resume finds there (_context); launch the worker pool and learn what the
+release offers (_launch), or record that nothing could run (_record_not_run); select the targets, leave out
+the modes this machine cannot run, and prepare the output directory and run.json (_select_targets, _prepare);
+judge the cases and write their rows (_write_rows); close what the run owns (_release); record how the run
+ended (_record_failure, _record_complete).
+
 Never imports a framework in the parent process (the worker's adapter does), and never imports the
 reports.
 """
@@ -40,6 +47,7 @@ from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, element_count, n
 from conformance.run.worker import Task, WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
 
 DEFAULT_TIMEOUT_S = 60.0
+
 
 @dataclass
 class RunSummary:
@@ -124,23 +132,39 @@ def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str
 
 @dataclass
 class RunContext:
-    """What every step of one run reads: the spec, the adapter and its profile's ledger, the worker, the
-    options, the reference cache, and what each row carries (the manifest; the worker's versions and the
-    targets, known once the framework is loaded)."""
+    """What the steps of one run read, and what they learn on the way: the spec, the framework as the caller
+    named it and its adapter, the profile's ledger, the options, the output directory and what --resume found
+    there, the run.json record being made (manifest) and the summary; the worker pool and the directory's lock,
+    each with whether the run owns it, and the reference cache; once the framework is loaded, the worker's
+    versions and the targets."""
 
     spec: Spec
+    framework: str  # as the caller named it: it may be "module:Class", the adapter has its own name
     adapter: Adapter
     ledger: DeviationLedger
-    pool: WorkerPool
     options: RunOptions
+    out: Path
+    before: Resumed | None  # what --resume found; None on a fresh run
     manifest: dict
-    cache: ReferenceCache | None
     summary: RunSummary
+    pool: WorkerPool
+    lock: OutDirLock
+    cache: ReferenceCache | None
+    own_pool: bool  # the run closes the pool; a caller's pool stays open for its further calls
+    own_lock: bool  # the run releases the lock; a caller's lock is held until it has written the reports too
     targets: list[Target] = field(default_factory=list)
     info: WorkerInfo | None = None
+    jobs: int = 1  # the worker processes the run may use (--jobs, at most the adapter's max_jobs)
+    prepared: bool = False  # run.json is written: a failure from here on is recorded there
 
     def __post_init__(self) -> None:
         self.implementations = self.adapter.implementations()
+        self.api_names = [a.name for a in self.adapter.apis]
+
+    @property
+    def done(self) -> set[tuple[str, str, str, str, str]]:
+        """The (case id, api, device, mode, part) of the rows a resumed run has already."""
+        return self.before.done if self.before is not None else set()
 
     def row(self, case: Case, digest: str, call: tuple[str, str, str, str], expected: Expected | None,
             judgement: Judgement, observed: Observation, documented_by: tuple[str, ...] = ()) -> Result:
@@ -191,6 +215,34 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     given, is the output directory's lock the caller holds until it has written the reports too; else the
     run takes the lock itself, for its own duration.
     """
+    ctx = _context(spec, framework, out_dir, options, run_info or {}, pool, lock)
+    cases = iter(cases)
+    try:
+        try:
+            prefetched = _launch(ctx, cases)
+        except WorkerUnavailable as exc:
+            _record_not_run(ctx, str(exc))
+            return ctx.summary
+        _select_targets(ctx)
+        _write_rows(ctx, itertools.chain(prefetched, ((case, None) for case in cases)), on_result)
+    except BaseException as exc:
+        failure = _record_failure(ctx, exc)
+        if failure is None:
+            raise
+        raise failure from None
+    finally:
+        _release(ctx)
+    _record_complete(ctx)
+    if progress is not None:
+        progress(ctx.summary.cases)
+    return ctx.summary
+
+
+def _context(spec: Spec, framework: str, out_dir: str | Path, options: RunOptions, run_info: dict,
+             pool: WorkerPool | None, lock: OutDirLock | None) -> RunContext:
+    """Check the names and build the profile's ledger, check the output directory and read what --resume finds
+    there, and make run.json's first record; with the caller's pool and lock, or the run's own. Writes nothing
+    and starts nothing."""
     adapter = get_adapter(framework)  # validates names before anything is written
     api_names = [a.name for a in adapter.apis]
     select(framework, api_names, adapter.known_devices, adapter.known_devices, options.apis, options.devices,
@@ -200,113 +252,146 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     ledger = DeviationLedger(spec, adapter.name, api_names, options.profiles_dir, like=options.like,
                              mirrors=adapter.mirrored(), carried=adapter.carried_profile())
     out = check_out_dir(out_dir, resume=options.resume, force=options.force, inputs=options.inputs)
-    run_info = run_info or {}
     profiles = profiles_digest(options.profiles_dir, adapter.carried_profile(), options.like)
-    before = read_resumed(out, spec, framework, run_info, profiles, options.profiles_dir) if options.resume \
-        else None
-    done = before.done if before is not None else set()
-    summary = RunSummary(out)
+    before = read_resumed(out, spec, framework, run_info, profiles, options.profiles_dir) if options.resume else None
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **run_info,
                 "profiles_digest": profiles, **({"like": options.like} if options.like else {})}
-    own_pool = pool is None
-    own_lock = lock is None
+    own_lock, own_pool = lock is None, pool is None
     lock = OutDirLock() if own_lock else lock
     pool = WorkerPool(framework, timeout_s=options.timeout_s, compile_cache_dir=options.cache_dir) if own_pool else pool
     cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
-    ctx = RunContext(spec, adapter, ledger, pool, options, manifest, cache, summary)
-    cases = iter(cases)
-    prepared = False  # run.json is written: a failure from here on is recorded there
-    try:
-        try:
-            if not pool.launched:
-                pool.launch()
-            jobs = min(options.jobs, adapter.max_jobs or options.jobs)
-            if jobs > 1 and _shared(adapter, options.devices or adapter.known_devices):
-                pool.widen(jobs)  # the other workers import the framework beside the first
-            # while the worker imports the framework, the first cases' expectations are made
-            prefetched = _prefetch(ctx, cases)
-            # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
-            ctx.info = pool.info if pool.info is not None else pool.wait_ready()
-            apis_not_run, notes = _release_gaps(adapter, ctx.info, options, api_names)
-            summary.apis_not_run, summary.notes = apis_not_run, notes
-            if apis_not_run or notes:
-                manifest.update({**({"apis_not_run": apis_not_run} if apis_not_run else {}),
-                                 **({"notes": notes} if notes else {})})
-            if len(apis_not_run) == len(dict.fromkeys(options.apis or api_names)):  # the release has none of them
-                manifest["framework_version"] = ctx.info.version
-                raise WorkerUnavailable("; ".join(dict.fromkeys(apis_not_run.values())))
-        except WorkerUnavailable as exc:
-            summary.not_run = str(exc)
-            _prepare(out, options, manifest, lock, before, summary)
-            prepared = True
-            if not options.resume:
-                ResultsWriter(out).close()
-            write_manifest(out, {**manifest, "status": "not_run", "reason": str(exc)})
-            return summary
-        if before is not None:
-            before.check_version(out, framework, ctx.info.version)
-        # the devices present are known only now; an absent one is refused before anything is written
-        ctx.targets = select(framework, api_names, adapter.known_devices, ctx.info.devices, options.apis,
-                             options.devices, options.modes, adapter.mode_names(), str(ctx.info.version))
-        # a mode this machine cannot run (a package it needs is missing) is not run, with the reason, once
-        unusable = {m: why for m in dict.fromkeys(t.mode for t in ctx.targets)
-                    if (why := ctx.info.unusable_modes.get(m))}
-        ctx.targets = [t for t in ctx.targets if t.mode not in unusable and t.api not in apis_not_run]
-        if jobs > 1 and _shared(adapter, [t.device for t in ctx.targets]):
-            pool.widen(jobs)  # the devices present, known only now, are all shared: launched now if not before
-        manifest.update(framework_version=ctx.info.version, targets=[str(t) for t in ctx.targets], status="running",
+    return RunContext(spec, framework, adapter, ledger, options, out, before, manifest, RunSummary(out), pool, lock,
+                      cache, own_pool=own_pool, own_lock=own_lock)
+
+
+def _launch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudge | None]]:
+    """Launch the worker pool (widened at once where every device it may use is shared), make the first cases'
+    expectations while the worker loads the framework (_prefetch), and learn what the release offers: the
+    prefetched cases, each with its judge.
+
+    Raises WorkerUnavailable when the framework cannot be loaded, or the release has none of the selected APIs.
+    """
+    pool, adapter, options = ctx.pool, ctx.adapter, ctx.options
+    if not pool.launched:
+        pool.launch()
+    ctx.jobs = min(options.jobs, adapter.max_jobs or options.jobs)
+    if ctx.jobs > 1 and _shared(adapter, options.devices or adapter.known_devices):
+        pool.widen(ctx.jobs)  # the other workers import the framework beside the first
+    # while the worker imports the framework, the first cases' expectations are made
+    prefetched = _prefetch(ctx, cases)
+    # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
+    ctx.info = pool.info if pool.info is not None else pool.wait_ready()
+    apis_not_run, notes = _release_gaps(adapter, ctx.info, options, ctx.api_names)
+    ctx.summary.apis_not_run, ctx.summary.notes = apis_not_run, notes
+    if apis_not_run or notes:
+        ctx.manifest.update({**({"apis_not_run": apis_not_run} if apis_not_run else {}),
+                             **({"notes": notes} if notes else {})})
+    if len(apis_not_run) == len(dict.fromkeys(options.apis or ctx.api_names)):  # the release has none of them
+        ctx.manifest["framework_version"] = ctx.info.version
+        raise WorkerUnavailable("; ".join(dict.fromkeys(apis_not_run.values())))
+    return prefetched
+
+
+def _record_not_run(ctx: RunContext, reason: str) -> None:
+    """The framework could not be loaded, or the release has none of the selected APIs: run.json says
+    `not_run` and why, beside an empty results.jsonl (a resumed run keeps its rows)."""
+    ctx.summary.not_run = reason
+    _prepare(ctx)
+    if not ctx.options.resume:
+        ResultsWriter(ctx.out).close()
+    write_manifest(ctx.out, {**ctx.manifest, "status": "not_run", "reason": reason})
+
+
+def _select_targets(ctx: RunContext) -> None:
+    """Check a resumed run's framework version, select the targets on the devices the worker found, leave out
+    the modes this machine cannot run and the APIs the release lacks, then prepare the output directory and
+    record in run.json what is run (_prepare)."""
+    adapter, options, info = ctx.adapter, ctx.options, ctx.info
+    if ctx.before is not None:
+        ctx.before.check_version(ctx.out, ctx.framework, info.version)
+    # the devices present are known only now; an absent one is refused before anything is written
+    ctx.targets = select(ctx.framework, ctx.api_names, adapter.known_devices, info.devices, options.apis,
+                         options.devices, options.modes, adapter.mode_names(), str(info.version))
+    # a mode this machine cannot run (a package it needs is missing) is not run, with the reason, once
+    unusable = {m: why for m in dict.fromkeys(t.mode for t in ctx.targets) if (why := info.unusable_modes.get(m))}
+    ctx.targets = [t for t in ctx.targets if t.mode not in unusable and t.api not in ctx.summary.apis_not_run]
+    if ctx.jobs > 1 and _shared(adapter, [t.device for t in ctx.targets]):
+        ctx.pool.widen(ctx.jobs)  # the devices present, known only now, are all shared: launched now if not before
+    ctx.manifest.update(framework_version=info.version, targets=[str(t) for t in ctx.targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         modes=list(dict.fromkeys(options.modes or (EAGER,))),
                         **({"modes_not_run": unusable} if unusable else {}))
-        _prepare(out, options, manifest, lock, before, summary)
-        prepared = True
-        with ResultsWriter(out, append=options.resume) as writer:
-            rest = ((case, None) for case in cases)
-            judged = _judged_cases(ctx, itertools.chain(prefetched, rest), done)
-            try:
-                for case, rows in judged:
-                    for result, detail in rows:
-                        if options.known is not None:
-                            result = options.known.mark(result)
-                        writer.write(result, detail)
-                        summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
-                        if on_result is not None:
-                            on_result(case, result)
-                    writer.flush()  # a case's rows are on disk before the next case's are judged
-            except WorkerLost as exc:  # every row so far is written; --resume continues once the cause is fixed
-                summary.stopped = str(exc)
-        summary.restarts = pool.restarts
-    except (KeyboardInterrupt, Terminated) as exc:
+    _prepare(ctx)
+
+
+def _write_rows(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]],
+                on_result: Callable[[Case, Result], None] | None) -> None:
+    """Judge the cases and append their rows to results.jsonl, each case's flushed before the next is judged.
+    A worker that cannot be restarted stops the run: every row so far is written, and --resume continues once
+    the cause is fixed."""
+    summary, known = ctx.summary, ctx.options.known
+    with ResultsWriter(ctx.out, append=ctx.options.resume) as writer:
+        try:
+            for case, rows in _judged_cases(ctx, cases, ctx.done):
+                for result, detail in rows:
+                    if known is not None:
+                        result = known.mark(result)
+                    writer.write(result, detail)
+                    summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
+                    if on_result is not None:
+                        on_result(case, result)
+                writer.flush()  # a case's rows are on disk before the next case's are judged
+        except WorkerLost as exc:
+            summary.stopped = str(exc)
+    summary.restarts = ctx.pool.restarts
+
+
+def _record_failure(ctx: RunContext, exc: BaseException) -> RunFailed | None:
+    """Record in run.json, once it is written, why the run ended before its end: `interrupted` (Ctrl-C,
+    SIGTERM) or `failed`. Returns the RunFailed to raise instead of `exc` (no memory, a full disk, a file it
+    cannot write), or None where `exc` goes on (an interruption, a closed output pipe, bad input found mid-run,
+    or a harness bug, whose traceback is kept)."""
+    out, prepared = ctx.out, ctx.prepared
+    if isinstance(exc, (KeyboardInterrupt, Terminated)):
         if prepared:
             record_end(out, "interrupted", interruption(exc))
-        raise
-    except (MemoryError, OSError) as exc:
-        if isinstance(exc, BrokenPipeError):  # `run ... | head`: the reader has what it wanted
-            if prepared:
-                record_end(out, "failed", "its output pipe was closed")
-            raise
-        reason = failure_reason(exc, summary.current)
-        if not prepared:
-            raise RunFailed(reason) from None
-        kept = record_end(out, "failed", reason)
-        raise RunFailed(reason + ("" if kept else "; run.json could not record it either")) from None
-    except BaseException as exc:  # bad input found mid-run, or a harness bug (its traceback is kept)
+        return None
+    if isinstance(exc, BrokenPipeError):  # `run ... | head`: the reader has what it wanted
         if prepared:
-            record_end(out, "failed", exc.render() if isinstance(exc, ConformanceError) else
-                       f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
-        raise
+            record_end(out, "failed", "its output pipe was closed")
+        return None
+    if isinstance(exc, (MemoryError, OSError)):
+        reason = failure_reason(exc, ctx.summary.current)
+        if not prepared:
+            return RunFailed(reason)
+        kept = record_end(out, "failed", reason)
+        return RunFailed(reason + ("" if kept else "; run.json could not record it either"))
+    if prepared:
+        record_end(out, "failed", exc.render() if isinstance(exc, ConformanceError) else
+                   f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+    return None
+
+
+def _release(ctx: RunContext) -> None:
+    """Close what the run owns, whatever happened: its worker pool (a caller's stays open), the reference cache,
+    and its lock of the output directory (a caller's stays held)."""
+    try:
+        if ctx.own_pool:
+            ctx.pool.close()
+        if ctx.cache is not None:
+            ctx.cache.close()
     finally:
-        try:
-            if own_pool:
-                pool.close()
-            if cache is not None:
-                cache.close()
-        finally:
-            if own_lock:
-                lock.release()
+        if ctx.own_lock:
+            ctx.lock.release()
+
+
+def _record_complete(ctx: RunContext) -> None:
+    """Record in run.json that the rows are written (`complete`), or that the run `stopped` and why; the
+    reference cache's counts, the stages done, the counts of the whole run and the worker's restarts."""
+    summary, manifest, cache, before = ctx.summary, ctx.manifest, ctx.cache, ctx.before
     if cache is not None:
-        manifest["reference_cache"] = {"dir": str(options.cache_dir), "hits": cache.hits, "misses": cache.misses,
+        manifest["reference_cache"] = {"dir": str(ctx.options.cache_dir), "hits": cache.hits, "misses": cache.misses,
                                        "explanation_hits": cache.explained_hits,
                                        "explanation_misses": cache.explained_misses,
                                        **({"problem": cache.problem} if cache.problem else {})}
@@ -314,12 +399,9 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     # the later stages a resumed run had done stay done only where it wrote no row
     kept = [s for s in before.stages if s != "rows"] if before is not None and not summary.cases else []
     summary.stages = [] if summary.stopped else ["rows", *kept]
-    write_manifest(out, {**manifest, **status, "stages": summary.stages, "cases": summary.cases + summary.skipped,
-                         "counts": summary.all_counts,
-                         "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    if progress is not None:
-        progress(summary.cases)
-    return summary
+    write_manifest(ctx.out, {**manifest, **status, "stages": summary.stages, "cases": summary.cases + summary.skipped,
+                             "counts": summary.all_counts,
+                             "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 
 def _shared(adapter: Adapter, devices: Iterable[str]) -> bool:
@@ -343,11 +425,25 @@ def _release_gaps(adapter, info: WorkerInfo, options: RunOptions, api_names: lis
     return apis_not_run, notes
 
 
-def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, before: Resumed | None,
-             summary: RunSummary) -> None:
+def check_dialects(adapter, spec: Spec) -> None:
+    """Every API names a dialect of the spec, and takes the input space that dialect states."""
+    for api in adapter.apis:
+        if api.dialect not in spec.data["dialects"]:
+            raise UsageError(f"API {api.name} names dialect {api.dialect!r}, which the spec does not state",
+                             file=type(adapter).__module__, where=type(adapter).__name__,
+                             fix=f"use one of {sorted(spec.data['dialects'])} (spec: dialects)")
+        takes = spec.dialect(api.dialect)["input_space"] == "probability"
+        if api.prob_input != takes:
+            raise UsageError(f"API {api.name} says prob_input={api.prob_input}, but dialect {api.dialect!r} takes "
+                             f"{spec.dialect(api.dialect)['input_space']} input", file=type(adapter).__module__,
+                             where=type(adapter).__name__, fix="make the Api agree with spec: dialects")
+
+
+def _prepare(ctx: RunContext) -> None:
     """Create and lock the output directory (cleared on --force, its half-written last lines cut on --resume),
     record in run.json what the run writes there, then copy the user case files into it."""
-    prepare_out_dir(out, force=options.force, resume=options.resume, lock=lock, inputs=options.inputs)
+    out, options, before, manifest = ctx.out, ctx.options, ctx.before, ctx.manifest
+    prepare_out_dir(out, force=options.force, resume=options.resume, lock=ctx.lock, inputs=options.inputs)
     if options.resume:
         clear_temporary_files(out)  # report parts a killed run left: the report is written during the run
         repair_appended_files(out)
@@ -355,7 +451,7 @@ def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, b
             drop_rows_without_details(out, before.done)
             drop_orphan_details(out, before.done)
     if before is not None:  # the rows kept, by verdict: run.json counts them with those written now
-        summary.earlier = before.counts()
+        ctx.summary.earlier = before.counts()
     case_files = manifest.get("case_files", [])
     ours = set(before.written) if before is not None else set()
     kept = _kept_names(out, case_files, ours)
@@ -368,6 +464,20 @@ def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, b
         (out / "cases").mkdir(exist_ok=True)
     for path, name in zip(case_files, kept):
         (out / name).write_bytes(Path(path).read_bytes())
+    ctx.prepared = True
+
+
+def _kept_names(out: Path, case_files: Sequence[str], ours: set[str]) -> list[str]:
+    """Where the user case files are copied in the run directory, so `repro --from` finds the cases it ran:
+    never over a file there that the harness did not write."""
+    kept = []
+    for i, path in enumerate(case_files):
+        name, n = f"cases/{i}-{Path(path).name}", 0
+        while (out / name).exists() and name not in ours:
+            n += 1
+            name = f"cases/{i}-{n}-{Path(path).name}"
+        kept.append(name)
+    return kept
 
 
 PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched at most: bounded memory
@@ -501,33 +611,6 @@ def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]
             rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1
         yield case, rows
-
-
-def check_dialects(adapter, spec: Spec) -> None:
-    """Every API names a dialect of the spec, and takes the input space that dialect states."""
-    for api in adapter.apis:
-        if api.dialect not in spec.data["dialects"]:
-            raise UsageError(f"API {api.name} names dialect {api.dialect!r}, which the spec does not state",
-                             file=type(adapter).__module__, where=type(adapter).__name__,
-                             fix=f"use one of {sorted(spec.data['dialects'])} (spec: dialects)")
-        takes = spec.dialect(api.dialect)["input_space"] == "probability"
-        if api.prob_input != takes:
-            raise UsageError(f"API {api.name} says prob_input={api.prob_input}, but dialect {api.dialect!r} takes "
-                             f"{spec.dialect(api.dialect)['input_space']} input", file=type(adapter).__module__,
-                             where=type(adapter).__name__, fix="make the Api agree with spec: dialects")
-
-
-def _kept_names(out: Path, case_files: Sequence[str], ours: set[str]) -> list[str]:
-    """Where the user case files are copied in the run directory, so `repro --from` finds the cases it ran:
-    never over a file there that the harness did not write."""
-    kept = []
-    for i, path in enumerate(case_files):
-        name, n = f"cases/{i}-{Path(path).name}", 0
-        while (out / name).exists() and name not in ours:
-            n += 1
-            name = f"cases/{i}-{n}-{Path(path).name}"
-        kept.append(name)
-    return kept
 
 
 def _selected_parts(case: Case, options: RunOptions) -> list[str]:
