@@ -14,6 +14,9 @@ the modes this machine cannot run, and prepare the output directory and run.json
 judge the cases and write their rows (_write_rows); close what the run owns (_release); record how the run
 ended (_record_failure, _record_complete).
 
+Owns the order of those steps, what each writes and when, and which of them own the pool and the lock. The
+run's values are context.py's (RunOptions, RunSummary, RunContext; RunOptions is imported from here too), each
+case's calls and their judging judging.py's, what --resume reads resume.py's, run.json's record record.py's.
 Never imports a framework in the parent process (the worker's adapter does), and never imports the
 reports.
 """
@@ -22,87 +25,26 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import conformance
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
-from conformance.cases.digest import case_digest
-from conformance.core.defects import defect_of, residual_cause
 from conformance.core.errors import ConformanceError, UsageError
-from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.core.model import EAGER, Case, Result, Spec, Target
 from conformance.core.results import ResultsWriter, write_manifest
-from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
+from conformance.judge.casejudge import CaseJudge
 from conformance.judge.profiles import DeviationLedger, older_than, oldest_release
 from conformance.judge.refcache import ReferenceCache
-from conformance.reference.forward import takes_input_space
+from conformance.run.context import RunContext, RunOptions, RunSummary
+from conformance.run.judging import judged_cases, prefetch
 from conformance.run.outdir import (RUN_FILES, OutDirLock, check_out_dir, clear_temporary_files, prepare_out_dir,
                                     repair_appended_files)
 from conformance.run.record import (RunFailed, Terminated, failure_reason, interruption, profiles_digest, provenance,
                                     record_end)
-from conformance.run.resume import Resumed, drop_orphan_details, drop_rows_without_details, read_resumed
-from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, element_count, needs_mb
-from conformance.run.worker import Task, WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
-
-DEFAULT_TIMEOUT_S = 60.0
-
-
-@dataclass
-class RunSummary:
-    """What a run did, for the CLI's exit code and last line."""
-
-    out_dir: Path
-    counts: dict[str, int] = field(default_factory=dict)
-    cases: int = 0
-    skipped: int = 0  # cases a resumed run had judged already
-    unspoken: int = 0  # cases in an input space no selected API's dialect takes: no rows
-    partless: int = 0  # cases with none of the parts --part selects: no rows
-    earlier: dict[str, int] = field(default_factory=dict)  # the rows a resumed run had already, by verdict
-    stages: list[str] = field(default_factory=list)  # run.json's `stages` once the rows are written (STAGES)
-    restarts: int = 0
-    not_run: str | None = None  # why the framework could not be loaded
-    apis_not_run: dict[str, str] = field(default_factory=dict)  # APIs the installed release lacks, and why
-    notes: list[str] = field(default_factory=list)  # the harness's own options that degraded on this release
-    stopped: str | None = None  # why the run ended before its last case (the worker could not be restarted)
-    current: str | None = None  # the case being judged, for the reason of a failure
-
-    @property
-    def divergences(self) -> int:
-        """The divergent rows this command wrote."""
-        return sum(n for verdict, n in self.counts.items() if Verdict(verdict).is_divergence)
-
-    @property
-    def all_counts(self) -> dict[str, int]:
-        """The run's rows by verdict: those a resumed run had, and those this command wrote (run.json's `counts`)."""
-        total = dict(self.earlier)
-        for verdict, n in self.counts.items():
-            total[verdict] = total.get(verdict, 0) + n
-        return total
-
-    @property
-    def all_divergences(self) -> int:
-        """The divergent rows of the whole run, a resumed run's earlier ones included."""
-        return sum(n for verdict, n in self.all_counts.items() if Verdict(verdict).is_divergence)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    apis: Sequence[str] = ()
-    devices: Sequence[str] = ()
-    modes: Sequence[str] = ()  # empty: eager only
-    parts: Sequence[str] = ()
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
-    resume: bool = False
-    force: bool = False  # replace what an earlier run wrote into the output directory
-    known: Any = None  # a known.KnownFindings: marks the divergences a user accepts
-    profiles_dir: Path | None = None
-    like: str | None = None  # judge as a port of this framework: its profile's deviations document too (--like)
-    cache_dir: Path | None = None  # the reference cache (refcache.py); None computes every expectation
-    inputs: tuple[tuple[str, str], ...] = ()  # (option, path) of the command's inputs: --force must not remove one
-    jobs: int = 1  # worker processes the cases are spread over (--jobs): one on a device not shared, at most max_jobs
+from conformance.run.resume import drop_orphan_details, drop_rows_without_details, read_resumed
+from conformance.run.worker import WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
 
 
 def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],
@@ -128,66 +70,6 @@ def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str
     unique = lambda names: list(dict.fromkeys(names))  # `--api A --api A` runs A once
     return [Target(framework, release, api, device, mode) for mode in unique(modes or (EAGER,))
             for api in unique(apis or api_names) for device in unique(devices or present)]
-
-
-@dataclass
-class RunContext:
-    """What the steps of one run read, and what they learn on the way: the spec, the framework as the caller
-    named it and its adapter, the profile's ledger, the options, the output directory and what --resume found
-    there, the run.json record being made (manifest) and the summary; the worker pool and the directory's lock,
-    each with whether the run owns it, and the reference cache; once the framework is loaded, the worker's
-    versions and the targets."""
-
-    spec: Spec
-    framework: str  # as the caller named it: it may be "module:Class", the adapter has its own name
-    adapter: Adapter
-    ledger: DeviationLedger
-    options: RunOptions
-    out: Path
-    before: Resumed | None  # what --resume found; None on a fresh run
-    manifest: dict
-    summary: RunSummary
-    pool: WorkerPool
-    lock: OutDirLock
-    cache: ReferenceCache | None
-    own_pool: bool  # the run closes the pool; a caller's pool stays open for its further calls
-    own_lock: bool  # the run releases the lock; a caller's lock is held until it has written the reports too
-    targets: list[Target] = field(default_factory=list)
-    info: WorkerInfo | None = None
-    jobs: int = 1  # the worker processes the run may use (--jobs, at most the adapter's max_jobs)
-    prepared: bool = False  # run.json is written: a failure from here on is recorded there
-
-    def __post_init__(self) -> None:
-        self.implementations = self.adapter.implementations()
-        self.api_names = [a.name for a in self.adapter.apis]
-
-    @property
-    def done(self) -> set[tuple[str, str, str, str, str]]:
-        """The (case id, api, device, mode, part) of the rows a resumed run has already."""
-        return self.before.done if self.before is not None else set()
-
-    def row(self, case: Case, digest: str, call: tuple[str, str, str, str], expected: Expected | None,
-            judgement: Judgement, observed: Observation, documented_by: tuple[str, ...] = ()) -> Result:
-        """The result row of one call (api, device, mode, part) of `case`."""
-        api, device, mode, part = call
-        info, manifest = self.info, self.manifest
-        cause = judgement.cause
-        if judgement.verdict.is_divergence and not documented_by:  # what the profile does not state
-            cause = residual_cause(cause, frozenset(p for d in self.ledger.declared(api, mode) for p in d.set))
-        row = Result(
-            case_id=case.id, case_digest=digest, seed=manifest.get("seed"), family=case.family,
-            reduction=case.params.reduction, log_target=case.params.log_target, framework=self.adapter.name,
-            framework_version=info.version, api=api, device=device, mode=mode,
-            dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
-            part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by,
-            known_by=(), max_abs_err=judgement.max_abs_err, bound=judgement.bound, cause=cause,
-            rules=judgement.rules, defect="", message=judgement.message, warnings=observed.warnings,
-            missing_warnings=judgement.missing_warnings,
-            elapsed_s=round(observed.elapsed_s, 9), source=case.source, spec_hash=self.spec.hash,
-            harness_version=conformance.__version__, python_version=manifest["python_version"],
-            numpy_version=manifest["numpy_version"], device_name=info.device_names.get(device, device),
-        )
-        return replace(row, defect=defect_of(row, self.implementations[api]))
 
 
 def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: str | Path,
@@ -267,7 +149,7 @@ def _context(spec: Spec, framework: str, out_dir: str | Path, options: RunOption
 
 def _launch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudge | None]]:
     """Launch the worker pool (widened at once where every device it may use is shared), make the first cases'
-    expectations while the worker loads the framework (_prefetch), and learn what the release offers: the
+    expectations while the worker loads the framework (judging.prefetch), and learn what the release offers: the
     prefetched cases, each with its judge.
 
     Raises WorkerUnavailable when the framework cannot be loaded, or the release has none of the selected APIs.
@@ -279,7 +161,7 @@ def _launch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudg
     if ctx.jobs > 1 and _shared(adapter, options.devices or adapter.known_devices):
         pool.widen(ctx.jobs)  # the other workers import the framework beside the first
     # while the worker imports the framework, the first cases' expectations are made
-    prefetched = _prefetch(ctx, cases)
+    prefetched = prefetch(ctx, cases)
     # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
     ctx.info = pool.info if pool.info is not None else pool.wait_ready()
     apis_not_run, notes = _release_gaps(adapter, ctx.info, options, ctx.api_names)
@@ -333,7 +215,7 @@ def _write_rows(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]],
     summary, known = ctx.summary, ctx.options.known
     with ResultsWriter(ctx.out, append=ctx.options.resume) as writer:
         try:
-            for case, rows in _judged_cases(ctx, cases, ctx.done):
+            for case, rows in judged_cases(ctx, cases, ctx.done):
                 for result, detail in rows:
                     if known is not None:
                         result = known.mark(result)
@@ -478,141 +360,3 @@ def _kept_names(out: Path, case_files: Sequence[str], ours: set[str]) -> list[st
             name = f"cases/{i}-{n}-{Path(path).name}"
         kept.append(name)
     return kept
-
-
-PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched at most: bounded memory
-PREFETCH_CASES = 50_000
-
-
-def _prefetch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudge | None]]:
-    """The first cases, each with a judge holding its expectations, made while the worker is still loading
-    the framework: the parent would otherwise wait idle. Stops when the worker is ready, or at the bound.
-    Only what the run would compute anyway is computed (selected parts, the selected APIs' dialects)."""
-    spec, options = ctx.spec, ctx.options
-    prefetched: list[tuple[Case, CaseJudge | None]] = []
-    if options.resume:  # which calls remain is known only from the devices the worker finds
-        return prefetched
-    dialects = list(dict.fromkeys(a.dialect for a in ctx.adapter.apis if not options.apis or a.name in options.apis))
-    elements = 0
-    while not ctx.pool.ready() and elements < PREFETCH_ELEMENTS and len(prefetched) < PREFETCH_CASES:
-        case = next(cases, None)
-        if case is None:
-            break
-        if needs_mb(case) > options.memory_budget_mb:
-            prefetched.append((case, None))  # refused when its turn comes; nothing to compute
-            continue
-        judge = CaseJudge(case, spec, ctx.cache)
-        try:
-            for part in _selected_parts(case, options):
-                for dialect in dialects:
-                    if takes_input_space(case, dialect, spec):
-                        judge.expected(spec, part, dialect)
-        except ExpectationOutOfMemory:
-            judge = None  # refused with a row when it is judged
-        prefetched.append((case, judge))
-        elements += element_count(case)
-    return prefetched
-
-
-def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]], done: set[tuple[str, str, str, str]]
-                  ) -> Iterator[tuple[Case, list[tuple[Result, tuple[str, ...] | None]]]]:
-    """Send runnable cases to the worker, and judge each answer against the reference: each case with its
-    rows. `cases` pairs each case with a judge already holding its expectations (_prefetch), or None;
-    `done` holds the (case id, api, device, mode, part) of the rows a resumed run has already."""
-    spec, adapter, options, summary = ctx.spec, ctx.adapter, ctx.options, ctx.summary
-    refused: dict[int, str] = {}
-    judges: dict[int, CaseJudge] = {}
-    plans: dict[int, list[tuple[tuple[str, str, str, str], str | None]]] = {}  # each call of a task, and why not sent
-    dialects = {api.name: api.dialect for api in adapter.apis}
-
-    def plan(case: Case) -> list[tuple[tuple[str, str, str, str], str | None]]:
-        """The calls still to make of `case`, each with the reason the API cannot express it, or its profile
-        documents it does not take or define (such a call is never sent to the framework), or None."""
-        parts = _selected_parts(case, options)
-        out = []
-        for t in ctx.targets:
-            api = adapter.api(t.api)
-            if not takes_input_space(case, api.dialect, spec):
-                continue  # a case in an input space the API's dialect does not speak is no row: the report's n/a
-            why_not = adapter.unsupported_reason(case, api)
-            adapter.mode = t.mode  # unsupported_part reads the mode (a mode without gradients)
-            for part in parts:
-                if (case.id, t.api, t.device, t.mode, part) not in done:
-                    # a call the profile documents the API does not take or define is not sent either
-                    out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)
-                                or ctx.ledger.unsupported(case, t.api, part, t.mode)))
-            adapter.mode = EAGER
-        return out
-
-    def tasks() -> Iterator[Task]:
-        for index, (case, judge) in enumerate(cases):
-            todo = plan(case)
-            if not todo:
-                if not any(takes_input_space(case, dialects[t.api], spec) for t in ctx.targets):
-                    summary.unspoken += 1
-                elif not _selected_parts(case, options):
-                    summary.partless += 1
-                else:
-                    summary.skipped += 1
-                continue
-            plans[index] = todo
-            if judge is not None:
-                judges[index] = judge
-            need_mb = needs_mb(case)
-            if need_mb > options.memory_budget_mb:
-                refused[index] = (f"refused: needs about {need_mb:,.0f} MB, over the memory budget of "
-                                  f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
-                yield Task(index, case, ())  # an empty task keeps the order; nothing runs
-                continue
-            # its reference is computed when the answer is judged
-            yield Task(index, case, tuple(call for call, reason in todo if reason is None))
-
-    for outcome in ctx.pool.run(tasks()):
-        task = outcome.task
-        case = task.case
-        summary.current = case.id
-        digest = case_digest(case)
-        todo = plans.pop(task.index)
-        rows = []
-        if task.index in refused:
-            judgement = Judgement(Verdict.UNSUPPORTED, refused.pop(task.index))
-            for call, _ in todo:
-                rows.append((ctx.row(case, digest, call, None, judgement, Observation()), None))
-            summary.cases += 1
-            yield case, rows
-            continue
-        # this judging runs while the worker is already calling the framework on the next cases
-        judge = judges.pop(task.index, None) or CaseJudge(case, spec, ctx.cache)
-        for call, reason in todo:
-            api_name, device, _, part = call
-            dialect = dialects[api_name]
-            failed = outcome.failed(call)  # where the worker crashed or timed out on this call: why, and whose
-            try:  # plan() sends only calls of an API whose dialect takes the case's input space
-                expected = judge.expected(spec, part, dialect)
-                out_of_memory = None
-            except ExpectationOutOfMemory as exc:
-                expected, out_of_memory = None, f"{exc.problem} ({exc.fix})"
-            if out_of_memory is not None:  # the framework's answer cannot be judged: refused, with the reason
-                observed = Observation(unsupported=out_of_memory)
-                judgement = Judgement(Verdict.UNSUPPORTED, out_of_memory)
-            elif failed is not None and reason is None:
-                observed = Observation()
-                judgement = Judgement(failed.verdict, failed.message, cause=failed.cause)
-            elif reason:  # a call the API cannot express was not sent
-                observed = Observation(unsupported=reason)
-                judgement = Judgement(Verdict.UNSUPPORTED, reason)
-            else:
-                observed = outcome.observations[call]
-                judgement = judge.judgement(part, dialect, observed)
-            documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2])
-                             if judgement.verdict.is_divergence and judgement.verdict is not Verdict.FALLBACK
-                             and failed is None else ())
-            result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
-            rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
-        summary.cases += 1
-        yield case, rows
-
-
-def _selected_parts(case: Case, options: RunOptions) -> list[str]:
-    """The parts of `case` the run asks for (--part narrows them)."""
-    return [p for p in case.parts if not options.parts or p in options.parts]
