@@ -53,8 +53,9 @@ def prefetch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJud
     return prefetched
 
 
-def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]], done: set[tuple[str, str, str, str]]
-                  ) -> Iterator[tuple[Case, list[tuple[Result, tuple[str, ...] | None]]]]:
+def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]],
+                 done: set[tuple[str, str, str, str, str]]
+                 ) -> Iterator[tuple[Case, list[tuple[Result, tuple[str, ...] | None]]]]:
     """Send runnable cases to the worker, and judge each answer against the reference: each case with its
     rows. `cases` pairs each case with a judge already holding its expectations (prefetch), or None;
     `done` holds the (case id, api, device, mode, part) of the rows a resumed run has already."""
