@@ -51,7 +51,8 @@ from conformance.report.gate import (EXIT_GATE, EXIT_INCOMPLETE, EXIT_OK, EXIT_U
 from conformance.report.like import LikeMarks
 from conformance.report.provenance import check_runs
 from conformance.report.writer import ReportFeed
-from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, run_conformance
+from conformance.run.context import DEFAULT_TIMEOUT_S
+from conformance.run.runner import RunOptions, run_conformance
 from conformance.run.selection import CaseSelection, select_cases
 from conformance.run.worker import default_jobs
 from conformance.runcommand import selection_record

@@ -37,8 +37,10 @@ from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from conformance.report.provenance import check_runs
 from conformance.report.writer import check_modes, check_out_outside, merge_runs
+from conformance.run.context import DEFAULT_TIMEOUT_S
 from conformance.run.outdir import OutDirLock, check_out_dir, prepare_out_dir
-from conformance.run.runner import DEFAULT_TIMEOUT_S, RunOptions, Terminated, select
+from conformance.run.record import Terminated
+from conformance.run.runner import RunOptions, select
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_cases
 from conformance.run.worker import WorkerPool
 from conformance.runcommand import cmd_run

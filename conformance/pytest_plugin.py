@@ -90,7 +90,8 @@ class _Suite:
         from conformance.core.errors import UsageError
         from conformance.core.known import load_known
         from conformance.options import OPTIONS, PLUGIN_OPTIONS
-        from conformance.run.runner import DEFAULT_TIMEOUT_S, select
+        from conformance.run.context import DEFAULT_TIMEOUT_S
+        from conformance.run.runner import select
         from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_lazily
 
         given = {name: OPTIONS[name].from_plugin(config) for name in PLUGIN_OPTIONS}  # checked as the CLI checks

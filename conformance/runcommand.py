@@ -1,7 +1,7 @@
 """`kl-conformance run`: the order of a run's work once its arguments are checked. Cases are drawn while the
 worker imports the framework, the rows stream to disk and into the report, then the reports, the
 reproducers and the issue drafts are written, all under the output directory's lock. run.json records each
-output stage once done (runner.STAGES); a failure, Ctrl-C, SIGTERM or a kill leaves the rows, and --resume
+output stage once done (record.STAGES); a failure, Ctrl-C, SIGTERM or a kill leaves the rows, and --resume
 redoes every stage not recorded."""
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_INCOMPLETE
 from conformance.report.writer import ReportFeed, write_report
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
-from conformance.run.runner import (RunFailed, RunOptions, Terminated, add_written, failure_reason, interruption,
-                                    record_end, record_stage, run_conformance)
+from conformance.run.record import (RunFailed, Terminated, add_written, failure_reason, interruption, record_end,
+                                    record_stage)
+from conformance.run.runner import RunOptions, run_conformance
 from conformance.run.selection import (MEANING_OPTIONS, CaseSelection, file_digest, select_cases, select_lazily,
                                       selected_shard)
 from conformance.run.worker import WorkerPool, default_jobs

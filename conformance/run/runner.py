@@ -4,120 +4,47 @@ Composes the pipeline: cases -> reference (Expected, once per case, shared by ev
 API and device) -> adapter in a worker process (Observation) -> compare (verdict)
 -> results.jsonl. The parent computes references and verdicts while the worker
 calls the framework. A crash or a timeout costs one case; --resume skips every
-(case, api, device, mode, part) already in results.jsonl. run.json's `stages` records each output stage
-once it is done (STAGES); --resume redoes every stage it does not record.
+(case, api, device, mode, part) already in results.jsonl (resume.py). run.json's `stages` records each output
+stage once it is done (record.STAGES); --resume redoes every stage it does not record.
 
+run_conformance is a sequence of named steps over one RunContext: check the names and build the ledger, check
+the output directory and read what --resume finds there (_context); launch the worker pool and learn what the
+release offers (_launch), or record that nothing could run (_record_not_run); select the targets, leave out
+the modes this machine cannot run, and prepare the output directory and run.json (_select_targets, _prepare);
+judge the cases and write their rows (_write_rows); close what the run owns (_release); record how the run
+ended (_record_failure, _record_complete).
+
+Owns the order of those steps, what each writes and when, and which of them own the pool and the lock. The
+run's values are context.py's (RunOptions, RunSummary, RunContext; RunOptions is imported from here too), each
+case's calls and their judging judging.py's, what --resume reads resume.py's, run.json's record record.py's.
 Never imports a framework in the parent process (the worker's adapter does), and never imports the
 reports.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import itertools
-import json
-import os
-import platform
-import sys
 import time
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
-
-import numpy as np
+from typing import Callable, Iterable, Iterator, Sequence
 
 import conformance
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
-from conformance.cases.digest import case_digest
-from conformance.core.defects import defect_of, residual_cause
-from conformance.core.errors import ConformanceError, ResultsError, UsageError
-from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
-from conformance.core.results import (DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE, ResultsWriter, iter_details,
-                                      iter_results, manifest_text, read_manifest, write_lines_atomic, write_manifest)
-from conformance.core.rundirs import other_spec
-from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
-from conformance.judge.profiles import DeviationLedger, default_profiles_dir, older_than, oldest_release
+from conformance.core.errors import ConformanceError, UsageError
+from conformance.core.model import EAGER, Case, Result, Spec, Target
+from conformance.core.results import ResultsWriter, write_manifest
+from conformance.judge.casejudge import CaseJudge
+from conformance.judge.profiles import DeviationLedger, older_than, oldest_release
 from conformance.judge.refcache import ReferenceCache
-from conformance.reference.forward import takes_input_space
+from conformance.run.context import RunContext, RunOptions, RunSummary
+from conformance.run.judging import judged_cases, prefetch
 from conformance.run.outdir import (RUN_FILES, OutDirLock, check_out_dir, clear_temporary_files, prepare_out_dir,
                                     repair_appended_files)
-from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, element_count, needs_mb
-from conformance.run.worker import Task, WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
-
-DEFAULT_TIMEOUT_S = 60.0
-
-# The output stages of a run, in order, as run.json's `stages` records them once each is done: --resume redoes
-# every stage not recorded (a run.json older than the record redoes them all). `rows` is this module's; the
-# others are the command's (runcommand.py).
-STAGES = ("rows", "reports", "reproducers", "drafts")
-
-
-class RunFailed(Exception):
-    """The run could not go on (no memory, a full disk, a file it cannot write): run.json says `failed` and
-    why, and every case judged before stays in results.jsonl for --resume. Its text is one line."""
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread (cli.py installs the handler), so that the run ends as on Ctrl-C:
-    its worker stopped, its temporary files removed, run.json `interrupted`."""
-
-
-@dataclass
-class RunSummary:
-    """What a run did, for the CLI's exit code and last line."""
-
-    out_dir: Path
-    counts: dict[str, int] = field(default_factory=dict)
-    cases: int = 0
-    skipped: int = 0  # cases a resumed run had judged already
-    unspoken: int = 0  # cases in an input space no selected API's dialect takes: no rows
-    partless: int = 0  # cases with none of the parts --part selects: no rows
-    earlier: dict[str, int] = field(default_factory=dict)  # the rows a resumed run had already, by verdict
-    stages: list[str] = field(default_factory=list)  # run.json's `stages` once the rows are written (STAGES)
-    restarts: int = 0
-    not_run: str | None = None  # why the framework could not be loaded
-    apis_not_run: dict[str, str] = field(default_factory=dict)  # APIs the installed release lacks, and why
-    notes: list[str] = field(default_factory=list)  # the harness's own options that degraded on this release
-    stopped: str | None = None  # why the run ended before its last case (the worker could not be restarted)
-    current: str | None = None  # the case being judged, for the reason of a failure
-
-    @property
-    def divergences(self) -> int:
-        """The divergent rows this command wrote."""
-        return sum(n for verdict, n in self.counts.items() if Verdict(verdict).is_divergence)
-
-    @property
-    def all_counts(self) -> dict[str, int]:
-        """The run's rows by verdict: those a resumed run had, and those this command wrote (run.json's `counts`)."""
-        total = dict(self.earlier)
-        for verdict, n in self.counts.items():
-            total[verdict] = total.get(verdict, 0) + n
-        return total
-
-    @property
-    def all_divergences(self) -> int:
-        """The divergent rows of the whole run, a resumed run's earlier ones included."""
-        return sum(n for verdict, n in self.all_counts.items() if Verdict(verdict).is_divergence)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    apis: Sequence[str] = ()
-    devices: Sequence[str] = ()
-    modes: Sequence[str] = ()  # empty: eager only
-    parts: Sequence[str] = ()
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
-    resume: bool = False
-    force: bool = False  # replace what an earlier run wrote into the output directory
-    known: Any = None  # a known.KnownFindings: marks the divergences a user accepts
-    profiles_dir: Path | None = None
-    like: str | None = None  # judge as a port of this framework: its profile's deviations document too (--like)
-    cache_dir: Path | None = None  # the reference cache (refcache.py); None computes every expectation
-    inputs: tuple[tuple[str, str], ...] = ()  # (option, path) of the command's inputs: --force must not remove one
-    jobs: int = 1  # worker processes the cases are spread over (--jobs): one on a device not shared, at most max_jobs
+from conformance.run.record import (RunFailed, Terminated, failure_reason, interruption, profiles_digest, provenance,
+                                    record_end)
+from conformance.run.resume import drop_orphan_details, drop_rows_without_details, read_resumed
+from conformance.run.worker import WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
 
 
 def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],
@@ -145,50 +72,6 @@ def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str
             for api in unique(apis or api_names) for device in unique(devices or present)]
 
 
-@dataclass
-class RunContext:
-    """What every step of one run reads: the spec, the adapter and its profile's ledger, the worker, the
-    options, the reference cache, and what each row carries (the manifest; the worker's versions and the
-    targets, known once the framework is loaded)."""
-
-    spec: Spec
-    adapter: Adapter
-    ledger: DeviationLedger
-    pool: WorkerPool
-    options: RunOptions
-    manifest: dict
-    cache: ReferenceCache | None
-    summary: RunSummary
-    targets: list[Target] = field(default_factory=list)
-    info: WorkerInfo | None = None
-
-    def __post_init__(self) -> None:
-        self.implementations = self.adapter.implementations()
-
-    def row(self, case: Case, digest: str, call: tuple[str, str, str, str], expected: Expected | None,
-            judgement: Judgement, observed: Observation, documented_by: tuple[str, ...] = ()) -> Result:
-        """The result row of one call (api, device, mode, part) of `case`."""
-        api, device, mode, part = call
-        info, manifest = self.info, self.manifest
-        cause = judgement.cause
-        if judgement.verdict.is_divergence and not documented_by:  # what the profile does not state
-            cause = residual_cause(cause, frozenset(p for d in self.ledger.declared(api, mode) for p in d.set))
-        row = Result(
-            case_id=case.id, case_digest=digest, seed=manifest.get("seed"), family=case.family,
-            reduction=case.params.reduction, log_target=case.params.log_target, framework=self.adapter.name,
-            framework_version=info.version, api=api, device=device, mode=mode,
-            dtype=(expected.result_dtype if expected is not None and expected.result_dtype else str(case.dtype)),
-            part=part, verdict=judgement.verdict, documented=bool(documented_by), documented_by=documented_by,
-            known_by=(), max_abs_err=judgement.max_abs_err, bound=judgement.bound, cause=cause,
-            rules=judgement.rules, defect="", message=judgement.message, warnings=observed.warnings,
-            missing_warnings=judgement.missing_warnings,
-            elapsed_s=round(observed.elapsed_s, 9), source=case.source, spec_hash=self.spec.hash,
-            harness_version=conformance.__version__, python_version=manifest["python_version"],
-            numpy_version=manifest["numpy_version"], device_name=info.device_names.get(device, device),
-        )
-        return replace(row, defect=defect_of(row, self.implementations[api]))
-
-
 def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: str | Path,
                     options: RunOptions = RunOptions(), *, run_info: dict | None = None,
                     progress: Callable[[int], None] | None = None,
@@ -214,6 +97,34 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     given, is the output directory's lock the caller holds until it has written the reports too; else the
     run takes the lock itself, for its own duration.
     """
+    ctx = _context(spec, framework, out_dir, options, run_info or {}, pool, lock)
+    cases = iter(cases)
+    try:
+        try:
+            prefetched = _launch(ctx, cases)
+        except WorkerUnavailable as exc:
+            _record_not_run(ctx, str(exc))
+            return ctx.summary
+        _select_targets(ctx)
+        _write_rows(ctx, itertools.chain(prefetched, ((case, None) for case in cases)), on_result)
+    except BaseException as exc:
+        failure = _record_failure(ctx, exc)
+        if failure is None:
+            raise
+        raise failure from None
+    finally:
+        _release(ctx)
+    _record_complete(ctx)
+    if progress is not None:
+        progress(ctx.summary.cases)
+    return ctx.summary
+
+
+def _context(spec: Spec, framework: str, out_dir: str | Path, options: RunOptions, run_info: dict,
+             pool: WorkerPool | None, lock: OutDirLock | None) -> RunContext:
+    """Check the names and build the profile's ledger, check the output directory and read what --resume finds
+    there, and make run.json's first record; with the caller's pool and lock, or the run's own. Writes nothing
+    and starts nothing."""
     adapter = get_adapter(framework)  # validates names before anything is written
     api_names = [a.name for a in adapter.apis]
     select(framework, api_names, adapter.known_devices, adapter.known_devices, options.apis, options.devices,
@@ -223,116 +134,146 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     ledger = DeviationLedger(spec, adapter.name, api_names, options.profiles_dir, like=options.like,
                              mirrors=adapter.mirrored(), carried=adapter.carried_profile())
     out = check_out_dir(out_dir, resume=options.resume, force=options.force, inputs=options.inputs)
-    run_info = run_info or {}
     profiles = profiles_digest(options.profiles_dir, adapter.carried_profile(), options.like)
-    before = _already_done(out, spec, framework, run_info, profiles, options.profiles_dir) if options.resume \
-        else None
-    done = before.done if before is not None else set()
-    summary = RunSummary(out)
+    before = read_resumed(out, spec, framework, run_info, profiles, options.profiles_dir) if options.resume else None
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **run_info,
                 "profiles_digest": profiles, **({"like": options.like} if options.like else {})}
-    own_pool = pool is None
-    own_lock = lock is None
+    own_lock, own_pool = lock is None, pool is None
     lock = OutDirLock() if own_lock else lock
     pool = WorkerPool(framework, timeout_s=options.timeout_s, compile_cache_dir=options.cache_dir) if own_pool else pool
     cache = ReferenceCache(options.cache_dir) if options.cache_dir is not None else None
-    ctx = RunContext(spec, adapter, ledger, pool, options, manifest, cache, summary)
-    cases = iter(cases)
-    prepared = False  # run.json is written: a failure from here on is recorded there
-    try:
-        try:
-            if not pool.launched:
-                pool.launch()
-            jobs = min(options.jobs, adapter.max_jobs or options.jobs)
-            if jobs > 1 and _shared(adapter, options.devices or adapter.known_devices):
-                pool.widen(jobs)  # the other workers import the framework beside the first
-            # while the worker imports the framework, the first cases' expectations are made
-            prefetched = _prefetch(ctx, cases)
-            # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
-            ctx.info = pool.info if pool.info is not None else pool.wait_ready()
-            apis_not_run, notes = _release_gaps(adapter, ctx.info, options, api_names)
-            summary.apis_not_run, summary.notes = apis_not_run, notes
-            if apis_not_run or notes:
-                manifest.update({**({"apis_not_run": apis_not_run} if apis_not_run else {}),
-                                 **({"notes": notes} if notes else {})})
-            if len(apis_not_run) == len(dict.fromkeys(options.apis or api_names)):  # the release has none of them
-                manifest["framework_version"] = ctx.info.version
-                raise WorkerUnavailable("; ".join(dict.fromkeys(apis_not_run.values())))
-        except WorkerUnavailable as exc:
-            summary.not_run = str(exc)
-            _prepare(out, options, manifest, lock, before, summary)
-            prepared = True
-            if not options.resume:
-                ResultsWriter(out).close()
-            write_manifest(out, {**manifest, "status": "not_run", "reason": str(exc)})
-            return summary
-        if before is not None and before.framework_version not in (None, str(ctx.info.version)):
-            raise ResultsError(f"this directory holds a run of {framework} {before.framework_version}, not of "
-                               f"{ctx.info.version}: rows of two versions would be mixed", file=str(out),
-                               where="--resume", fix="resume with the framework version of that run, or start "
-                                                     "again with --force or another --out")
-        # the devices present are known only now; an absent one is refused before anything is written
-        ctx.targets = select(framework, api_names, adapter.known_devices, ctx.info.devices, options.apis,
-                             options.devices, options.modes, adapter.mode_names(), str(ctx.info.version))
-        # a mode this machine cannot run (a package it needs is missing) is not run, with the reason, once
-        unusable = {m: why for m in dict.fromkeys(t.mode for t in ctx.targets)
-                    if (why := ctx.info.unusable_modes.get(m))}
-        ctx.targets = [t for t in ctx.targets if t.mode not in unusable and t.api not in apis_not_run]
-        if jobs > 1 and _shared(adapter, [t.device for t in ctx.targets]):
-            pool.widen(jobs)  # the devices present, known only now, are all shared: launched now if not before
-        manifest.update(framework_version=ctx.info.version, targets=[str(t) for t in ctx.targets], status="running",
+    return RunContext(spec, framework, adapter, ledger, options, out, before, manifest, RunSummary(out), pool, lock,
+                      cache, own_pool=own_pool, own_lock=own_lock)
+
+
+def _launch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudge | None]]:
+    """Launch the worker pool (widened at once where every device it may use is shared), make the first cases'
+    expectations while the worker loads the framework (judging.prefetch), and learn what the release offers: the
+    prefetched cases, each with its judge.
+
+    Raises WorkerUnavailable when the framework cannot be loaded, or the release has none of the selected APIs.
+    """
+    pool, adapter, options = ctx.pool, ctx.adapter, ctx.options
+    if not pool.launched:
+        pool.launch()
+    ctx.jobs = min(options.jobs, adapter.max_jobs or options.jobs)
+    if ctx.jobs > 1 and _shared(adapter, options.devices or adapter.known_devices):
+        pool.widen(ctx.jobs)  # the other workers import the framework beside the first
+    # while the worker imports the framework, the first cases' expectations are made
+    prefetched = prefetch(ctx, cases)
+    # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
+    ctx.info = pool.info if pool.info is not None else pool.wait_ready()
+    apis_not_run, notes = _release_gaps(adapter, ctx.info, options, ctx.api_names)
+    ctx.summary.apis_not_run, ctx.summary.notes = apis_not_run, notes
+    if apis_not_run or notes:
+        ctx.manifest.update({**({"apis_not_run": apis_not_run} if apis_not_run else {}),
+                             **({"notes": notes} if notes else {})})
+    if len(apis_not_run) == len(dict.fromkeys(options.apis or ctx.api_names)):  # the release has none of them
+        ctx.manifest["framework_version"] = ctx.info.version
+        raise WorkerUnavailable("; ".join(dict.fromkeys(apis_not_run.values())))
+    return prefetched
+
+
+def _record_not_run(ctx: RunContext, reason: str) -> None:
+    """The framework could not be loaded, or the release has none of the selected APIs: run.json says
+    `not_run` and why, beside an empty results.jsonl (a resumed run keeps its rows)."""
+    ctx.summary.not_run = reason
+    _prepare(ctx)
+    if not ctx.options.resume:
+        ResultsWriter(ctx.out).close()
+    write_manifest(ctx.out, {**ctx.manifest, "status": "not_run", "reason": reason})
+
+
+def _select_targets(ctx: RunContext) -> None:
+    """Check a resumed run's framework version, select the targets on the devices the worker found, leave out
+    the modes this machine cannot run and the APIs the release lacks, then prepare the output directory and
+    record in run.json what is run (_prepare)."""
+    adapter, options, info = ctx.adapter, ctx.options, ctx.info
+    if ctx.before is not None:
+        ctx.before.check_version(ctx.out, ctx.framework, info.version)
+    # the devices present are known only now; an absent one is refused before anything is written
+    ctx.targets = select(ctx.framework, ctx.api_names, adapter.known_devices, info.devices, options.apis,
+                         options.devices, options.modes, adapter.mode_names(), str(info.version))
+    # a mode this machine cannot run (a package it needs is missing) is not run, with the reason, once
+    unusable = {m: why for m in dict.fromkeys(t.mode for t in ctx.targets) if (why := info.unusable_modes.get(m))}
+    ctx.targets = [t for t in ctx.targets if t.mode not in unusable and t.api not in ctx.summary.apis_not_run]
+    if ctx.jobs > 1 and _shared(adapter, [t.device for t in ctx.targets]):
+        ctx.pool.widen(ctx.jobs)  # the devices present, known only now, are all shared: launched now if not before
+    ctx.manifest.update(framework_version=info.version, targets=[str(t) for t in ctx.targets], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         modes=list(dict.fromkeys(options.modes or (EAGER,))),
                         **({"modes_not_run": unusable} if unusable else {}))
-        _prepare(out, options, manifest, lock, before, summary)
-        prepared = True
-        with ResultsWriter(out, append=options.resume) as writer:
-            rest = ((case, None) for case in cases)
-            judged = _judged_cases(ctx, itertools.chain(prefetched, rest), done)
-            try:
-                for case, rows in judged:
-                    for result, detail in rows:
-                        if options.known is not None:
-                            result = options.known.mark(result)
-                        writer.write(result, detail)
-                        summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
-                        if on_result is not None:
-                            on_result(case, result)
-                    writer.flush()  # a case's rows are on disk before the next case's are judged
-            except WorkerLost as exc:  # every row so far is written; --resume continues once the cause is fixed
-                summary.stopped = str(exc)
-        summary.restarts = pool.restarts
-    except (KeyboardInterrupt, Terminated) as exc:
+    _prepare(ctx)
+
+
+def _write_rows(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]],
+                on_result: Callable[[Case, Result], None] | None) -> None:
+    """Judge the cases and append their rows to results.jsonl, each case's flushed before the next is judged.
+    A worker that cannot be restarted stops the run: every row so far is written, and --resume continues once
+    the cause is fixed."""
+    summary, known = ctx.summary, ctx.options.known
+    with ResultsWriter(ctx.out, append=ctx.options.resume) as writer:
+        try:
+            for case, rows in judged_cases(ctx, cases, ctx.done):
+                for result, detail in rows:
+                    if known is not None:
+                        result = known.mark(result)
+                    writer.write(result, detail)
+                    summary.counts[result.verdict.value] = summary.counts.get(result.verdict.value, 0) + 1
+                    if on_result is not None:
+                        on_result(case, result)
+                writer.flush()  # a case's rows are on disk before the next case's are judged
+        except WorkerLost as exc:
+            summary.stopped = str(exc)
+    summary.restarts = ctx.pool.restarts
+
+
+def _record_failure(ctx: RunContext, exc: BaseException) -> RunFailed | None:
+    """Record in run.json, once it is written, why the run ended before its end: `interrupted` (Ctrl-C,
+    SIGTERM) or `failed`. Returns the RunFailed to raise instead of `exc` (no memory, a full disk, a file it
+    cannot write), or None where `exc` goes on (an interruption, a closed output pipe, bad input found mid-run,
+    or a harness bug, whose traceback is kept)."""
+    out, prepared = ctx.out, ctx.prepared
+    if isinstance(exc, (KeyboardInterrupt, Terminated)):
         if prepared:
             record_end(out, "interrupted", interruption(exc))
-        raise
-    except (MemoryError, OSError) as exc:
-        if isinstance(exc, BrokenPipeError):  # `run ... | head`: the reader has what it wanted
-            if prepared:
-                record_end(out, "failed", "its output pipe was closed")
-            raise
-        reason = failure_reason(exc, summary.current)
-        if not prepared:
-            raise RunFailed(reason) from None
-        kept = record_end(out, "failed", reason)
-        raise RunFailed(reason + ("" if kept else "; run.json could not record it either")) from None
-    except BaseException as exc:  # bad input found mid-run, or a harness bug (its traceback is kept)
+        return None
+    if isinstance(exc, BrokenPipeError):  # `run ... | head`: the reader has what it wanted
         if prepared:
-            record_end(out, "failed", exc.render() if isinstance(exc, ConformanceError) else
-                       f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
-        raise
+            record_end(out, "failed", "its output pipe was closed")
+        return None
+    if isinstance(exc, (MemoryError, OSError)):
+        reason = failure_reason(exc, ctx.summary.current)
+        if not prepared:
+            return RunFailed(reason)
+        kept = record_end(out, "failed", reason)
+        return RunFailed(reason + ("" if kept else "; run.json could not record it either"))
+    if prepared:
+        record_end(out, "failed", exc.render() if isinstance(exc, ConformanceError) else
+                   f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+    return None
+
+
+def _release(ctx: RunContext) -> None:
+    """Close what the run owns, whatever happened: its worker pool (a caller's stays open), the reference cache,
+    and its lock of the output directory (a caller's stays held)."""
+    try:
+        if ctx.own_pool:
+            ctx.pool.close()
+        if ctx.cache is not None:
+            ctx.cache.close()
     finally:
-        try:
-            if own_pool:
-                pool.close()
-            if cache is not None:
-                cache.close()
-        finally:
-            if own_lock:
-                lock.release()
+        if ctx.own_lock:
+            ctx.lock.release()
+
+
+def _record_complete(ctx: RunContext) -> None:
+    """Record in run.json that the rows are written (`complete`), or that the run `stopped` and why; the
+    reference cache's counts, the stages done, the counts of the whole run and the worker's restarts."""
+    summary, manifest, cache, before = ctx.summary, ctx.manifest, ctx.cache, ctx.before
     if cache is not None:
-        manifest["reference_cache"] = {"dir": str(options.cache_dir), "hits": cache.hits, "misses": cache.misses,
+        manifest["reference_cache"] = {"dir": str(ctx.options.cache_dir), "hits": cache.hits, "misses": cache.misses,
                                        "explanation_hits": cache.explained_hits,
                                        "explanation_misses": cache.explained_misses,
                                        **({"problem": cache.problem} if cache.problem else {})}
@@ -340,12 +281,9 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     # the later stages a resumed run had done stay done only where it wrote no row
     kept = [s for s in before.stages if s != "rows"] if before is not None and not summary.cases else []
     summary.stages = [] if summary.stopped else ["rows", *kept]
-    write_manifest(out, {**manifest, **status, "stages": summary.stages, "cases": summary.cases + summary.skipped,
-                         "counts": summary.all_counts,
-                         "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    if progress is not None:
-        progress(summary.cases)
-    return summary
+    write_manifest(ctx.out, {**manifest, **status, "stages": summary.stages, "cases": summary.cases + summary.skipped,
+                             "counts": summary.all_counts,
+                             "worker_restarts": summary.restarts, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 
 def _shared(adapter: Adapter, devices: Iterable[str]) -> bool:
@@ -369,254 +307,6 @@ def _release_gaps(adapter, info: WorkerInfo, options: RunOptions, api_names: lis
     return apis_not_run, notes
 
 
-def interruption(exc: BaseException) -> str:
-    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
-
-
-def failure_reason(exc: BaseException, case_id: str | None = None) -> str:
-    """One line on why a run could not go on: no memory, a full disk, a file it cannot write."""
-    at = f" at case {case_id!r}" if case_id else ""
-    if isinstance(exc, MemoryError):
-        return f"out of memory{at}; lower --memory-budget-mb or free memory, and continue with --resume"
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left on the device{at}" + (f" ({exc.filename})" if exc.filename else "")
-                + "; free some and continue with --resume")
-    return f"{type(exc).__name__}{at}: {exc}".splitlines()[0][:500]
-
-
-def record_end(out: Path, status: str, reason: str) -> bool:
-    """Record in run.json that the run ended before its end (`failed`, `interrupted`) and why; False when even
-    that cannot be written (a full disk: run.json is then rewritten in place, which needs no new space)."""
-    try:
-        manifest = read_manifest(out)
-    except (ConformanceError, OSError):
-        return False
-    if not manifest:
-        return False
-    manifest.update(status=status, reason=reason, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    try:
-        write_manifest(out, manifest)
-        return True
-    except OSError:
-        pass
-    try:  # the atomic write needs room for a second copy; in place it needs about none
-        data = manifest_text(manifest).encode()
-        fd = os.open(out / MANIFEST_FILE, os.O_WRONLY)
-        try:
-            os.write(fd, data)
-            os.ftruncate(fd, len(data))
-        finally:
-            os.close(fd)
-        return True
-    except OSError:
-        return False
-
-
-def add_written(out: Path, names: Sequence[str]) -> None:
-    """Add files (and "dir/" entries) the command wrote into `out` to run.json's `written` record."""
-    if not names:
-        return
-    manifest = read_manifest(out)
-    if manifest:
-        manifest["written"] = sorted(set(manifest.get("written", [])) | set(names))
-        write_manifest(out, manifest)
-
-
-def record_stage(out: Path, stage: str) -> None:
-    """Record in run.json that an output stage (STAGES) is done: --resume does not redo it."""
-    assert stage in STAGES, stage
-    manifest = read_manifest(out)
-    if manifest and stage not in manifest.get("stages", []):
-        manifest["stages"] = [s for s in STAGES if s in {*manifest.get("stages", []), stage}]
-        write_manifest(out, manifest)
-
-
-def profiles_digest(profiles_dir: Path | None, carried: Path | dict | None = None, like: str | None = None) -> str:
-    """A digest of the deviation profiles (every .yaml file of the directory, name and bytes; the adapter's own
-    profile; the framework of --like): --resume refuses another profile set, whose documented flags would
-    differ."""
-    directory = profiles_dir or default_profiles_dir()
-    digest = hashlib.sha256()
-    if carried is not None or like is not None:
-        try:
-            own = carried.read_bytes() if isinstance(carried, Path) else json.dumps(carried, sort_keys=True).encode()
-        except OSError:
-            own = b""
-        digest.update(b"carried\0" + own + b"\0like\0" + str(like).encode() + b"\0")
-    try:
-        files = sorted(p for p in Path(directory).iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
-    except OSError:
-        files = []
-    for path in files:
-        data = path.read_bytes()
-        digest.update(f"{path.name}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()[:16]
-
-
-def _prepare(out: Path, options: RunOptions, manifest: dict, lock: OutDirLock, before: "_Resumed | None",
-             summary: RunSummary) -> None:
-    """Create and lock the output directory (cleared on --force, its half-written last lines cut on --resume),
-    record in run.json what the run writes there, then copy the user case files into it."""
-    prepare_out_dir(out, force=options.force, resume=options.resume, lock=lock, inputs=options.inputs)
-    if options.resume:
-        clear_temporary_files(out)  # report parts a killed run left: the report is written during the run
-        repair_appended_files(out)
-        if before is not None:
-            _drop_rows_without_details(out, before.done)
-            _drop_orphan_details(out, before.done)
-    if before is not None:  # the rows kept, by verdict: run.json counts them with those written now
-        counted: dict[str, int] = {}
-        for call in before.done:
-            counted[before.verdicts[call]] = counted.get(before.verdicts[call], 0) + 1
-        summary.earlier = counted
-    case_files = manifest.get("case_files", [])
-    ours = set(before.written) if before is not None else set()
-    kept = _kept_names(out, case_files, ours)
-    made_cases = bool(kept) and not (out / "cases").is_dir()
-    manifest["case_files_kept"] = kept
-    manifest["written"] = sorted(ours | set(RUN_FILES) | set(manifest.get("written", [])) | set(kept)
-                                 | ({"cases/"} if made_cases else set()))
-    write_manifest(out, manifest)  # the record first: a run killed from here on leaves nothing unrecorded
-    if kept:
-        (out / "cases").mkdir(exist_ok=True)
-    for path, name in zip(case_files, kept):
-        (out / name).write_bytes(Path(path).read_bytes())
-
-
-PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched at most: bounded memory
-PREFETCH_CASES = 50_000
-
-
-def _prefetch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudge | None]]:
-    """The first cases, each with a judge holding its expectations, made while the worker is still loading
-    the framework: the parent would otherwise wait idle. Stops when the worker is ready, or at the bound.
-    Only what the run would compute anyway is computed (selected parts, the selected APIs' dialects)."""
-    spec, options = ctx.spec, ctx.options
-    prefetched: list[tuple[Case, CaseJudge | None]] = []
-    if options.resume:  # which calls remain is known only from the devices the worker finds
-        return prefetched
-    dialects = list(dict.fromkeys(a.dialect for a in ctx.adapter.apis if not options.apis or a.name in options.apis))
-    elements = 0
-    while not ctx.pool.ready() and elements < PREFETCH_ELEMENTS and len(prefetched) < PREFETCH_CASES:
-        case = next(cases, None)
-        if case is None:
-            break
-        if needs_mb(case) > options.memory_budget_mb:
-            prefetched.append((case, None))  # refused when its turn comes; nothing to compute
-            continue
-        judge = CaseJudge(case, spec, ctx.cache)
-        try:
-            for part in _selected_parts(case, options):
-                for dialect in dialects:
-                    if takes_input_space(case, dialect, spec):
-                        judge.expected(spec, part, dialect)
-        except ExpectationOutOfMemory:
-            judge = None  # refused with a row when it is judged
-        prefetched.append((case, judge))
-        elements += element_count(case)
-    return prefetched
-
-
-def _judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]], done: set[tuple[str, str, str, str]]
-                  ) -> Iterator[tuple[Case, list[tuple[Result, tuple[str, ...] | None]]]]:
-    """Send runnable cases to the worker, and judge each answer against the reference: each case with its
-    rows. `cases` pairs each case with a judge already holding its expectations (_prefetch), or None;
-    `done` holds the (case id, api, device, mode, part) of the rows a resumed run has already."""
-    spec, adapter, options, summary = ctx.spec, ctx.adapter, ctx.options, ctx.summary
-    refused: dict[int, str] = {}
-    judges: dict[int, CaseJudge] = {}
-    plans: dict[int, list[tuple[tuple[str, str, str, str], str | None]]] = {}  # each call of a task, and why not sent
-    dialects = {api.name: api.dialect for api in adapter.apis}
-
-    def plan(case: Case) -> list[tuple[tuple[str, str, str, str], str | None]]:
-        """The calls still to make of `case`, each with the reason the API cannot express it, or its profile
-        documents it does not take or define (such a call is never sent to the framework), or None."""
-        parts = _selected_parts(case, options)
-        out = []
-        for t in ctx.targets:
-            api = adapter.api(t.api)
-            if not takes_input_space(case, api.dialect, spec):
-                continue  # a case in an input space the API's dialect does not speak is no row: the report's n/a
-            why_not = adapter.unsupported_reason(case, api)
-            adapter.mode = t.mode  # unsupported_part reads the mode (a mode without gradients)
-            for part in parts:
-                if (case.id, t.api, t.device, t.mode, part) not in done:
-                    # a call the profile documents the API does not take or define is not sent either
-                    out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)
-                                or ctx.ledger.unsupported(case, t.api, part, t.mode)))
-            adapter.mode = EAGER
-        return out
-
-    def tasks() -> Iterator[Task]:
-        for index, (case, judge) in enumerate(cases):
-            todo = plan(case)
-            if not todo:
-                if not any(takes_input_space(case, dialects[t.api], spec) for t in ctx.targets):
-                    summary.unspoken += 1
-                elif not _selected_parts(case, options):
-                    summary.partless += 1
-                else:
-                    summary.skipped += 1
-                continue
-            plans[index] = todo
-            if judge is not None:
-                judges[index] = judge
-            need_mb = needs_mb(case)
-            if need_mb > options.memory_budget_mb:
-                refused[index] = (f"refused: needs about {need_mb:,.0f} MB, over the memory budget of "
-                                  f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
-                yield Task(index, case, ())  # an empty task keeps the order; nothing runs
-                continue
-            # its reference is computed when the answer is judged
-            yield Task(index, case, tuple(call for call, reason in todo if reason is None))
-
-    for outcome in ctx.pool.run(tasks()):
-        task = outcome.task
-        case = task.case
-        summary.current = case.id
-        digest = case_digest(case)
-        todo = plans.pop(task.index)
-        rows = []
-        if task.index in refused:
-            judgement = Judgement(Verdict.UNSUPPORTED, refused.pop(task.index))
-            for call, _ in todo:
-                rows.append((ctx.row(case, digest, call, None, judgement, Observation()), None))
-            summary.cases += 1
-            yield case, rows
-            continue
-        # this judging runs while the worker is already calling the framework on the next cases
-        judge = judges.pop(task.index, None) or CaseJudge(case, spec, ctx.cache)
-        for call, reason in todo:
-            api_name, device, _, part = call
-            dialect = dialects[api_name]
-            failed = outcome.failed(call)  # where the worker crashed or timed out on this call: why, and whose
-            try:  # plan() sends only calls of an API whose dialect takes the case's input space
-                expected = judge.expected(spec, part, dialect)
-                out_of_memory = None
-            except ExpectationOutOfMemory as exc:
-                expected, out_of_memory = None, f"{exc.problem} ({exc.fix})"
-            if out_of_memory is not None:  # the framework's answer cannot be judged: refused, with the reason
-                observed = Observation(unsupported=out_of_memory)
-                judgement = Judgement(Verdict.UNSUPPORTED, out_of_memory)
-            elif failed is not None and reason is None:
-                observed = Observation()
-                judgement = Judgement(failed.verdict, failed.message, cause=failed.cause)
-            elif reason:  # a call the API cannot express was not sent
-                observed = Observation(unsupported=reason)
-                judgement = Judgement(Verdict.UNSUPPORTED, reason)
-            else:
-                observed = outcome.observations[call]
-                judgement = judge.judgement(part, dialect, observed)
-            documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2])
-                             if judgement.verdict.is_divergence and judgement.verdict is not Verdict.FALLBACK
-                             and failed is None else ())
-            result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
-            rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
-        summary.cases += 1
-        yield case, rows
-
-
 def check_dialects(adapter, spec: Spec) -> None:
     """Every API names a dialect of the spec, and takes the input space that dialect states."""
     for api in adapter.apis:
@@ -631,6 +321,34 @@ def check_dialects(adapter, spec: Spec) -> None:
                              where=type(adapter).__name__, fix="make the Api agree with spec: dialects")
 
 
+def _prepare(ctx: RunContext) -> None:
+    """Create and lock the output directory (cleared on --force, its half-written last lines cut on --resume),
+    record in run.json what the run writes there, then copy the user case files into it."""
+    out, options, before, manifest = ctx.out, ctx.options, ctx.before, ctx.manifest
+    prepare_out_dir(out, force=options.force, resume=options.resume, lock=ctx.lock, inputs=options.inputs)
+    if options.resume:
+        clear_temporary_files(out)  # report parts a killed run left: the report is written during the run
+        repair_appended_files(out)
+        if before is not None:
+            drop_rows_without_details(out, before.done)
+            drop_orphan_details(out, before.done)
+    if before is not None:  # the rows kept, by verdict: run.json counts them with those written now
+        ctx.summary.earlier = before.counts()
+    case_files = manifest.get("case_files", [])
+    ours = set(before.written) if before is not None else set()
+    kept = _kept_names(out, case_files, ours)
+    made_cases = bool(kept) and not (out / "cases").is_dir()
+    manifest["case_files_kept"] = kept
+    manifest["written"] = sorted(ours | set(RUN_FILES) | set(manifest.get("written", [])) | set(kept)
+                                 | ({"cases/"} if made_cases else set()))
+    write_manifest(out, manifest)  # the record first: a run killed from here on leaves nothing unrecorded
+    if kept:
+        (out / "cases").mkdir(exist_ok=True)
+    for path, name in zip(case_files, kept):
+        (out / name).write_bytes(Path(path).read_bytes())
+    ctx.prepared = True
+
+
 def _kept_names(out: Path, case_files: Sequence[str], ours: set[str]) -> list[str]:
     """Where the user case files are copied in the run directory, so `repro --from` finds the cases it ran:
     never over a file there that the harness did not write."""
@@ -642,148 +360,3 @@ def _kept_names(out: Path, case_files: Sequence[str], ours: set[str]) -> list[st
             name = f"cases/{i}-{n}-{Path(path).name}"
         kept.append(name)
     return kept
-
-
-def _drop_rows_without_details(out: Path, done: set[tuple[str, str, str, str, str]]) -> None:
-    """A divergence is written with its detail line; a row whose detail line was cut off (a full disk, a kill
-    between the two files' writes) is removed from the rows and from `done`, so the resumed run judges that
-    call again and writes both."""
-    have = {_detail_call(d) for d in iter_details(out)}
-    lacking = {key for r in iter_results(out) if r.verdict.is_divergence and (key := r.call) not in have}
-    if not lacking:
-        return
-    path = out / RESULTS_FILE
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
-            if _row_key(line) not in lacking]
-    write_lines_atomic(path, kept)
-    done -= lacking
-
-
-def _row_key(line: str) -> tuple[str, str, str, str, str]:
-    return _detail_call(json.loads(line))
-
-
-def _detail_call(d: dict) -> tuple[str, str, str, str, str]:
-    """A row's or a detail's (case id, api, device, mode, part), as `Result.call`."""
-    return (d["case_id"], d["api"], d["device"], d["mode"], d["part"])
-
-
-def _drop_orphan_details(out: Path, done: set[tuple[str, str, str, str, str]]) -> None:
-    """A resumed run writes the details of every row it writes: a detail line whose row was cut off (a kill
-    or a full disk between the two writes) would be a second copy of the one written again."""
-    path = out / DETAILS_FILE
-    if not path.is_file():
-        return
-    if all(_detail_call(d) in done for d in iter_details(out)):
-        return
-    write_lines_atomic(path, (json.dumps(d) + "\n" for d in iter_details(out) if _detail_call(d) in done))
-
-
-def _selected_parts(case: Case, options: RunOptions) -> list[str]:
-    """The parts of `case` the run asks for (--part narrows them)."""
-    return [p for p in case.parts if not options.parts or p in options.parts]
-
-
-# run.json's `selection` fields --resume must find again, each with the option that sets it: rows of two
-# selections in one directory would be gated as one run
-SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples", "case_files": "--cases",
-                     "only": "--only", "shard": "--shard", "known": "--known", "reduction": "--reduction",
-                     "modes": "--mode", "log_target": "--log-target", "dtype": "--dtype", "family": "--family",
-                     "parts": "--part", "apis": "--api", "devices": "--device"}
-# compared as sets: `--api A --api B` selects what `--api B --api A` does
-_UNORDERED = ("reduction", "log_target", "dtype", "family", "modes", "parts", "apis", "devices")
-# files a selection records by digest: a refusal names the file, from the run.json field of its path
-_FILE_FIELDS = {"case_files": "case_files", "known": "known"}
-
-# a run.json written before the selection by meaning existed selected by none of it
-_NOT_RECORDED = {"reduction": [], "log_target": [], "dtype": [], "family": [], "modes": ["eager"], "parts": [],
-                 "apis": [], "devices": []}
-
-
-@dataclass
-class _Resumed:
-    """What --resume takes from the interrupted run: the keys of its rows with their verdicts, what it recorded
-    writing, the output stages it recorded done, and the framework version it ran (checked once the worker has
-    loaded the framework)."""
-
-    done: set[tuple[str, str, str, str, str]]
-    written: list[str]
-    framework_version: str | None
-    verdicts: dict[tuple[str, str, str, str, str], str] = field(default_factory=dict)
-    stages: list[str] = field(default_factory=list)
-
-
-def _already_done(out: Path, spec: Spec, framework: str, run_info: dict, profiles: str,
-                  profiles_dir: Path | None = None) -> _Resumed:
-    """Keys of the rows an interrupted run already wrote. Reads only: refuses a directory made with another
-    framework, spec, profile set or selection of cases or calls (SELECTION_OPTIONS)."""
-    manifest = read_manifest(out) if (out / MANIFEST_FILE).is_file() else {}
-    written = [w for w in manifest.get("written", []) if isinstance(w, str)] if manifest else []
-    version = manifest.get("framework_version")
-    stages = manifest.get("stages") if isinstance(manifest.get("stages"), list) else []  # older: redo every stage
-    if not (out / RESULTS_FILE).is_file():
-        return _Resumed(set(), written, None if version is None else str(version))
-    if not manifest:
-        raise ResultsError("results without a run.json: how they were made is unknown", file=str(out),
-                           where="--resume", fix="start again with --force or another --out")
-    if manifest.get("framework") != framework:
-        raise ResultsError(f"this directory holds a run of {manifest.get('framework')!r}, not {framework!r}",
-                           file=str(out), where="--resume", fix="resume with the same --framework, or use another --out")
-    redo = "start the run again with --force instead of --resume (or resume with the spec it used, --spec)"
-    if manifest.get("spec_hash") != spec.hash:
-        raise other_spec(manifest.get("spec_hash"), spec.hash, str(out / MANIFEST_FILE), "--resume", redo)
-    if manifest.get("profiles_digest") != profiles:
-        raise ResultsError(f"this directory was run with another set of deviation profiles than those in "
-                           f"{profiles_dir or default_profiles_dir()} (or another --like): its documented flags "
-                           f"would differ", file=str(out), where="--resume, --profiles",
-                           fix="resume with the --profiles directory (and contents) of that run, or start again "
-                               "with --force or another --out")
-    problem = _changed_selection(manifest, run_info)
-    if problem is not None:
-        option, text = problem
-        raise ResultsError(text, file=str(out), where="--resume",
-                           fix=f"resume with the {option} of that run, or start again with --force or another --out")
-    verdicts = {}
-    for row in iter_results(out, complete_lines_only=True):
-        if row.spec_hash != spec.hash:
-            raise other_spec(row.spec_hash, spec.hash, str(out / RESULTS_FILE), f"--resume, case {row.case_id!r}",
-                             redo)
-        verdicts[row.call] = row.verdict.value
-    return _Resumed(set(verdicts), written, None if version is None else str(version), verdicts,
-                    [s for s in stages if s in STAGES])
-
-
-def _changed_selection(manifest: dict, run_info: dict) -> tuple[str, str] | None:
-    """The first selection field (SELECTION_OPTIONS) a resumed command changes, as (option, the problem's text);
-    a file recorded by digest is named by its path."""
-    selection = run_info.get("selection")
-    if selection is None:
-        return None
-    before = manifest.get("selection") or {}
-    for name, option in SELECTION_OPTIONS.items():
-        was, now = before.get(name, _NOT_RECORDED.get(name)), selection.get(name)
-        if name in _UNORDERED and isinstance(was, list) and isinstance(now, list):
-            was, now = sorted(map(str, was)), sorted(map(str, now))
-        if was == now:
-            continue
-        if name in _FILE_FIELDS:
-            paths_before, paths_now = manifest.get(_FILE_FIELDS[name]), run_info.get(_FILE_FIELDS[name])
-            if paths_before == paths_now and paths_now:
-                shown = paths_now
-                if isinstance(paths_now, list) and isinstance(was, list) and len(was) == len(now) == len(paths_now):
-                    shown = next(str(path) for path, a, b in zip(paths_now, was, now) if a != b)
-                return option, f"this directory was run with {option} {shown} as it was then: the file has changed"
-            return option, (f"this directory was run with {option} {_shown(paths_before)}, not "
-                            f"{_shown(paths_now)}")
-        return option, f"this directory was run with {option} {_shown(was)}, not {_shown(now)}"
-    return None
-
-
-def _shown(value) -> str:
-    return "(none)" if value in (None, [], "") else repr(value)
-
-
-def provenance() -> dict[str, str]:
-    """Versions every result carries, so reports from different machines can be compared."""
-    return {"python_version": platform.python_version(), "numpy_version": np.__version__,
-            "platform": platform.platform(), "executable": sys.executable}

@@ -144,8 +144,8 @@ def test_a_planted_fault_is_one_defect_per_implementation_and_a_split_fails_the_
     assert report["ok"] and report["planted"] == report["attributed"] == 3
     assert {key: len(ids) for key, ids in report["defects"].items()} == \
         {"shapes.output on numpy.kl_div": 1, "shapes.output on numpy.kl_div_other": 1}
-    import conformance.run.runner as runner
-    monkeypatch.setattr(runner, "defect_of", lambda row, implementation, named=runner.defect_of: named(row, row.api))
+    import conformance.run.context as context
+    monkeypatch.setattr(context, "defect_of", lambda row, implementation, named=context.defect_of: named(row, row.api))
     assert selftest("split") == 1
     (report,) = json.loads((tmp_path / "split" / "selftest.json").read_text())["variants"]
     assert not report["ok"] and len(report["defects"]["shapes.output on numpy.kl_div"]) == 2

@@ -1,0 +1,158 @@
+"""A run's cases, judged: which calls of each case remain (the selected targets and parts, less what a resumed
+run has and what no selected API's dialect speaks), the tasks sent to the worker, and each answer judged
+against the reference into rows, in the cases' order. The first cases' expectations are made while the worker
+still loads the framework (prefetch).
+
+Reads the RunContext and counts into its summary; writes no file (the runner writes the rows), and never
+imports a framework or the reports.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from conformance.cases.digest import case_digest
+from conformance.core.model import EAGER, Case, Judgement, Observation, Result, Verdict
+from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
+from conformance.reference.forward import takes_input_space
+from conformance.run.context import RunContext, RunOptions
+from conformance.run.selection import element_count, needs_mb
+from conformance.run.worker import Task
+
+PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched at most: bounded memory
+PREFETCH_CASES = 50_000
+
+
+def prefetch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudge | None]]:
+    """The first cases, each with a judge holding its expectations, made while the worker is still loading
+    the framework: the parent would otherwise wait idle. Stops when the worker is ready, or at the bound.
+    Only what the run would compute anyway is computed (selected parts, the selected APIs' dialects)."""
+    spec, options = ctx.spec, ctx.options
+    prefetched: list[tuple[Case, CaseJudge | None]] = []
+    if options.resume:  # which calls remain is known only from the devices the worker finds
+        return prefetched
+    dialects = list(dict.fromkeys(a.dialect for a in ctx.adapter.apis if not options.apis or a.name in options.apis))
+    elements = 0
+    while not ctx.pool.ready() and elements < PREFETCH_ELEMENTS and len(prefetched) < PREFETCH_CASES:
+        case = next(cases, None)
+        if case is None:
+            break
+        if needs_mb(case) > options.memory_budget_mb:
+            prefetched.append((case, None))  # refused when its turn comes; nothing to compute
+            continue
+        judge = CaseJudge(case, spec, ctx.cache)
+        try:
+            for part in selected_parts(case, options):
+                for dialect in dialects:
+                    if takes_input_space(case, dialect, spec):
+                        judge.expected(spec, part, dialect)
+        except ExpectationOutOfMemory:
+            judge = None  # refused with a row when it is judged
+        prefetched.append((case, judge))
+        elements += element_count(case)
+    return prefetched
+
+
+def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]],
+                 done: set[tuple[str, str, str, str, str]]
+                 ) -> Iterator[tuple[Case, list[tuple[Result, tuple[str, ...] | None]]]]:
+    """Send runnable cases to the worker, and judge each answer against the reference: each case with its
+    rows. `cases` pairs each case with a judge already holding its expectations (prefetch), or None;
+    `done` holds the (case id, api, device, mode, part) of the rows a resumed run has already."""
+    spec, adapter, options, summary = ctx.spec, ctx.adapter, ctx.options, ctx.summary
+    refused: dict[int, str] = {}
+    judges: dict[int, CaseJudge] = {}
+    plans: dict[int, list[tuple[tuple[str, str, str, str], str | None]]] = {}  # each call of a task, and why not sent
+    dialects = {api.name: api.dialect for api in adapter.apis}
+
+    def plan(case: Case) -> list[tuple[tuple[str, str, str, str], str | None]]:
+        """The calls still to make of `case`, each with the reason the API cannot express it, or its profile
+        documents it does not take or define (such a call is never sent to the framework), or None."""
+        parts = selected_parts(case, options)
+        out = []
+        for t in ctx.targets:
+            api = adapter.api(t.api)
+            if not takes_input_space(case, api.dialect, spec):
+                continue  # a case in an input space the API's dialect does not speak is no row: the report's n/a
+            why_not = adapter.unsupported_reason(case, api)
+            adapter.mode = t.mode  # unsupported_part reads the mode (a mode without gradients)
+            for part in parts:
+                if (case.id, t.api, t.device, t.mode, part) not in done:
+                    # a call the profile documents the API does not take or define is not sent either
+                    out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)
+                                or ctx.ledger.unsupported(case, t.api, part, t.mode)))
+            adapter.mode = EAGER
+        return out
+
+    def tasks() -> Iterator[Task]:
+        for index, (case, judge) in enumerate(cases):
+            todo = plan(case)
+            if not todo:
+                if not any(takes_input_space(case, dialects[t.api], spec) for t in ctx.targets):
+                    summary.unspoken += 1
+                elif not selected_parts(case, options):
+                    summary.partless += 1
+                else:
+                    summary.skipped += 1
+                continue
+            plans[index] = todo
+            if judge is not None:
+                judges[index] = judge
+            need_mb = needs_mb(case)
+            if need_mb > options.memory_budget_mb:
+                refused[index] = (f"refused: needs about {need_mb:,.0f} MB, over the memory budget of "
+                                  f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
+                yield Task(index, case, ())  # an empty task keeps the order; nothing runs
+                continue
+            # its reference is computed when the answer is judged
+            yield Task(index, case, tuple(call for call, reason in todo if reason is None))
+
+    for outcome in ctx.pool.run(tasks()):
+        task = outcome.task
+        case = task.case
+        summary.current = case.id
+        digest = case_digest(case)
+        todo = plans.pop(task.index)
+        rows = []
+        if task.index in refused:
+            judgement = Judgement(Verdict.UNSUPPORTED, refused.pop(task.index))
+            for call, _ in todo:
+                rows.append((ctx.row(case, digest, call, None, judgement, Observation()), None))
+            summary.cases += 1
+            yield case, rows
+            continue
+        # this judging runs while the worker is already calling the framework on the next cases
+        judge = judges.pop(task.index, None) or CaseJudge(case, spec, ctx.cache)
+        for call, reason in todo:
+            api_name, device, _, part = call
+            dialect = dialects[api_name]
+            failed = outcome.failed(call)  # where the worker crashed or timed out on this call: why, and whose
+            try:  # plan() sends only calls of an API whose dialect takes the case's input space
+                expected = judge.expected(spec, part, dialect)
+                out_of_memory = None
+            except ExpectationOutOfMemory as exc:
+                expected, out_of_memory = None, f"{exc.problem} ({exc.fix})"
+            if out_of_memory is not None:  # the framework's answer cannot be judged: refused, with the reason
+                observed = Observation(unsupported=out_of_memory)
+                judgement = Judgement(Verdict.UNSUPPORTED, out_of_memory)
+            elif failed is not None and reason is None:
+                observed = Observation()
+                judgement = Judgement(failed.verdict, failed.message, cause=failed.cause)
+            elif reason:  # a call the API cannot express was not sent
+                observed = Observation(unsupported=reason)
+                judgement = Judgement(Verdict.UNSUPPORTED, reason)
+            else:
+                observed = outcome.observations[call]
+                judgement = judge.judgement(part, dialect, observed)
+            documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2])
+                             if judgement.verdict.is_divergence and judgement.verdict is not Verdict.FALLBACK
+                             and failed is None else ())
+            result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
+            rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
+        summary.cases += 1
+        yield case, rows
+
+
+def selected_parts(case: Case, options: RunOptions) -> list[str]:
+    """The parts of `case` the run asks for (--part narrows them)."""
+    return [p for p in case.parts if not options.parts or p in options.parts]
