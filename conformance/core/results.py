@@ -350,7 +350,7 @@ def check_format_version(document: dict[str, Any], shown: str, where: str | None
 
 
 def manifest_text(manifest: dict[str, Any]) -> str:
-    """run.json's text: the one place its serialisation is stated (write_manifest, and runner.record_end's
+    """run.json's text: the one place its serialisation is stated (write_manifest, and record.record_end's
     in-place rewrite on a full disk)."""
     return json.dumps({**manifest, "format_version": FORMAT_VERSION}, indent=2, sort_keys=True) + "\n"
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import conformance
 from conformance.adapters.base import Adapter
 from conformance.core.defects import defect_of, residual_cause
+from conformance.core.known import KnownFindings
 from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.judge.profiles import DeviationLedger
 from conformance.judge.refcache import ReferenceCache
@@ -72,7 +73,7 @@ class RunOptions:
     memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
     resume: bool = False
     force: bool = False  # replace what an earlier run wrote into the output directory
-    known: Any = None  # a known.KnownFindings: marks the divergences a user accepts
+    known: KnownFindings | None = None  # marks the divergences a user accepts
     profiles_dir: Path | None = None
     like: str | None = None  # judge as a port of this framework: its profile's deviations document too (--like)
     cache_dir: Path | None = None  # the reference cache (refcache.py); None computes every expectation

@@ -145,8 +145,7 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
                 observed = outcome.observations[call]
                 judgement = judge.judgement(part, dialect, observed)
             documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2])
-                             if judgement.verdict.is_divergence and judgement.verdict is not Verdict.FALLBACK
-                             and failed is None else ())
+                             if judgement.verdict.is_finding and failed is None else ())
             result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
             rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1
