@@ -3,8 +3,8 @@ recorded writing, the output stages it recorded done and the framework version i
 directory made otherwise (another framework, spec, profile set, framework version, or selection of cases or
 calls: SELECTION_OPTIONS).
 
-Reads the run directory, and trims from it only the lines a killed run left half-written (a divergent row
-without its detail line, a detail line without its row). Never decides what the resumed run sends, never calls
+Reads the run directory, and trims from it only what a killed run may have left half-written (the rows of a case
+it may not have written whole, a detail line without its row). Never decides what the resumed run sends, never calls
 the worker, and never imports a framework or the reports.
 """
 
@@ -49,6 +49,7 @@ class Resumed:
     framework_version: str | None
     verdicts: dict[tuple[str, str, str, str, str], str] = field(default_factory=dict)
     stages: list[str] = field(default_factory=list)
+    finished: bool = False  # the run ended after a whole case (complete, or stopped): its last case is whole
 
     def check_version(self, out: Path, framework: str, version: str) -> None:
         """Refuse to add rows of framework `version` to those of another version."""
@@ -103,7 +104,7 @@ def read_resumed(out: Path, spec: Spec, framework: str, run_info: dict, profiles
                              redo)
         verdicts[row.call] = row.verdict.value
     return Resumed(set(verdicts), written, None if version is None else str(version), verdicts,
-                   [s for s in stages if s in STAGES])
+                   [s for s in stages if s in STAGES], manifest.get("status") in ("complete", "stopped"))
 
 
 def _changed_selection(manifest: dict, run_info: dict) -> tuple[str, str] | None:
@@ -136,19 +137,30 @@ def _shown(value) -> str:
     return "(none)" if value in (None, [], "") else repr(value)
 
 
-def drop_rows_without_details(out: Path, done: set[tuple[str, str, str, str, str]]) -> None:
-    """A divergence is written with its detail line; a row whose detail line was cut off (a full disk, a kill
-    between the two files' writes) is removed from the rows and from `done`, so the resumed run judges that
-    call again and writes both."""
+def drop_unfinished_cases(out: Path, done: set[tuple[str, str, str, str, str]], finished: bool) -> None:
+    """Remove from the rows, and from `done`, every row of a case the interrupted run may not have written whole,
+    so that the resumed run judges it again whole, in its place: a resumed run appends what it writes, and must end
+    as an uninterrupted run would, rows in the same order.
+
+    A run writes a case's rows and their detail lines, then flushes both files, before the next case's; so only
+    the last case a run wrote can be short of rows, unless the run `finished` (complete, or stopped after a whole
+    case), and a divergent row whose detail line was cut off (a full disk, a kill between the two files' writes)
+    leaves its case short too."""
     have = {_detail_call(d) for d in iter_details(out)}
-    lacking = {key for r in iter_results(out) if r.verdict.is_divergence and (key := r.call) not in have}
-    if not lacking:
+    redo, last = set(), None
+    for row in iter_results(out):
+        last = row.case_id
+        if row.verdict.is_divergence and row.call not in have:
+            redo.add(row.case_id)
+    if last is not None and not finished:
+        redo.add(last)
+    if not redo:
         return
     path = out / RESULTS_FILE
     kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
-            if _row_key(line) not in lacking]
+            if _row_key(line)[0] not in redo]
     write_lines_atomic(path, kept)
-    done -= lacking
+    done -= {call for call in done if call[0] in redo}
 
 
 def _row_key(line: str) -> tuple[str, str, str, str, str]:

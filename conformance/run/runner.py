@@ -43,7 +43,7 @@ from conformance.run.outdir import (RUN_FILES, OutDirLock, check_out_dir, clear_
                                     repair_appended_files)
 from conformance.run.record import (RunFailed, Terminated, failure_reason, interruption, profiles_digest, provenance,
                                     record_end)
-from conformance.run.resume import drop_orphan_details, drop_rows_without_details, read_resumed
+from conformance.run.resume import drop_orphan_details, drop_unfinished_cases, read_resumed
 from conformance.run.worker import WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
 
 
@@ -330,7 +330,7 @@ def _prepare(ctx: RunContext) -> None:
         clear_temporary_files(out)  # report parts a killed run left: the report is written during the run
         repair_appended_files(out)
         if before is not None:
-            drop_rows_without_details(out, before.done)
+            drop_unfinished_cases(out, before.done, before.finished)
             drop_orphan_details(out, before.done)
     if before is not None:  # the rows kept, by verdict: run.json counts them with those written now
         ctx.summary.earlier = before.counts()
