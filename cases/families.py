@@ -28,7 +28,6 @@ class Family:
     draw: Draw
     edge: bool
     log_targets: tuple[bool, ...] = (False, True)
-    purpose: str = ""
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -127,16 +126,16 @@ def _large(rng, in_shape, tg_shape, log_target):
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
-    Family("softmax", _softmax, edge=False, purpose="log-softmax inputs against softmax targets"),
-    Family("unnormalized", _unnormalized, edge=False, purpose="positive targets that do not sum to 1"),
-    Family("identical", _identical, edge=False, purpose="q == p: the KL cancels to about 0"),
-    Family("onehot", _onehot, edge=True, purpose="one-hot targets: many exact zeros (-inf in log space)"),
-    Family("zero_prob", _zero_prob, edge=True, purpose="zero targets against infinite inputs"),
-    Family("negative_target", _negative_target, edge=True, log_targets=(False,), purpose="targets below zero"),
-    Family("infinities", _infinities, edge=True, purpose="+-inf in either argument"),
-    Family("nan", _nan, edge=True, purpose="NaN in either argument"),
-    Family("tiny", _tiny, edge=True, purpose="subnormal and tiny probabilities"),
-    Family("large", _large, edge=True, purpose="large magnitudes, overflow in narrow dtypes"),
+    Family("softmax", _softmax, edge=False),  # log-softmax inputs against softmax targets
+    Family("unnormalized", _unnormalized, edge=False),  # positive targets that do not sum to 1
+    Family("identical", _identical, edge=False),  # q == p: the KL cancels to about 0
+    Family("onehot", _onehot, edge=True),  # one-hot targets: many exact zeros (-inf in log space)
+    Family("zero_prob", _zero_prob, edge=True),  # zero targets against infinite inputs
+    Family("negative_target", _negative_target, edge=True, log_targets=(False,)),  # targets below zero
+    Family("infinities", _infinities, edge=True),  # +-inf in either argument
+    Family("nan", _nan, edge=True),  # NaN in either argument
+    Family("tiny", _tiny, edge=True),  # subnormal and tiny probabilities
+    Family("large", _large, edge=True),  # large magnitudes, overflow in narrow dtypes
 )}
 WELL_POSED = tuple(name for name, f in FAMILIES.items() if not f.edge)
 EDGE = tuple(name for name, f in FAMILIES.items() if f.edge)

@@ -40,11 +40,6 @@ from conformance.run.worker import Task, WorkerPool, WorkerUnavailable, observe_
 MAX_CANDIDATES = 64  # single elements tried when minimising
 
 
-def find_case(case_id: str, run_dir: str | None, case_file: str | None, seed: int | None) -> Case:
-    """The case called `case_id`, from a case file, a run directory, or its generated id."""
-    return CaseSource(run_dir, case_file, seed).get(case_id)
-
-
 class CaseSource:
     """Where reproducers find their cases: the user case files of a run (or one named file), each parsed
     once into an index by id, else the generated case of that id drawn with the run's seed."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from conformance.core.errors import ResultsError
 from conformance.core.model import Result, Verdict, key_label
@@ -156,15 +155,6 @@ class BaselineComparison:
                                 f"version of its case file", file=where, where=f"case {r.case_id!r}",
                                 fix="compare runs made with the same --seed and case files")
         return None
-
-
-def compare(rows: Iterable[Result], baseline: str | Path, scope: Scope | None = None) -> BaselineDiff:
-    """Classify every current row against the baseline (see BaselineComparison); without a `scope`, every
-    baseline row not seen counts as not checked."""
-    comparison = BaselineComparison(baseline)
-    for r in rows:
-        comparison.add(r)
-    return comparison.finish(scope or Scope())
 
 
 def render_baseline_markdown(diff: BaselineDiff, listed: int = 200) -> list[str]:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from conformance.report.sitetext import code, text
 
-PACKAGE = "conformance"
 # The wings in the order data flows through them; a package not named here is shown after them, never left out.
 WING_ORDER = ("conformance.spec", "conformance.core", "conformance.reference", "conformance.cases",
               "conformance.adapters", "conformance.judge", "conformance.run", "conformance.report", "conformance")

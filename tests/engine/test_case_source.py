@@ -9,7 +9,7 @@ from conformance.core.model import FORMAT_VERSION
 
 
 def test_each_case_file_is_read_once_for_every_id(tmp_path, monkeypatch):
-    # repro.find_case used to parse every case file again for every case id: a 100-case file with
+    # reproducers used to parse every case file again for every case id: a 100-case file with
     # 600 divergences took about 10 minutes (issue 12)
     (tmp_path / "cases").mkdir()
     cases = (tmp_path / "cases" / "0-cases.yaml").resolve()
