@@ -4,8 +4,10 @@ An adapter knows nothing of the spec, tolerances or verdicts: it builds the
 framework's tensors from a case once, calls the API, and returns what it saw as an
 `Observation` (a value, or the exception exactly as raised, plus warnings).
 
-An adapter outside this repository may use what REPRODUCER_HELPERS names to write its reproducer (they are
-public and kept); every other name starting with an underscore is private and may change.
+What an adapter calls lives by what it is, and is exported here too: adapters/apicall.py (`ApiCall`),
+construction.py (a case's buffers and views), observation.py (a call recorded), reproducer.py (the script's
+text). An adapter outside this repository may use what REPRODUCER_HELPERS names to write its reproducer (they
+are public and kept); every other name starting with an underscore is private and may change.
 """
 
 from __future__ import annotations
@@ -13,35 +15,31 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import keyword
-import math
-import re
 import sys
-import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from conformance.core.model import EAGER, FLOAT_DTYPES, LAYOUTS, PARTS, UPSTREAM, Case, Expected, Observation
+from conformance.adapters.apicall import ApiCall
+from conformance.adapters.construction import (NUMPY_FLOATS, construction_source, fill_value, layout_buffer,
+                                               layout_buffer_source, layout_view_source, numpy_source)
+from conformance.adapters.observation import HARNESS_WARNINGS, MissingGradient, ModeFallback, call_observed
+from conformance.adapters.reproducer import (check_script_names, hex_floats, python_comment, python_docstring,
+                                             python_repro_script, python_snippet, script_devices)
+from conformance.core.model import EAGER, FLOAT_DTYPES, Case, Expected, Observation
 from conformance.core.rounding import INTEGER_DTYPES
-from conformance.core.text import without_escapes
+
+__all__ = ["Adapter", "Api", "Mode", "Offer", "FrameworkUnavailable", "TensorCache", "REPRODUCER_HELPERS",
+           "signature_arguments", "ApiCall", "MissingGradient", "ModeFallback", "HARNESS_WARNINGS", "call_observed",
+           "NUMPY_FLOATS", "layout_buffer", "layout_buffer_source", "layout_view_source", "numpy_source", "fill_value",
+           "construction_source", "check_script_names", "script_devices", "python_comment", "python_docstring",
+           "python_repro_script", "python_snippet", "hex_floats"]
 
 
 class FrameworkUnavailable(Exception):
     """The framework cannot be imported here; carries the reason for the report."""
-
-
-class MissingGradient(Exception):
-    """The framework's autograd returned no gradient (None) where the loss depends on the argument."""
-
-
-class ModeFallback(Exception):
-    """A compiled or graph mode's call ran eagerly instead (a recompile limit, a graph break, a jit that traced
-    nothing): the adapter raises it once its framework's counters show it, and the row's verdict is `fallback`,
-    never the eager answer's."""
 
 
 @dataclass(frozen=True)
@@ -121,84 +119,6 @@ def signature_arguments(obj: Any) -> frozenset[str] | None:
             return None
         names |= {p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
     return frozenset(names - {"self"})
-
-
-_LITERALS = (str, bool, int, float, type(None))  # values a reproducer states as their repr
-
-
-@dataclass(frozen=True)
-class ApiCall:
-    """One call of a framework API, stated once: `invoke` resolves and calls it, `repro_source` prints it,
-    so a reproducer shows exactly what the run called.
-
-    `path` is the dotted name a user types, its first part the framework's module. `args` names the
-    positional arguments in the order passed: "x" the input, "t" the target (Keras takes
-    (y_true, y_pred), so ("t", "x")). `kwargs` are the call's keyword arguments. A module-style API
-    (torch.nn.KLDivLoss) is built first: `init` holds its constructor's keyword arguments, and None
-    says `path` is a function called directly. Every value is a plain literal, so text from a case
-    file (a reduction string) enters a reproducer only as its repr, never as code.
-    """
-
-    path: str
-    args: tuple[str, ...] = ("x", "t")
-    kwargs: tuple[tuple[str, Any], ...] = ()
-    init: tuple[tuple[str, Any], ...] | None = None
-
-    @classmethod
-    def function(cls, path: str, /, *args: str, **kwargs: Any) -> "ApiCall":
-        """`path(*args, **kwargs)`."""
-        return cls(path, args, tuple(kwargs.items()))
-
-    @classmethod
-    def module(cls, path: str, /, *args: str, **init: Any) -> "ApiCall":
-        """`path(**init)(*args)`: a loss object built, then called."""
-        return cls(path, args, (), tuple(init.items()))
-
-    def __post_init__(self) -> None:
-        names = [*self.path.split("."), *(k for k, _ in self.kwargs), *(k for k, _ in self.init or ())]
-        bad = [n for n in names if not n.isidentifier() or keyword.iskeyword(n)]
-        if bad or not set(self.args) <= {"x", "t"}:
-            raise ValueError(f"not a plain call: {self.path} {self.args} (names {bad})")
-        for name, value in (*self.kwargs, *(self.init or ())):
-            if type(value) not in _LITERALS or (type(value) is float and not math.isfinite(value)):
-                raise ValueError(f"{name}={value!r} is not a literal a reproducer can state")
-
-    @property
-    def root(self) -> str:
-        """The framework module the path starts from ("torch")."""
-        return self.path.split(".")[0]
-
-    def resolve(self) -> Callable[..., Any]:
-        """The API object, found by attribute lookup on the already imported framework module."""
-        first, *rest = self.path.split(".")
-        obj = sys.modules.get(first)
-        if obj is None:
-            raise RuntimeError(f"{first} is not imported: the adapter's load() imports it before any call")
-        for name in rest:
-            obj = getattr(obj, name)
-        return obj
-
-    def bound(self) -> Callable[[Any, Any], Any]:
-        """The call as a function of (input, target), a module-style API built once (autodiff may call it
-        again and again)."""
-        fn = self.resolve()
-        if self.init is not None:
-            fn = fn(**dict(self.init))
-        kwargs = dict(self.kwargs)
-        return lambda x, t: fn(*({"x": x, "t": t}[name] for name in self.args), **kwargs)
-
-    def apply(self, x: Any, t: Any) -> Any:
-        """Make the call on the input `x` and target `t`."""
-        return self.bound()(x, t)
-
-    def source(self) -> str:
-        """The call as Python source, on variables named x and t, each value as its repr."""
-        def keywords(pairs):
-            return [f"{name}={value!r}" for name, value in pairs]
-        call = ", ".join([*self.args, *keywords(self.kwargs)])
-        if self.init is None:
-            return f"{self.path}({call})"
-        return f"{self.path}({', '.join(keywords(self.init))})({call})"
 
 
 class Adapter:
@@ -500,274 +420,6 @@ class Adapter:
         raise KeyError(name)
 
 
-def layout_buffer(array: np.ndarray, layout: str,
-                  swap: Callable[[Any], Any] = lambda t: t.transpose(-1, -2)) -> tuple[np.ndarray, Callable[[Any], Any]]:
-    """A C-contiguous buffer and the view to take of it so the view holds `array` in `layout`.
-
-    transposed: the buffer holds the last two axes swapped and the view, `swap`, swaps
-    them back (each framework passes its own swap of the last two axes).
-    strided: the buffer doubles the last axis and the view takes every other element.
-    """
-    if layout == "contiguous":
-        return np.array(array, order="C"), lambda t: t  # not ascontiguousarray: it makes 0-d arrays 1-d
-    if layout == "transposed":
-        return np.ascontiguousarray(np.swapaxes(array, -1, -2)), swap
-    if layout == "strided":
-        buffer = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), dtype=array.dtype)
-        buffer[..., ::2] = array
-        return buffer, lambda t: t[..., ::2]
-    raise ValueError(f"unknown layout {layout!r}")
-
-
-def layout_buffer_source(name: str, layout: str) -> str:
-    """Python source for the buffer `layout_buffer` builds from the NumPy array called `name` (a
-    reproducer's own variable), for the reproducer to take the same view of."""
-    if layout == "transposed":
-        return f"np.ascontiguousarray(np.swapaxes({name}, -1, -2))"
-    if layout == "strided":
-        return f"np.repeat({name}, 2, axis=-1)"  # every other element of the view is the value
-    return f"np.array({name}, order='C')"
-
-
-def layout_view_source(expr: str, layout: str, swap: str = "{}.transpose(-1, -2)") -> str:
-    """Python source for the view `layout_buffer` takes of the tensor `expr` built from `layout_buffer_source`'s
-    buffer: `swap` (a format string of `expr`) swaps the last two axes back for transposed, every other element
-    of the last axis for strided."""
-    if layout == "transposed":
-        return swap.format(expr)
-    if layout == "strided":
-        return f"{expr}[..., ::2]"
-    if layout == "contiguous":
-        return expr
-    raise ValueError(f"unknown layout {layout!r}")
-
-
-NUMPY_FLOATS = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
-
-
-def numpy_source(buffer: np.ndarray, dtype: str) -> np.ndarray:
-    """The NumPy array a case of construction `from=numpy,inferred` hands its framework: `buffer` (float64, the
-    case's values) in the case's own dtype, so the framework infers that dtype from the array (spec:
-    dtypes.inferred.numpy_array)."""
-    return np.asarray(buffer).astype(NUMPY_FLOATS[dtype])
-
-
-def fill_value(buffer: np.ndarray) -> float:
-    """The one value a fill factory (`full(shape, value)`) is given to make `buffer`: its only element, or 0.0
-    for an empty one. A buffer of several values has no fill (the generator gives a factory none)."""
-    flat = np.asarray(buffer, dtype=np.float64).reshape(-1)
-    if flat.size == 0:
-        return 0.0
-    if np.unique(flat.view(np.uint64)).size > 1:
-        raise ValueError("a fill factory makes one value; this tensor holds several")
-    return float(flat[0])
-
-
-def construction_source(name: str, values: np.ndarray, case: Case, dtype: str) -> str:
-    """Python source for what a reproducer hands the framework's constructor for the case's construction, from
-    its NumPy array `name` holding `values` (in the case's layout): the buffer `layout_buffer_source` makes
-    (from=numpy), that buffer in the case's dtype (from=numpy,inferred), its nested lists of Python floats
-    (from=list: `.tolist()`, a bare float for a 0-d one), or the shape and the value of a fill (from=factory:
-    "(3, 0), float.fromhex(...)", both literals)."""
-    made = case.construction
-    buffer = layout_buffer_source(name, case.layout)
-    if made.source == "list":
-        return f"{buffer}.tolist()"
-    if made.source == "factory":
-        array, _ = layout_buffer(values, case.layout)
-        return f"{tuple(array.shape)!r}, float.fromhex({fill_value(array).hex()!r})"
-    if made.inferred:
-        return f"{buffer}.astype(np.{NUMPY_FLOATS[dtype].__name__})"
-    return buffer
-
-
-def check_script_names(case: Case, device: str, part: str, known_devices: tuple[str, ...]) -> None:
-    """Refuse names a reproducer writes as code (a dtype as `torch.float32`, a device as `mx.cpu`, a part as a
-    variable) unless each is one the harness knows: a case file or a run directory cannot put code there."""
-    names = {"dtype": (case.dtype.input, FLOAT_DTYPES + INTEGER_DTYPES), "target dtype": (case.dtype.target,
-             FLOAT_DTYPES + INTEGER_DTYPES), "layout": (case.layout, LAYOUTS), "part": (part, PARTS),
-             "device": (device, script_devices(known_devices))}
-    for what, (name, known) in names.items():
-        if type(name) is not str or name not in known:
-            raise ValueError(f"unknown {what} {name!r} for a reproducer (one of {list(known)})")
-
-
-def script_devices(known_devices: tuple[str, ...]) -> tuple[str, ...]:
-    """The device names a reproducer may be asked for: the adapter's, and the bare kind of a qualified one
-    (Keras' "tensorflow:cpu" is also "cpu", the CLI's default, which the adapter resolves itself)."""
-    return tuple(dict.fromkeys([*known_devices, *(d.rpartition(":")[2] for d in known_devices if ":" in d)]))
-
-
-def python_comment(text: str) -> str:
-    """`text` as the body of one Python comment line: everything outside printable ASCII escaped, so no line
-    break in it ends the comment."""
-    return ascii(str(text))[1:-1]
-
-
-# the reproducer's checks, which a snippet leaves out: the MissingGradient class (its docstring whatever the
-# framework's words), the test of a gradient that did not come back, and the result's dtype
-_SCAFFOLDING = re.compile(r"^(class MissingGradient\b|\s+\"\"\"[^\"]*gave no gradient|\s*if grad\w* is None:|"
-                          r"\s*raise MissingGradient\b|result_dtype = )")
-
-
-def python_snippet(source: str, case: Case, part: str, expected: Expected) -> str:
-    """`source` (repro_source's lines) as a snippet of a few lines: NumPy arrays written as decimal literals
-    (every value is exact in float64), the upstream gradient where a gradient part needs it, and the result
-    printed beside what the spec expects; the reproducer's checks (a missing gradient, the dtype) are left out."""
-    def literal(values: np.ndarray) -> str:
-        return f"np.array({np.asarray(values, dtype=np.float64).tolist()!r})"
-    lines = ["import numpy as np", "nan, inf = float('nan'), float('inf')",
-             f"x_values = {literal(case.input)}", f"t_values = {literal(case.target)}"]
-    if part != "forward":
-        lines.append("upstream = lambda s: np.asarray(1.25) if s == () else "
-                     "(0.75 + 0.125 * (np.arange(int(np.prod(s))) % 5)).reshape(s)  # spec: gradients.upstream")
-    lines += [line for line in source.split("\n") if line.strip() and not _SCAFFOLDING.match(line)]
-    if expected.error_id:
-        lines.append(f"print(result)  # the spec expects {expected.error_type} (errors.{python_comment(expected.error_id)})")
-    else:
-        shown = np.asarray(expected.value, dtype=np.float64).tolist()
-        lines.append(f"print(result)  # the spec expects {python_comment(repr(shown))[:300]}")
-    return "\n".join(lines) + "\n"
-
-
-def python_repro_script(framework: str, source: str, case: Case, about: tuple[str, ...], expected: Expected,
-                        recorded: str = "a value") -> str:
-    """A Python reproducer: the case's exact values (hex floats), the adapter's `source` lines, and the
-    result printed beside the spec's expected value, each in decimal and exact hex. It judges the result
-    itself with NumPy, by the spec's element rule (compare.py `_judge_values`), and exits as `git bisect run`
-    reads it: 1 while the run's finding (`recorded`: "a value", "a value of another dtype" or
-    "raises <type>") reproduces, 0 once the call conforms, 125 (skip) when it cannot tell. Needs only
-    the framework and NumPy; every text from outside is a literal."""
-    if expected.error_id:
-        expectation = [f"EXPECTED_ERROR, ERROR_MATCH = {expected.error_type!r}, {expected.error_match or ''!r}"
-                       f"  # spec: errors.{python_comment(expected.error_id)}",
-                       "expected = f'raises {EXPECTED_ERROR}'"]
-    else:
-        bound = expected.bound if expected.bound is not None else np.zeros(np.shape(expected.value))
-        expectation = ["EXPECTED_ERROR, ERROR_MATCH = None, ''",
-                       f"DTYPE = {expected.result_dtype!r}",
-                       f"expected = values({hex_floats(expected.value)}, {tuple(expected.shape)})",
-                       f"bound = values({hex_floats(bound)}, {tuple(expected.shape)})"]
-    title, *rest = about
-    pattern = UPSTREAM["none"]
-    return "\n".join([
-        python_docstring("\n".join([title, "", *rest[:-1], f"{rest[-1]} Needs only {framework} and numpy.", "",
-                              "Exits 1 while the run's finding reproduces, 0 once the result conforms to the spec,",
-                              "125 (git bisect's skip) when it cannot tell: the framework or NumPy fails to",
-                              "import, or the call fails otherwise than the run recorded."])),
-        "import re",
-        "import sys",
-        "",
-        "try:",
-        "    import numpy as np",
-        "except ImportError as exc:",
-        "    print('cannot tell:', exc)",
-        "    sys.exit(125)",
-        "",
-        "np.set_printoptions(precision=17)  # every digit: some divergences are in the last ones",
-        "",
-        "",
-        "def values(hexes, shape):",
-        "    return np.array([float.fromhex(h) for h in hexes], dtype=np.float64).reshape(shape)",
-        "",
-        "",
-        "def shown(a):  # decimal, then the exact hex floats",
-        "    return f'{a!r} hex {[float(v).hex() for v in np.ravel(a)]}'",
-        "",
-        "",
-        "def upstream(shape):  # the gradient flowing into the loss (spec: gradients.upstream)",
-        "    if shape == ():",
-        f"        return np.asarray({UPSTREAM['reduced']!r})",
-        f"    return ({pattern['base']!r} + {pattern['step']!r} * (np.arange(int(np.prod(shape))) % "
-        f"{pattern['period']!r})).reshape(shape)",
-        "",
-        "",
-        "def conforms(got, dtype):  # spec: tolerance.comparison: NaN/inf pattern exact, then within the bound",
-        "    if dtype not in (None, DTYPE) or got.shape != expected.shape:",
-        "        return False",
-        "    with np.errstate(invalid='ignore'):",
-        "        nonfinite = (np.isnan(got) != np.isnan(expected)) | ((np.isinf(got) | np.isinf(expected))"
-        " & (got != expected))",
-        "        finite = np.isfinite(expected)",
-        "        return not nonfinite.any() and bool((np.abs(got - expected)[finite] <= bound[finite]).all())",
-        "",
-        "",
-        "def exit_code():  # 0: conforms; 1: the run's finding reproduces; 125: cannot tell",
-        "    if raised is not None:",
-        "        if raised == EXPECTED_ERROR and re.search(ERROR_MATCH, message):",
-        "            return 0",
-        "        return 1 if RECORDED == 'raises ' + raised else 125",
-        "    if result_dtype is None and RECORDED == 'a value of another dtype':",
-        "        return 125  # the script does not see this framework's dtype",
-        "    if EXPECTED_ERROR is None and conforms(np.asarray(result, dtype=np.float64), result_dtype):",
-        "        return 0",
-        "    return 125 if RECORDED.startswith('raises ') else 1",
-        "",
-        "",
-        f"RECORDED = {recorded!r}  # what the run's call gave",
-        *expectation,
-        f"x_values = values({hex_floats(case.input)}, {tuple(case.input.shape)})",
-        f"t_values = values({hex_floats(case.target)}, {tuple(case.target.shape)})",
-        "result_dtype = raised = None",
-        "try:",
-        "\n".join("    " + line if line else "" for line in source.splitlines()),
-        "except Exception as exc:  # the framework's exception (its failing import too) is the result",
-        "    raised, message = type(exc).__name__, str(exc)",
-        "    result = f'raises {raised}: {exc}'.splitlines()[0]",
-        "try:",
-        f"    print({framework + ': '!r}, result if raised else shown(result), result_dtype or '')",
-        "    print('expected:', expected if EXPECTED_ERROR else shown(expected), '' if EXPECTED_ERROR else DTYPE)",
-        "    code = exit_code()",
-        "except Exception as exc:  # a result this script cannot read",
-        "    print('cannot tell:', type(exc).__name__, exc)",
-        "    code = 125",
-        "print({0: 'conforms to the spec', 1: 'reproduces: ' + RECORDED, 125: 'cannot tell'}[code], f'(exit {code})')",
-        "sys.exit(code)",
-        "",
-    ])
-
-
-def python_docstring(text: str) -> str:
-    """`text` as a module docstring: triple-quoted where that reads it back unchanged, else its repr, so
-    a case id or reduction from a case file (quotes, backslashes) stays inside the string."""
-    plain = all(line.isprintable() for line in text.split("\n"))
-    if plain and '"""' not in text and "\\" not in text and not text.endswith('"'):
-        return f'"""{text}\n"""'
-    return repr(text)
-
-
-def hex_floats(array) -> list[str]:
-    """The values of `array` as exact hex floats (float64, C order)."""
-    return [float(v).hex() for v in np.asarray(array, dtype=np.float64).reshape(-1)]
-
-
-def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndarray, str, tuple[int, ...]]],
-                  is_no_kernel: Callable[[Exception], bool] = lambda exc: False,
-                  describe: Callable[[Exception], str] = str) -> Observation:
-    """Call `fn` (which builds the tensors and calls the API), recording warnings and exceptions as data.
-
-    An exception that `is_no_kernel` recognises as the framework saying it has no
-    kernel for this device or dtype becomes `unsupported`, with the framework's message.
-    """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        start = time.perf_counter()
-        try:
-            result = fn()
-            value, dtype, shape = to_numpy(result)
-        except Exception as exc:  # a framework's exception is data, not control flow
-            elapsed = time.perf_counter() - start
-            if isinstance(exc, ModeFallback):
-                return Observation(fallback=_first_lines(str(exc), 300), elapsed_s=elapsed)
-            if is_no_kernel(exc):
-                return Observation(unsupported=f"no kernel for this device: {type(exc).__name__}: "
-                                               f"{_first_lines(describe(exc), 300)}", elapsed_s=elapsed)
-            return Observation(exception_type=type(exc).__name__, exception_message=_first_lines(describe(exc)),
-                               warnings=_texts(caught), elapsed_s=elapsed)
-        elapsed = time.perf_counter() - start
-    return Observation(value=value, dtype=dtype, shape=shape, warnings=_texts(caught), elapsed_s=elapsed)
-
-
 class TensorCache:
     """Inputs built once per (case, device) and shared by every API of a framework."""
 
@@ -789,22 +441,7 @@ REPRODUCER_HELPERS = ("ApiCall", "layout_buffer", "layout_buffer_source", "layou
                       "script_devices", "python_repro_script", "python_docstring", "python_comment", "hex_floats",
                       "call_observed", "numpy_source", "fill_value", "construction_source")
 
-# Warnings the harness's own machinery causes during a call, not the framework's answer: JAX's
-# persistent compilation cache (adapters/jaxcache.py) warns when it meets an entry another run is
-# still writing, and compiles again.
-HARNESS_WARNINGS = re.compile(r"Error (reading|writing) persistent compilation cache entry")
-
 
 def _same_value(value: Any, default: Any) -> bool:
     """Whether a call's literal is the default (False is not 0, nor None False)."""
     return type(value) is type(default) and value == default
-
-
-def _texts(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
-    return tuple(f"{w.category.__name__}: {w.message}" for w in caught if not HARNESS_WARNINGS.match(str(w.message)))
-
-
-def _first_lines(text: str, limit: int = 600) -> str:
-    """The message as plain text (no terminal colours or control characters), cut to `limit`."""
-    text = without_escapes(text)
-    return text if len(text) <= limit else text[:limit] + " ..."
