@@ -2,7 +2,7 @@
 the reproducer prints it as source, so a reproducer makes exactly the call the run made.
 
 Owns the call's shape and its literals only: it imports no framework (it looks the API up on a module the
-adapter's load() already imported), and it never fits a call to a release (the adapter's fit_call does).
+adapter's load() already imported), and it never fits a call to a release (adapters/offer.py does).
 """
 
 from __future__ import annotations
