@@ -1,208 +1,66 @@
-"""The adapter interface one file per framework implements, and what adapters share.
+"""The adapter protocol: what one file per framework must write, and the defaults composed from it.
 
-An adapter knows nothing of the spec, tolerances or verdicts: it builds the
-framework's tensors from a case once, calls the API, and returns what it saw as an
-`Observation` (a value, or the exception exactly as raised, plus warnings).
+An adapter knows nothing of the spec, tolerances or verdicts: it builds the framework's tensors from a case
+once, calls the API, and returns what it saw as an `Observation` (a value, or the exception exactly as raised,
+plus warnings). It imports its framework in `load()` and nowhere else; this module imports none.
 
-An adapter outside this repository may use what REPRODUCER_HELPERS names to write its reproducer (they are
-public and kept); every other name starting with an underscore is private and may change.
+The protocol, what every adapter must write: the class attributes `name`, `apis` and `known_devices`; `load`
+(import the framework), `version` and `devices`; `build` (the tensors), `call` (the API call, an `ApiCall`) and
+`to_numpy` (the result back), which an adapter's own `invoke` or `run` may stand in for; `gradient` (its
+autograd; not where its APIs differentiate nothing); and `repro_source` (the reproducer's framework lines; or a
+whole `repro_script` in another language). adapters/registry.py refuses an adapter that lacks one the run needs.
+
+What an adapter may override has a default: here those composed from the protocol (`run`, `invoke`,
+`unsupported_reason`, `unsupported_part`, `repro_script`, ...), in adapters/offer.py those about the installed
+release (`OfferDefaults`). What an adapter declares and calls lives by what it is: adapters/declaration.py
+(`Api`, `Mode`), apicall.py (`ApiCall`), construction.py (a case's buffers and views), observation.py (a call
+recorded), reproducer.py (the script's text).
+
+Every name this module exports (`__all__`) is public and kept, the ones it takes from those modules included;
+REPRODUCER_HELPERS names those a reproducer is written with. Every other name starting with an underscore is
+private and may change.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
-import keyword
-import math
-import re
 import sys
-import time
-import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from conformance.core.model import EAGER, FLOAT_DTYPES, LAYOUTS, PARTS, UPSTREAM, Case, Expected, Observation
-from conformance.core.rounding import INTEGER_DTYPES
-from conformance.core.text import without_escapes
+from conformance.adapters.apicall import ApiCall
+from conformance.adapters.construction import (NUMPY_FLOATS, construction_source, fill_value, layout_buffer,
+                                               layout_buffer_source, layout_view_source, numpy_source)
+from conformance.adapters.declaration import Api, Mode
+from conformance.adapters.observation import HARNESS_WARNINGS, MissingGradient, ModeFallback, call_observed
+from conformance.adapters.offer import Offer, OfferDefaults, signature_arguments
+from conformance.adapters.reproducer import (check_script_names, hex_floats, python_comment, python_docstring,
+                                             python_repro_script, python_snippet, script_devices)
+from conformance.core.model import EAGER, Case, Expected, Observation
+
+__all__ = ["Adapter", "FrameworkUnavailable", "TensorCache", "REPRODUCER_HELPERS",
+           "Api", "Mode", "ApiCall", "Offer", "OfferDefaults", "signature_arguments",
+           "MissingGradient", "ModeFallback", "HARNESS_WARNINGS", "call_observed",
+           "NUMPY_FLOATS", "layout_buffer", "layout_buffer_source", "layout_view_source", "numpy_source", "fill_value",
+           "construction_source", "check_script_names", "script_devices", "python_comment", "python_docstring",
+           "python_repro_script", "python_snippet", "hex_floats"]
+
+# What an adapter needs to write its reproducer (docs/guide/ports.md): public, kept across releases.
+REPRODUCER_HELPERS = ("ApiCall", "layout_buffer", "layout_buffer_source", "layout_view_source", "check_script_names",
+                      "script_devices", "python_repro_script", "python_docstring", "python_comment", "hex_floats",
+                      "call_observed", "numpy_source", "fill_value", "construction_source")
 
 
 class FrameworkUnavailable(Exception):
     """The framework cannot be imported here; carries the reason for the report."""
 
 
-class MissingGradient(Exception):
-    """The framework's autograd returned no gradient (None) where the loss depends on the argument."""
-
-
-class ModeFallback(Exception):
-    """A compiled or graph mode's call ran eagerly instead (a recompile limit, a graph break, a jit that traced
-    nothing): the adapter raises it once its framework's counters show it, and the row's verdict is `fallback`,
-    never the eager answer's."""
-
-
-@dataclass(frozen=True)
-class Mode:
-    """A way of making the call other than eager that an adapter offers (torch `inductor`, paddle `to-static`).
-
-    `about` says in one line what the mode wraps the call in (`modes` lists it); `gradients` False says the mode
-    has no autograd (an exported graph run by onnxruntime), so every gradient part is unsupported with that
-    reason. The adapter reads its `mode` attribute in `invoke`, `gradient` and `repro_source`.
-    """
-
-    name: str
-    about: str
-    gradients: bool = True
-
-
-@dataclass(frozen=True)
-class Api:
-    """One API row of a framework: the dotted path a user types, and what it differentiates.
-
-    `dialect` names how the API states the loss (spec: dialects): canonical for torch's form,
-    distribution_sum for a sum over the last axis (optax, MLX), keras for Keras' probabilities.
-    `prob_input` says the API takes probabilities as input (the dialect's input space);
-    `reductions` the reduction arguments it takes, where it does not take every one.
-    """
-
-    name: str
-    grads: tuple[str, ...] = ()
-    log_target: bool = True
-    legacy_args: bool = False
-    second_order: bool = True
-    dialect: str = "canonical"
-    prob_input: bool = False
-    only_log_target: bool = False
-    reductions: tuple[str, ...] | None = None  # None: any string is passed on (unknown ones test the error path)
-    # the APIs that are one implementation (a module and the functional form it calls) name the same one, so a
-    # behaviour of both is one defect (core/defects.py); None: the API is an implementation of its own
-    implementation: str | None = None
-    # a port's API: the API of the framework it is judged like (--like, a profile's extends:) that this one
-    # mirrors; None: the API of the same name
-    mirrors: str | None = None
-
-
-@dataclass(frozen=True)
-class Offer:
-    """What the installed release of a framework offers, learnt once it is loaded (`Adapter.learn_release`).
-
-    `missing_apis`: each API the release lacks, with the reason (it is not run: no rows, one line in the
-    report). `arguments`: per API, the argument names its installed signature takes; an API absent here has a
-    signature that could not be read, and every argument is passed as before (the call itself tells).
-    `notes`: the harness's own options that degraded on this release (a compile cache left off), one line each.
-    `missing_dtypes`: each dtype of the spec the release has no tensors of, with the reason (the cases that need
-    it are unsupported, not errors). Plain strings only: the worker sends it to the parent.
-    """
-
-    release: str = ""
-    missing_apis: dict[str, str] = field(default_factory=dict)
-    arguments: dict[str, frozenset[str]] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    missing_dtypes: dict[str, str] = field(default_factory=dict)
-
-
-def signature_arguments(obj: Any) -> frozenset[str] | None:
-    """The argument names `obj` takes by name: a function's parameters, or a class's constructor's and its
-    `forward`'s (a loss object is built, then called). None where that cannot be read (a builtin without a
-    signature) or where `**kwargs` takes any name: such an API is passed every argument, as before."""
-    targets = [obj]
-    if inspect.isclass(obj):
-        targets = [obj.__init__] + [getattr(obj, m) for m in ("forward", "call") if callable(getattr(obj, m, None))]
-    names: set[str] = set()
-    for target in targets:
-        try:
-            params = inspect.signature(target).parameters.values()
-        except (TypeError, ValueError):
-            return None
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-            return None
-        names |= {p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
-    return frozenset(names - {"self"})
-
-
-_LITERALS = (str, bool, int, float, type(None))  # values a reproducer states as their repr
-
-
-@dataclass(frozen=True)
-class ApiCall:
-    """One call of a framework API, stated once: `invoke` resolves and calls it, `repro_source` prints it,
-    so a reproducer shows exactly what the run called.
-
-    `path` is the dotted name a user types, its first part the framework's module. `args` names the
-    positional arguments in the order passed: "x" the input, "t" the target (Keras takes
-    (y_true, y_pred), so ("t", "x")). `kwargs` are the call's keyword arguments. A module-style API
-    (torch.nn.KLDivLoss) is built first: `init` holds its constructor's keyword arguments, and None
-    says `path` is a function called directly. Every value is a plain literal, so text from a case
-    file (a reduction string) enters a reproducer only as its repr, never as code.
-    """
-
-    path: str
-    args: tuple[str, ...] = ("x", "t")
-    kwargs: tuple[tuple[str, Any], ...] = ()
-    init: tuple[tuple[str, Any], ...] | None = None
-
-    @classmethod
-    def function(cls, path: str, /, *args: str, **kwargs: Any) -> "ApiCall":
-        """`path(*args, **kwargs)`."""
-        return cls(path, args, tuple(kwargs.items()))
-
-    @classmethod
-    def module(cls, path: str, /, *args: str, **init: Any) -> "ApiCall":
-        """`path(**init)(*args)`: a loss object built, then called."""
-        return cls(path, args, (), tuple(init.items()))
-
-    def __post_init__(self) -> None:
-        names = [*self.path.split("."), *(k for k, _ in self.kwargs), *(k for k, _ in self.init or ())]
-        bad = [n for n in names if not n.isidentifier() or keyword.iskeyword(n)]
-        if bad or not set(self.args) <= {"x", "t"}:
-            raise ValueError(f"not a plain call: {self.path} {self.args} (names {bad})")
-        for name, value in (*self.kwargs, *(self.init or ())):
-            if type(value) not in _LITERALS or (type(value) is float and not math.isfinite(value)):
-                raise ValueError(f"{name}={value!r} is not a literal a reproducer can state")
-
-    @property
-    def root(self) -> str:
-        """The framework module the path starts from ("torch")."""
-        return self.path.split(".")[0]
-
-    def resolve(self) -> Callable[..., Any]:
-        """The API object, found by attribute lookup on the already imported framework module."""
-        first, *rest = self.path.split(".")
-        obj = sys.modules.get(first)
-        if obj is None:
-            raise RuntimeError(f"{first} is not imported: the adapter's load() imports it before any call")
-        for name in rest:
-            obj = getattr(obj, name)
-        return obj
-
-    def bound(self) -> Callable[[Any, Any], Any]:
-        """The call as a function of (input, target), a module-style API built once (autodiff may call it
-        again and again)."""
-        fn = self.resolve()
-        if self.init is not None:
-            fn = fn(**dict(self.init))
-        kwargs = dict(self.kwargs)
-        return lambda x, t: fn(*({"x": x, "t": t}[name] for name in self.args), **kwargs)
-
-    def apply(self, x: Any, t: Any) -> Any:
-        """Make the call on the input `x` and target `t`."""
-        return self.bound()(x, t)
-
-    def source(self) -> str:
-        """The call as Python source, on variables named x and t, each value as its repr."""
-        def keywords(pairs):
-            return [f"{name}={value!r}" for name, value in pairs]
-        call = ", ".join([*self.args, *keywords(self.kwargs)])
-        if self.init is None:
-            return f"{self.path}({call})"
-        return f"{self.path}({', '.join(keywords(self.init))})({call})"
-
-
-class Adapter:
-    """Base class of the framework adapters; subclasses fill in the class attributes and methods."""
+class Adapter(OfferDefaults):
+    """Base class of the framework adapters: a subclass fills in the class attributes and the methods under
+    "Must write"; every other method has a default it may override (and OfferDefaults adds those about the
+    installed release)."""
 
     name: ClassVar[str]
     apis: ClassVar[tuple[Api, ...]]
@@ -230,14 +88,6 @@ class Adapter:
     # source), so `invoke`, `gradient` and `repro_source` keep their signatures.
     mode: str = EAGER
 
-    # What the installed release offers (Offer): set once loaded (the worker's learn_release, sent to the
-    # parent); None before, when every API is taken as present and every argument is passed.
-    offer: Offer | None = None
-    # The value an optional argument has when a call leaves it out, in every release: a call whose release
-    # lacks the argument leaves it out at this value (Paddle 2.6's kl_div has no log_target; False is its
-    # behaviour), and a case that needs another value is unsupported on that release.
-    argument_defaults: ClassVar[dict[str, Any]] = {"log_target": False}
-
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every adapter's `call` is fitted to the installed release (`fit_call`), wherever it is called from:
         the run, its compiled modes and the reproducer then make one and the same call."""
@@ -250,106 +100,58 @@ class Adapter:
             call.fits_release = True
             cls.call = call
 
-    def mode_unavailable(self, mode: str) -> str | None:
-        """Why `mode` cannot run here (a package it needs is not installed), or None; called after `load`."""
-        return None
-
-    def release(self) -> str:
-        """The framework and its installed release in words ("paddle 2.6.2"), for the reasons given."""
-        return f"{self.name} {str(self.version()).split(' ')[0]}"
-
-    def api_object(self, api: Api) -> tuple[Any, str | None]:
-        """The installed object of `api` and None, or None and why it is missing. An API whose dotted path starts
-        with the adapter's own name (the framework's module) is looked up attribute by attribute; any other
-        (R torch's, a stand-in's) is taken as present, with no object."""
-        first, *rest = api.name.split(".")
-        obj = sys.modules.get(first) if first == self.name and rest else None
-        if obj is None:
-            return None, None
-        for depth, name in enumerate(rest, 1):
-            dotted = ".".join([first, *rest[:depth]])
-            try:
-                obj = getattr(obj, name)
-            except Exception:  # AttributeError: a submodule not imported yet (mlx.nn), or none in this release
-                try:
-                    obj = importlib.import_module(dotted)
-                except Exception:
-                    return None, f"{self.release()} has no {dotted}"
-        return obj, None
-
-    def api_unavailable(self, api: Api) -> str | None:
-        """Why the installed release has no `api` (it is not run, with this reason), or None; called after `load`.
-        The default looks its path up (`api_object`); an adapter may say more (where the API went)."""
-        return self.api_object(api)[1]
-
-    def dtype_unavailable(self, dtype: str) -> str | None:
-        """Why the installed release cannot make a tensor of `dtype` at all (it has no such dtype), or None;
-        called after `load`. A dtype an API or a device refuses is the call's to tell, not this."""
-        return None
-
-    def api_arguments(self, api: Api) -> frozenset[str] | None:
-        """The argument names the installed `api` takes (read from its signature), or None where unknown."""
-        obj, _ = self.api_object(api)
-        return None if obj is None else signature_arguments(obj)
-
-    def degraded(self, note: str) -> None:
-        """Record that one of the harness's own options could not be used on this release (run.json `notes`)."""
-        self.__dict__.setdefault("_notes", []).append(note)
-
-    def learn_release(self) -> Offer:
-        """What the loaded release offers (`offer`): the APIs it lacks, the arguments of those it has, the
-        harness options that degraded. Called once after `load`, before any call."""
-        missing = {api.name: str(why) for api in self.apis if (why := self.api_unavailable(api))}
-        arguments = {api.name: args for api in self.apis if api.name not in missing
-                     and (args := self.api_arguments(api)) is not None}
-        dtypes = {dtype: str(why) for dtype in (*FLOAT_DTYPES, *INTEGER_DTYPES)
-                  if (why := self.dtype_unavailable(dtype))}
-        self.offer = Offer(self.release(), missing, arguments, tuple(self.__dict__.get("_notes", ())), dtypes)
-        return self.offer
-
-    def fit_call(self, call: Any, api: Api) -> Any:
-        """`call` as the installed release takes it: an argument the release's `api` lacks is left out where the
-        case asks for its default value (`argument_defaults`), which is what the release computes without it."""
-        known = self.offer.arguments.get(api.name) if self.offer is not None else None
-        if known is None or not isinstance(call, ApiCall):
-            return call
-
-        def kept(pairs):
-            return tuple((k, v) for k, v in pairs if k in known or k not in self.argument_defaults
-                         or not _same_value(v, self.argument_defaults[k]))
-        return ApiCall(call.path, call.args, kept(call.kwargs), None if call.init is None else kept(call.init))
-
-    def missing_argument(self, case: Case, api: Api) -> str | None:
-        """Why the installed release cannot make `case`'s call: an argument it needs that the release's `api`
-        does not take (at a value other than the default), or None."""
-        known = self.offer.arguments.get(api.name) if self.offer is not None else None
-        if known is None:
-            return None
-        call = self.call(case, api)
-        if not isinstance(call, ApiCall):
-            return None
-        for name, value in (*call.kwargs, *(call.init or ())):
-            if name not in known:
-                return f"{self.offer.release}'s {api.name} has no argument {name} (the case needs {name}={value!r})"
-        return None
+    # What every adapter must write (the protocol): each raises NotImplementedError here.
 
     def load(self) -> None:
         """Import the framework; raise FrameworkUnavailable(reason) when it cannot be."""
         raise NotImplementedError
 
-    def close(self) -> None:
-        """End what `load` started outside this process (R torch's R); the worker calls it when the run is done."""
-
     def version(self) -> str:
+        """The framework's installed version, as the framework states it ("2.13.0+cpu")."""
         raise NotImplementedError
 
     def devices(self) -> tuple[str, ...]:
         """The devices present on this machine, a subset of `known_devices`."""
         raise NotImplementedError
 
+    def build(self, case: Case, device: str) -> tuple[Any, Any]:
+        """The framework's (input, target) tensors for `case` on `device`, in the case's layout."""
+        raise NotImplementedError
+
+    def call(self, case: Case, api: Api) -> ApiCall:
+        """The call `api` makes for `case`: what `invoke` runs and what the reproducer shows."""
+        raise NotImplementedError
+
+    def to_numpy(self, result: Any) -> tuple[np.ndarray, str, tuple[int, ...]]:
+        """The raw result as (float64 values, dtype name, shape)."""
+        raise NotImplementedError
+
+    def gradient(self, case: Case, api: Api, device: str, part: str) -> Any:
+        """The framework's own autograd gradient for `part` ("grad_input" or "grad_target"), with the
+        upstream gradient `model.upstream_gradient(result shape)`; None if the framework gives none."""
+        raise NotImplementedError
+
+    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+        """Python lines, for a standalone script, that turn the float64 arrays `x_values` and
+        `t_values` into the framework's tensors, call `api` (and its autograd for a gradient
+        part, with `upstream(shape)` as the upstream gradient) and leave a float64 NumPy
+        array in `result` (and the framework's dtype name, as the run records it, in `result_dtype` where
+        they can). They may import only the framework and NumPy. The API call itself is
+        `self.call(case, api).source()`, so the reproducer makes the call the run made."""
+        raise NotImplementedError
+
+    # What an adapter may override: each has a default, most of them composed from the methods above.
+
+    def close(self) -> None:
+        """End what `load` started outside this process (R torch's R); the worker calls it when the run is done."""
+
     def device_name(self, device: str) -> str:
         """A human name for the device (the GPU model, the CPU)."""
         return device
+
+    def mode_unavailable(self, mode: str) -> str | None:
+        """Why `mode` cannot run here (a package it needs is not installed), or None; called after `load`."""
+        return None
 
     def unsupported_reason(self, case: Case, api: Api) -> str | None:
         """Why `api` cannot express `case`, or None: the default covers the shared API traits."""
@@ -385,28 +187,11 @@ class Adapter:
             return f"{api.name} has no double backward"
         return None
 
-    def build(self, case: Case, device: str) -> tuple[Any, Any]:
-        """The framework's (input, target) tensors for `case` on `device`, in the case's layout."""
-        raise NotImplementedError
-
-    def call(self, case: Case, api: Api) -> ApiCall:
-        """The call `api` makes for `case`: what `invoke` runs and what the reproducer shows."""
-        raise NotImplementedError
-
     def invoke(self, case: Case, api: Api, inputs: tuple[Any, Any]) -> Any:
         """Call `api` on already built inputs and return the framework's raw result: by default the
         adapter's `call`, made as stated (an adapter wraps this in what its framework needs around it)."""
         x, t = inputs
         return self.call(case, api).apply(x, t)
-
-    def to_numpy(self, result: Any) -> tuple[np.ndarray, str, tuple[int, ...]]:
-        """The raw result as (float64 values, dtype name, shape)."""
-        raise NotImplementedError
-
-    def gradient(self, case: Case, api: Api, device: str, part: str) -> Any:
-        """The framework's own autograd gradient for `part` ("grad_input" or "grad_target"), with the
-        upstream gradient `model.upstream_gradient(result shape)`; None if the framework gives none."""
-        raise NotImplementedError
 
     def is_no_kernel(self, exc: Exception) -> bool:
         """Whether `exc` is the framework saying it has no kernel for this device or dtype."""
@@ -417,14 +202,20 @@ class Adapter:
         before it in the process (so one call gives one message in any run, shard or baseline)."""
         return str(exc)
 
-    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
-        """Python lines, for a standalone script, that turn the float64 arrays `x_values` and
-        `t_values` into the framework's tensors, call `api` (and its autograd for a gradient
-        part, with `upstream(shape)` as the upstream gradient) and leave a float64 NumPy
-        array in `result` (and the framework's dtype name, as the run records it, in `result_dtype` where
-        they can). They may import only the framework and NumPy. The API call itself is
-        `self.call(case, api).source()`, so the reproducer makes the call the run made."""
-        raise NotImplementedError
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        """Forward: build (once per case and device), invoke, convert. Gradients: the framework's autograd.
+        Exceptions come back as data; a None gradient is a MissingGradient observation, a ModeFallback one a
+        fallback observation."""
+        if part == "forward":
+            return call_observed(lambda: self.invoke(case, api, self._cache.get(case, device, self.build)),
+                                 self.to_numpy, self.is_no_kernel, self.describe_exception)
+
+        def grad():
+            value = self.gradient(case, api, device, part)
+            if value is None:
+                raise MissingGradient(f"{api.name} returned no gradient (None) for {part}")
+            return value
+        return call_observed(grad, self.to_numpy, self.is_no_kernel, self.describe_exception)
 
     def repro_script(self, case: Case, api: Api, device: str, part: str, about: tuple[str, ...],
                      expected: Expected, recorded: str = "a value") -> tuple[str, str]:
@@ -448,27 +239,7 @@ class Adapter:
         check_script_names(case, device, part, self.known_devices)
         return python_snippet(self.repro_source(case, api, device, part), case, part, expected)
 
-    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
-        """Forward: build (once per case and device), invoke, convert. Gradients: the framework's autograd.
-        Exceptions come back as data; a None gradient is a MissingGradient observation, a ModeFallback one a
-        fallback observation."""
-        if part == "forward":
-            return call_observed(lambda: self.invoke(case, api, self._cache.get(case, device, self.build)),
-                                 self.to_numpy, self.is_no_kernel, self.describe_exception)
-
-        def grad():
-            value = self.gradient(case, api, device, part)
-            if value is None:
-                raise MissingGradient(f"{api.name} returned no gradient (None) for {part}")
-            return value
-        return call_observed(grad, self.to_numpy, self.is_no_kernel, self.describe_exception)
-
-    @property
-    def _cache(self) -> "TensorCache":
-        cache = self.__dict__.get("_tensor_cache")
-        if cache is None:
-            cache = self.__dict__["_tensor_cache"] = TensorCache()
-        return cache
+    # What the class attributes declare, read by the run; an adapter has no need to override these.
 
     def carried_profile(self) -> Path | dict | None:
         """The profile the adapter carries (`profile`), a relative path taken from its module's folder."""
@@ -499,273 +270,12 @@ class Adapter:
                 return api
         raise KeyError(name)
 
-
-def layout_buffer(array: np.ndarray, layout: str,
-                  swap: Callable[[Any], Any] = lambda t: t.transpose(-1, -2)) -> tuple[np.ndarray, Callable[[Any], Any]]:
-    """A C-contiguous buffer and the view to take of it so the view holds `array` in `layout`.
-
-    transposed: the buffer holds the last two axes swapped and the view, `swap`, swaps
-    them back (each framework passes its own swap of the last two axes).
-    strided: the buffer doubles the last axis and the view takes every other element.
-    """
-    if layout == "contiguous":
-        return np.array(array, order="C"), lambda t: t  # not ascontiguousarray: it makes 0-d arrays 1-d
-    if layout == "transposed":
-        return np.ascontiguousarray(np.swapaxes(array, -1, -2)), swap
-    if layout == "strided":
-        buffer = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), dtype=array.dtype)
-        buffer[..., ::2] = array
-        return buffer, lambda t: t[..., ::2]
-    raise ValueError(f"unknown layout {layout!r}")
-
-
-def layout_buffer_source(name: str, layout: str) -> str:
-    """Python source for the buffer `layout_buffer` builds from the NumPy array called `name` (a
-    reproducer's own variable), for the reproducer to take the same view of."""
-    if layout == "transposed":
-        return f"np.ascontiguousarray(np.swapaxes({name}, -1, -2))"
-    if layout == "strided":
-        return f"np.repeat({name}, 2, axis=-1)"  # every other element of the view is the value
-    return f"np.array({name}, order='C')"
-
-
-def layout_view_source(expr: str, layout: str, swap: str = "{}.transpose(-1, -2)") -> str:
-    """Python source for the view `layout_buffer` takes of the tensor `expr` built from `layout_buffer_source`'s
-    buffer: `swap` (a format string of `expr`) swaps the last two axes back for transposed, every other element
-    of the last axis for strided."""
-    if layout == "transposed":
-        return swap.format(expr)
-    if layout == "strided":
-        return f"{expr}[..., ::2]"
-    if layout == "contiguous":
-        return expr
-    raise ValueError(f"unknown layout {layout!r}")
-
-
-NUMPY_FLOATS = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
-
-
-def numpy_source(buffer: np.ndarray, dtype: str) -> np.ndarray:
-    """The NumPy array a case of construction `from=numpy,inferred` hands its framework: `buffer` (float64, the
-    case's values) in the case's own dtype, so the framework infers that dtype from the array (spec:
-    dtypes.inferred.numpy_array)."""
-    return np.asarray(buffer).astype(NUMPY_FLOATS[dtype])
-
-
-def fill_value(buffer: np.ndarray) -> float:
-    """The one value a fill factory (`full(shape, value)`) is given to make `buffer`: its only element, or 0.0
-    for an empty one. A buffer of several values has no fill (the generator gives a factory none)."""
-    flat = np.asarray(buffer, dtype=np.float64).reshape(-1)
-    if flat.size == 0:
-        return 0.0
-    if np.unique(flat.view(np.uint64)).size > 1:
-        raise ValueError("a fill factory makes one value; this tensor holds several")
-    return float(flat[0])
-
-
-def construction_source(name: str, values: np.ndarray, case: Case, dtype: str) -> str:
-    """Python source for what a reproducer hands the framework's constructor for the case's construction, from
-    its NumPy array `name` holding `values` (in the case's layout): the buffer `layout_buffer_source` makes
-    (from=numpy), that buffer in the case's dtype (from=numpy,inferred), its nested lists of Python floats
-    (from=list: `.tolist()`, a bare float for a 0-d one), or the shape and the value of a fill (from=factory:
-    "(3, 0), float.fromhex(...)", both literals)."""
-    made = case.construction
-    buffer = layout_buffer_source(name, case.layout)
-    if made.source == "list":
-        return f"{buffer}.tolist()"
-    if made.source == "factory":
-        array, _ = layout_buffer(values, case.layout)
-        return f"{tuple(array.shape)!r}, float.fromhex({fill_value(array).hex()!r})"
-    if made.inferred:
-        return f"{buffer}.astype(np.{NUMPY_FLOATS[dtype].__name__})"
-    return buffer
-
-
-def check_script_names(case: Case, device: str, part: str, known_devices: tuple[str, ...]) -> None:
-    """Refuse names a reproducer writes as code (a dtype as `torch.float32`, a device as `mx.cpu`, a part as a
-    variable) unless each is one the harness knows: a case file or a run directory cannot put code there."""
-    names = {"dtype": (case.dtype.input, FLOAT_DTYPES + INTEGER_DTYPES), "target dtype": (case.dtype.target,
-             FLOAT_DTYPES + INTEGER_DTYPES), "layout": (case.layout, LAYOUTS), "part": (part, PARTS),
-             "device": (device, script_devices(known_devices))}
-    for what, (name, known) in names.items():
-        if type(name) is not str or name not in known:
-            raise ValueError(f"unknown {what} {name!r} for a reproducer (one of {list(known)})")
-
-
-def script_devices(known_devices: tuple[str, ...]) -> tuple[str, ...]:
-    """The device names a reproducer may be asked for: the adapter's, and the bare kind of a qualified one
-    (Keras' "tensorflow:cpu" is also "cpu", the CLI's default, which the adapter resolves itself)."""
-    return tuple(dict.fromkeys([*known_devices, *(d.rpartition(":")[2] for d in known_devices if ":" in d)]))
-
-
-def python_comment(text: str) -> str:
-    """`text` as the body of one Python comment line: everything outside printable ASCII escaped, so no line
-    break in it ends the comment."""
-    return ascii(str(text))[1:-1]
-
-
-# the reproducer's checks, which a snippet leaves out: the MissingGradient class (its docstring whatever the
-# framework's words), the test of a gradient that did not come back, and the result's dtype
-_SCAFFOLDING = re.compile(r"^(class MissingGradient\b|\s+\"\"\"[^\"]*gave no gradient|\s*if grad\w* is None:|"
-                          r"\s*raise MissingGradient\b|result_dtype = )")
-
-
-def python_snippet(source: str, case: Case, part: str, expected: Expected) -> str:
-    """`source` (repro_source's lines) as a snippet of a few lines: NumPy arrays written as decimal literals
-    (every value is exact in float64), the upstream gradient where a gradient part needs it, and the result
-    printed beside what the spec expects; the reproducer's checks (a missing gradient, the dtype) are left out."""
-    def literal(values: np.ndarray) -> str:
-        return f"np.array({np.asarray(values, dtype=np.float64).tolist()!r})"
-    lines = ["import numpy as np", "nan, inf = float('nan'), float('inf')",
-             f"x_values = {literal(case.input)}", f"t_values = {literal(case.target)}"]
-    if part != "forward":
-        lines.append("upstream = lambda s: np.asarray(1.25) if s == () else "
-                     "(0.75 + 0.125 * (np.arange(int(np.prod(s))) % 5)).reshape(s)  # spec: gradients.upstream")
-    lines += [line for line in source.split("\n") if line.strip() and not _SCAFFOLDING.match(line)]
-    if expected.error_id:
-        lines.append(f"print(result)  # the spec expects {expected.error_type} (errors.{python_comment(expected.error_id)})")
-    else:
-        shown = np.asarray(expected.value, dtype=np.float64).tolist()
-        lines.append(f"print(result)  # the spec expects {python_comment(repr(shown))[:300]}")
-    return "\n".join(lines) + "\n"
-
-
-def python_repro_script(framework: str, source: str, case: Case, about: tuple[str, ...], expected: Expected,
-                        recorded: str = "a value") -> str:
-    """A Python reproducer: the case's exact values (hex floats), the adapter's `source` lines, and the
-    result printed beside the spec's expected value, each in decimal and exact hex. It judges the result
-    itself with NumPy, by the spec's element rule (compare.py `_judge_values`), and exits as `git bisect run`
-    reads it: 1 while the run's finding (`recorded`: "a value", "a value of another dtype" or
-    "raises <type>") reproduces, 0 once the call conforms, 125 (skip) when it cannot tell. Needs only
-    the framework and NumPy; every text from outside is a literal."""
-    if expected.error_id:
-        expectation = [f"EXPECTED_ERROR, ERROR_MATCH = {expected.error_type!r}, {expected.error_match or ''!r}"
-                       f"  # spec: errors.{python_comment(expected.error_id)}",
-                       "expected = f'raises {EXPECTED_ERROR}'"]
-    else:
-        bound = expected.bound if expected.bound is not None else np.zeros(np.shape(expected.value))
-        expectation = ["EXPECTED_ERROR, ERROR_MATCH = None, ''",
-                       f"DTYPE = {expected.result_dtype!r}",
-                       f"expected = values({hex_floats(expected.value)}, {tuple(expected.shape)})",
-                       f"bound = values({hex_floats(bound)}, {tuple(expected.shape)})"]
-    title, *rest = about
-    pattern = UPSTREAM["none"]
-    return "\n".join([
-        python_docstring("\n".join([title, "", *rest[:-1], f"{rest[-1]} Needs only {framework} and numpy.", "",
-                              "Exits 1 while the run's finding reproduces, 0 once the result conforms to the spec,",
-                              "125 (git bisect's skip) when it cannot tell: the framework or NumPy fails to",
-                              "import, or the call fails otherwise than the run recorded."])),
-        "import re",
-        "import sys",
-        "",
-        "try:",
-        "    import numpy as np",
-        "except ImportError as exc:",
-        "    print('cannot tell:', exc)",
-        "    sys.exit(125)",
-        "",
-        "np.set_printoptions(precision=17)  # every digit: some divergences are in the last ones",
-        "",
-        "",
-        "def values(hexes, shape):",
-        "    return np.array([float.fromhex(h) for h in hexes], dtype=np.float64).reshape(shape)",
-        "",
-        "",
-        "def shown(a):  # decimal, then the exact hex floats",
-        "    return f'{a!r} hex {[float(v).hex() for v in np.ravel(a)]}'",
-        "",
-        "",
-        "def upstream(shape):  # the gradient flowing into the loss (spec: gradients.upstream)",
-        "    if shape == ():",
-        f"        return np.asarray({UPSTREAM['reduced']!r})",
-        f"    return ({pattern['base']!r} + {pattern['step']!r} * (np.arange(int(np.prod(shape))) % "
-        f"{pattern['period']!r})).reshape(shape)",
-        "",
-        "",
-        "def conforms(got, dtype):  # spec: tolerance.comparison: NaN/inf pattern exact, then within the bound",
-        "    if dtype not in (None, DTYPE) or got.shape != expected.shape:",
-        "        return False",
-        "    with np.errstate(invalid='ignore'):",
-        "        nonfinite = (np.isnan(got) != np.isnan(expected)) | ((np.isinf(got) | np.isinf(expected))"
-        " & (got != expected))",
-        "        finite = np.isfinite(expected)",
-        "        return not nonfinite.any() and bool((np.abs(got - expected)[finite] <= bound[finite]).all())",
-        "",
-        "",
-        "def exit_code():  # 0: conforms; 1: the run's finding reproduces; 125: cannot tell",
-        "    if raised is not None:",
-        "        if raised == EXPECTED_ERROR and re.search(ERROR_MATCH, message):",
-        "            return 0",
-        "        return 1 if RECORDED == 'raises ' + raised else 125",
-        "    if result_dtype is None and RECORDED == 'a value of another dtype':",
-        "        return 125  # the script does not see this framework's dtype",
-        "    if EXPECTED_ERROR is None and conforms(np.asarray(result, dtype=np.float64), result_dtype):",
-        "        return 0",
-        "    return 125 if RECORDED.startswith('raises ') else 1",
-        "",
-        "",
-        f"RECORDED = {recorded!r}  # what the run's call gave",
-        *expectation,
-        f"x_values = values({hex_floats(case.input)}, {tuple(case.input.shape)})",
-        f"t_values = values({hex_floats(case.target)}, {tuple(case.target.shape)})",
-        "result_dtype = raised = None",
-        "try:",
-        "\n".join("    " + line if line else "" for line in source.splitlines()),
-        "except Exception as exc:  # the framework's exception (its failing import too) is the result",
-        "    raised, message = type(exc).__name__, str(exc)",
-        "    result = f'raises {raised}: {exc}'.splitlines()[0]",
-        "try:",
-        f"    print({framework + ': '!r}, result if raised else shown(result), result_dtype or '')",
-        "    print('expected:', expected if EXPECTED_ERROR else shown(expected), '' if EXPECTED_ERROR else DTYPE)",
-        "    code = exit_code()",
-        "except Exception as exc:  # a result this script cannot read",
-        "    print('cannot tell:', type(exc).__name__, exc)",
-        "    code = 125",
-        "print({0: 'conforms to the spec', 1: 'reproduces: ' + RECORDED, 125: 'cannot tell'}[code], f'(exit {code})')",
-        "sys.exit(code)",
-        "",
-    ])
-
-
-def python_docstring(text: str) -> str:
-    """`text` as a module docstring: triple-quoted where that reads it back unchanged, else its repr, so
-    a case id or reduction from a case file (quotes, backslashes) stays inside the string."""
-    plain = all(line.isprintable() for line in text.split("\n"))
-    if plain and '"""' not in text and "\\" not in text and not text.endswith('"'):
-        return f'"""{text}\n"""'
-    return repr(text)
-
-
-def hex_floats(array) -> list[str]:
-    """The values of `array` as exact hex floats (float64, C order)."""
-    return [float(v).hex() for v in np.asarray(array, dtype=np.float64).reshape(-1)]
-
-
-def call_observed(fn: Callable[[], Any], to_numpy: Callable[[Any], tuple[np.ndarray, str, tuple[int, ...]]],
-                  is_no_kernel: Callable[[Exception], bool] = lambda exc: False,
-                  describe: Callable[[Exception], str] = str) -> Observation:
-    """Call `fn` (which builds the tensors and calls the API), recording warnings and exceptions as data.
-
-    An exception that `is_no_kernel` recognises as the framework saying it has no
-    kernel for this device or dtype becomes `unsupported`, with the framework's message.
-    """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        start = time.perf_counter()
-        try:
-            result = fn()
-            value, dtype, shape = to_numpy(result)
-        except Exception as exc:  # a framework's exception is data, not control flow
-            elapsed = time.perf_counter() - start
-            if isinstance(exc, ModeFallback):
-                return Observation(fallback=_first_lines(str(exc), 300), elapsed_s=elapsed)
-            if is_no_kernel(exc):
-                return Observation(unsupported=f"no kernel for this device: {type(exc).__name__}: "
-                                               f"{_first_lines(describe(exc), 300)}", elapsed_s=elapsed)
-            return Observation(exception_type=type(exc).__name__, exception_message=_first_lines(describe(exc)),
-                               warnings=_texts(caught), elapsed_s=elapsed)
-        elapsed = time.perf_counter() - start
-    return Observation(value=value, dtype=dtype, shape=shape, warnings=_texts(caught), elapsed_s=elapsed)
+    @property
+    def _cache(self) -> "TensorCache":
+        cache = self.__dict__.get("_tensor_cache")
+        if cache is None:
+            cache = self.__dict__["_tensor_cache"] = TensorCache()
+        return cache
 
 
 class TensorCache:
@@ -782,29 +292,3 @@ class TensorCache:
             self._tensors = build(case, device)
             self._for = (case, device)
         return self._tensors
-
-
-# What an adapter needs to write its reproducer (docs/guide/ports.md): public, kept across releases.
-REPRODUCER_HELPERS = ("ApiCall", "layout_buffer", "layout_buffer_source", "layout_view_source", "check_script_names",
-                      "script_devices", "python_repro_script", "python_docstring", "python_comment", "hex_floats",
-                      "call_observed", "numpy_source", "fill_value", "construction_source")
-
-# Warnings the harness's own machinery causes during a call, not the framework's answer: JAX's
-# persistent compilation cache (adapters/jaxcache.py) warns when it meets an entry another run is
-# still writing, and compiles again.
-HARNESS_WARNINGS = re.compile(r"Error (reading|writing) persistent compilation cache entry")
-
-
-def _same_value(value: Any, default: Any) -> bool:
-    """Whether a call's literal is the default (False is not 0, nor None False)."""
-    return type(value) is type(default) and value == default
-
-
-def _texts(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
-    return tuple(f"{w.category.__name__}: {w.message}" for w in caught if not HARNESS_WARNINGS.match(str(w.message)))
-
-
-def _first_lines(text: str, limit: int = 600) -> str:
-    """The message as plain text (no terminal colours or control characters), cut to `limit`."""
-    text = without_escapes(text)
-    return text if len(text) <= limit else text[:limit] + " ..."

@@ -16,7 +16,7 @@ size bound is not used: it needs the `filelock` package and lists the whole fold
 write, which made a first run slower with the cache than without it.
 Concurrent runs (tox -p) share a scope; an entry another run is still writing reads as
 damaged, which JAX answers by compiling again, with a warning that the adapters do not record
-as the framework's (adapters/base.py: HARNESS_WARNINGS). A JAX_COMPILATION_CACHE_DIR the user
+as the framework's (adapters/observation.py: HARNESS_WARNINGS). A JAX_COMPILATION_CACHE_DIR the user
 set is left as it is.
 """
 

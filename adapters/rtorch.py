@@ -314,7 +314,7 @@ def r_repro_script(case: Case, call: RCall, device: str, part: str, about: tuple
                    expected: Expected, recorded: str = "a value") -> str:
     """The R reproducer: the exact values (hex floats), the run's call as an R user writes it, and for a
     gradient part R torch's autograd_grad with the spec's upstream gradient. It judges the result as the
-    Python reproducers do (adapters/base.py: python_repro_script) and exits as `git bisect run` reads it."""
+    Python reproducers do (adapters/reproducer.py: python_repro_script) and exits as `git bisect run` reads it."""
     buffer = {"contiguous": "", "transposed": "$transpose(-1, -2)$contiguous()",
               "strided": "$repeat_interleave(2L, dim = -1L)"}[case.layout]
     view = {"contiguous": "", "transposed": "$transpose(-1, -2)", "strided": "[.., 1:N:2]"}[case.layout]

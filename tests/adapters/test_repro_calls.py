@@ -1,6 +1,6 @@
 """A reproducer makes the call the run made: its lines, run here, give the adapter's live observation.
 
-Each adapter states each API call once (adapters/base.py: ApiCall; R torch's RCall); this checks, on the
+Each adapter states each API call once (adapters/apicall.py: ApiCall; R torch's RCall); this checks, on the
 real framework named by --framework, that the rendered call and the live one observe the same, for a
 sample of cases per API and part (values bit for bit, or the same exception type). R torch's
 reproducers are whole R scripts, run with Rscript.

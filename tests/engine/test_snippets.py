@@ -1,4 +1,4 @@
-"""A defect's snippet (adapters/base.py: python_snippet) leaves the reproducer's checks out whatever words the
+"""A defect's snippet (adapters/reproducer.py: python_snippet) leaves the reproducer's checks out whatever words the
 adapter's MissingGradient class says: Keras's docstring ("The tape gave no gradient") stayed behind alone, an
 indented line after nothing, and the snippet was no Python."""
 
