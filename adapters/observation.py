@@ -64,7 +64,13 @@ def _texts(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
     return tuple(f"{w.category.__name__}: {w.message}" for w in caught if not HARNESS_WARNINGS.match(str(w.message)))
 
 
+# An object's address in its repr ("<function kl_div at 0x7f3a...>", Dynamo's errors name the function they
+# traced): it differs in every process, so a message that holds one would differ in every run and baseline.
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _first_lines(text: str, limit: int = 600) -> str:
-    """The message as plain text (no terminal colours or control characters), cut to `limit`."""
-    text = without_escapes(text)
+    """The message as plain text (no terminal colours or control characters, no object addresses), cut to
+    `limit`."""
+    text = ADDRESS.sub("", without_escapes(text))
     return text if len(text) <= limit else text[:limit] + " ..."

@@ -267,7 +267,7 @@ class Target:
     known file and profile deviation is scoped by.
 
     `release` is the framework's version as the run found it (a row's framework_version); `mode` how the call
-    is made: eager, or a compiled or graph mode an adapter declares (adapters/base.py `Mode`). A row's `key`
+    is made: eager, or a compiled or graph mode an adapter declares (adapters/declaration.py `Mode`). A row's `key`
     leaves the release out: a baseline compares one call across releases.
     """
 

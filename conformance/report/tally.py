@@ -49,7 +49,7 @@ SPANS = ("part", "dtype", "reduction", "log_target", "family")
 
 def split_label(label: str) -> dict[str, str]:
     """Inverse of `target_label`: the framework, api, device, mode and part of a label (a piece after the device
-    that is not a part is the mode; no mode is named a part, adapters/base.py `Mode`), and `release` where the
+    that is not a part is the mode; no mode is named a part, adapters/declaration.py `Mode`), and `release` where the
     label names one."""
     pieces = label.split(" / ")
     rest = pieces[3:]
