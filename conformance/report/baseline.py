@@ -19,6 +19,7 @@ from conformance.core.errors import ResultsError
 from conformance.core.model import Result, Verdict, key_label
 from conformance.core.scope import Scope
 from conformance.report.baselinefile import BaselineRow, Key, check_baseline_draw, load_baseline, row_state
+from conformance.report.mdtext import cell, code  # the same escaping as the rest of report.md
 
 
 def _checked(state: tuple[str, str]) -> bool:
@@ -158,7 +159,6 @@ class BaselineComparison:
 
 
 def render_baseline_markdown(diff: BaselineDiff, listed: int = 200) -> list[str]:
-    from conformance.report.markdown import cell, code  # the same escaping as the rest of report.md
 
     out = ["## Against the baseline", "",
            f"Baseline {code(diff.baseline)}: {len(diff.new)} new divergences, {len(diff.fixed)} fixed, "

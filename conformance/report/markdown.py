@@ -11,7 +11,6 @@ is what makes merging runs from several machines sound.
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 from collections import Counter
@@ -20,9 +19,10 @@ from typing import Any, Callable, Sequence
 from conformance.core.known import EntryAudit
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.rundirs import DIVERGENCES_FILE
-from conformance.core.text import without_mentions
 from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, shown, title
+from conformance.report.example import MESSAGE, VALUES, render_example
 from conformance.report.gaps import mode_gaps, release_gaps
+from conformance.report.mdtext import CELL as _CELL, cell as _cell, code as _code, cut as _cut
 from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
 from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_label, join_framework, split_label
 
@@ -31,10 +31,7 @@ _BUDGET = REPORT_LIMIT - 1_536  # what the parts may fill together; the rest is 
 # the most characters each part but the divergences may take; the divergences' sections get what is left
 _PART_BUDGETS = {"defects": 16_000, "provenance": 8_000, "summary": 12_000, "families": 12_000, "known": 4_000,
                  "warnings": 4_000, "baseline": 6_000, "releases": 10_000}
-_CELL = 160  # characters of a row's text shown in one cell of report.md
-_MESSAGE = 400  # characters of the worked example's message
 _LISTED_CELL = 600  # characters of a row's text in one cell of divergences.md
-_VALUES = 6  # values shown per span and per array preview
 _LINK = f"[{DIVERGENCES_FILE}]({DIVERGENCES_FILE})"
 _RELEASE_LISTS = (5, 2, 0)  # calls listed per kind in report.md's "Changed between releases", the most that fit
 _RELEASE_LISTED = 500  # calls listed per kind in divergences.md
@@ -401,8 +398,8 @@ def _section(tally: Tally, key: tuple[str, str], run_info: dict[str, Any], detai
                 f"{_cell(r.device)}{'' if r.mode == EAGER else ', mode ' + _cell(r.mode)}, part {_cell(r.part)}, "
                 f"{_cell(r.dtype)}, reduction {_cell(r.reduction)}, "
                 f"log_target {int(r.log_target)}.", ""]
-    out += _example(detail, r.message)
-    out += [f"- message: {_cell(r.message, _MESSAGE) or '-'}",
+    out += render_example(detail, r.message)
+    out += [f"- message: {_cell(r.message, MESSAGE) or '-'}",
             f"- reproduce: {_reproduce(repro_command(r, run_info))}", ""]
     return out
 
@@ -412,117 +409,7 @@ def _reproduce(command: str) -> str:
     return _code(command) if len(command) <= _LISTED_CELL else f"too long to show here: see {_LINK}"
 
 
-def _example(detail: dict[str, Any] | None, message: str) -> list[str]:
-    """The worked example's inputs and its result against the expected one, from its line of details.jsonl: at
-    the element the judge's `message` names as the worst (or first) where it is among the values kept, else at
-    the furthest of those."""
-    if detail is None:
-        return ["- inputs: not in details.jsonl"]
-    out = [f"- {name}: {_preview(detail[name], detail.get('dtype') if name == 'input' else None)}"
-           for name in ("input", "target") if isinstance(detail.get(name), dict)]
-    got, expected = detail.get("got"), detail.get("expected")
-    if isinstance(got, dict) and isinstance(expected, dict):
-        if got["shape"] != expected["shape"]:
-            out.append(f"- got shape {_shape(got)} against expected shape {_shape(expected)}: got "
-                       f"{_values_of(got)}, expected {_values_of(expected)}")
-        else:
-            named = _named_element(message, got["shape"], got["values"], expected["values"])
-            worst = named if named is not None else _worst(got["values"], expected["values"])
-            if worst is None:
-                out.append(f"- got {_values_of(got)}, expected {_values_of(expected)}")
-            elif not got["shape"]:
-                out.append(f"- got {_exact(got['values'][0])} against expected {_exact(expected['values'][0])}")
-            else:
-                where = _index(worst, got["shape"])
-                which = ("the one the message names" if named is not None else "the furthest "
-                         + (f"of the first {len(got['values'])} elements" if got.get("truncated") else "element"))
-                out.append(f"- got {_exact(got['values'][worst])} against expected "
-                           f"{_exact(expected['values'][worst])} at element {where}, {which}")
-    elif isinstance(expected, dict):
-        out.append(f"- expected {_shape(expected)}: {_values_of(expected)}")
-    elif isinstance(got, dict):
-        out.append(f"- got {_shape(got)}: {_values_of(got)}")
-    for name, label in (("expected_error", "expected error"), ("raised", "raised")):
-        if detail.get(name):
-            out.append(f"- {label}: {_cell(detail[name], _MESSAGE)}")
-    return out
-
-
-def _preview(a: dict[str, Any], dtype: Any) -> str:
-    return f"shape {_shape(a)}" + (f", {_cell(dtype, 40)}" if dtype else "") + f": {_values_of(a)}"
-
-
-def _shape(a: dict[str, Any]) -> str:
-    return "(" + ", ".join(str(n) for n in a["shape"]) + ("," if len(a["shape"]) == 1 else "") + ")"
-
-
-def _values_of(a: dict[str, Any]) -> str:
-    values = a["values"]
-    size = math.prod(a["shape"])
-    text = ", ".join(_number(v) for v in values[:_VALUES])
-    return f"[{text}" + (f", ... ({size} values)]" if size > _VALUES else "]")
-
-
-def _number(v: Any) -> str:
-    """A value of details.jsonl as text: a number in short form, or nan / inf / -inf as written there."""
-    return _cell(v, 12) if isinstance(v, str) else f"{v:.6g}"
-
-
-def _exact(v: Any) -> str:
-    """A value of details.jsonl as text, every digit of it (the float64 that was recorded)."""
-    return _cell(v, 12) if isinstance(v, str) else repr(float(v))
-
-
-def _as_float(v: Any) -> float:
-    return float(v) if isinstance(v, str) else v
-
-
-_NAMED = re.compile(r"\b(?:worst|first) \[([0-9, ]*)\]:")
-
-
-def _named_element(message: str, shape: list[int], got: list, expected: list) -> int | None:
-    """The flat index of the element the judge's message names (`worst [i, j]:`, `first [i]:`), where it is among
-    the values kept and they differ there; else None."""
-    found = _NAMED.search(message)
-    if found is None:
-        return None
-    index = [int(i) for i in found[1].replace(" ", "").split(",") if i]
-    if len(index) != len(shape) or not all(0 <= i < n for i, n in zip(index, shape)):
-        return None
-    flat = 0
-    for i, n in zip(index, shape):
-        flat = flat * n + i
-    if flat >= min(len(got), len(expected)) or _worst([got[flat]], [expected[flat]]) is None:
-        return None
-    return flat
-
-
-def _worst(got: list, expected: list) -> int | None:
-    """The flat index of the element where `got` is furthest from `expected` (NaN or inf against anything else
-    counts as furthest), or None when they agree on every element shown."""
-    worst, distance = None, 0.0
-    for i, (g, e) in enumerate(zip(got, expected)):
-        g, e = _as_float(g), _as_float(e)
-        if math.isnan(g) and math.isnan(e) or g == e:
-            continue
-        d = abs(g - e) if math.isfinite(g) and math.isfinite(e) else math.inf
-        if worst is None or d > distance:
-            worst, distance = i, d
-    return worst
-
-
-def _index(flat: int, shape: list[int]) -> str:
-    """A flat index as an index into an array of `shape` (C order), as NumPy prints one."""
-    if not shape:
-        return "()"
-    index = []
-    for n in reversed(shape):
-        index.append(flat % n if n else 0)
-        flat //= n if n else 1
-    return "(" + ", ".join(str(i) for i in reversed(index)) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _values(counts: Counter, shown: int = _VALUES) -> str:
+def _values(counts: Counter, shown: int = VALUES) -> str:
     """A span as its values, most frequent first, with their counts; past `shown`, the rest counted."""
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     text = ", ".join(f"{_cell(_cut(v, 80))} ({n})" for v, n in top[:shown])
@@ -589,32 +476,3 @@ def shell_word(word: str) -> str:
     escaped = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
     return "$'" + "".join(escaped.get(c) or (f"\\u{ord(c):04x}" if _UNPRINTABLE.match(c) else c)
                           for c in word) + "'"
-
-
-# Characters that can start HTML, an entity, a link or image, code or emphasis, or end a table cell; a backslash
-# makes each one literal. Underscores stay as they are, so names such as not_run read as written.
-_MARKUP = re.compile(r"([\\`*\[\]<>|&!])")
-_LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]")
-
-
-def _cut(text: object, limit: int) -> str:
-    """`text` up to `limit` characters, marked where it was cut."""
-    text = str(text)
-    return text if len(text) <= limit else text[:limit] + " ..."
-
-
-def _cell(text: object, limit: int = _CELL) -> str:
-    """Text from a row, spec or known file as plain text in one table cell: no markup, no link, no mention, no
-    new row; cut to `limit` characters."""
-    return without_mentions(_MARKUP.sub(r"\\\1", _LINE_BREAKS.sub(" ", _cut(text, limit))))
-
-
-def _code(text: object) -> str:
-    """Text as one code span in a table cell, whatever backticks, bars or line breaks it holds."""
-    body = _LINE_BREAKS.sub(" ", str(text)).replace("|", "\\|")
-    fence = "`" * (max((len(run) for run in re.findall("`+", body)), default=0) + 1)
-    pad = " " if body.startswith("`") or body.endswith("`") or body.startswith(" ") else ""
-    return f"{fence}{pad}{body}{pad}{fence}"
-
-
-cell, code = _cell, _code  # for the other parts of report.md (report.baseline)
