@@ -1,9 +1,9 @@
-"""Reads and writes a run directory: results.jsonl (a public format), run.json, atomic files.
+"""Reads and writes a run directory: results.jsonl (a public format), details.jsonl, run.json.
 
 results.jsonl is append-only and flushed once per case (the runner calls `flush` after a
 case's rows), so a run stopped at any moment leaves every finished case's rows readable;
-a last line cut short is dropped on --resume. Reports and other files are written to a
-temporary file and renamed into place, so none is ever half-written.
+a last line cut short is dropped on --resume. run.json and what is rewritten whole go through
+core/atomicfile.py, so none is ever half-written.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import math
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from conformance.core.atomicfile import write_atomic
 from conformance.core.errors import ResultsError
 from conformance.core.defects import DEFECT_ID
 from conformance.core.model import FORMAT_VERSION, PARTS, RESULT_FIELDS, STRICT_JSON, Result, Verdict
@@ -419,64 +419,3 @@ def check_manifest(manifest: dict[str, Any], shown: str, where: str | None = Non
         if name in fields and not ok(fields[name]):
             raise ResultsError(f"field {place!r} holds {_shown(fields[name])}, not {wanted}", file=shown,
                                where=", ".join(filter(None, (where, place))), fix="regenerate the run")
-
-
-def write_lines_atomic(path: Path, lines: Iterable[str]) -> None:
-    """Stream lines into a temporary file beside `path`, then rename it into place; memory stays flat."""
-    with AtomicLines(path) as f:
-        for line in lines:
-            f.write(line)
-
-
-class AtomicLines:
-    """A file written piece by piece into a temporary file beside `path`, and renamed into place when the
-    `with` block ends without an error (else removed): no reader ever sees it half-written."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        fd, self._tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file is a report like the others
-            self._file = os.fdopen(fd, "w", encoding="utf-8")
-        except BaseException:
-            os.close(fd)
-            Path(self._tmp).unlink(missing_ok=True)
-            raise
-
-    def write(self, text: str) -> None:
-        self._file.write(text)
-
-    def __enter__(self) -> "AtomicLines":
-        return self
-
-    def __exit__(self, exc_type, *exc) -> None:
-        try:
-            self._file.close()
-            if exc_type is None:
-                os.replace(self._tmp, self.path)
-        finally:
-            Path(self._tmp).unlink(missing_ok=True)  # gone already once renamed
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it into place: no reader sees it half-written."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp makes 0600; the file is a report like the others
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)  # gone already once renamed
-
-
-def _umask() -> int:
-    """The process's umask (reading it means setting it; the parent is single-threaded)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it into place."""
-    write_lines_atomic(path, (text,))

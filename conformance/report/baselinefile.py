@@ -19,8 +19,8 @@ from typing import Any, Iterable
 
 from conformance.core.errors import ResultsError, UsageError
 from conformance.core.model import PARTS, Result, Verdict, key_label
-from conformance.core.results import (CASE_DIGEST, MAX_LINE_BYTES, MODE_NAME, RESULTS_FILE, is_present, iter_results,
-                                      write_bytes_atomic)
+from conformance.core.atomicfile import write_bytes_atomic
+from conformance.core.results import CASE_DIGEST, MAX_LINE_BYTES, MODE_NAME, RESULTS_FILE, is_present, iter_results
 from conformance.core.rundirs import other_spec
 from conformance.core.text import terminal_line
 

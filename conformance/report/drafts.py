@@ -20,7 +20,7 @@ import yaml
 
 from conformance.core.known import KnownFindings
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec
-from conformance.core.results import write_atomic
+from conformance.core.atomicfile import write_atomic
 from conformance.core.rundirs import REPRO_DIR, iter_rows, script_name, snippet_name
 from conformance.core.text import without_mentions
 from conformance.core.upstream import UpstreamIssue

@@ -21,7 +21,7 @@ from typing import IO, Iterator
 from xml.sax.saxutils import escape, quoteattr
 
 from conformance.core.model import EAGER, Result
-from conformance.core.results import write_lines_atomic
+from conformance.core.atomicfile import write_lines_atomic
 
 _NOT_XML = re.compile(r"[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd]")
 KINDS = ("failures", "errors", "skipped")

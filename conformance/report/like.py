@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from conformance.core.model import Result
-from conformance.core.results import DETAIL_KEYS, RESULTS_FILE, iter_details, iter_results, write_lines_atomic
+from conformance.core.atomicfile import write_lines_atomic
+from conformance.core.results import DETAIL_KEYS, RESULTS_FILE, iter_details, iter_results
 from conformance.core.rundirs import iter_rows
 from conformance.core.text import terminal_line
 

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from conformance.core.results import write_atomic, write_lines_atomic
+from conformance.core.atomicfile import write_atomic, write_lines_atomic
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
@@ -27,7 +27,7 @@ def test_atomic_files_honour_the_umask(tmp_path, umask, mode):
 def test_a_file_cut_short_by_an_error_is_never_seen(tmp_path):
     """An error while the rows are written (a merge meeting a damaged run) leaves the old file as it was,
     and no temporary file beside it."""
-    from conformance.core.results import AtomicLines
+    from conformance.core.atomicfile import AtomicLines
 
     (tmp_path / "results.jsonl").write_text("old\n")
     with pytest.raises(RuntimeError):
