@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 import json
-import math
 from collections import defaultdict
-from itertools import product
 from typing import Any, Iterable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.results import detail_matcher
 from conformance.report.defects import UNDOCUMENTED, title
 from conformance.report.gaps import mode_gaps, release_gaps
+from conformance.report.htmlvalues import array_html, differing, escape, readable, shape_text, worst_text
 from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.releases import KINDS, call_text, release_pairs, seen_text
@@ -129,9 +127,9 @@ def _defects(tally: Tally) -> list[str]:
     out = [f"<h2 id='defects'>{n} undocumented defect{'' if n == 1 else 's'}</h2>",
            "<table class='defects'><tr><th>status</th><th>defect</th><th>what it does</th><th>rows</th>"
            "<th>where it shows</th><th>example</th></tr>"]
-    out += [f"<tr class='{_e(d.status)}'><td>{_e(d.status)}</td><td><code>{_e(d.id)}</code></td>"
-            f"<td>{_e(title(d, spec))}</td><td>{d.rows}</td><td>{_e(d.where())}</td>"
-            f"<td><code>{_e(d.example.case_id)}</code> {_e(d.example.api)} {_e(d.example.part)}</td></tr>"
+    out += [f"<tr class='{escape(d.status)}'><td>{escape(d.status)}</td><td><code>{escape(d.id)}</code></td>"
+            f"<td>{escape(title(d, spec))}</td><td>{d.rows}</td><td>{escape(d.where())}</td>"
+            f"<td><code>{escape(d.example.case_id)}</code> {escape(d.example.api)} {escape(d.example.part)}</td></tr>"
             for d in found]
     return out + ["</table>"]
 
@@ -140,33 +138,29 @@ def _key(r: Result) -> tuple:
     return (*r.key, r.framework_version)  # results.DETAIL_KEYS' values, then the release
 
 
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
 def _provenance(manifests, tally: Tally) -> list[str]:
     out = ["<table id='provenance'><tr><th>framework</th><th>version</th><th>status</th><th>cases</th>"
            "<th>seed</th><th>shard</th><th>python</th><th>numpy</th><th>spec</th><th>harness</th></tr>"]
     for m in manifests:
         status = m.get("status", "?") + (f": {m['reason']}" if m.get("reason") else "")
-        out.append("<tr>" + "".join(f"<td>{_e(m.get(k, '-'))}</td>" for k in ("framework", "framework_version"))
-                   + f"<td>{_e(status)}</td>"
-                   + "".join(f"<td>{_e(m.get(k) if m.get(k) is not None else '-')}</td>"
+        out.append("<tr>" + "".join(f"<td>{escape(m.get(k, '-'))}</td>" for k in ("framework", "framework_version"))
+                   + f"<td>{escape(status)}</td>"
+                   + "".join(f"<td>{escape(m.get(k) if m.get(k) is not None else '-')}</td>"
                              for k in ("cases", "seed", "shard", "python_version", "numpy_version", "spec_hash",
                                        "harness_version")) + "</tr>")
     out.append(f"</table><p>{tally.total} results.</p>")
     gaps = mode_gaps(manifests) + release_gaps(manifests)
     if gaps:  # what was asked and not checked: a page without its rows must not read as a clean bill
         out.append("<ul id='not-run'>" + "".join(
-            f"<li>Note: {_e(g.framework)}: {_e(g.why)}</li>" if g.what == "note"
-            else f"<li>Not run: {_e(g.framework)} {_e(g.what)} {_e(g.name)}: {_e(g.why)}</li>" for g in gaps) + "</ul>")
+            f"<li>Note: {escape(g.framework)}: {escape(g.why)}</li>" if g.what == "note"
+            else f"<li>Not run: {escape(g.framework)} {escape(g.what)} {escape(g.name)}: {escape(g.why)}</li>" for g in gaps) + "</ul>")
     return out
 
 
 def _summary(tally: Tally) -> list[str]:
     present = [v for v in VERDICT_ORDER if any(c[v] for c in tally.by_target.values())]
     out = ["<h2>Summary</h2><table id='summary'><tr><th>framework / api / device / part</th><th>results</th>"
-           "<th>undocumented</th><th>documented</th><th>known</th>" + "".join(f"<th>{_e(v)}</th>" for v in present)
+           "<th>undocumented</th><th>documented</th><th>known</th>" + "".join(f"<th>{escape(v)}</th>" for v in present)
            + "</tr>"]
     for target in sorted(tally.by_target):
         c = tally.by_target[target]
@@ -174,7 +168,7 @@ def _summary(tally: Tally) -> list[str]:
         new = tally.undocumented[target]
         known = tally.known[target]
         cls = "div" if new else ("doc" if divergent else "pass")
-        out.append(f"<tr><td class='{cls}'>{_e(target)}</td><td class='num'>{sum(c.values())}</td>"
+        out.append(f"<tr><td class='{cls}'>{escape(target)}</td><td class='num'>{sum(c.values())}</td>"
                    f"<td class='num'>{new}</td><td class='num'>{divergent - new - known}</td>"
                    f"<td class='num'>{known}</td>"
                    + "".join(f"<td class='num'>{c[v]}</td>" for v in present) + "</tr>")
@@ -194,7 +188,7 @@ def _releases(tally: Tally, listed: int = 20) -> list[str]:
            + "".join(f"<th>{k}</th>" for k in KINDS) + "<th>judged in newer only</th></tr>"]
     for p in pairs:
         counts = p.counts()
-        out.append(f"<tr><td>{_e(p.framework)}</td><td>{_e(p.older)}</td><td>{_e(p.newer)}</td>"
+        out.append(f"<tr><td>{escape(p.framework)}</td><td>{escape(p.older)}</td><td>{escape(p.newer)}</td>"
                    + "".join(f"<td class='num'>{counts[k]}</td>" for k in KINDS)
                    + f"<td class='num'>{p.gained}</td></tr>")
     out.append("</table>")
@@ -203,11 +197,11 @@ def _releases(tally: Tally, listed: int = 20) -> list[str]:
             calls = p.calls[kind]
             if not calls:
                 continue
-            out.append(f"<details><summary>{_e(p.framework)} {_e(p.older)} to {_e(p.newer)}: {kind} "
-                       f"({len(calls)})</summary><table><tr><th>case</th><th>call</th><th>{_e(p.older)}</th>"
-                       f"<th>{_e(p.newer)}</th></tr>"
-                       + "".join(f"<tr><td><code>{_e(c[0])}</code></td><td>{_e(call_text(c))}</td>"
-                                 f"<td>{_e(seen_text(old))}</td><td>{_e(seen_text(now))}</td></tr>"
+            out.append(f"<details><summary>{escape(p.framework)} {escape(p.older)} to {escape(p.newer)}: {kind} "
+                       f"({len(calls)})</summary><table><tr><th>case</th><th>call</th><th>{escape(p.older)}</th>"
+                       f"<th>{escape(p.newer)}</th></tr>"
+                       + "".join(f"<tr><td><code>{escape(c[0])}</code></td><td>{escape(call_text(c))}</td>"
+                                 f"<td>{escape(seen_text(old))}</td><td>{escape(seen_text(now))}</td></tr>"
                                  for c, old, now in calls[:listed])
                        + "</table>" + (f"<p class='note'>and {len(calls) - listed} more</p>" if len(calls) > listed
                                        else "") + "</details>")
@@ -215,7 +209,7 @@ def _releases(tally: Tally, listed: int = 20) -> list[str]:
 
 
 def _data(attrs: dict[str, str]) -> str:
-    return " ".join(f"data-{k}='{_e(v)}'" for k, v in attrs.items())
+    return " ".join(f"data-{k}='{escape(v)}'" for k, v in attrs.items())
 
 
 def _short(target: str) -> str:
@@ -253,7 +247,7 @@ def _filters(tally: Tally) -> list[str]:
             continue
         if key == "like" and values[key] <= {UNMARKED}:  # no port judged with --like-run: nothing to choose
             continue
-        options = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in sorted(values[key]))
+        options = "".join(f"<option value='{escape(v)}'>{escape(v)}</option>" for v in sorted(values[key]))
         out.append(f"<label>{key} <select data-key='{key}'><option value=''>all</option>{options}</select></label>")
     out.append("</div><p class='legend'><span class='pass' style='background:#d9f2dc'>all pass</span>"
                "<span style='background:#fbe7b5'>documented or known divergences only</span>"
@@ -267,7 +261,7 @@ def _matrix(tally: Tally) -> list[str]:
     out = ["<h2>Cross-framework matrix</h2>",
            "<p>Rows: value family x reduction x log_target. Cells: passes / results judged.</p>",
            "<table id='matrix' class='matrix'><tr><th>family</th><th>reduction</th><th>log_target</th>"
-           + "".join(f"<th class='rot' title='{_e(t)}' {_data(_split(t))}>{_e(_short(t))}</th>" for t in targets)
+           + "".join(f"<th class='rot' title='{escape(t)}' {_data(_split(t))}>{escape(_short(t))}</th>" for t in targets)
            + "</tr>"]
     accepted_by_cell = tally.accepted_cells
     for key in sorted(tally.by_family):
@@ -285,8 +279,8 @@ def _matrix(tally: Tally) -> list[str]:
                 cls = "pass" if not divergent else ("div" if undocumented else "doc")
                 text = f"{c['pass']}/{judged}"
             cells.append(f"<td class='{cls}' {_data(_split(target))}>{text}</td>")
-        out.append(f"<tr {_data({'family': key[0], 'reduction': key[1]})}><td>{_e(key[0])}</td><td>{_e(key[1])}</td>"
-                   f"<td>{_e(key[2])}</td>" + "".join(cells) + "</tr>")
+        out.append(f"<tr {_data({'family': key[0], 'reduction': key[1]})}><td>{escape(key[0])}</td><td>{escape(key[1])}</td>"
+                   f"<td>{escape(key[2])}</td>" + "".join(cells) + "</tr>")
     return out + ["</table>"]
 
 
@@ -323,16 +317,16 @@ def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list
         targets = sorted(set().union(*(tally.group_targets[k] for k in keys)))
         rules = sorted({rule for r in rows for rule in r.rules})  # what an `unexplained` touches
         out.append(f"<section class='group cause-group' {_data({'cause': cause})}><details><summary>"
-                   f"cause <code>{_e(cause)}</code>: {size} divergence{'s' if size != 1 else ''}, "
+                   f"cause <code>{escape(cause)}</code>: {size} divergence{'s' if size != 1 else ''}, "
                    f"{_acceptance(rows, size)}, <span class='shown-n'>{len(rows)}</span> shown"
                    f" &middot; {len(targets)} target{'s' if len(targets) != 1 else ''}: "
-                   f"{_e('; '.join(targets))}"
-                   + (f" &middot; rules touched: {_e(', '.join(rules))}" if rules else "") + "</summary>")
+                   f"{escape('; '.join(targets))}"
+                   + (f" &middot; rules touched: {escape(', '.join(rules))}" if rules else "") + "</summary>")
         for key in keys:
             group = by_group[key]
             n = tally.group_sizes[key]
             out.append(f"<div class='group verdict-group' {_data({'verdict': key[1]})}><details><summary>"
-                       f"<span class='v-div'>{_e(key[1])}</span>: {n}, {_acceptance(group, n)}, "
+                       f"<span class='v-div'>{escape(key[1])}</span>: {n}, {_acceptance(group, n)}, "
                        f"<span class='shown-n'>{len(group)}</span> shown</summary>")
             out += [_divergence(r, run_info, details.get(_key(r)), tally.released) for r in group]
             out.append("</details></div>")
@@ -356,172 +350,36 @@ def _divergence(r: Result, run_info: dict, detail: dict | None, released: frozen
     attrs = {**_split(target_label(r, released)), "defect": r.defect, "cause": _group_key(r)[0],
              "verdict": r.verdict.value,
              "dtype": r.dtype, "reduction": r.reduction, "family": r.family, "documented": accepted, "like": _like(r)}
-    doc = ((f" <span class='doc-tag'>documented: {_e(', '.join(r.documented_by))}</span>" if r.documented else "")
-           + (f" <span class='doc-tag'>known: {_e(', '.join(r.known_by))}</span>" if r.known_by else ""))
-    bad = _differing(detail, r.bound) if detail else None
-    body = [f"<p>{_e(r.message)}</p><p>cause: <code>{_e(r.cause)}</code></p>"]
+    doc = ((f" <span class='doc-tag'>documented: {escape(', '.join(r.documented_by))}</span>" if r.documented else "")
+           + (f" <span class='doc-tag'>known: {escape(', '.join(r.known_by))}</span>" if r.known_by else ""))
+    bad = differing(detail, r.bound) if detail else None
+    body = [f"<p>{escape(r.message)}</p><p>cause: <code>{escape(r.cause)}</code></p>"]
     if r.rules:
-        body.append(f"<p>rules the case touches: {', '.join(f'<code>{_e(x)}</code>' for x in r.rules)}</p>")
-    body.append(f"<p>reproduce:</p><pre>{_e(repro_command(r, run_info.get(r.framework, {})))}</pre>")
+        body.append(f"<p>rules the case touches: {', '.join(f'<code>{escape(x)}</code>' for x in r.rules)}</p>")
+    body.append(f"<p>reproduce:</p><pre>{escape(repro_command(r, run_info.get(r.framework, {})))}</pre>")
     if detail:
-        body.append(f"<p>params: <code>{_e(json.dumps(detail['params']))}</code>, dtype {_e(detail['dtype'])}, "
-                    f"layout {_e(detail['layout'])}</p>")
+        body.append(f"<p>params: <code>{escape(json.dumps(detail['params']))}</code>, dtype {escape(detail['dtype'])}, "
+                    f"layout {escape(detail['layout'])}</p>")
         if bad is not None and bad.positions:
-            body.append(f"<p class='note'>highlighted: the elements {_e(bad.how)}</p>")
+            body.append(f"<p class='note'>highlighted: the elements {escape(bad.how)}</p>")
         arrays = []
         for name in ("input", "target", "expected", "got"):
             a = detail.get(name)
             if a:
                 marks = bad.positions if bad is not None and a.get("shape") == bad.shape else set()
                 cls = "d" if name in ("expected", "got") else "at"  # short: a page holds many cells
-                shape = _shape_text(a["shape"]) if _readable(a) else repr(a.get("shape"))
-                arrays.append(f"<div><p>{name} {_e(shape)}:</p>{_array(a, marks, cls)}</div>")
+                shape = shape_text(a["shape"]) if readable(a) else repr(a.get("shape"))
+                arrays.append(f"<div><p>{name} {escape(shape)}:</p>{array_html(a, marks, cls)}</div>")
         if arrays:
             body.append("<div class='arrays'>" + "".join(arrays) + "</div>")
         for name in ("expected_error", "raised"):
             if detail.get(name):
-                body.append(f"<p>{name}: <code>{_e(detail[name])}</code></p>")
-    return (f"<div class='divergence' {_data(attrs)}><details><summary><code>{_e(r.case_id)}</code> "
-            f"{_e(where_label(r, released) + ' ' + r.part)} <span class='v-div'>{_e(r.verdict.value)}</span>"
-            f"{doc} <span class='worst'>{_worst(r, detail, bad)}</span></summary>" + "".join(body) + "</details></div>")
+                body.append(f"<p>{name}: <code>{escape(detail[name])}</code></p>")
+    return (f"<div class='divergence' {_data(attrs)}><details><summary><code>{escape(r.case_id)}</code> "
+            f"{escape(where_label(r, released) + ' ' + r.part)} <span class='v-div'>{escape(r.verdict.value)}</span>"
+            f"{doc} <span class='worst'>{worst_text(r, detail, bad)}</span></summary>" + "".join(body) + "</details></div>")
 
 
 def _like(r: Result) -> str:
     """A divergence's `like` filter value: shared or own (a port's, with --like-run), else UNMARKED."""
     return r.like or UNMARKED
-
-
-def _value(v: Any) -> float:
-    """A value of details.jsonl as a float: non-finite values are stored as the text nan, inf or -inf."""
-    return float(v)
-
-
-def _readable(a: Any) -> bool:
-    """An array preview as a run writes it (results.detail_problem): a shape of sizes, values that are numbers.
-    Anything else (a detail handed over unchecked) is shown as escaped text and compared with nothing."""
-    if not (isinstance(a, dict) and isinstance(a.get("shape"), list) and isinstance(a.get("values"), list)):
-        return False
-    if not all(type(n) is int and n >= 0 for n in a["shape"]):
-        return False
-    try:
-        [_value(v) for v in a["values"]]
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _fmt(x: float) -> str:
-    """A value as a reader writes it: NaN, inf and -inf as such, others in their shortest exact form."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return repr(x)
-
-
-def _shape_text(shape: list[int]) -> str:
-    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _index_text(flat: int, shape: list[int]) -> str:
-    index = []
-    for n in reversed(shape):
-        index.append(flat % n if n else 0)
-        flat //= n if n else 1
-    return "[" + ", ".join(str(i) for i in reversed(index)) + "]"
-
-
-class Differing:
-    """The flat positions (among the elements shown) where got differs from expected by the spec's element rule
-    (tolerance.comparison): the NaN/inf pattern differs, or both are finite and further apart than the element's
-    bound; the worst of them (a pattern difference first, else the largest error relative to its bound); and
-    which bound was used (the run's per element, else the row's, which is its worst element's)."""
-
-    def __init__(self, got: dict, want: dict, bound: dict | None, row_bound: float | None) -> None:
-        per_element = bool(bound) and bound["shape"] == want["shape"]
-        bounds = [_value(b) for b in bound["values"]] if per_element else []
-        self.got, self.want = [_value(v) for v in got["values"]], [_value(v) for v in want["values"]]
-        self.shape, self.truncated = want["shape"], got["truncated"]
-        self.positions: set[int] = set()
-        pattern, ratio = [], {}
-        for i, (g, w) in enumerate(zip(self.got, self.want)):
-            if math.isnan(g) != math.isnan(w) or ((math.isinf(g) or math.isinf(w)) and g != w):
-                self.positions.add(i)
-                pattern.append(i)
-            elif math.isfinite(g) and math.isfinite(w):
-                b = bounds[i] if per_element and i < len(bounds) else (None if per_element else row_bound)
-                if b is not None and abs(g - w) > b:
-                    self.positions.add(i)
-                    ratio[i] = abs(g - w) / b if b > 0 else math.inf
-        self.worst = pattern[0] if pattern else (max(ratio, key=ratio.__getitem__) if ratio else None)
-        self.how = ("whose NaN/inf pattern differs or whose error exceeds its bound" if per_element else
-                    "whose NaN/inf pattern differs" + (f", or whose error exceeds the row's bound {_fmt(row_bound)} "
-                                                       "(its worst element's: the run kept no bound per element)"
-                                                       if row_bound is not None else ""))
-
-
-def _differing(detail: dict, row_bound: float | None) -> Differing | None:
-    """How got differs from expected, element by element; None where they cannot be compared so (an error,
-    another shape)."""
-    got, want, bound = detail.get("got"), detail.get("expected"), detail.get("bound")
-    if not got or not want or not _readable(got) or not _readable(want) or got["shape"] != want["shape"]:
-        return None
-    return Differing(got, want, bound if bound and _readable(bound) else None, row_bound)
-
-
-def _worst(r: Result, detail: dict | None, bad: Differing | None) -> str:
-    """What the row's header shows of the values: the worst element's got against expected where the arrays
-    were kept, the error against the bound, or what was raised or what shape came back."""
-    error = (f"|err| {r.max_abs_err:.3g} &gt; bound {r.bound:.3g}"
-             if r.max_abs_err is not None and r.bound is not None and r.verdict is Verdict.VALUE else "")
-    if detail is None:
-        return error
-    got, want = detail.get("got"), detail.get("expected")
-    if bad is not None and bad.worst is not None:
-        i = bad.worst
-        where = f" at {_index_text(i, bad.shape)}" if bad.shape else ""
-        shown = f" (of the first {len(bad.got)} elements)" if bad.truncated else ""
-        values = _e(f"got {_fmt(bad.got[i])}, expected {_fmt(bad.want[i])}{where}{shown}")
-        return values + (f"; {error}" if error else "")
-    if got and want and _readable(got) and _readable(want) and got["shape"] != want["shape"]:
-        return _e(f"got shape {_shape_text(got['shape'])}, expected {_shape_text(want['shape'])}")
-    if detail.get("raised"):
-        text = detail["raised"]
-        return "raised " + _e(text if len(text) <= 120 else text[:117] + "...")
-    if detail.get("expected_error") and got and _readable(got):
-        return _e(f"got a value of shape {_shape_text(got['shape'])}, expected {detail['expected_error']}")
-    return error
-
-
-def _array(a: dict, marks: set[int], cls: str) -> str:
-    """An array preview in its shape: a value for 0-d, a row for 1-d, a table for 2-d, and for more dimensions
-    one table per index of the leading ones; the first elements only, with a note, when the run kept only those."""
-    if not _readable(a):
-        return f"<pre>{_e(a)}</pre>"
-    shape, values = a["shape"], [_fmt(_value(v)) for v in a["values"]]
-    size = math.prod(shape)
-    if size == 0:
-        return f"<p class='note'>no elements (shape {_e(_shape_text(shape))})</p>"
-    note = (f"<p class='note'>the first {len(values)} of {size} elements (the run keeps no more; the reproducer "
-            "computes them all)</p>") if a["truncated"] or len(values) < size else ""
-    cell = lambda i: (f"<td class={cls}>" if i in marks else "<td>") + _e(values[i]) + "</td>"  # noqa: E731
-    if len(shape) == 0:
-        return f"<table class='arr'><tr>{cell(0)}</tr></table>"
-    rows, cols = (1, shape[0]) if len(shape) == 1 else (shape[-2], shape[-1])
-    tables, start = [], 0
-    for lead in product(*(range(n) for n in shape[:-2])):
-        if start >= len(values):
-            break
-        table = ["<table class='arr'><tr><th></th>"
-                 + "".join(f"<th>{j}</th>" for j in range(min(cols, len(values) - start))) + "</tr>"]
-        for i in range(rows):
-            first = start + i * cols
-            if first >= len(values):
-                break
-            table.append(f"<tr><th>{i if len(shape) > 1 else ''}</th>"
-                         + "".join(cell(k) for k in range(first, min(first + cols, len(values)))) + "</tr>")
-        table.append("</table>")
-        label = f"<p class='note'>[{', '.join(map(str, lead))}, :, :]</p>" if lead else ""
-        tables.append(f"<div class='slab'>{label}{''.join(table)}</div>" if lead else "".join(table))
-        start += rows * cols
-    return "".join(tables) + note
