@@ -306,7 +306,6 @@ def _training_step(ms, kl, shape: tuple[int, ...], input_shape: tuple[int, ...],
     loss's dtype, cast inside the graph), of the input or the target; for grad2_input, the target's gradient of
     sum(grad_input * w). Every function is a `def`: graph mode parses no lambda."""
     upstream = ms.Tensor(upstream_gradient(shape))
-    w = ms.Tensor(upstream_gradient(input_shape))
 
     def weighted(a, b):
         out = kl(a, b)
@@ -315,6 +314,7 @@ def _training_step(ms, kl, shape: tuple[int, ...], input_shape: tuple[int, ...],
         grad_fn = ms.grad(weighted, grad_position=0 if part == "grad_input" else 1)
     else:
         grad_input = ms.grad(weighted, grad_position=0)
+        w = ms.Tensor(upstream_gradient(input_shape))
 
         def weighted_grad(a, b):
             g = grad_input(a, b)

@@ -7,10 +7,11 @@ Same input, same bytes. Reads the ratios a Tally gathered; never a framework or 
 
 from __future__ import annotations
 
-import html
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from conformance.report.htmlvalues import escape
 
 BINS = [x / 2 for x in range(-26, 9)]  # edges of log10(|error| / bound); right of 0 is outside the bound
 FLOOR = -12.9  # exact results (ratio clamped to 1e-12 by the tally) land in the far-left bars
@@ -83,10 +84,6 @@ def _n(v: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
 def _panel(x0: float, framework: str, series, dtypes: list[str], top: int, step: int, first: bool) -> list[str]:
     left, right = x0 + LEFT, x0 + PANEL_W - RIGHT
     base, ceiling = PANEL_H - BOTTOM, TOP
@@ -97,11 +94,11 @@ def _panel(x0: float, framework: str, series, dtypes: list[str], top: int, step:
     def sy(count: float) -> float:
         return base - count / top * (base - ceiling)
 
-    out = [f'<g class="panel" data-framework="{_e(framework)}">',
+    out = [f'<g class="panel" data-framework="{escape(framework)}">',
            f'<rect x="{_n(left)}" y="{_n(ceiling)}" width="{_n(right - left)}" height="{_n(base - ceiling)}" '
            'fill="none" stroke="#888"/>',
            f'<text class="title" x="{_n((left + right) / 2)}" y="{_n(ceiling - 8)}" text-anchor="middle" '
-           f'font-size="13">{_e(framework)}</text>',
+           f'font-size="13">{escape(framework)}</text>',
            f'<text class="xlabel" x="{_n((left + right) / 2)}" y="{_n(PANEL_H - 6)}" '
            'text-anchor="middle">log10(|error| / bound)</text>']
     for v in X_TICKS:
@@ -120,7 +117,7 @@ def _panel(x0: float, framework: str, series, dtypes: list[str], top: int, step:
         d = [f"M{_n(sx(BINS[0]))},{_n(base)}"]
         d += [f"V{_n(sy(c))}H{_n(sx(edge))}" for c, edge in zip(counts, BINS[1:])]
         d.append(f"V{_n(base)}")
-        out.append(f'<path class="step" data-framework="{_e(framework)}" data-dtype="{_e(dtype)}" '
+        out.append(f'<path class="step" data-framework="{escape(framework)}" data-dtype="{escape(dtype)}" '
                    f'data-counts="{" ".join(map(str, counts))}" d="{"".join(d)}" fill="none" '
                    f'{_stroke(dtypes.index(dtype))} stroke-width="1.2"/>')
     x = _n(sx(0.0))
@@ -146,5 +143,5 @@ def _legend(right: float, ceiling: float, shown: list[str], dtypes: list[str]) -
         ly = y + 10 + 14 * row
         out.append(f'<line x1="{_n(x + 6)}" y1="{_n(ly)}" x2="{_n(x + 24)}" y2="{_n(ly)}" '
                    f'{_stroke(dtypes.index(dtype))} stroke-width="1.5"/>'
-                   f'<text x="{_n(x + 29)}" y="{_n(ly + 4)}">{_e(dtype)}</text>')
+                   f'<text x="{_n(x + 29)}" y="{_n(ly + 4)}">{escape(dtype)}</text>')
     return out + ["</g>"]
