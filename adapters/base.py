@@ -24,6 +24,7 @@ private and may change.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -40,7 +41,7 @@ from conformance.adapters.reproducer import (check_script_names, hex_floats, pyt
                                              python_repro_script, python_snippet, script_devices)
 from conformance.core.model import EAGER, Case, Expected, Observation
 
-__all__ = ["Adapter", "FrameworkUnavailable", "TensorCache", "REPRODUCER_HELPERS",
+__all__ = ["Adapter", "FrameworkUnavailable", "TensorCache", "REPRODUCER_HELPERS", "in_mode",
            "Api", "Mode", "ApiCall", "Offer", "OfferDefaults", "signature_arguments",
            "MissingGradient", "ModeFallback", "HARNESS_WARNINGS", "call_observed",
            "NUMPY_FLOATS", "layout_buffer", "layout_buffer_source", "layout_view_source", "numpy_source", "fill_value",
@@ -51,6 +52,11 @@ __all__ = ["Adapter", "FrameworkUnavailable", "TensorCache", "REPRODUCER_HELPERS
 REPRODUCER_HELPERS = ("ApiCall", "layout_buffer", "layout_buffer_source", "layout_view_source", "check_script_names",
                       "script_devices", "python_repro_script", "python_docstring", "python_comment", "hex_floats",
                       "call_observed", "numpy_source", "fill_value", "construction_source")
+
+
+# The methods the run calls with the mode of the call (`in_mode`): an adapter with modes takes `mode` in each.
+MODE_METHODS = ("run", "invoke", "gradient", "repro_source", "repro_script", "snippet", "unsupported_part",
+                "is_no_kernel", "describe_exception")
 
 
 class FrameworkUnavailable(Exception):
@@ -84,14 +90,19 @@ class Adapter(OfferDefaults):
     # run on any other device has one worker, since a framework that claims an accelerator's memory whole when it
     # loads (JAX's and TensorFlow's preallocation, Paddle's) would leave the second worker none.
     shared_device_kinds: ClassVar[tuple[str, ...]] = ("cpu",)
-    # The mode of the calls that follow: the worker sets it before each call (and a reproducer before its
-    # source), so `invoke`, `gradient` and `repro_source` keep their signatures.
-    mode: str = EAGER
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every adapter's `call` is fitted to the installed release (`fit_call`), wherever it is called from:
-        the run, its compiled modes and the reproducer then make one and the same call."""
+        the run, its compiled modes and the reproducer then make one and the same call. An adapter that declares
+        `modes` is refused here, at its import, if a method the run calls in a mode takes no `mode`: it would make
+        its calls eagerly under a mode's name."""
         super().__init_subclass__(**kwargs)
+        if cls.modes:
+            blind = [name for name in MODE_METHODS if "mode" not in inspect.signature(getattr(cls, name)).parameters]
+            if blind:
+                raise TypeError(f"adapter {cls.__name__} declares modes, but {', '.join(blind)} "
+                                f"{'takes' if len(blind) == 1 else 'take'} no `mode` argument; add `mode: str = EAGER` "
+                                "and make the call in that mode")
         own = cls.__dict__.get("call")
         if own is not None and not getattr(own, "fits_release", False):
             @functools.wraps(own)
@@ -126,18 +137,20 @@ class Adapter(OfferDefaults):
         """The raw result as (float64 values, dtype name, shape)."""
         raise NotImplementedError
 
-    def gradient(self, case: Case, api: Api, device: str, part: str) -> Any:
+    def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> Any:
         """The framework's own autograd gradient for `part` ("grad_input" or "grad_target"), with the
-        upstream gradient `model.upstream_gradient(result shape)`; None if the framework gives none."""
+        upstream gradient `model.upstream_gradient(result shape)`; None if the framework gives none. An adapter
+        with `modes` takes `mode` (see `in_mode`); an eager-only one may leave it out."""
         raise NotImplementedError
 
-    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+    def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
         """Python lines, for a standalone script, that turn the float64 arrays `x_values` and
         `t_values` into the framework's tensors, call `api` (and its autograd for a gradient
         part, with `upstream(shape)` as the upstream gradient) and leave a float64 NumPy
         array in `result` (and the framework's dtype name, as the run records it, in `result_dtype` where
         they can). They may import only the framework and NumPy. The API call itself is
-        `self.call(case, api).source()`, so the reproducer makes the call the run made."""
+        `self.call(case, api).source()`, so the reproducer makes the call the run made; in `mode`, wrapped as the
+        run wrapped it."""
         raise NotImplementedError
 
     # What an adapter may override: each has a default, most of them composed from the methods above.
@@ -172,13 +185,12 @@ class Adapter(OfferDefaults):
                 return lacking[dtype]
         return self.missing_argument(case, api)
 
-    def unsupported_part(self, api: Api, part: str) -> str | None:
-        """Why `api` cannot produce `part`: a gradient with respect to an argument it does not differentiate, or
-        one in a mode without autograd."""
-        if part != "forward" and self.mode != EAGER:
-            mode = next((m for m in self.modes if m.name == self.mode), None)
-            if mode is not None and not mode.gradients:
-                return f"mode {mode.name} has no gradients ({mode.about})"
+    def unsupported_part(self, api: Api, part: str, mode: str = EAGER) -> str | None:
+        """Why `api` cannot produce `part` in `mode`: a gradient with respect to an argument it does not
+        differentiate, or one in a mode without autograd."""
+        declared = self.declared_mode(mode)
+        if part != "forward" and declared is not None and not declared.gradients:
+            return f"mode {declared.name} has no gradients ({declared.about})"
         needs = {"grad_input": ("input",), "grad_target": ("target",), "grad2_input": ("input", "target")}
         missing = [arg for arg in needs.get(part, ()) if arg not in api.grads]
         if missing:
@@ -187,57 +199,65 @@ class Adapter(OfferDefaults):
             return f"{api.name} has no double backward"
         return None
 
-    def invoke(self, case: Case, api: Api, inputs: tuple[Any, Any]) -> Any:
+    def invoke(self, case: Case, api: Api, inputs: tuple[Any, Any], mode: str = EAGER) -> Any:
         """Call `api` on already built inputs and return the framework's raw result: by default the
-        adapter's `call`, made as stated (an adapter wraps this in what its framework needs around it)."""
+        adapter's `call`, made as stated (an adapter wraps this in what its framework needs around it, and an
+        adapter with `modes` in what `mode` compiles or exports it to)."""
         x, t = inputs
         return self.call(case, api).apply(x, t)
 
-    def is_no_kernel(self, exc: Exception) -> bool:
-        """Whether `exc` is the framework saying it has no kernel for this device or dtype."""
+    def is_no_kernel(self, exc: Exception, mode: str = EAGER) -> bool:
+        """Whether `exc` is the framework saying it has no kernel for this device or dtype (in `mode`)."""
         return False
 
-    def describe_exception(self, exc: Exception) -> str:
-        """The message recorded for `exc`: the framework's own, less anything that depends on what ran
-        before it in the process (so one call gives one message in any run, shard or baseline)."""
+    def describe_exception(self, exc: Exception, mode: str = EAGER) -> str:
+        """The message recorded for `exc` (raised in `mode`): the framework's own, less anything that depends on
+        what ran before it in the process (so one call gives one message in any run, shard or baseline)."""
         return str(exc)
 
-    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+    def run(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> Observation:
         """Forward: build (once per case and device), invoke, convert. Gradients: the framework's autograd.
         Exceptions come back as data; a None gradient is a MissingGradient observation, a ModeFallback one a
-        fallback observation."""
+        fallback observation. `mode` is the run's mode of this call (see `in_mode`)."""
+        self.declared_mode(mode)
+        no_kernel = functools.partial(in_mode, self.is_no_kernel, mode)
+        described = functools.partial(in_mode, self.describe_exception, mode)
         if part == "forward":
-            return call_observed(lambda: self.invoke(case, api, self._cache.get(case, device, self.build)),
-                                 self.to_numpy, self.is_no_kernel, self.describe_exception)
+            return call_observed(lambda: in_mode(self.invoke, mode, case, api,
+                                                 self._cache.get(case, device, self.build)),
+                                 self.to_numpy, no_kernel, described)
 
         def grad():
-            value = self.gradient(case, api, device, part)
+            value = in_mode(self.gradient, mode, case, api, device, part)
             if value is None:
                 raise MissingGradient(f"{api.name} returned no gradient (None) for {part}")
             return value
-        return call_observed(grad, self.to_numpy, self.is_no_kernel, self.describe_exception)
+        return call_observed(grad, self.to_numpy, no_kernel, described)
 
     def repro_script(self, case: Case, api: Api, device: str, part: str, about: tuple[str, ...],
-                     expected: Expected, recorded: str = "a value") -> tuple[str, str]:
+                     expected: Expected, recorded: str = "a value", mode: str = EAGER) -> tuple[str, str]:
         """A standalone reproducer script and its file suffix. `about` is what it opens with (the case,
         the API, the verdict), `expected` the spec's value or error, which it prints beside the result;
         `recorded` what the run's call gave ("a value", "a value of another dtype" or "raises <type>"),
-        which decides its exit status.
+        which decides its exit status; `mode` the run's mode of the call.
 
         The default is a Python script around `repro_source`; an adapter of a framework in another
         language (R torch) writes the whole script in that language instead."""
+        self.declared_mode(mode)
         check_script_names(case, device, part, self.known_devices)
-        return python_repro_script(self.name, self.repro_source(case, api, device, part), case, about, expected,
-                                   recorded), ".py"
+        source = in_mode(self.repro_source, mode, case, api, device, part)
+        return python_repro_script(self.name, source, case, about, expected, recorded), ".py"
 
-    def snippet(self, case: Case, api: Api, device: str, part: str, expected: Expected) -> str | None:
+    def snippet(self, case: Case, api: Api, device: str, part: str, expected: Expected,
+                mode: str = EAGER) -> str | None:
         """A short standalone snippet for an upstream issue: the case's values as decimal literals, the
-        reproducer's framework lines (`repro_source`) without their scaffolding, and the result printed beside
-        the spec's expected value. None for an adapter whose reproducer is in another language."""
+        reproducer's framework lines (`repro_source`, in `mode`) without their scaffolding, and the result
+        printed beside the spec's expected value. None for an adapter whose reproducer is in another language."""
         if type(self).repro_source is Adapter.repro_source:
             return None
+        self.declared_mode(mode)
         check_script_names(case, device, part, self.known_devices)
-        return python_snippet(self.repro_source(case, api, device, part), case, part, expected)
+        return python_snippet(in_mode(self.repro_source, mode, case, api, device, part), case, part, expected)
 
     # What the class attributes declare, read by the run; an adapter has no need to override these.
 
@@ -255,6 +275,23 @@ class Adapter(OfferDefaults):
     def mode_names(self) -> tuple[str, ...]:
         """Every mode the adapter can make its calls in, eager first."""
         return (EAGER, *(m.name for m in self.modes))
+
+    def declared_mode(self, mode: str) -> Mode | None:
+        """The declaration of `mode` (None for eager): the one place a mode is checked, by every entry that takes
+        one (`run`, `unsupported_part`, `repro_script`, `snippet`), so an adapter's own branches on the mode's
+        name need no case for a name it does not declare.
+
+        Raises
+        ------
+        ValueError
+            naming the adapter's modes, for a mode it does not declare.
+        """
+        if mode == EAGER:
+            return None
+        found = next((m for m in self.modes if m.name == mode), None)
+        if found is None:
+            raise ValueError(f"{self.name} has no mode {mode!r} (one of {list(self.mode_names())})")
+        return found
 
     def implementations(self) -> dict[str, str]:
         """Each API's name to the name of the implementation it calls (its own where it declares none)."""
@@ -276,6 +313,13 @@ class Adapter(OfferDefaults):
         if cache is None:
             cache = self.__dict__["_tensor_cache"] = TensorCache()
         return cache
+
+
+def in_mode(method: Callable[..., Any], mode: str, *args: Any) -> Any:
+    """`method(*args)` made in `mode`: a mode is passed as the keyword `mode`, and an eager call passes none, so an
+    eager-only adapter (a port) keeps the signatures of `invoke`, `gradient`, `repro_source`, `is_no_kernel` and
+    `describe_exception` it was written with, and an adapter with `modes` takes the mode as an argument, never as state."""
+    return method(*args) if mode == EAGER else method(*args, mode=mode)
 
 
 class TensorCache:

@@ -16,7 +16,8 @@ class Mode:
 
     `about` says in one line what the mode wraps the call in (`modes` lists it); `gradients` False says the mode
     has no autograd (an exported graph run by onnxruntime), so every gradient part is unsupported with that
-    reason. The adapter reads its `mode` attribute in `invoke`, `gradient` and `repro_source`.
+    reason. The run passes the mode to the adapter's `run`, `invoke`, `gradient` and `repro_source` (adapters/base.py
+    `in_mode`).
     """
 
     name: str

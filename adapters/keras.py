@@ -189,20 +189,21 @@ class KerasAdapter(Adapter):
         """The call as a function of (input, target)."""
         return self.call(case, api).bound()
 
-    def run(self, case: Case, api: Api, device: str, part: str):
+    def run(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         self._device = device  # invoke() is not told the device; the call runs in its scope
-        return super().run(case, api, device, part)
+        return super().run(case, api, device, part, mode)
 
-    def invoke(self, case: Case, api: Api, inputs):
+    def invoke(self, case: Case, api: Api, inputs, mode: str = EAGER):
         x, t = inputs
         with self._scope(self._device):
-            if self.mode == EAGER:
+            if mode == EAGER:
                 return self._loss(case, api)(x, t)
             return self._compile(case, api, "forward", self._device, lambda: self._loss(case, api))(x, t)
 
     def _compile(self, case: Case, api: Api, kind: str, device: str, body):
-        """The backend's compiled function of the call for `kind` on `device`, made once from `body()`."""
-        key = (self.mode, self.call(case, api), kind, device)
+        """The backend's compiled function of the call for `kind` on `device`, made once from `body()` (in the one
+        mode, `jit`)."""
+        key = (self.call(case, api), kind, device)
         if key not in self._compiled:
             module = self._module()
             if self.backend == "tensorflow":
@@ -215,10 +216,10 @@ class KerasAdapter(Adapter):
                 self._compiled[key] = TorchCompiled(module, body())
         return self._compiled[key]
 
-    def gradient(self, case: Case, api: Api, device: str, part: str):
+    def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         loss = self._loss(case, api)
         with self._scope(device):
-            if self.mode != EAGER:
+            if mode != EAGER:
                 return getattr(self, f"_jit_gradient_{self.backend}")(case, api, loss, device, part)
             return getattr(self, f"_gradient_{self.backend}")(case, loss, device, part)
 
@@ -307,10 +308,10 @@ class KerasAdapter(Adapter):
         (grad2,) = torch.autograd.grad((grad * w).sum(), [t], allow_unused=True)
         return grad2
 
-    def is_no_kernel(self, exc: Exception) -> bool:
+    def is_no_kernel(self, exc: Exception, mode: str = EAGER) -> bool:
         return any(m in str(exc) for m in NO_KERNEL_MARKERS)
 
-    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+    def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
         scope, backend = self._keras_device(device), self._backend_of(device)
         lines = ["import os",
                  f"os.environ['KERAS_BACKEND'] = {backend!r}  # Keras fixes its backend at import",
@@ -318,7 +319,7 @@ class KerasAdapter(Adapter):
         if backend == "jax":
             lines += ["jax.config.update('jax_enable_x64', True)  # else float64 is silently float32"]
         lines += ["import keras", ""]
-        no_double = backend == "torch" and self.mode != EAGER and part == "grad2_input"
+        no_double = backend == "torch" and mode != EAGER and part == "grad2_input"
         if (backend == "tensorflow" and part != "forward") or no_double:
             lines += ["", "class MissingGradient(Exception):", "    \"\"\"The tape gave no gradient (None).\"\"\"", ""]
         lines += [f"with keras.device({scope!r}):"]
@@ -335,10 +336,10 @@ class KerasAdapter(Adapter):
         body += [f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}  # y_pred",
                  f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}  # y_true"]
         body.append(f"loss = lambda x, t: {self.call(case, api).source()}")
-        if self.mode != EAGER:
+        if mode != EAGER:
             body += self._repro_jit(backend, part)
         missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
-        body += (self._repro_part(part, backend, missing) if self.mode == EAGER or backend == "torch"
+        body += (self._repro_part(part, backend, missing) if mode == EAGER or backend == "torch"
                  else self._repro_jit_part(part, backend, missing))
         if no_double:  # the compiled backward is not differentiable: autograd gives no second gradient
             body[-1] = body[-1].replace("[t])", "[t], allow_unused=True)")

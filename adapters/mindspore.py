@@ -40,7 +40,7 @@ import numpy as np
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
                                        construction_source, fill_value, layout_buffer, layout_buffer_source,
                                        numpy_source)
-from conformance.core.model import NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
 # "The kernel KLDiv unregistered." (PyNative); "Unsupported op [KLDiv] on CPU" (graph kernel selection); "Kernel
@@ -102,9 +102,9 @@ class MindSporeAdapter(Adapter):
                     "proved compiled")
         return None
 
-    def invoke(self, case: Case, api: Api, inputs):
+    def invoke(self, case: Case, api: Api, inputs, mode: str = EAGER):
         """Eager: the call as stated. jit: the compiled function of this call and signature, proved compiled."""
-        if self.mode != JIT:
+        if mode != JIT:
             return super().invoke(case, api, inputs)
         call = self.call(case, api)
         return self._compiled(api, (call, *_signature(inputs)), lambda: self._plain(call), inputs)
@@ -152,10 +152,10 @@ class MindSporeAdapter(Adapter):
         phases = getattr(graph_api, "ms_compile_cache", None)
         return phases if isinstance(phases, set) else None
 
-    def describe_exception(self, exc: Exception) -> str:
+    def describe_exception(self, exc: Exception, mode: str = EAGER) -> str:
         """In jit, the error less MindSpore's call stacks and banner lines, which name this process's files."""
         text = str(exc)
-        if self.mode != JIT:
+        if mode != JIT:
             return text
         cut = GRAPH_ERROR_NOISE.search(text)
         if cut:
@@ -186,11 +186,11 @@ class MindSporeAdapter(Adapter):
             return ApiCall.module(api.name, "x", "t", **kwargs)
         return ApiCall.function(api.name, "x", "t", **kwargs)
 
-    def gradient(self, case: Case, api: Api, device: str, part: str):
+    def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         """mindspore.grad of sum(loss * upstream): the vector-Jacobian product with the upstream gradient; in jit,
         a jitted training step that takes it (the module's docstring says why)."""
         x, t = self.build(case, device)
-        if self.mode == JIT:
+        if mode == JIT:
             call = self.call(case, api)
             shape = _result_shape(case, x, t)
             return self._compiled(api, (call, *_signature((x, t)), part),
@@ -206,7 +206,7 @@ class MindSporeAdapter(Adapter):
         grad_input = ms.grad(weighted, grad_position=0)
         return ms.grad(lambda a, b: (grad_input(a, b) * w).sum(), grad_position=1)(x, t)  # double backward
 
-    def is_no_kernel(self, exc: Exception) -> bool:
+    def is_no_kernel(self, exc: Exception, mode: str = EAGER) -> bool:
         return any(m in str(exc) for m in NO_KERNEL_MARKERS)
 
     def _use_device(self, device: str) -> None:
@@ -229,7 +229,7 @@ class MindSporeAdapter(Adapter):
             return view(self.ms.Tensor(buffer.astype(np.float32), self.ms.float32).astype(self.ms.bfloat16))
         return view(self.ms.Tensor(buffer, getattr(self.ms, dtype)))
 
-    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+    def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
         view = {"contiguous": "", "transposed": ".swapaxes(-1, -2)", "strided": "[..., ::2]"}[case.layout]
 
         def tensor(name, dtype):
@@ -247,8 +247,8 @@ class MindSporeAdapter(Adapter):
                  f"ms.set_context(device_target={DEVICE_TARGETS[device]!r})",
                  f"x = {tensor('x_values', case.dtype.input)}",
                  f"t = {tensor('t_values', case.dtype.target)}",
-                 *self._kl_source(self.call(case, api), part)]
-        if self.mode == JIT and part != "forward":
+                 *self._kl_source(self.call(case, api), mode, part)]
+        if mode == JIT and part != "forward":
             shape = _result_shape(case, case.input, case.target)
             lines += _training_step_source(shape, part)
             lines.append("result_dtype = str(grad.dtype).lower()  # as the run records it")
@@ -271,10 +271,10 @@ class MindSporeAdapter(Adapter):
             lines.append(f"result = {_host_source('grad')}")
         return "\n".join(lines)
 
-    def _kl_source(self, call: ApiCall, part: str = "forward") -> list[str]:
+    def _kl_source(self, call: ApiCall, mode: str, part: str = "forward") -> list[str]:
         """Lines defining `kl(x, t)`, the call; in jit the function compiled as the run compiles it (a loss object
         built outside it, as the run builds it), which a gradient's training step calls uncompiled."""
-        if self.mode != JIT:
+        if mode != JIT:
             return [f"kl = lambda x, t: {call.source()}"]
         lines = []
         if call.init is not None:

@@ -91,14 +91,14 @@ class MlxAdapter(Adapter):
     def _dtype(self, name: str):
         return getattr(self.mx, "bool_" if name == "bool" else name)
 
-    def run(self, case: Case, api: Api, device: str, part: str):
+    def run(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         self._device = device  # invoke() is not told the device; its stream is the run's
-        return super().run(case, api, device, part)
+        return super().run(case, api, device, part, mode)
 
-    def invoke(self, case: Case, api: Api, inputs):
+    def invoke(self, case: Case, api: Api, inputs, mode: str = EAGER):
         x, t = inputs
         with self._stream(self._device):
-            if self.mode == EAGER:
+            if mode == EAGER:
                 result = self.call(case, api).apply(x, t)
             else:
                 call = self.call(case, api)
@@ -107,8 +107,9 @@ class MlxAdapter(Adapter):
         return result
 
     def _compile(self, call: ApiCall, kind: str, device: str, body):
-        """The compiled function of `call` for `kind` on `device`, made once from `body()`."""
-        key = (self.mode, call, kind, device)
+        """The compiled function of `call` for `kind` on `device`, made once from `body()` (in the one mode,
+        `compile`)."""
+        key = (call, kind, device)
         if key not in self._compiled:
             self._compiled[key] = Traced(body(), self.mx.compile, self._tracing, "mx.compile")
         return self._compiled[key]
@@ -125,7 +126,7 @@ class MlxAdapter(Adapter):
         """The default axis, and the case's reduction string as is."""
         return ApiCall.function(API, "x", "t", reduction=case.params.reduction)
 
-    def gradient(self, case: Case, api: Api, device: str, part: str):
+    def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         """mx.vjp with the upstream gradient; grad2_input differentiates sum(w * grad_input) with respect to
         target through that vjp (MLX's transforms compose)."""
         mx = self.mx
@@ -135,7 +136,7 @@ class MlxAdapter(Adapter):
         with self._stream(device):
             out = loss(x, t)  # the shape is known before evaluation
             upstream = mx.array(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
-            if self.mode != EAGER:
+            if mode != EAGER:
                 grad = self._compiled_gradient(call, loss, device, part, x, t, upstream)
                 mx.eval(grad)
                 return grad
@@ -171,10 +172,10 @@ class MlxAdapter(Adapter):
             return mx.grad(lambda c: mx.sum(v * grad_input(a, c, g)))(b)
         return self._compile(call, part, device, lambda: grad2)(x, t, upstream, w)
 
-    def is_no_kernel(self, exc: Exception) -> bool:
+    def is_no_kernel(self, exc: Exception, mode: str = EAGER) -> bool:
         return any(m in str(exc) for m in NO_KERNEL_MARKERS)
 
-    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+    def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
         view = VIEWS[case.layout]
 
         def array(name, values, dtype):
@@ -189,7 +190,7 @@ class MlxAdapter(Adapter):
                  f"t = {array('t_values', case.target, case.dtype.target)}",
                  f"loss = lambda x, t: {self.call(case, api).source()}",
                  "out = loss(x, t)"]
-        if self.mode != EAGER:
+        if mode != EAGER:
             lines += self._repro_compiled(part)
         elif part == "forward":
             lines.append("grad = out")

@@ -29,7 +29,7 @@ import numpy as np
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
                                        construction_source, fill_value, layout_buffer, layout_buffer_source,
                                        numpy_source)
-from conformance.core.model import NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
 GRAPH = "graph"
@@ -79,9 +79,9 @@ class OneFlowAdapter(Adapter):
             return f"a oneflow.nn.Graph of kl_div on cpu raised {type(exc).__name__}: {first[:200]}"
         return None
 
-    def invoke(self, case: Case, api: Api, inputs):
+    def invoke(self, case: Case, api: Api, inputs, mode: str = EAGER):
         """Eager: the call as stated. graph: the nn.Graph of this call and signature, proved compiled."""
-        if self.mode != GRAPH:
+        if mode != GRAPH:
             return super().invoke(case, api, inputs)
         x, t = inputs
         call = self.call(case, api)
@@ -143,13 +143,13 @@ class OneFlowAdapter(Adapter):
             return ApiCall.function(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
         return ApiCall.module(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
 
-    def is_no_kernel(self, exc: Exception) -> bool:
+    def is_no_kernel(self, exc: Exception, mode: str = EAGER) -> bool:
         """"Cannot find the kernel" for a floating dtype (float16 on the CPU); for an integral or bool argument the
         same message is the refusal the spec judges (errors.integral_dtype), not a device without a kernel."""
         text = str(exc)
         return "Cannot find the kernel" in text and INTEGRAL_DATA_TYPE.search(text) is None
 
-    def describe_exception(self, exc: Exception) -> str:
+    def describe_exception(self, exc: Exception, mode: str = EAGER) -> str:
         # OneFlow numbers the ops a process creates ("op_name: kl_div_loss2"): the number counts what ran
         # before, so a shard and the whole run would record one refusal with two messages
         # and its graphs ("KLGraph_3"), in mode graph
@@ -173,12 +173,12 @@ class OneFlowAdapter(Adapter):
             tensor = self.flow.tensor(buffer, dtype=getattr(self.flow, dtype), device=device)
         return view(tensor.requires_grad_(requires_grad))
 
-    def gradient(self, case: Case, api: Api, device: str, part: str):
+    def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         flow = self.flow
         second = part == "grad2_input"
         x = self._tensor(case.input, case.dtype.input, case.layout, device, part != "grad_target", case.construction)
         t = self._tensor(case.target, case.dtype.target, case.layout, device, part != "grad_input", case.construction)
-        out = self.invoke(case, api, (x, t))
+        out = self.invoke(case, api, (x, t), mode)
         upstream = flow.tensor(upstream_gradient(tuple(out.shape)), dtype=out.dtype, device=device)
         (grad,) = flow.autograd.grad(out, [t if part == "grad_target" else x], grad_outputs=upstream,
                                      create_graph=second, retain_graph=second)
@@ -188,7 +188,7 @@ class OneFlowAdapter(Adapter):
         (grad2,) = flow.autograd.grad((grad * w).sum(), [t])
         return grad2
 
-    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+    def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
         view = {"contiguous": "", "transposed": ".transpose(-1, -2)", "strided": "[..., ::2]"}[case.layout]
 
         def tensor(name, dtype, grad):  # requires_grad_ only on what a gradient part differentiates, as the run
@@ -214,7 +214,7 @@ class OneFlowAdapter(Adapter):
             "import oneflow as flow", "",
             f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}",
             f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}",
-            *self._call_source(self.call(case, api))]
+            *self._call_source(self.call(case, api), mode)]
         if part == "forward":
             lines.append("result_dtype = str(out.dtype).removeprefix('oneflow.')  # as the run records it")
             lines.append(f"result = {_host_source('out')}")
@@ -231,9 +231,9 @@ class OneFlowAdapter(Adapter):
             lines.append(f"result = {_host_source('grad')}")
         return "\n".join(lines)
 
-    def _call_source(self, call: ApiCall) -> list[str]:
+    def _call_source(self, call: ApiCall, mode: str) -> list[str]:
         """Lines setting `out`: the call itself, or in graph mode the nn.Graph the run builds around it."""
-        if self.mode != GRAPH:
+        if mode != GRAPH:
             return [f"out = {call.source()}"]
         lines = ["", "", "class KLGraph(flow.nn.Graph):  # the run's mode graph: the call compiled as a graph",
                  "    def __init__(self):", "        super().__init__()"]

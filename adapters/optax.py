@@ -126,27 +126,28 @@ class OptaxAdapter(Adapter):
         """The default axis=-1 (one value per distribution); log_target is the choice of function."""
         return ApiCall.function(api.name, "x", "t")
 
-    def invoke(self, case: Case, api: Api, inputs):
-        if self.mode == EAGER:
+    def invoke(self, case: Case, api: Api, inputs, mode: str = EAGER):
+        if mode == EAGER:
             return super().invoke(case, api, inputs)
         call = self.call(case, api)
         return self._jit(call, "forward", lambda: call.resolve())(*inputs)
 
     def _jit(self, call: ApiCall, kind: str, body):
-        """The jitted function of `call` for `kind` ("forward", "vjp", "grad2"), made once from `body()`."""
-        key = (self.mode, call, kind)
+        """The jitted function of `call` for `kind` ("forward", "vjp", "grad2"), made once from `body()` (in the
+        one mode, `jit`)."""
+        key = (call, kind)
         if key not in self._compiled:
             self._compiled[key] = jax_traced(self.jax, body())
         return self._compiled[key]
 
-    def gradient(self, case: Case, api: Api, device: str, part: str):
+    def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         """jax.vjp of the call with the upstream gradient; grad2_input is jax.grad, with respect to target,
         of sum(w * grad_input). In `jit` both run under jax.jit."""
         jax, jnp = self.jax, self.jnp
         x, t = self._cache.get(case, device, self.build)  # JAX arrays are immutable: shared safely
         call = self.call(case, api)
         loss = call.resolve()  # the function itself: jax.vjp differentiates what the run calls
-        if self.mode != EAGER:
+        if mode != EAGER:
             return jax_jit_gradient(jax, loss, x, t, part, lambda kind, body: self._jit(call, kind, body))
         out, pullback = jax.vjp(loss, x, t)
         upstream = jnp.asarray(upstream_gradient(tuple(out.shape)), dtype=out.dtype)
@@ -161,7 +162,7 @@ class OptaxAdapter(Adapter):
             return jnp.sum(jax.vjp(loss, x, b)[1](upstream)[0] * w)
         return jax.grad(weighted_grad_input)(t)
 
-    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+    def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
         view = {"contiguous": "", "transposed": "jnp.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}[case.layout]
 
         def array(name: str, dtype: str) -> str:
@@ -182,7 +183,7 @@ class OptaxAdapter(Adapter):
                  f"x = {array('x_values', case.dtype.input)}",
                  f"t = {array('t_values', case.dtype.target)}",
                  f"loss = lambda x, t: {self.call(case, api).source()}  # default axis=-1: one value per distribution"]
-        if self.mode != EAGER:
+        if mode != EAGER:
             return "\n".join(lines + jax_jit_repro_lines(part))
         lines.append("out = loss(x, t)")
         if part == "forward":

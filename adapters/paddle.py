@@ -150,15 +150,15 @@ class PaddleAdapter(Adapter):
             return ApiCall.function(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
         return ApiCall.module(api.name, "x", "t", reduction=p.reduction, log_target=p.log_target)
 
-    def invoke(self, case: Case, api: Api, inputs):
+    def invoke(self, case: Case, api: Api, inputs, mode: str = EAGER):
         """Eager: the call as stated. A static mode: the call's program for these dtypes and shapes (compiled on
         the first call with this key, reused after), run under the mode's switches."""
-        if self.mode == EAGER:
+        if mode == EAGER:
             return super().invoke(case, api, inputs)
         x, t = inputs
-        program, code = self._program(case, api, x, t)
+        program, code = self._program(case, api, x, t, mode)
         try:
-            with self._mode_switches():
+            with self._mode_switches(mode):
                 out = program(x, t)
         except ModeFallback:
             raise
@@ -168,16 +168,16 @@ class PaddleAdapter(Adapter):
         self._check_compiled(code)
         return out
 
-    def _program(self, case: Case, api: Api, x, t):
-        """The to_static function of this mode and call for the dtypes and shapes of (x, t), and the code object
+    def _program(self, case: Case, api: Api, x, t, mode: str):
+        """The to_static function of `mode` and the call for the dtypes and shapes of (x, t), and the code object
         SOT translates (None in the full-graph modes)."""
         call = self.call(case, api)
-        key = (self.mode, call, str(x.place), str(x.dtype), tuple(x.shape), str(t.dtype), tuple(t.shape))
+        key = (mode, call, str(x.place), str(x.dtype), tuple(x.shape), str(t.dtype), tuple(t.shape))
         if key not in self._compiled:
-            self._compiled[key] = self._compile(call, x, t)
+            self._compiled[key] = self._compile(call, x, t, mode)
         return self._compiled[key]
 
-    def _compile(self, call: ApiCall, x, t):
+    def _compile(self, call: ApiCall, x, t, mode: str):
         paddle = self.paddle
         if call.args != ("x", "t"):
             raise ValueError(f"{call.path} takes {call.args}, not (x, t)")
@@ -188,36 +188,36 @@ class PaddleAdapter(Adapter):
 
         def kl_div(x, t):
             return target(x, t, **kwargs)
-        if self.mode == SOT:
+        if mode == SOT:
             # a code object of its own per key: SOT keys what it translated (and the shapes it saw) on the code
             code = kl_div.__code__.replace(co_name=f"kl_div_{len(self._compiled)}")
             kl_div = types.FunctionType(code, kl_div.__globals__, code.co_name, None, kl_div.__closure__)
             return paddle.jit.to_static(kl_div, full_graph=False), code
-        specs = [paddle.static.InputSpec(_spec_shape(v.shape, self.mode == DYNAMIC_BATCH), str(v.dtype).removeprefix(
+        specs = [paddle.static.InputSpec(_spec_shape(v.shape, mode == DYNAMIC_BATCH), str(v.dtype).removeprefix(
             "paddle."), name) for v, name in ((x, "x"), (t, "t"))]
         return paddle.jit.to_static(kl_div, input_spec=specs, full_graph=True), None
 
     @contextmanager
-    def _mode_switches(self):
-        """The run-time switches of the mode, on around one call and back as they were after: the prim
+    def _mode_switches(self, mode: str):
+        """The run-time switches of `mode`, on around one call and back as they were after: the prim
         decomposition for to-static-prim, SOT's graph size threshold for to-static-sot."""
         with warnings.catch_warnings():
             # building a program's backward warns this once per program, so only the first call of a key would
             # carry it: Paddle's translation machinery talking, not the call's answer
             warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface for pir graph mode")
-            with self._switches():
+            with self._switches(mode):
                 yield
 
     @contextmanager
-    def _switches(self):
+    def _switches(self, mode: str):
         if not self._to_static_enabled():
             raise ModeFallback("paddle.jit.enable_to_static is off: to_static functions run eagerly")
-        if self.mode == SOT:
+        if mode == SOT:
             from paddle.jit.sot.utils.envs import min_graph_size_guard
             with min_graph_size_guard(self.sot_min_graph_size):
                 yield
             return
-        if self.mode != PRIM:
+        if mode != PRIM:
             yield
             return
         core = self.paddle.framework.core
@@ -248,19 +248,19 @@ class PaddleAdapter(Adapter):
             raise ModeFallback("SOT ran the call eagerly: no compiled code for it (a graph below "
                                f"MIN_GRAPH_SIZE {self.sot_min_graph_size}, or a graph break)")
 
-    def gradient(self, case: Case, api: Api, device: str, part: str):
+    def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         """paddle.grad with the upstream gradient as grad_outputs; double backward with create_graph=True. A
         static mode's forward is its program; its switches stay on through the backward."""
-        with self._mode_switches() if self.mode != EAGER else nullcontext():
-            return self._gradient(case, api, device, part)
+        with self._mode_switches(mode) if mode != EAGER else nullcontext():
+            return self._gradient(case, api, device, part, mode)
 
-    def _gradient(self, case: Case, api: Api, device: str, part: str):
+    def _gradient(self, case: Case, api: Api, device: str, part: str, mode: str):
         paddle = self.paddle
         self._use_device(device)
         second = part == "grad2_input"
         x = self._tensor(case.input, case.dtype.input, case.layout, device, part != "grad_target", case.construction)
         t = self._tensor(case.target, case.dtype.target, case.layout, device, part != "grad_input", case.construction)
-        out = self.invoke(case, api, (x, t))
+        out = self.invoke(case, api, (x, t), mode)
         upstream = paddle.to_tensor(upstream_gradient(tuple(out.shape)), dtype=out.dtype, place=PLACES[device])
         (grad,) = paddle.grad([out], [t if part == "grad_target" else x], grad_outputs=[upstream],
                               allow_unused=True, create_graph=second)
@@ -270,7 +270,7 @@ class PaddleAdapter(Adapter):
         (grad2,) = paddle.grad([(grad * w).sum()], [t], allow_unused=True)
         return grad2
 
-    def describe_exception(self, exc: Exception) -> str:
+    def describe_exception(self, exc: Exception, mode: str = EAGER) -> str:
         """A to_static error comes as "In transformed code:" and a traceback through the files of this machine
         (the harness's, Paddle's), then Paddle's message after the exception's type name: that message, every line
         of it (an enforce error's second line is its hint), as eager gives it. SOT wraps an error of the call in
@@ -287,10 +287,10 @@ class PaddleAdapter(Adapter):
                 return f"{own.splitlines()[0]}; origin: {origin}"
         return text
 
-    def is_no_kernel(self, exc: Exception) -> bool:
+    def is_no_kernel(self, exc: Exception, mode: str = EAGER) -> bool:
         return NO_KERNEL.search(str(exc)) is not None
 
-    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+    def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
         place = PLACES[device]
 
         def tensor(name, values, dtype, differentiated):
@@ -310,10 +310,10 @@ class PaddleAdapter(Adapter):
         lines += [f"paddle.set_device({place!r})",
                   f"x = {tensor('x_values', case.input, case.dtype.input, part != 'grad_target')}",
                   f"t = {tensor('t_values', case.target, case.dtype.target, part != 'grad_input')}"]
-        if self.mode == EAGER:
+        if mode == EAGER:
             lines.append(f"out = {self.call(case, api).source()}")
         else:
-            lines += self._mode_source(case, api)
+            lines += self._mode_source(case, api, mode)
         if part == "forward":
             lines.append("result_dtype = str(out.dtype).removeprefix('paddle.')  # as the run records it")
             lines.append(f"result = {_host_source('out')}")
@@ -331,7 +331,7 @@ class PaddleAdapter(Adapter):
                       f"result = None if grad is None else {_host_source('grad')}  # a snippet prints the None"]
         return "\n".join(lines)
 
-    def _mode_source(self, case: Case, api: Api) -> list[str]:
+    def _mode_source(self, case: Case, api: Api, mode: str) -> list[str]:
         """The call wrapped as the mode wraps it: the to_static function (its InputSpec, the prim switch, SOT's
         graph size threshold), called on x and t into `out`."""
         call = self.call(case, api)
@@ -343,17 +343,17 @@ class PaddleAdapter(Adapter):
         else:
             body = f"{call.path}(x, t{', ' if kwargs else ''}{kwargs})"
         lines += ["", "", "def kl_div(x, t):", f"    return {body}", ""]
-        if self.mode == SOT:
+        if mode == SOT:
             lines += ["", "from paddle.jit.sot.utils.envs import min_graph_size_guard",
                       "kl_div = paddle.jit.to_static(kl_div)  # full_graph=False: SOT",
                       f"with min_graph_size_guard({self.sot_min_graph_size!r}):  # compile kl_div's small graph too",
                       "    out = kl_div(x, t)"]
             return lines
-        specs = ", ".join(f"InputSpec({_spec_shape(np.shape(v), self.mode == DYNAMIC_BATCH)!r}, {d!r}, {n!r})"
+        specs = ", ".join(f"InputSpec({_spec_shape(np.shape(v), mode == DYNAMIC_BATCH)!r}, {d!r}, {n!r})"
                           for v, d, n in ((case.input, case.dtype.input, "x"), (case.target, case.dtype.target, "t")))
         lines += ["", "from paddle.static import InputSpec",
                   f"kl_div = paddle.jit.to_static(kl_div, input_spec=[{specs}], full_graph=True)"]
-        if self.mode == PRIM:
+        if mode == PRIM:
             lines.append("paddle.framework.core._set_prim_all_enabled(True)  # FLAGS_prim_all: the decomposition")
         lines.append("out = kl_div(x, t)")
         return lines

@@ -116,7 +116,7 @@ class TorchAdapter(Adapter):
             leaf = torch.from_numpy(buffer).to(device=device, dtype=given)
         return view(leaf.requires_grad_(requires_grad))
 
-    def gradient(self, case: Case, api: Api, device: str, part: str):
+    def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         """The vector-Jacobian product with the upstream gradient g, as the gradient of sum(out * g).
 
         Not `grad_outputs=g`: torch checks a given grad_output's shape with its symbolic-shapes module,
@@ -128,7 +128,7 @@ class TorchAdapter(Adapter):
         second = part == "grad2_input"
         x = self._tensor(case.input, case.dtype.input, case.layout, device, part != "grad_target", case.construction)
         t = self._tensor(case.target, case.dtype.target, case.layout, device, part != "grad_input", case.construction)
-        out = self.invoke(case, api, (x, t))  # in a compiled mode, the forward graph must have run
+        out = self.invoke(case, api, (x, t), mode)  # in a compiled mode, the forward graph must have run
         upstream = torch.from_numpy(upstream_gradient(tuple(out.shape))).to(device=device, dtype=out.dtype)
         (grad,) = torch.autograd.grad((out * upstream).sum(), [t if part == "grad_target" else x],
                                       allow_unused=True, create_graph=second)
@@ -148,52 +148,50 @@ class TorchAdapter(Adapter):
             return ApiCall.function(api.name, "x", "t", **kwargs)
         return ApiCall.module(api.name, "x", "t", **kwargs)
 
-    def invoke(self, case: Case, api: Api, inputs):
+    def invoke(self, case: Case, api: Api, inputs, mode: str = EAGER):
         """Eager: the call. Inductor modes: the call compiled once per (mode, API, call), raising ModeFallback
         where its compiled graph did not run. ONNX modes: the call exported once per input signature and run by
         onnxruntime on CPU (its result as a torch tensor of onnxruntime's dtype)."""
-        if self.mode == EAGER:
+        if mode == EAGER:
             return super().invoke(case, api, inputs)
-        if self.mode in INDUCTOR_OPTIONS:
-            return self._inductor_call(case, api, inputs)
-        if self.mode in ONNX_EXPORTERS:
-            return self._onnx_call(case, api, inputs)
-        raise ValueError(f"unknown mode {self.mode!r} (one of {list(self.mode_names())})")
+        if mode in INDUCTOR_OPTIONS:
+            return self._inductor_call(case, api, inputs, mode)
+        return self._onnx_call(case, api, inputs, mode)
 
-    def _inductor_call(self, case: Case, api: Api, inputs):
+    def _inductor_call(self, case: Case, api: Api, inputs, mode: str):
         """The call compiled by Inductor, with the recompile limits raised for this call only (a subclass may
         lower them). Warnings are not recorded: they fire while Dynamo traces, once per compile, so which case
         saw them would depend on the order the cases ran in."""
         torch = self.torch
         call = self.call(case, api)
-        key = (self.mode, api.name, call)
+        key = (mode, api.name, call)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = _Inductor(torch, call.bound(), INDUCTOR_OPTIONS[self.mode])
+            compiled = self._compiled[key] = _Inductor(torch, call.bound(), INDUCTOR_OPTIONS[mode])
         limit = self.recompile_limit
         with torch._dynamo.config.patch(recompile_limit=limit, accumulated_recompile_limit=limit), \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return compiled(*inputs)
 
-    def _onnx_call(self, case: Case, api: Api, inputs):
+    def _onnx_call(self, case: Case, api: Api, inputs, mode: str):
         """The call exported (a module wrapping it) and run in an onnxruntime InferenceSession on CPU; one export
         per (mode, API, call, input shapes and dtypes). Warnings are not recorded: the exporter's fire once per
         export."""
         torch = self.torch
         x, t = inputs
         if x.device.type != "cpu":
-            raise OrtDeviceUnsupported(f"mode {self.mode} runs in onnxruntime's CPU build (CPUExecutionProvider), "
+            raise OrtDeviceUnsupported(f"mode {mode} runs in onnxruntime's CPU build (CPUExecutionProvider), "
                                        f"not on {x.device.type}")
         import onnxruntime
 
         call = self.call(case, api)
-        key = (self.mode, api.name, call, tuple((tuple(a.shape), a.dtype) for a in inputs))
+        key = (mode, api.name, call, tuple((tuple(a.shape), a.dtype) for a in inputs))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             session = self._exported.get(key)
             if session is None:
-                model = _export(torch, call.bound(), inputs, ONNX_EXPORTERS[self.mode][0])
+                model = _export(torch, call.bound(), inputs, ONNX_EXPORTERS[mode][0])
                 session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
                 self._exported[key] = session
             given = {"x": x, "t": t}
@@ -202,10 +200,10 @@ class TorchAdapter(Adapter):
             (out,) = session.run(None, feeds)
         return torch.from_numpy(_np_array(out))
 
-    def repro_source(self, case: Case, api: Api, device: str, part: str) -> str:
+    def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
         """The tensors as the run built them: `requires_grad_` only on what a gradient part differentiates, as
         in `gradient` (an integer tensor refuses it, so a forward reproducer that called it would show that
-        refusal instead of the run's finding). In a mode, the call is wrapped as the run wrapped it (`self.mode`)."""
+        refusal instead of the run's finding). In a mode, the call is wrapped as the run wrapped it."""
         def tensor(name: str, values, dtype: str, differentiated: bool) -> str:
             grad = ".requires_grad_(True)" if differentiated and part != "forward" else ""
             made, given = case.construction, ("" if case.construction.inferred else f", dtype=torch.{dtype}")
@@ -219,20 +217,18 @@ class TorchAdapter(Adapter):
             else:
                 leaf = f"torch.from_numpy({source}).to({device!r}, torch.{dtype}){grad}"
             return f"{name} = {layout_view_source(leaf, case.layout)}"
-        if self.mode not in self.mode_names():
-            raise ValueError(f"unknown mode {self.mode!r} for a reproducer (one of {list(self.mode_names())})")
-        if self.mode in ONNX_EXPORTERS and part != "forward":
-            raise ValueError(f"mode {self.mode} has no gradients")
+        if mode in ONNX_EXPORTERS and part != "forward":
+            raise ValueError(f"mode {mode} has no gradients")
         source = self.call(case, api).source()
         missing = ["class MissingGradient(Exception):", '    """torch.autograd.grad gave no gradient (None)."""', "",
                    ""] if part != "forward" else []
         lines = ["import torch", "", *missing,
                  tensor("x", case.input, case.dtype.input, part != "grad_target"),
                  tensor("t", case.target, case.dtype.target, part != "grad_input")]
-        if self.mode in INDUCTOR_OPTIONS:
-            lines += self._inductor_repro(source)
-        elif self.mode in ONNX_EXPORTERS:
-            return "\n".join(lines + self._onnx_repro(source))
+        if mode in INDUCTOR_OPTIONS:
+            lines += self._inductor_repro(source, mode)
+        elif mode in ONNX_EXPORTERS:
+            return "\n".join(lines + self._onnx_repro(source, mode))
         else:
             lines.append(f"out = {source}")
         if part == "forward":
@@ -254,13 +250,13 @@ class TorchAdapter(Adapter):
             lines.append("result_dtype = str(grad.dtype).removeprefix('torch.')")
         return "\n".join(lines)
 
-    def _inductor_repro(self, source: str) -> list[str]:
+    def _inductor_repro(self, source: str, mode: str) -> list[str]:
         """The compiled call as a user writes it: torch.compile with the mode's options and the raised limits;
         it fails where no compiled graph ran (Dynamo ran the call eagerly), which the script reads as cannot
         tell."""
-        options = INDUCTOR_OPTIONS[self.mode]
+        options = INDUCTOR_OPTIONS[mode]
         given = f", options={options!r}" if options else ""
-        return [f"# mode {self.mode}: the call compiled by Inductor, as the run compiled it",
+        return [f"# mode {mode}: the call compiled by Inductor, as the run compiled it",
                 "import torch._dynamo",
                 f"torch._dynamo.config.recompile_limit = {self.recompile_limit!r}",
                 f"torch._dynamo.config.accumulated_recompile_limit = {self.recompile_limit!r}",
@@ -275,12 +271,12 @@ class TorchAdapter(Adapter):
                 "if not torch._dynamo.utils.counters['stats']['unique_graphs']:",
                 "    raise RuntimeError('Dynamo ran the call eagerly: no compiled graph')"]
 
-    def _onnx_repro(self, source: str) -> list[str]:
+    def _onnx_repro(self, source: str, mode: str) -> list[str]:
         """The call exported to ONNX as the run exported it, and run by an onnxruntime InferenceSession on CPU."""
-        dynamo = ONNX_EXPORTERS[self.mode][0]
+        dynamo = ONNX_EXPORTERS[mode][0]
         export = "torch.onnx.export(Call().eval(), (x, t), {}input_names=['x', 't'], output_names=['out'], " \
                  f"dynamo={dynamo!r})"
-        lines = [f"# mode {self.mode}: the call exported to ONNX and run by onnxruntime (pip install onnxruntime "
+        lines = [f"# mode {mode}: the call exported to ONNX and run by onnxruntime (pip install onnxruntime "
                  f"onnx{' onnxscript' if dynamo else ''})",
                  "import onnxruntime",
                  "",
@@ -300,10 +296,10 @@ class TorchAdapter(Adapter):
             "result = np.asarray(out, dtype=np.float64)",
             "result_dtype = str(out.dtype)"]
 
-    def is_no_kernel(self, exc: Exception) -> bool:
+    def is_no_kernel(self, exc: Exception, mode: str = EAGER) -> bool:
         """torch's no-kernel words; in the ONNX modes onnxruntime's, and a device its CPU build has not."""
         return (NO_KERNEL.search(str(exc)) is not None or isinstance(exc, OrtDeviceUnsupported)
-                or (self.mode in ONNX_EXPORTERS and ORT_NO_KERNEL.search(str(exc)) is not None))
+                or (mode in ONNX_EXPORTERS and ORT_NO_KERNEL.search(str(exc)) is not None))
 
     def to_numpy(self, result):
         if not isinstance(result, self.torch.Tensor):

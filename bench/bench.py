@@ -67,7 +67,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance.adapters.base import FrameworkUnavailable
+from conformance.adapters.base import FrameworkUnavailable, in_mode
 from conformance.adapters.registry import get_adapter
 from conformance.cases.families import FAMILIES
 from conformance.cases.generate import DEFAULT_SEED, build_case, generate_cases, generated_keys
@@ -85,7 +85,6 @@ def bare_loop(framework: str, cases: list[Case], repeat: int, mode: str = EAGER)
     run's worker too; in a compiled mode, every signature's compile)."""
     adapter = get_adapter(framework)
     adapter.load()
-    adapter.mode = mode
     cpu = adapter.devices()[0]  # "cpu", or "<backend>:cpu" for Keras
     prepared = []
     for case in cases:
@@ -94,7 +93,8 @@ def bare_loop(framework: str, cases: list[Case], repeat: int, mode: str = EAGER)
         except Exception:
             continue  # the harness reports these as errors; the floor has nothing to call
         apis = [api for api in adapter.apis if adapter.unsupported_reason(case, api) is None]
-        grads = [(api, part) for api in apis for part in case.parts[1:] if adapter.unsupported_part(api, part) is None]
+        grads = [(api, part) for api in apis for part in case.parts[1:]
+                 if in_mode(adapter.unsupported_part, mode, api, part) is None]
         prepared.append((case, inputs, apis, grads))
     calls = sum(len(apis) + len(grads) for _, _, apis, grads in prepared)
     best = first = float("inf")
@@ -103,12 +103,12 @@ def bare_loop(framework: str, cases: list[Case], repeat: int, mode: str = EAGER)
         for case, inputs, apis, grads in prepared:
             for api in apis:
                 try:
-                    adapter.to_numpy(adapter.invoke(case, api, inputs))
+                    adapter.to_numpy(in_mode(adapter.invoke, mode, case, api, inputs))
                 except Exception:
                     pass
             for api, part in grads:
                 try:
-                    adapter.to_numpy(adapter.gradient(case, api, cpu, part))
+                    adapter.to_numpy(in_mode(adapter.gradient, mode, case, api, cpu, part))
                 except Exception:
                     pass
         if attempt:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 import conformance
-from conformance.adapters.base import Adapter, script_devices
+from conformance.adapters.base import Adapter, in_mode, script_devices
 from conformance.adapters.registry import get_adapter, known_adapters
 from conformance.cases.generate import DEFAULT_SEED, build_case, check_key
 from conformance.cases.ids import parse_id
@@ -34,7 +34,7 @@ from conformance.core.rundirs import script_name, snippet_name
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
 from conformance.report.defects import Defects
-from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB, needs_mb
+from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB, check_modes, needs_mb
 from conformance.run.worker import Task, WorkerPool, WorkerUnavailable, observe_call
 
 MAX_CANDIDATES = 64  # single elements tried when minimising
@@ -399,10 +399,7 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
                  device: str = "cpu", part: str = "forward", *, minimize: bool = True, mode: str = EAGER) -> str:
     """The reproducer's source text for the case `source` holds under `case_id`, its call made in `mode`."""
     adapter = get_adapter(framework)
-    if mode not in adapter.mode_names():
-        raise UsageError(f"unknown mode {mode!r} for {framework!r}", where="--mode",
-                         fix=f"use one of {list(adapter.mode_names())} (kl-conformance modes --framework {framework})")
-    adapter.mode = mode  # unsupported_part reads it (a mode without gradients)
+    check_modes(framework, [mode], adapter.mode_names())
     api_names = [a.name for a in adapter.apis]
     if api_name is not None and api_name not in api_names:
         raise UsageError(f"unknown api {api_name!r} for {framework!r}", where="--api", fix=f"use one of {api_names}")
@@ -411,7 +408,7 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
         raise UsageError(f"unknown device {device!r} for {framework!r}", where="--device",
                          fix=f"use one of {list(script_devices(adapter.known_devices))}")
     case = source.get(case_id)
-    why = adapter.unsupported_reason(case, api) or adapter.unsupported_part(api, part)
+    why = adapter.unsupported_reason(case, api) or in_mode(adapter.unsupported_part, mode, api, part)
     if why:
         raise UsageError(f"{api.name} cannot express case {case_id!r} ({part}): {why}", where="CASE_ID",
                          fix="pick a case and part the report shows for this API (its rows are not `unsupported`)")
@@ -436,7 +433,6 @@ def _render(adapter, job: _Job, spec: Spec) -> tuple[str, str]:
     writes its own)."""
     case = job.final
     expected, judgement = job.judged  # made when the job's observation was judged (the same case, the same answer)
-    adapter.mode = job.mode  # repro_source writes the mode's wrapper (the compile call, the export)
     where = ", ".join([job.device, *([] if job.mode == EAGER else [f"mode {job.mode}"]), job.part])
     about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({where}).",
              f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
@@ -444,4 +440,4 @@ def _render(adapter, job: _Job, spec: Spec) -> tuple[str, str]:
     observed = job.observed
     recorded = (f"raises {observed.exception_type}" if observed.raised else
                 "a value of another dtype" if judgement.verdict is Verdict.DTYPE else "a value")
-    return adapter.repro_script(case, job.api, job.device, job.part, about, expected, recorded)
+    return in_mode(adapter.repro_script, job.mode, case, job.api, job.device, job.part, about, expected, recorded)

@@ -37,6 +37,7 @@ from typing import Callable, ClassVar, Iterable, Sequence
 
 import numpy as np
 
+from conformance.adapters.base import in_mode
 from conformance.adapters.registry import get_adapter
 from conformance.core.choices import alternatives, with_alternatives
 from conformance.core.model import EAGER, FLOAT_FORMATS, Case, Expected, Observation, Spec
@@ -530,9 +531,9 @@ def planted_adapter_class(framework: str, variant_name: str) -> type:
     variant = VARIANTS[variant_name]()
 
     class Planted(base):
-        def run(self, case, api, device, part):
-            observed = super().run(case, api, device, part)
-            return _plant(self, variant, case, api, part, observed)
+        def run(self, case, api, device, part, mode=EAGER):
+            observed = in_mode(super().run, mode, case, api, device, part)
+            return _plant(self, variant, case, api, part, mode, observed)
 
     Planted.__name__ = Planted.__qualname__ = class_name(framework, variant_name)
     return Planted
@@ -607,14 +608,14 @@ class Planter:
 _WORKER: dict = {}  # the worker's Planter, made at its first call
 
 
-def _plant(adapter, variant: Variant, case: Case, api, part: str, observed: Observation) -> Observation:
+def _plant(adapter, variant: Variant, case: Case, api, part: str, mode: str, observed: Observation) -> Observation:
     """In a worker: `observed`, or the variant's fault planted into it."""
     planter = _WORKER.get("planter")
     if planter is None:
         spec = load_spec(os.environ.get(ENV_SPEC) or None)
         ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis])
         planter = _WORKER["planter"] = Planter(spec, ledger)
-    planted = planter.plant(variant, planter.call(case, api, part, adapter.mode, observed))
+    planted = planter.plant(variant, planter.call(case, api, part, mode, observed))
     return observed if planted is None else planted
 
 
@@ -871,11 +872,10 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
         case = by_id[case_id]
         calls = set()
         for mode in modes:
-            adapter.mode = mode  # unsupported_part reads it (a mode without gradients)
             calls |= {(case_id, api.name, mode, part) for api in adapter.apis for part in case.parts
-                      if adapter.unsupported_reason(case, api) is None and adapter.unsupported_part(api, part) is None
+                      if adapter.unsupported_reason(case, api) is None
+                      and in_mode(adapter.unsupported_part, mode, api, part) is None
                       and ledger.unsupported(case, api.name, part, mode) is None}
-        adapter.mode = EAGER
         planted.update(dict.fromkeys(calls, FRAMEWORK_TIMEOUT))
         clean |= calls
     got = {(d["case_id"], d["api"], d["device"], d["mode"], d["part"]): d for d in iter_details(run_dir)}

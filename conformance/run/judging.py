@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from conformance.cases.digest import case_digest
-from conformance.core.model import EAGER, Case, Judgement, Observation, Result, Verdict
+from conformance.adapters.base import in_mode
+from conformance.core.model import Case, Judgement, Observation, Result, Verdict
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions
@@ -75,13 +76,12 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
             if not takes_input_space(case, api.dialect, spec):
                 continue  # a case in an input space the API's dialect does not speak is no row: the report's n/a
             why_not = adapter.unsupported_reason(case, api)
-            adapter.mode = t.mode  # unsupported_part reads the mode (a mode without gradients)
             for part in parts:
                 if (case.id, t.api, t.device, t.mode, part) not in done:
                     # a call the profile documents the API does not take or define is not sent either
-                    out.append(((t.api, t.device, t.mode, part), why_not or adapter.unsupported_part(api, part)
+                    out.append(((t.api, t.device, t.mode, part),
+                                why_not or in_mode(adapter.unsupported_part, t.mode, api, part)
                                 or ctx.ledger.unsupported(case, t.api, part, t.mode)))
-            adapter.mode = EAGER
         return out
 
     def tasks() -> Iterator[Task]:

@@ -44,6 +44,7 @@ from conformance.run.outdir import (RUN_FILES, OutDirLock, check_out_dir, clear_
 from conformance.run.record import (RunFailed, Terminated, failure_reason, interruption, profiles_digest, provenance,
                                     record_end)
 from conformance.run.resume import drop_orphan_details, drop_unfinished_cases, read_resumed
+from conformance.run.selection import check_modes
 from conformance.run.worker import WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
 
 
@@ -51,10 +52,7 @@ def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str
            apis: Sequence[str], devices: Sequence[str], modes: Sequence[str] = (), mode_names: Sequence[str] = (EAGER,),
            release: str = "") -> list[Target]:
     """The targets to run, mode by mode, then API, then device; unknown names list the valid ones."""
-    for name in modes:
-        if name not in mode_names:
-            raise UsageError(f"unknown mode {name!r} for framework {framework!r}", where="--mode",
-                             fix=f"use one of {list(mode_names)} (kl-conformance modes --framework {framework})")
+    check_modes(framework, modes, mode_names)
     for name in apis:
         if name not in api_names:
             raise UsageError(f"unknown api {name!r} for framework {framework!r}", where="--api",

@@ -15,7 +15,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -228,3 +228,12 @@ def _chain(*iterables):
 def file_digest(path: str) -> str:
     """A digest of a case file's bytes: --resume refuses a run whose case files changed."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def check_modes(framework: str, modes: Sequence[str], mode_names: Sequence[str]) -> None:
+    """Refuse a mode the framework's adapter does not declare (`--mode` on every surface: run, repro, the plugin,
+    the self-test), listing the ones it does."""
+    for name in modes:
+        if name not in mode_names:
+            raise UsageError(f"unknown mode {name!r} for framework {framework!r}", where="--mode",
+                             fix=f"use one of {list(mode_names)} (kl-conformance modes --framework {framework})")

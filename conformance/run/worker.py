@@ -39,6 +39,7 @@ from typing import Any, Deque, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from conformance.adapters.base import in_mode
 from conformance.core.model import EAGER, Case, Observation, Verdict
 from conformance.core.scratch import make_scratch
 
@@ -207,10 +208,9 @@ def observe_call(adapter, case: Case, api_name: str, device: str, mode: str, par
     read) is reported as data: an AdapterError the case's row records as an `error` verdict. `in_call`, the
     worker's _CallMarker, is entered for exactly the adapter's call."""
     try:
-        adapter.mode = mode
         api = adapter.api(api_name)
         with in_call if in_call is not None else contextlib.nullcontext():
-            observed = adapter.run(case, api, device, part)
+            observed = in_mode(adapter.run, mode, case, api, device, part)
     except Exception:
         return _adapter_error("adapter raised: " + traceback.format_exc(limit=3)[-800:])
     if not isinstance(observed, Observation):

@@ -37,7 +37,6 @@ def compiled(framework, loaded_adapters):
         pytest.skip(f"{framework} has no mode these tests cover")
     adapter = load_adapter(loaded_adapters, framework)
     yield adapter, MODE[framework]
-    adapter.mode = EAGER
 
 
 def _wrapper(adapter) -> str:
@@ -136,15 +135,14 @@ def test_a_call_run_eagerly_is_a_fallback(compiled, spec, part):
     adapter, mode = compiled
     api = adapter.apis[0]
     device = _device(adapter)
-    adapter.mode = mode
-    compiled_first = adapter.run(_case(adapter, api, spec, seed=1), api, device, part)
+    compiled_first = adapter.run(_case(adapter, api, spec, seed=1), api, device, part, mode)
     assert compiled_first.fallback is None and (not compiled_first.raised or _no_double_backward(adapter, part)), \
         compiled_first
     with _compiling_switched_off(adapter):
         for case in (_case(adapter, api, spec, seed=1), _case(adapter, api, spec, shape=(2, 7), seed=2)):
-            observed = adapter.run(case, api, device, part)  # a signature compiled before, and a new one
+            observed = adapter.run(case, api, device, part, mode)  # a signature compiled before, and a new one
             assert observed.fallback and "eagerly" in observed.fallback, observed
-    again = adapter.run(_case(adapter, api, spec, seed=1), api, device, part)
+    again = adapter.run(_case(adapter, api, spec, seed=1), api, device, part, mode)
     assert again.fallback is None and again.exception_type == compiled_first.exception_type
     assert compiled_first.raised or np.array_equal(again.value, compiled_first.value, equal_nan=True)
 
@@ -163,13 +161,11 @@ def test_reproducer_makes_the_compiled_call(compiled, spec, tmp_path, part):
     device = _device(adapter)
     for api in adapter.apis:
         case = _case(adapter, api, spec, shape=(2, 3, 4), seed=9, reduction="mean")
-        adapter.mode = mode
-        observed = adapter.run(case, api, device, part)
+        observed = adapter.run(case, api, device, part, mode)
         if observed.unsupported:
             continue
-        source = adapter.repro_source(case, api, device, part)
+        source = adapter.repro_source(case, api, device, part, mode)
         assert _wrapper(adapter) in source, source
-        adapter.mode = EAGER
         assert _wrapper(adapter) not in adapter.repro_source(case, api, device, part)
         script = tmp_path / f"repro_{api.name.replace('.', '_')}_{part}.py"
         script.write_text(source, encoding="utf-8")
@@ -190,11 +186,10 @@ def test_whole_reproducer_script_runs_compiled(compiled, spec, tmp_path):
     adapter, mode = compiled
     device, api = _device(adapter), adapter.apis[0]
     case = _case(adapter, api, spec, shape=(4, 6), seed=3)
-    adapter.mode = mode
-    observed = adapter.run(case, api, device, "forward")
+    observed = adapter.run(case, api, device, "forward", mode)
     expected = expected_for(case, spec, "forward", api.dialect)
     script, suffix = adapter.repro_script(case, api, device, "forward", ("a case", "a message", "its params."),
-                                          expected, "a value")
+                                          expected, "a value", mode)
     assert _wrapper(adapter) in script
     path = tmp_path / f"repro{suffix}"
     path.write_text(script, encoding="utf-8")
@@ -214,15 +209,14 @@ def test_a_signature_compiles_once(compiled, spec, part):
     if adapter.name == "keras" and adapter.backend == "torch":
         pytest.skip("torch.compile's calls are counted by graph runs, not traces (test_a_call_run_eagerly...)")
     api, device = adapter.apis[0], _device(adapter)
-    adapter.mode = mode
 
     def traces():
         return sum(f.traces for f in adapter._compiled.values() if isinstance(f, Traced))
     for seed in (21, 21):
-        assert not adapter.run(_case(adapter, api, spec, shape=(5, 3), seed=seed), api, device, part).raised
+        assert not adapter.run(_case(adapter, api, spec, shape=(5, 3), seed=seed), api, device, part, mode).raised
     before, functions = traces(), dict(adapter._compiled)
     for seed in (21, 22, 23):
-        assert not adapter.run(_case(adapter, api, spec, shape=(5, 3), seed=seed), api, device, part).raised
+        assert not adapter.run(_case(adapter, api, spec, shape=(5, 3), seed=seed), api, device, part, mode).raised
     assert before >= 1 and traces() == before
     assert all(adapter._compiled[key] is f for key, f in functions.items()), "the same compiled functions serve"
 

@@ -38,10 +38,8 @@ BROADCAST_CASE = """
 
 @pytest.fixture
 def jit(framework_adapter):
-    """The session's adapter in mode jit, back in eager after the test."""
-    framework_adapter.mode = "jit"
-    yield framework_adapter
-    framework_adapter.mode = EAGER
+    """The session's adapter, whose calls the tests make in mode jit."""
+    return framework_adapter
 
 
 def test_run_flags_the_subnormal_target_flushed_to_zero_under_jit(framework, tmp_path):
@@ -86,8 +84,7 @@ def test_the_reproducer_compiles_the_call_and_shows_the_flush(framework, jit, sp
     for case, part, expected in ((forward, "forward", expected_forward(forward, spec)),
                                  (gradient, "grad_input", expected_for(gradient, spec, "grad_input"))):
         for mode in ("jit", EAGER):
-            jit.mode = mode
-            script, suffix = jit.repro_script(case, api, "cpu", part, ("title", "about."), expected)
+            script, suffix = jit.repro_script(case, api, "cpu", part, ("title", "about."), expected, mode=mode)
             path = tmp_path / f"{mode}-{part}{suffix}"
             path.write_text(script)
             codes[part, mode] = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True,
@@ -99,7 +96,7 @@ def test_a_jit_call_that_ran_eagerly_is_a_fallback(framework, jit, spec, monkeyp
     """MS_JIT=0 makes every mindspore.jit function run in PyNative, silently: the row says fallback."""
     monkeypatch.setenv("MS_JIT", "0")
     case = make_case([-1.0, -2.0], [0.25, 0.75], reduction="sum", dtype="float32")
-    observed = jit.run(case, jit.api("mindspore.ops.kl_div"), "cpu", "forward")
+    observed = jit.run(case, jit.api("mindspore.ops.kl_div"), "cpu", "forward", "jit")
     assert "MS_JIT=0" in observed.fallback
     assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.FALLBACK
 
@@ -112,7 +109,7 @@ def test_gradients_are_a_jitted_training_step(framework, jit, spec):
     case = make_case([[-1.0, -2.0], [-0.5, -1.5]], [[0.2, 0.3], [0.4, 0.1]], reduction="batchmean", dtype="float32")
     before = set(ms_compile_cache)
     for name in ("mindspore.ops.kl_div", "mindspore.nn.KLDivLoss"):
-        observed = jit.run(case, jit.api(name), "cpu", "grad_input")
+        observed = jit.run(case, jit.api(name), "cpu", "grad_input", "jit")
         assert classify(expected_for(case, spec, "grad_input"), observed, spec).verdict is Verdict.PASS, name
     assert len({p for p in set(ms_compile_cache) - before if "kl_conformance_jit" in p}) == 2
 
@@ -126,17 +123,15 @@ def test_mint_target_gradient_comes_back_from_the_jitted_step_where_eager_has_no
     for name in ("mindspore.mint.nn.KLDivLoss", "mindspore.mint.nn.functional.kl_div"):
         api = jit.api(name)
         for part in ("forward", "grad_input"):
-            observed = jit.run(case, api, "cpu", part)
+            observed = jit.run(case, api, "cpu", part, "jit")
             assert observed.unsupported.startswith("no kernel for this device"), (name, part, observed)
             assert "on CPU" in observed.unsupported and "Call Stack" not in observed.unsupported
-        observed = jit.run(case, api, "cpu", "grad_target")
+        observed = jit.run(case, api, "cpu", "grad_target", "jit")
         assert observed.unsupported is None and observed.exception_type is None, (name, observed)
         assert np.array_equal(observed.value, np.zeros((1, 2))), (name, observed.value)
         verdict = classify(expected_for(case, spec, "grad_target"), observed, spec).verdict
         assert verdict is Verdict.VALUE, (name, verdict)
-        jit.mode = EAGER
         assert "unregistered" in jit.run(case, api, "cpu", "grad_target").unsupported
-        jit.mode = "jit"
 
 
 def test_a_failed_compile_leaves_nothing_in_the_working_directory(framework, tmp_path, monkeypatch):

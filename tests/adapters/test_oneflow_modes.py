@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conformance.cli import main
-from conformance.core.model import EAGER, Verdict
+from conformance.core.model import Verdict
 from conformance.core.results import iter_results
 from conformance.reference.forward import expected_forward
 from tests.helpers import make_case
@@ -24,10 +24,8 @@ CASES = """
 
 @pytest.fixture
 def graph(framework_adapter):
-    """The session's adapter in mode graph, back in eager after the test."""
-    framework_adapter.mode = "graph"
-    yield framework_adapter
-    framework_adapter.mode = EAGER
+    """The session's adapter, whose calls the tests make in mode graph."""
+    return framework_adapter
 
 
 def test_run_in_mode_graph_compiles_forward_and_has_no_gradients(framework, tmp_path):
@@ -52,7 +50,7 @@ def test_the_reproducer_builds_the_graph(framework, graph, spec, tmp_path):
     case = make_case([[-1.0, -2.0]], [[0.25, 0.75]], reduction="sum", dtype="float32")
     for name in ("oneflow.nn.functional.kl_div", "oneflow.nn.KLDivLoss"):
         script, suffix = graph.repro_script(case, graph.api(name), "cpu", "forward", ("title", "about."),
-                                            expected_forward(case, spec))
+                                            expected_forward(case, spec), mode="graph")
         assert "(flow.nn.Graph)" in script and "KLGraph()(x, t)" in script
         path = tmp_path / f"repro{suffix}"
         path.write_text(script)
@@ -65,6 +63,6 @@ def test_a_graph_that_failed_to_build_is_built_again(framework, graph):
     same signature (float16 input, float64 target, which OneFlow refuses) gets the framework's own error again."""
     case = make_case([[-1.0, -2.0]], [[0.25, 0.75]], dtype=("float16", "float64"))
     api = graph.api("oneflow.nn.functional.kl_div")
-    first, again = (graph.run(case, api, "cpu", "forward") for _ in range(2))
+    first, again = (graph.run(case, api, "cpu", "forward", "graph") for _ in range(2))
     assert first.exception_type == again.exception_type == "RuntimeError"
     assert first.exception_message == again.exception_message and "already exist" not in again.exception_message

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from conformance.cli import main
-from conformance.core.model import EAGER
 from conformance.reference.forward import expected_forward
 from tests.helpers import make_case
 
@@ -37,9 +36,8 @@ CASES = f"""\
 
 @pytest.fixture
 def adapter(framework_adapter):
-    """The loaded Paddle adapter, back in eager mode after the test (the session shares it)."""
-    yield framework_adapter
-    framework_adapter.mode = EAGER
+    """The loaded Paddle adapter (the session shares it)."""
+    return framework_adapter
 
 
 def _run(tmp_path, modes, *extra) -> dict:
@@ -88,11 +86,11 @@ def test_target_gradient_of_zeros_under_to_static_is_a_divergence(tmp_path):
         assert _got(row) == [0.0]
 
 
-def _script_exit(adapter, spec, case, tmp_path) -> tuple[int, str]:
+def _script_exit(adapter, spec, case, tmp_path, mode: str) -> tuple[int, str]:
     api = adapter.api(FUNCTIONAL)
     script, suffix = adapter.repro_script(case, api, "cpu", "forward", ("the case", "its mode."),
-                                          expected_forward(case, spec), "a value")
-    path = tmp_path / f"repro_{adapter.mode}{suffix}"
+                                          expected_forward(case, spec), "a value", mode)
+    path = tmp_path / f"repro_{mode}{suffix}"
     path.write_text(script, encoding="utf-8")
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "GLOG_minloglevel": "2"})
@@ -101,12 +99,11 @@ def _script_exit(adapter, spec, case, tmp_path) -> tuple[int, str]:
 
 def test_reproducer_of_the_dynamic_batch_case_shows_its_value(adapter, spec, tmp_path):
     case = make_case(X, T, reduction="batchmean", dtype="float32")
-    adapter.mode = "to-static-dynamic-batch"
-    code, out = _script_exit(adapter, spec, case, tmp_path)
+    code, out = _script_exit(adapter, spec, case, tmp_path, "to-static-dynamic-batch")
     assert code == 1, out
     assert "0.1298542" in out, out
-    adapter.mode = "to-static"  # the same case with static shapes conforms, so the script carries the mode
-    code, out = _script_exit(adapter, spec, case, tmp_path)
+    # the same case with static shapes conforms, so the script carries the mode
+    code, out = _script_exit(adapter, spec, case, tmp_path, "to-static")
     assert code == 0, out
 
 
@@ -117,8 +114,7 @@ def test_prim_is_on_for_its_calls_only(adapter, spec):
     api = adapter.api(FUNCTIONAL)
     seen = {}
     for mode in ("to-static", "to-static-prim", "to-static"):
-        adapter.mode = mode
-        seen[mode] = adapter.run(case, api, "cpu", "forward").value
+        seen[mode] = adapter.run(case, api, "cpu", "forward", mode).value
         assert not core._is_fwd_prim_enabled() and not core._is_bwd_prim_enabled()
     assert np.isnan(seen["to-static"][0]) and seen["to-static-prim"][0] == 0.0
 
@@ -129,16 +125,15 @@ def test_to_static_switched_off_is_a_fallback(adapter):
     case = make_case([-1.0], [0.3], reduction="none", dtype="float32")
     api = adapter.api(FUNCTIONAL)
     for mode in ("to-static", "to-static-sot"):
-        adapter.mode = mode
         adapter.paddle.jit.enable_to_static(False)
         try:
-            forward = adapter.run(case, api, "cpu", "forward")
-            gradient = adapter.run(case, api, "cpu", "grad_input")
+            forward = adapter.run(case, api, "cpu", "forward", mode)
+            gradient = adapter.run(case, api, "cpu", "grad_input", mode)
         finally:
             adapter.paddle.jit.enable_to_static(True)
         assert forward.fallback and "enable_to_static" in forward.fallback and forward.value is None
         assert gradient.fallback
-        assert adapter.run(case, api, "cpu", "forward").fallback is None
+        assert adapter.run(case, api, "cpu", "forward", mode).fallback is None
 
 
 def test_sot_below_its_graph_size_runs_eagerly_and_that_is_a_fallback(adapter):
@@ -148,12 +143,12 @@ def test_sot_below_its_graph_size_runs_eagerly_and_that_is_a_fallback(adapter):
     case = make_case([[-1.0, -2.0], [-0.5, -1.5], [-3.0, -1.0]], [[0.2, 0.3], [0.4, 0.1], [0.5, 0.5]],
                      reduction="batchmean", dtype="float32")
     api = adapter.api(FUNCTIONAL)
-    adapter.mode = "to-static-sot"
-    compiled = adapter.run(case, api, "cpu", "forward")
+    compiled = adapter.run(case, api, "cpu", "forward", "to-static-sot")
     assert compiled.fallback is None and compiled.value is not None
     adapter.sot_min_graph_size = 10
     try:
-        eager = adapter.run(make_case(X, T, reduction="batchmean", dtype="float32"), api, "cpu", "forward")
+        eager = adapter.run(make_case(X, T, reduction="batchmean", dtype="float32"), api, "cpu", "forward",
+                            "to-static-sot")
     finally:
         del adapter.sot_min_graph_size
     assert eager.fallback and "MIN_GRAPH_SIZE 10" in eager.fallback, eager
@@ -173,11 +168,10 @@ def test_reproducer_lines_make_the_live_call_of_the_mode(adapter, spec, mode, pa
     case = make_case(np.log(rng.dirichlet(np.ones(4), size=3)), rng.dirichlet(np.ones(4), size=3),
                      reduction="batchmean", dtype="float64", layout="transposed")
     for api in adapter.apis:
-        adapter.mode = mode
-        observed = adapter.run(case, api, "cpu", part)
+        observed = adapter.run(case, api, "cpu", part, mode)
         assert observed.value is not None, observed
         script = tmp_path / f"repro_{api.name.replace('.', '_')}.py"
-        script.write_text(adapter.repro_source(case, api, "cpu", part), encoding="utf-8")
+        script.write_text(adapter.repro_source(case, api, "cpu", part, mode), encoding="utf-8")
         core = adapter.paddle.framework.core
         try:
             namespace = runpy.run_path(str(script), init_globals={
@@ -196,8 +190,7 @@ def test_a_to_static_error_is_paddles_message_not_the_transformed_traceback(adap
     """float16: eager has no kernel (unsupported); the program refuses the dtype with a TypeError whose message
     opens with a traceback through this machine's files. The row keeps Paddle's own line only."""
     case = make_case([-1.0], [0.3], reduction="none", dtype="float16")
-    adapter.mode = "to-static"
-    observed = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
+    observed = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward", "to-static")
     assert observed.exception_type == "TypeError"
     assert observed.exception_message.startswith("(InvalidType) Check data type error for op: kldiv_loss")
     assert "transformed code" not in observed.exception_message and "File " not in observed.exception_message
@@ -209,8 +202,7 @@ def test_a_to_static_error_keeps_every_line_of_paddles_message(adapter):
     which names neither the problem nor the op's words for it."""
     case = make_case([[-1.0, -2.0]], [0.3, 0.7], reduction="sum", dtype="float32")
     eager = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
-    adapter.mode = "to-static"
-    observed = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
+    observed = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward", "to-static")
     assert observed.exception_type == eager.exception_type == "ValueError"
     assert eager.exception_message.startswith("(InvalidArgument) Input(X) rank and Input(Target) rank should be same")
     assert observed.exception_message == eager.exception_message.rstrip()  # eager ends with a newline
@@ -222,7 +214,6 @@ def test_an_sot_error_is_its_own_message_and_the_origin_not_the_traceback(adapte
     gives it; it kept the whole traceback, paths included."""
     case = make_case([[-1.0, -2.0]], [0.3, 0.7], reduction="sum", dtype="float32")
     eager = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
-    adapter.mode = "to-static-sot"
-    observed = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward")
+    observed = adapter.run(case, adapter.api(FUNCTIONAL), "cpu", "forward", "to-static-sot")
     assert observed.exception_type == "InnerError"
     assert observed.exception_message == f"Call paddle_api error: kl_div; origin: ValueError: {eager.exception_message}".rstrip()

@@ -88,16 +88,14 @@ def test_the_modes_answers_of_the_float16_mean(torch_adapter, mode, value):
     case = make_case([[-60000.0, 0, 0], [0, 0, 0]], [[5.0, 0, 0], [0, 0, 0]], reduction="mean", dtype="float16")
     adapter = TorchAdapter()
     adapter.load()
-    adapter.mode = mode
-    observed = adapter.run(case, adapter.apis[0], "cpu", "forward")
+    observed = adapter.run(case, adapter.apis[0], "cpu", "forward", mode)
     assert (observed.value, observed.dtype, observed.fallback) == (value, "float16", None)
 
 
 def _script_result(adapter, case, mode, part, tmp_path, recorded="a value"):
     """The reproducer `repro_script` writes for `mode`, run with this environment's python: what it printed."""
-    adapter.mode = mode
     script, suffix = adapter.repro_script(case, adapter.apis[0], "cpu", part, ("a case", "a message", "its params."),
-                                          Expected("float32", (), np.asarray(1.0), np.asarray(0.0)), recorded)
+                                          Expected("float32", (), np.asarray(1.0), np.asarray(0.0)), recorded, mode)
     path = tmp_path / f"repro_{mode}{suffix}"
     path.write_text(script, encoding="utf-8")
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600,
@@ -119,8 +117,7 @@ def test_a_reproducer_shows_the_modes_answer(torch_adapter, tmp_path, mode, part
         case = make_case([[-1.0]], [[np.nan]], reduction="sum", dtype="float32")
     adapter = TorchAdapter()
     adapter.load()
-    adapter.mode = mode
-    observed = adapter.run(case, adapter.apis[0], "cpu", part)
+    observed = adapter.run(case, adapter.apis[0], "cpu", part, mode)
     shown, run = _script_result(adapter, case, mode, part, tmp_path)
     assert shown.startswith(f"torch:  {expected} ") and observed.value == float(expected[6:-1]), (shown, run.stderr)
     assert shown.endswith(observed.dtype) and run.returncode == 1, run.stdout + run.stderr[-2000:]
@@ -142,8 +139,7 @@ def test_inductor_double_backward_is_never_a_pass(torch_adapter, layout, tmp_pat
     adapter = TorchAdapter()
     adapter.load()
     eager = adapter.run(case, adapter.apis[0], "cpu", "grad2_input")
-    adapter.mode = "inductor"
-    observed = adapter.run(case, adapter.apis[0], "cpu", "grad2_input")
+    observed = adapter.run(case, adapter.apis[0], "cpu", "grad2_input", "inductor")
     assert eager.value is not None and observed.value is None and observed.fallback is None
     assert observed.exception_type in ("RuntimeError", "MissingGradient"), observed
     if observed.exception_type == "RuntimeError":

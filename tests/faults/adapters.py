@@ -18,7 +18,7 @@ import types
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, ApiCall, Mode, call_observed
-from conformance.core.model import Case, Observation
+from conformance.core.model import EAGER, Case, Observation
 
 
 class NumpyAdapter(Adapter):
@@ -369,14 +369,14 @@ class ModalAdapter(OffByOneAdapter):
     def mode_unavailable(self, mode: str) -> str | None:
         return "kl_conformance_no_such_runtime is not installed" if mode == "missing" else None
 
-    def run(self, case, api, device, part):
-        if self.mode == "shifted" and "fault" in case.id:
+    def run(self, case, api, device, part, mode=EAGER):
+        if mode == "shifted" and "fault" in case.id:
             return self.misbehave(case)
         return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
 
-    def repro_source(self, case, api, device, part):
-        shift = " + 1.0" if self.mode == "shifted" else ""
-        return (f"# mode: {self.mode}\nx, t = x_values, t_values\n"
+    def repro_source(self, case, api, device, part, mode=EAGER):
+        shift = " + 1.0" if mode == "shifted" else ""
+        return (f"# mode: {mode}\nx, t = x_values, t_values\n"
                 f"result = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0){shift}")
 
 

@@ -15,6 +15,9 @@ class ModedAdapter(NumpyAdapter):
     name = "numpy-moded"
     modes = (Mode("traced", "the same NumPy call, standing in for a compiled one"),)
 
+    def run(self, case, api, device, part, mode=EAGER):
+        return super().run(case, api, device, part)  # the same NumPy call in either mode
+
     def misbehave(self, case):
         return self.run_plain(case)
 
@@ -36,8 +39,8 @@ class FallbackModeAdapter(ModedAdapter):
     """In mode `traced`, the calls of the cases whose id holds "fault" ran eagerly instead (as Dynamo does past
     its recompile limit): their rows are `fallback`. Eager is honest everywhere."""
 
-    def run(self, case, api, device, part):
-        if self.mode != EAGER and "fault" in case.id:
+    def run(self, case, api, device, part, mode=EAGER):
+        if mode != EAGER and "fault" in case.id:
             return Observation(fallback="the stand-in's counters show no compiled call")
         return self.run_plain(case)
 
@@ -58,3 +61,6 @@ class PlantedInModeAdapter(PlantedBugsAdapter):
 
     name = "numpy-moded"
     modes = ModedAdapter.modes
+
+    def run(self, case, api, device, part, mode=EAGER):
+        return super().run(case, api, device, part)  # the same planted bugs in either mode
