@@ -16,13 +16,14 @@ from __future__ import annotations
 import itertools
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from conformance.cases import rounded_math
 from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_certain, draw_integers, draw_pinned
-from conformance.cases.ids import CaseKey, build_id
+from conformance.cases.ids import CaseKey, build_id, signature
 from conformance.core.model import FLOAT_DTYPES, NUMPY_DEFAULT, PARTS, Case, Construction, DtypePair, Params, Spec
 from conformance.core.rounding import INTEGER_DTYPES, round_to_dtype
 
@@ -298,6 +299,27 @@ def mode_keys(spec: Spec) -> Iterator[CaseKey]:
         yield _key(reduction, log_target, (None, None), FULL_SHAPE_LEVEL, dtype, "pinned")
 
 
+MODE_SLICE = Path(__file__).with_name("mode_slice.txt")  # the mode slice's signatures, written by scripts/mode_slice.py
+
+
+def mode_slice_keys(spec: Spec) -> Iterator[CaseKey]:
+    """Keys of the mode slice (`--suite mode-slice`): the mode suite's cases of the signatures `mode_slice.txt` lists.
+
+    A compiled mode pays one compile per signature, whatever values the cases of it hold, so the slice keeps
+    whole signatures, every family of each. They were chosen (scripts/mode_slice.py) from recorded runs of every
+    framework's modes over the whole mode suite: each finding those runs showed, in each mode, shows in one of them,
+    and every dtype pair and every (reduction, log_target) is in one (tests/cases/test_mode_slice.py checks both).
+    """
+    chosen = mode_slice_signatures()
+    return (key for key in mode_keys(spec) if signature(build_id(key)) in chosen)
+
+
+def mode_slice_signatures() -> frozenset[str]:
+    """The signatures `mode_slice.txt` lists, one a line (text after `#` is a comment)."""
+    lines = MODE_SLICE.read_text(encoding="utf-8").splitlines()
+    return frozenset(s for s in (line.split("#", 1)[0].strip() for line in lines) if s)
+
+
 def exhaustive_keys(spec: Spec) -> Iterator[CaseKey]:
     """Every valid combination of every factor level, mixed dtypes in both orders, then the error cases."""
     levels = parameter_levels(spec)
@@ -322,10 +344,10 @@ def generated_keys(spec: Spec, exhaustive: bool = False, samples: int = 1,
                    suite: str | None = None) -> Iterator[tuple[str, CaseKey]]:
     """The id and key of each case of the generated suite, in `generate_cases`' order, drawing no values
     (counting a suite of 150,000 cases then takes no longer than listing their ids). `suite` ("default",
-    "exhaustive" or "modes") overrides `exhaustive`."""
+    "exhaustive", "modes" or "mode-slice") overrides `exhaustive`."""
     suite = suite or ("exhaustive" if exhaustive else "default")
     seen: set[str] = set()
-    keys = {"exhaustive": exhaustive_keys, "modes": mode_keys}.get(suite, default_keys)
+    keys = {"exhaustive": exhaustive_keys, "modes": mode_keys, "mode-slice": mode_slice_keys}.get(suite, default_keys)
     for key in keys(spec):
         # the id is built once per key: only its last field, the sample, changes (ids.build_id's format)
         stem = build_id(key).removesuffix(f"s{key.sample}")

@@ -81,6 +81,12 @@ def build_id(key: CaseKey) -> str:
                      _dtype_field(key.dtype, key.construction), key.family, f"s{key.sample}"))
 
 
+def signature(case_id: str) -> str:
+    """What a compiled mode compiles once for: a generated id less its values' family and sample (the reduction,
+    log_target, legacy arguments, shapes, layout, dtypes and construction)."""
+    return case_id.rsplit("/", 2)[0]
+
+
 def _dtype_field(dtype: DtypePair, construction: Construction) -> str:
     return str(dtype) + ("," + str(construction) if not construction.is_default else "")
 

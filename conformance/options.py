@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from conformance.core.errors import UsageError
 
-SUITES = ("default", "exhaustive", "modes", "none")  # `none`: the user case files alone
+SUITES = ("default", "exhaustive", "modes", "mode-slice", "none")  # `none`: the user case files alone
 CLI, PLUGIN, API = "cli", "plugin", "api"  # the surfaces, for the name an option goes by on each
 
 
@@ -177,7 +177,8 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in (
            fix="give a whole number >= 0, e.g. 0"),
     Option("--suite", "suite", "generated suite: the pairwise design plus edge families (default), the full "
            "product (exhaustive), the mode suite (modes: every family, dtype and reduction once: "
-           "docs/guide/modes.md), or none (the case files alone)", one_of(lambda: SUITES), "{" + ",".join(SUITES) + "}",
+           "docs/guide/modes.md), its slice of the signatures that show every recorded mode finding (mode-slice), "
+           "or none (the case files alone)", one_of(lambda: SUITES), "{" + ",".join(SUITES) + "}",
            fix=f"use one of {list(SUITES)}"),
     Option("--samples", "samples", "independent draws of every generated combination (ids end in s0 ... sN-1)",
            whole(1, MAX_SAMPLES), "N", fix=f"give a whole number from 1 to {MAX_SAMPLES}"),

@@ -46,7 +46,7 @@ class CaseSelection:
     match every set given and, with --only, a pattern too."""
 
     seed: int = DEFAULT_SEED
-    suite: str = "default"  # default, exhaustive, modes (what a compiled mode runs) or none (user case files only)
+    suite: str = "default"  # default, exhaustive, modes (what a compiled mode runs), mode-slice (its slice) or none
     samples: int = 1
     case_files: tuple[str, ...] = ()
     only: tuple[str, ...] = ()  # case ids or glob patterns; empty selects every case

@@ -17,7 +17,7 @@ from conformance.cli import main
 from tests.faults.test_plugin import CASES, OFF_BY_ONE, ROOT, _pytest, project  # noqa: F401 (a fixture)
 
 PARTS = "'forward', 'grad_input', 'grad_target', 'grad2_input'"
-SUITES = "'default', 'exhaustive', 'modes', 'none'"
+SUITES = "'default', 'exhaustive', 'modes', 'mode-slice', 'none'"
 # (the CLI's option, the bad value, the API call that gives it, the problem every surface states), the problem
 # as `kl-conformance` has always said it (argparse's own words for a choice)
 BAD = [
