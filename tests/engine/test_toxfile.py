@@ -55,3 +55,19 @@ def test_a_sigterm_to_tox_ends_the_command_it_runs(tmp_path):
         if _alive(child):
             os.kill(child, signal.SIGKILL)
     assert tox.returncode != 0
+
+
+@pytest.mark.parametrize("label, suite", [("conformance", "mode-slice"), ("conformance-full", "modes")])
+def test_the_full_label_runs_the_same_environments_over_the_whole_mode_suite(label, suite):
+    """`tox -m conformance` runs each framework's modes on the mode slice, `tox -m conformance-full` the same
+    environments (not a second set, which would install every framework twice) over the whole mode suite."""
+    env = {k: v for k, v in os.environ.items() if k != "KL_MODE_SUITE"}
+    shown = subprocess.run([sys.executable, "-m", "tox", "config", "-m", label, "-k", "commands"], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    mode_runs = [line for line in shown.stdout.splitlines() if "--mode " in line]
+    assert len(mode_runs) == 9, shown.stdout  # every framework with modes; R torch has none
+    assert all(f"--suite {suite} " in line for line in mode_runs), shown.stdout
+    listed = subprocess.run([sys.executable, "-m", "tox", "config", "-m", label, "-k", "env_name"], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=120).stdout
+    assert "full" not in listed.replace(label, ""), listed
