@@ -45,8 +45,9 @@ MODES = (
 )
 
 
-class OrtDeviceUnsupported(Exception):
-    """An ONNX mode asked for a device onnxruntime's CPU build does not run on."""
+class OrtUnsupported(Exception):
+    """What an ONNX mode cannot hand onnxruntime's CPU build: a device it does not run on, or a bfloat16 input (it
+    is fed NumPy arrays, and NumPy has no bfloat16)."""
 
 
 class TorchAdapter(Adapter):
@@ -181,7 +182,7 @@ class TorchAdapter(Adapter):
         torch = self.torch
         x, t = inputs
         if x.device.type != "cpu":
-            raise OrtDeviceUnsupported(f"mode {mode} runs in onnxruntime's CPU build (CPUExecutionProvider), "
+            raise OrtUnsupported(f"mode {mode} runs in onnxruntime's CPU build (CPUExecutionProvider), "
                                        f"not on {x.device.type}")
         import onnxruntime
 
@@ -196,7 +197,11 @@ class TorchAdapter(Adapter):
                 self._exported[key] = session
             given = {"x": x, "t": t}
             # an exporter may fold an input the result does not depend on (an empty one) out of the graph
-            feeds = {i.name: given[i.name].detach().contiguous().numpy() for i in session.get_inputs()}
+            fed = {i.name: given[i.name] for i in session.get_inputs()}
+            if any(v.dtype == torch.bfloat16 for v in fed.values()):  # a graph that casts it at once exports
+                raise OrtUnsupported(f"mode {mode} feeds onnxruntime NumPy arrays, and NumPy has no bfloat16: the "
+                                     "exported graph's bfloat16 input cannot be given")
+            feeds = {name: v.detach().contiguous().numpy() for name, v in fed.items()}
             (out,) = session.run(None, feeds)
         return torch.from_numpy(_np_array(out))
 
@@ -298,7 +303,7 @@ class TorchAdapter(Adapter):
 
     def is_no_kernel(self, exc: Exception, mode: str = EAGER) -> bool:
         """torch's no-kernel words; in the ONNX modes onnxruntime's, and a device its CPU build has not."""
-        return (NO_KERNEL.search(str(exc)) is not None or isinstance(exc, OrtDeviceUnsupported)
+        return (NO_KERNEL.search(str(exc)) is not None or isinstance(exc, OrtUnsupported)
                 or (mode in ONNX_EXPORTERS and ORT_NO_KERNEL.search(str(exc)) is not None))
 
     def to_numpy(self, result):

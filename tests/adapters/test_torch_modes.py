@@ -81,6 +81,21 @@ def test_inductor_float16_intermediates_are_flagged_and_emulation_restores_eager
     verdicts = {mode: r.verdict for (_, _, mode), r in rows.items()}
     assert verdicts["eager"].value == "pass" and verdicts["inductor-emulated"].value == "pass"
     assert verdicts["inductor"].is_divergence
+    # documented by what Inductor's maintainers state of the mode (spec/profiles/torch.yaml), for that mode only
+    inductor = rows[("f16-mean", "torch.nn.functional.kl_div", "inductor")]
+    assert inductor.documented_by == ("inductor-keeps-half-precision-intermediates-in-float32",), inductor
+
+
+def test_an_onnx_mode_cannot_be_fed_a_bfloat16_input_and_says_so(torch_adapter, tmp_path):
+    """A mixed call with a bfloat16 input exports (the graph casts it), but onnxruntime is fed NumPy arrays, and
+    NumPy has no bfloat16: an unsupported row with that reason, not the harness's own conversion error reported as
+    the framework's."""
+    case = ("- {id: bf16-f32, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, "
+            "dtype: {input: bfloat16, target: float32}}\n")
+    code, rows = _run(tmp_path, case, "--mode", "onnx-torchscript", "--mode", "onnx-dynamo")
+    assert len(rows) == 4
+    for row in rows.values():
+        assert row.verdict.value == "unsupported" and "NumPy has no bfloat16" in row.message, row
 
 
 @pytest.mark.parametrize("mode, value", [("eager", np.inf), ("inductor", 50016.0), ("inductor-emulated", np.inf)])
