@@ -82,7 +82,8 @@ def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
     head = (row.framework, row.framework_version, implementation)
     if row.verdict is Verdict.UNSUPPORTED:  # by the reason: a documented restriction (each its own), no kernel, ...
         reason, documented, _ = row.message.partition(" (documented")
-        return (*head, "unsupported", row.part, reason if documented else reason.split(":", 1)[0])
+        # less what the case puts in it (the reduction it names, 'avg' or 'SUM'): one refusal of an argument
+        return (*head, "unsupported", row.part, reason if documented else _QUOTED.sub("", reason.split(":", 1)[0]))
     head += ("documented by " + ",".join(sorted(row.documented_by)),)
     if row.cause and row.cause != UNEXPLAINED:
         return (*head, root_cause(row.cause))

@@ -239,6 +239,18 @@ def test_two_documented_restrictions_are_two_unsupported_defects():
     assert again.defect == rows[0].defect
 
 
+def test_an_api_refusing_each_unknown_reduction_is_one_unsupported_defect():
+    """optax's losses take no reduction argument: "has no reduction 'avg'", "... 'SUM'" and "... 'elementwise_mean'"
+    were three unsupported defects of one part, one for each name the cases passed."""
+    reasons = [f"optax.losses.kl_divergence has no reduction {name!r} (it takes ['none'])"
+               for name in ("avg", "SUM", "elementwise_mean")]
+    rows = [make_result(case_id=f"u{i}", verdict="unsupported", message=m) for i, m in enumerate(reasons)]
+    assert len({r.defect for r in rows}) == 1
+    other = make_result(case_id="u9", verdict="unsupported", message="optax.losses.kl_divergence has no log_target "
+                                                                     "argument")
+    assert other.defect != rows[0].defect
+
+
 def test_the_example_holds_an_element_where_the_defect_shows_in_one():
     """Paddle's gradient defects took an empty 0x5 case as their example (the smallest shape), whose snippet shows
     nothing."""
