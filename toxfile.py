@@ -69,6 +69,7 @@ def tox_add_option(parser) -> None:  # the earliest hook tox calls: before any i
 
 
 @impl
-def tox_add_core_config(core_conf, state) -> None:  # once, with the command line parsed, before any environment
+def tox_add_core_config(state) -> None:  # once, with the command line parsed, before any environment (pluggy
+    # passes a hook only the arguments it names)
     if FULL_LABEL in (getattr(state.conf.options, "labels", None) or ()):
         os.environ[MODE_SUITE] = "modes"
