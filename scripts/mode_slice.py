@@ -29,8 +29,8 @@ HEADER = """\
 # The mode slice: the signatures of the mode suite that `kl-conformance run --suite mode-slice` runs, every case of each.
 # Written by `python scripts/mode_slice.py choose` from tests/data/mode-findings.json (a recorded run of every
 # framework's modes over the whole mode suite); do not edit it by hand, record and choose again.
-# After each signature: the frameworks and modes whose findings it shows, and the floating dtypes and
-# (reduction, log_target) it stands for.
+# After each signature: what no other signature of the slice shows, the frameworks and modes whose findings (and
+# the floating dtypes and (reduction, log_target)) it alone stands for.
 """
 
 
@@ -66,6 +66,27 @@ def record(run_dirs: list[Path]) -> dict:
     return {"about": "each mode's findings over the whole mode suite, and the signatures each showed on: "
                      "written by `python scripts/mode_slice.py record`", "spec_hash": spec_hash, "seed": seed,
             "findings": findings}
+
+
+def write_findings(recorded: dict, path: Path) -> None:
+    """The recording as JSON, each signature written once (`signatures`) and each finding naming its own by
+    index (`shown_on`), one finding a line, so that a new recording's diff shows which findings changed."""
+    signatures = sorted({s for f in recorded["findings"] for s in f["signatures"]})
+    index = {s: i for i, s in enumerate(signatures)}
+    head = {k: v for k, v in recorded.items() if k != "findings"}
+    rows = [json.dumps({**{k: v for k, v in f.items() if k != "signatures"},
+                        "shown_on": [index[s] for s in f["signatures"]]}) for f in recorded["findings"]]
+    text = json.dumps({**head, "signatures": signatures}, indent=1)[:-2]
+    path.write_text(text + ',\n "findings": [\n  ' + ",\n  ".join(rows) + "\n ]\n}\n", encoding="utf-8")
+
+
+def read_findings(path: Path) -> dict:
+    """A recording as `record` returns it: each finding with its signatures by name."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    names = data.pop("signatures")
+    data["findings"] = [{**{k: v for k, v in f.items() if k != "shown_on"},
+                         "signatures": [names[i] for i in f["shown_on"]]} for f in data["findings"]]
+    return data
 
 
 def mode_suite_signatures(spec) -> dict[str, set[str]]:
@@ -116,13 +137,19 @@ def choose(findings: dict, spec) -> list[tuple[str, list[str]]]:
 
 
 def slice_text(chosen: list[tuple[str, list[str]]]) -> str:
+    """The slice file: each signature with what no other signature of the slice shows (why it is there)."""
     lines = [HEADER]
-    for sig, reasons in chosen:
+    times = defaultdict(int)
+    for _, reasons in chosen:
+        for r in reasons:
+            times[r] += 1
+    for sig, shown_by_all in chosen:
+        reasons = [r for r in shown_by_all if times[r] == 1]
         modes: dict[str, set[str]] = defaultdict(set)
-        for framework, _, mode in (r.split(":", 1)[0].split() for r in reasons if ":" in r):
-            modes[framework].add(mode)
+        for head in (r.split(": ", 1)[0].split() for r in reasons if ": " in r):
+            modes[head[0]].add(head[-1])  # "<framework> <release, which may hold spaces> <mode>"
         shown = [f"{f} {', '.join(sorted(m))}" for f, m in sorted(modes.items())]
-        anchors = sorted(r for r in reasons if ":" not in r)
+        anchors = sorted(r for r in reasons if ": " not in r)
         lines.append(f"{sig}  # " + "; ".join(shown + ([f"stands for {', '.join(anchors)}"] if anchors else [])))
     return "\n".join(lines) + "\n"
 
@@ -138,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     cho.add_argument("--out", type=Path, default=MODE_SLICE)
     args = parser.parse_args(argv)
     if args.command == "record":
-        args.out.write_text(json.dumps(record(args.run_dirs), indent=1) + "\n", encoding="utf-8")
+        write_findings(record(args.run_dirs), args.out)
     else:
-        findings = json.loads(args.findings.read_text(encoding="utf-8"))
+        findings = read_findings(args.findings)
         args.out.write_text(slice_text(choose(findings, load_spec())), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
