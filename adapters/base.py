@@ -318,7 +318,8 @@ class Adapter(OfferDefaults):
 def in_mode(method: Callable[..., Any], mode: str, *args: Any) -> Any:
     """`method(*args)` made in `mode`: a mode is passed as the keyword `mode`, and an eager call passes none, so an
     eager-only adapter (a port) keeps the signatures of `invoke`, `gradient`, `repro_source`, `is_no_kernel` and
-    `describe_exception` it was written with, and an adapter with `modes` takes the mode as an argument, never as state."""
+    `describe_exception` it was written with, and an adapter with `modes` takes the mode as an argument, never as
+    state."""
     return method(*args) if mode == EAGER else method(*args, mode=mode)
 
 

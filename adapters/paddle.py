@@ -284,7 +284,8 @@ class PaddleAdapter(Adapter):
             own = _message_from(lines, re.compile(rf"(\w+\.)*{re.escape(type(exc).__name__)}: "), last=False)
             origin = _message_from(lines, _ERROR_LINE, keep_name=True)
             if own and origin:
-                return f"{own.splitlines()[0]}; origin: {origin}"
+                # SOT names the layer's object by a counter of the process ("object_29087"): the next run's differs
+                return _SOT_OBJECT.sub("object", f"{own.splitlines()[0]}; origin: {origin}")
         return text
 
     def is_no_kernel(self, exc: Exception, mode: str = EAGER) -> bool:
@@ -369,6 +370,7 @@ class PaddleAdapter(Adapter):
 
 
 # a line that opens an exception's message in a traceback: "ValueError: (InvalidArgument) ..."
+_SOT_OBJECT = re.compile(r"\bobject_\d+\b")  # SOT's name for a traced object, numbered per process
 _ERROR_LINE = re.compile(r"[A-Za-z_]\w*(Error|Exception): ")
 
 

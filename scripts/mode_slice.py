@@ -26,7 +26,7 @@ from conformance.core.specload import load_spec
 
 FINDINGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "mode-findings.json"
 HEADER = """\
-# The mode slice: the signatures of the mode suite that `kl-conformance run --suite mode-slice` runs, every case of each.
+# The mode slice: the mode suite's signatures that `kl-conformance run --suite mode-slice` runs, every case of each.
 # Written by `python scripts/mode_slice.py choose` from tests/data/mode-findings.json (a recorded run of every
 # framework's modes over the whole mode suite); do not edit it by hand, record and choose again.
 # After each signature: what no other signature of the slice shows, the frameworks and modes whose findings (and
