@@ -6,8 +6,9 @@
 `record` reads the mode runs of a whole matrix over the whole mode suite (`tox -m conformance-full`: each
 reports/<env>-modes) and writes, for each framework release and mode, each finding (defect) its rows showed and
 the signatures it showed on. `choose` picks the fewest signatures of the mode suite it can (greedily, then dropping
-any the others make redundant) such that every recorded finding shows on one of them, and every dtype pair and
-every (reduction, log_target) of the mode suite is in one, and writes them with what each was chosen for.
+any the others make redundant) such that every recorded finding shows on one of them, and every floating dtype
+and every (reduction, log_target) the spec names is in one, and writes them with what each was chosen for.
+Input it cannot use is refused in one line, exit 2, before anything is written.
 tests/cases/test_mode_slice.py checks the slice against the recording, and the recording against the mode suite.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from conformance.cases.generate import MODE_SLICE, generated_keys
 from conformance.cases.ids import signature
+from conformance.core.atomicfile import write_atomic
 from conformance.core.model import EAGER, FLOAT_DTYPES
 from conformance.core.specload import load_spec
 
@@ -34,6 +36,10 @@ HEADER = """\
 """
 
 
+class Refused(Exception):
+    """Input the script cannot use: its message names what and the fix."""
+
+
 def record(run_dirs: list[Path]) -> dict:
     """Each mode's findings in `run_dirs` (runs over the whole mode suite), with the signatures each showed on."""
     shown: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
@@ -42,13 +48,14 @@ def record(run_dirs: list[Path]) -> dict:
     for run_dir in run_dirs:
         run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
         if run.get("suite") != "modes" or run.get("status") != "complete":
-            raise SystemExit(f"{run_dir}: a complete run of --suite modes is needed, not suite {run.get('suite')!r} "
-                             f"with status {run.get('status')!r}")
+            raise Refused(f"{run_dir}: a complete run of --suite modes is needed, not suite {run.get('suite')!r} "
+                          f"with status {run.get('status')!r}; run `tox -m conformance-full` and record its runs")
         selection = run.get("selection") or {}
         narrowed = [k for k in ("only", "dtype", "family", "reduction", "log_target", "parts", "apis")
                     if run.get(k) or selection.get(k)] + (["shard"] if run.get("shard") else [])
         if narrowed:
-            raise SystemExit(f"{run_dir}: the whole mode suite is needed, not one narrowed by {', '.join(narrowed)}")
+            raise Refused(f"{run_dir}: the whole mode suite is needed, not one narrowed by {', '.join(narrowed)}; "
+                          "record a run without them")
         provenance.add((run["spec_hash"], run["seed"]))
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         titles.update({d["id"]: d["title"] for d in summary["defects"]})
@@ -59,7 +66,7 @@ def record(run_dirs: list[Path]) -> dict:
                     key = (row["framework"], row["framework_version"], row["mode"], row["defect"])
                     shown[key].add(signature(row["case_id"]))
     if len(provenance) != 1:
-        raise SystemExit(f"the runs are of different specs or seeds: {sorted(provenance)}; record one matrix's runs")
+        raise Refused(f"the runs are of different specs or seeds: {sorted(provenance)}; record one matrix's runs")
     (spec_hash, seed), = provenance
     findings = [{"framework": f, "release": r, "mode": m, "defect": d, "title": titles.get(d, ""),
                  "signatures": sorted(sigs)} for (f, r, m, d), sigs in sorted(shown.items())]
@@ -77,7 +84,7 @@ def write_findings(recorded: dict, path: Path) -> None:
     rows = [json.dumps({**{k: v for k, v in f.items() if k != "signatures"},
                         "shown_on": [index[s] for s in f["signatures"]]}) for f in recorded["findings"]]
     text = json.dumps({**head, "signatures": signatures}, indent=1)[:-2]
-    path.write_text(text + ',\n "findings": [\n  ' + ",\n  ".join(rows) + "\n ]\n}\n", encoding="utf-8")
+    write_atomic(path, text + ',\n "findings": [\n  ' + ",\n  ".join(rows) + "\n ]\n}\n")
 
 
 def read_findings(path: Path) -> dict:
@@ -126,7 +133,8 @@ def choose(findings: dict, spec) -> list[tuple[str, list[str]]]:
     while left:
         best = max(order, key=lambda s: len(shows[s] & left))  # the first of the suite's order on a tie
         if not shows[best] & left:
-            raise SystemExit(f"no signature of the mode suite shows {sorted(left)[:3]}: record again")
+            raise Refused(f"no signature of the mode suite shows {sorted(left)[:3]}: the recording is of another mode "
+                          "suite; record again")
         chosen.append(best)
         left -= shows[best]
     for sig in reversed(list(chosen)):
@@ -164,11 +172,21 @@ def main(argv: list[str] | None = None) -> int:
     cho.add_argument("--findings", type=Path, default=FINDINGS)
     cho.add_argument("--out", type=Path, default=MODE_SLICE)
     args = parser.parse_args(argv)
-    if args.command == "record":
-        write_findings(record(args.run_dirs), args.out)
-    else:
-        findings = read_findings(args.findings)
-        args.out.write_text(slice_text(choose(findings, load_spec())), encoding="utf-8")
+    try:
+        if args.command == "record":
+            recorded = record(args.run_dirs)
+            write_findings(recorded, args.out)
+        else:
+            text = slice_text(choose(read_findings(args.findings), load_spec()))
+            write_atomic(args.out, text)
+    except Refused as exc:
+        print(f"python scripts/mode_slice.py: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:  # a file missing, or not what it writes
+        print(f"python scripts/mode_slice.py: {getattr(exc, 'filename', None) or 'input'}: cannot be read as "
+              f"{args.command} needs ({type(exc).__name__}: {exc}); give the run directories of a matrix, or a "
+              "recording this script wrote", file=sys.stderr)
+        return 2
     print(f"wrote {args.out}")
     return 0
 

@@ -5,6 +5,7 @@ finding those runs showed, in each mode, shows in the slice, and the slice is a 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,21 @@ def test_a_slice_without_one_of_its_signatures_loses_a_finding_or_an_anchor(find
     for dropped in sorted(chosen):
         rest = chosen - {dropped}
         assert any(not rest & sigs for sigs in needs.values()), dropped
+
+
+def test_the_recorder_refuses_a_run_that_is_not_of_the_whole_mode_suite(tmp_path, capsys):
+    """A default-suite run, or a mode run narrowed by --dtype, would record a partial set of findings and let a
+    smaller slice pass its check: refused in one line, exit 2, nothing written."""
+    script = _script()
+    out = tmp_path / "findings.json"
+    for suite, selection in (("default", {}), ("modes", {"dtype": ["float32"]})):
+        run = tmp_path / f"run-{suite}"
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({"suite": suite, "status": "complete", "selection": selection,
+                                                  "spec_hash": "x", "seed": 0}), encoding="utf-8")
+        assert script.main(["record", str(run), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(run) in err and ("narrowed by dtype" in err or "suite 'default'" in err)
+        assert not out.exists()
+    assert script.main(["choose", "--findings", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+    assert "missing.json" in capsys.readouterr().err and not out.exists()
