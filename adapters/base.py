@@ -54,7 +54,8 @@ REPRODUCER_HELPERS = ("ApiCall", "layout_buffer", "layout_buffer_source", "layou
                       "call_observed", "numpy_source", "fill_value", "construction_source")
 
 
-# The methods the run calls with the mode of the call (`in_mode`): an adapter with modes takes `mode` in each.
+# The methods the run calls with the mode of the call (`in_mode`): an adapter with modes takes `mode` in each it
+# overrides, or its calls in a mode are refused.
 MODE_METHODS = ("run", "invoke", "gradient", "repro_source", "repro_script", "snippet", "unsupported_part",
                 "is_no_kernel", "describe_exception")
 
@@ -93,16 +94,8 @@ class Adapter(OfferDefaults):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every adapter's `call` is fitted to the installed release (`fit_call`), wherever it is called from:
-        the run, its compiled modes and the reproducer then make one and the same call. An adapter that declares
-        `modes` is refused here, at its import, if a method the run calls in a mode takes no `mode`: it would make
-        its calls eagerly under a mode's name."""
+        the run, its compiled modes and the reproducer then make one and the same call."""
         super().__init_subclass__(**kwargs)
-        if cls.modes:
-            blind = [name for name in MODE_METHODS if "mode" not in inspect.signature(getattr(cls, name)).parameters]
-            if blind:
-                raise TypeError(f"adapter {cls.__name__} declares modes, but {', '.join(blind)} "
-                                f"{'takes' if len(blind) == 1 else 'take'} no `mode` argument; add `mode: str = EAGER` "
-                                "and make the call in that mode")
         own = cls.__dict__.get("call")
         if own is not None and not getattr(own, "fits_release", False):
             @functools.wraps(own)
@@ -317,10 +310,31 @@ class Adapter(OfferDefaults):
 
 def in_mode(method: Callable[..., Any], mode: str, *args: Any) -> Any:
     """`method(*args)` made in `mode`: a mode is passed as the keyword `mode`, and an eager call passes none, so an
-    eager-only adapter (a port) keeps the signatures of `invoke`, `gradient`, `repro_source`, `is_no_kernel` and
-    `describe_exception` it was written with, and an adapter with `modes` takes the mode as an argument, never as
-    state."""
-    return method(*args) if mode == EAGER else method(*args, mode=mode)
+    eager-only adapter (a port, or a subclass of a framework's adapter that overrides `run`) keeps the signatures of
+    `invoke`, `gradient`, `repro_source`, `is_no_kernel` and `describe_exception` it was written with, and an adapter
+    with `modes` takes the mode as an argument, never as state.
+
+    Raises
+    ------
+    TypeError
+        for a call in a mode to a method that takes no `mode`: it would make the call eagerly under the mode's
+        name, so it is refused (the run records the call as an adapter error) with the fix.
+    """
+    if mode == EAGER:
+        return method(*args)
+    if not _takes_mode(getattr(method, "__func__", method)):
+        raise TypeError(f"{getattr(method, '__qualname__', method)} takes no `mode`, so it cannot make a call in mode "
+                        f"{mode!r}; add `mode: str = EAGER` to it (an adapter with modes takes it in each of "
+                        f"{', '.join(MODE_METHODS)} it overrides)")
+    return method(*args, mode=mode)
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_mode(function: Callable[..., Any]) -> bool:
+    try:
+        return "mode" in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a callable without a signature Python can read: let the call say
+        return True
 
 
 class TensorCache:

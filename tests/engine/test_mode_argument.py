@@ -16,26 +16,30 @@ from conformance.core.model import EAGER
 from conformance.core.specload import load_spec
 from conformance.reference.forward import expected_forward
 from conformance.run.selection import check_modes
+from conformance.run.worker import observe_call
 from tests.faults.adapters import ModalAdapter
 from tests.helpers import make_case
 
 ADAPTERS = Path(__file__).resolve().parents[2] / "adapters"
 
 
-def test_an_adapter_with_modes_whose_call_ignores_the_mode_is_refused_at_import():
-    """A mode-blind `invoke` would make eager calls under a mode's name, rows that claim a compiled answer."""
-    with pytest.raises(TypeError, match=r"declares modes, but invoke takes no `mode` argument"):
-        class Blind(ModalAdapter):
-            def invoke(self, case, api, inputs):
-                return None
+def test_a_method_that_ignores_the_mode_is_refused_a_call_in_a_mode_and_serves_eager():
+    """A mode-blind `run` would make eager calls under a mode's name, rows that claim a compiled answer: a call in a
+    mode is refused, naming the fix. The same class still serves eager calls: a port that copies a framework's
+    adapter with modes and overrides `run` for eager use (tests/e2e/test_port_like.py) keeps working."""
+    class Blind(ModalAdapter):
+        def run(self, case, api, device, part):
+            return super().run(case, api, device, part)
 
-    with pytest.raises(TypeError, match=r"run, repro_source take no `mode`"):
-        class BlindToo(ModalAdapter):
-            def run(self, case, api, device, part):
-                return None
-
-            def repro_source(self, case, api, device, part):
-                return ""
+    adapter = Blind()
+    case = make_case([-1.0], [0.5], reduction="sum", dtype="float64", case_id="fault-shift")
+    api = adapter.apis[0]
+    assert in_mode(adapter.run, EAGER, case, api, "cpu", "forward").value is not None
+    with pytest.raises(TypeError, match=r"Blind.run takes no `mode`, so it cannot make a call in mode 'shifted'; "
+                                        r"add `mode: str = EAGER`"):
+        in_mode(adapter.run, "shifted", case, api, "cpu", "forward")
+    row = observe_call(adapter, case, api.name, "cpu", "shifted", "forward")  # as the worker makes the call
+    assert row.exception_type == "AdapterError" and "takes no `mode`" in row.exception_message, row
 
 
 def test_no_adapter_keeps_a_current_mode():
