@@ -165,3 +165,16 @@ def test_inductor_double_backward_is_never_a_pass(torch_adapter, layout, tmp_pat
                                 recorded=f"raises {observed.exception_type}")
     assert shown.startswith(f"torch:  raises {observed.exception_type}") and run.returncode == 1, \
         run.stdout[-2000:] + run.stderr[-2000:]
+
+
+def test_the_torchscript_exports_zero_at_a_negative_target_is_documented_for_that_mode_only(torch_adapter, tmp_path):
+    """The TorchScript export writes where(target > 0, t(log t - x), 0): a negative target, outside the documented
+    domain, gives 0 where eager gives NaN. The profile states it for mode onnx-torchscript (basis domain); the
+    dynamo export, which gives eager's NaN, is not touched by it."""
+    case = "- {id: neg, input: [[-1.0, -2.0]], target: [[-0.5, 0.5]], reduction: none, dtype: float32}\n"
+    code, rows = _run(tmp_path, case, "--mode", "eager", "--mode", "onnx-torchscript", "--mode", "onnx-dynamo",
+                      "--api", "torch.nn.functional.kl_div")
+    exported = rows[("neg", "torch.nn.functional.kl_div", "onnx-torchscript")]
+    assert exported.verdict.is_divergence and exported.documented_by == ("onnx-export-clamps-negative-targets",)
+    for mode in ("eager", "onnx-dynamo"):
+        assert rows[("neg", "torch.nn.functional.kl_div", mode)].verdict.value == "pass", mode
