@@ -346,8 +346,8 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_d
             for (r, _), job in zip(group, jobs):
                 script, suffix = _render(adapter, job, spec)
                 scripts[script_name(r.case_id, r.api, r.device, r.part, suffix, r.mode)] = script
-                snippet = adapter.snippet(job.final, job.api, job.device, job.part, job.judged[0]) \
-                    if per_defect else None
+                snippet = in_mode(adapter.snippet, job.mode, job.final, job.api, job.device, job.part,
+                                  job.judged[0]) if per_defect else None
                 if snippet is not None:
                     scripts[snippet_name(r.defect)] = snippet
             if folder is not None:

@@ -80,6 +80,9 @@ def test_a_run_writes_each_rows_reproducer_in_the_rows_mode(tmp_path):
     assert "mode shifted" in text.splitlines()[1] or "mode shifted" in text
     # a run's script of a compiled mode keeps its whole case: minimising would compile each candidate's shape
     assert "x_values = values([" in text and text.split("x_values = values(")[1].split("\n")[0].endswith("(2, 2))")
+    # the defect's upstream snippet too is written in the mode: an eager one showed eager's right answer
+    (snippet,) = (tmp_path / "out" / "repro").glob("*.snippet.py")
+    assert "+ 1.0" in snippet.read_text(), snippet.read_text()
 
 
 def test_repro_all_writes_each_script_in_its_rows_mode(tmp_path):
