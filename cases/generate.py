@@ -308,7 +308,8 @@ def mode_slice_keys(spec: Spec) -> Iterator[CaseKey]:
     A compiled mode pays one compile per signature, whatever values the cases of it hold, so the slice keeps
     whole signatures, every family of each. They were chosen (scripts/mode_slice.py) from recorded runs of every
     framework's modes over the whole mode suite: each finding those runs showed, in each mode, shows in one of them,
-    and every dtype pair and every (reduction, log_target) is in one (tests/cases/test_mode_slice.py checks both).
+    and every floating dtype and every (reduction, log_target) the spec names is in one (tests/cases/test_mode_slice.py
+    checks both).
     """
     chosen = mode_slice_signatures()
     return (key for key in mode_keys(spec) if signature(build_id(key)) in chosen)
