@@ -10,9 +10,8 @@ them in the JAX environments), only sooner.
 JAX keys an entry by the computation, its compile options and the jax/jaxlib versions.
 XLA:CPU compiles for the host's instruction set, and an executable carried to a CPU without
 those features could fault, so the cache is scoped here by the machine and its CPU flags as
-well (a home directory shared by machines of a CI fleet is the case in point). Scopes unused
-for MAX_IDLE_S are removed; a scope past MAX_BYTES is emptied when a run opens it. JAX's own
-size bound is not used: it needs the `filelock` package and lists the whole folder on every
+well (a home directory shared by machines of a CI fleet is the case in point): adapters/cachescope.py
+keeps the scopes, each emptied past MAX_BYTES and removed when idle. JAX's own size bound is not used: it needs the `filelock` package and lists the whole folder on every
 write, which made a first run slower with the cache than without it.
 Concurrent runs (tox -p) share a scope; an entry another run is still writing reads as
 damaged, which JAX answers by compiling again, with a warning that the adapters do not record
@@ -22,16 +21,14 @@ set is left as it is.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
-import shutil
-import time
 from pathlib import Path
 from typing import Callable
 
+from conformance.adapters.cachescope import open_scope
+
 MAX_BYTES = 256 * 2**20
-MAX_IDLE_S = 30 * 86400
 PREFIX = "jax-"
 
 
@@ -40,16 +37,11 @@ def enable(jax, directory: Path | None, note: Callable[[str], None] = lambda tex
     caching every executable however fast it compiled. Call it before JAX compiles anything. Returns the
     folder used, or None. An older JAX that lacks one of these options is run without it: `note` is told in one
     line (the adapter's `degraded`), and the run goes on, since the cache only saves time."""
-    if directory is None or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return None
-    scoped = Path(directory) / f"{PREFIX}{host_key(jax)}"
-    try:
-        scoped.mkdir(parents=True, exist_ok=True)
-        os.utime(scoped)  # marks the scope used, for remove_idle_scopes
-        empty_if_over(scoped, MAX_BYTES)
-    except OSError:
-        return None  # an unwritable cache directory costs time, never a result
-    remove_idle_scopes(Path(directory), keep=scoped)
+    scoped = open_scope(directory, PREFIX, host_text(jax), MAX_BYTES)
+    if scoped is None:
+        return None  # no cache directory, or an unwritable one: it costs time, never a result
     if not _update(jax, "jax_compilation_cache_dir", str(scoped), note, "the run goes on without JAX's "
                    "persistent compilation cache (slower, the same results)"):
         return None
@@ -70,7 +62,7 @@ def _update(jax, option: str, value, note: Callable[[str], None], otherwise: str
     return True
 
 
-def host_key(jax) -> str:
+def host_text(jax) -> str:
     """What an executable depends on beyond JAX's own key: the machine, its CPU's features, the versions."""
     import jaxlib
 
@@ -80,30 +72,4 @@ def host_key(jax) -> str:
             flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
     except OSError:  # not Linux: the processor's name stands for its features
         pass
-    text = f"{platform.machine()} {platform.processor()} {flags.strip()} jax {jax.__version__} jaxlib {jaxlib.__version__}"
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-
-
-def empty_if_over(scope: Path, limit: int) -> bool:
-    """Remove every entry of `scope` when together they pass `limit` bytes; whether it did."""
-    entries = [e for e in os.scandir(scope) if e.is_file(follow_symlinks=False)]
-    if sum(e.stat(follow_symlinks=False).st_size for e in entries) <= limit:
-        return False
-    for entry in entries:
-        Path(entry.path).unlink(missing_ok=True)
-    return True
-
-
-def remove_idle_scopes(directory: Path, keep: Path, now: float | None = None) -> list[str]:
-    """Remove the scopes of other hosts or versions that no run has used for MAX_IDLE_S; their names."""
-    now = time.time() if now is None else now
-    removed = []
-    for scope in directory.glob(PREFIX + "*"):
-        try:
-            idle = scope != keep and scope.is_dir() and now - scope.stat().st_mtime > MAX_IDLE_S
-        except OSError:
-            continue
-        if idle:
-            shutil.rmtree(scope, ignore_errors=True)
-            removed.append(scope.name)
-    return removed
+    return f"{platform.machine()} {platform.processor()} {flags.strip()} jax {jax.__version__} jaxlib {jaxlib.__version__}"

@@ -9,16 +9,22 @@ given, because torch's own mapping of them is what is under test
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib
 import importlib.util
 import io
 import platform
 import re
+import sys
 import types
 import warnings
+from pathlib import Path
 
+from conformance.adapters import apicall
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
                                       construction_source, fill_value, layout_buffer, layout_view_source, numpy_source)
 from conformance.adapters.compiled import keep_inductor_cache
+from conformance.adapters.onnxcache import ModelCache
 from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 # torch's words for a floating dtype with no kernel on a device: '"log_vml_cpu" not implemented for 'Half''
@@ -69,9 +75,11 @@ class TorchAdapter(Adapter):
         self.torch = None
         self._compiled: dict = {}  # (mode, api, ApiCall) -> _Inductor
         self._exported: dict = {}  # (mode, api, ApiCall, input signature) -> onnxruntime InferenceSession
+        self._models: ModelCache | None = None
 
     def load(self) -> None:
         keep_inductor_cache(self.compile_cache_dir)
+        self._models = ModelCache(self.compile_cache_dir, self._export_depends_on)
         try:
             import torch
         except ImportError as exc:
@@ -192,7 +200,8 @@ class TorchAdapter(Adapter):
             warnings.simplefilter("ignore")
             session = self._exported.get(key)
             if session is None:
-                model = _export(torch, call.bound(), inputs, ONNX_EXPORTERS[mode][0])
+                model = self._models.model(repr(key), lambda: _export(torch, call.bound(), inputs,
+                                                                       ONNX_EXPORTERS[mode][0]))
                 session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
                 self._exported[key] = session
             given = {"x": x, "t": t}
@@ -204,6 +213,17 @@ class TorchAdapter(Adapter):
             feeds = {name: v.detach().contiguous().numpy() for name, v in fed.items()}
             (out,) = session.run(None, feeds)
         return torch.from_numpy(_np_array(out))
+
+    def _export_depends_on(self) -> str:
+        """What an exported model depends on beyond its key (adapters/onnxcache.py): the exporters' versions and
+        the source that wraps and exports the call."""
+        import onnx
+
+        onnxscript = importlib.util.find_spec("onnxscript") and importlib.import_module("onnxscript").__version__
+        sources = (Path(__file__), Path(apicall.__file__))
+        digest = hashlib.blake2b(b"".join(path.read_bytes() for path in sources), digest_size=16).hexdigest()
+        return (f"python {sys.version_info[:2]} torch {self.torch.__version__} onnx {onnx.__version__} "
+                f"onnxscript {onnxscript} source {digest}")
 
     def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
         """The tensors as the run built them: `requires_grad_` only on what a gradient part differentiates, as

@@ -178,3 +178,27 @@ def test_the_torchscript_exports_zero_at_a_negative_target_is_documented_for_tha
     assert exported.verdict.is_divergence and exported.documented_by == ("onnx-export-clamps-negative-targets",)
     for mode in ("eager", "onnx-dynamo"):
         assert rows[("neg", "torch.nn.functional.kl_div", mode)].verdict.value == "pass", mode
+
+
+def test_exported_models_are_kept_under_the_cache_dir_and_read_back_unchanged(torch_adapter, tmp_path, monkeypatch):
+    """Each ONNX model is exported once (adapters/onnxcache.py): a later run reads it back from --cache-dir, with
+    the exporter unused, and gives the same rows."""
+    cache = tmp_path / "cache"
+    modes = ("--mode", "onnx-dynamo", "--mode", "onnx-torchscript", "--api", "torch.nn.functional.kl_div")
+    _, cold = _run(tmp_path, SHAPES, *modes, "--cache-dir", str(cache), out="cold")
+    assert len(list(cache.glob("onnx-*/*.onnx-entry"))) == 8  # four shapes, two exporters
+    _, warm = _run(tmp_path, SHAPES, *modes, "--cache-dir", str(cache), out="warm")
+    assert {k: (r.verdict, r.max_abs_err, r.message) for k, r in warm.items()} == \
+        {k: (r.verdict, r.max_abs_err, r.message) for k, r in cold.items()}
+    assert {r.verdict.value for r in cold.values()} == {"pass"} and len(cold) == 8
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported again: the model was not read back from the cache")
+    monkeypatch.setattr("conformance.adapters.torch._export", no_export)
+    adapter = TorchAdapter()
+    adapter.compile_cache_dir = cache
+    adapter.load()
+    case = make_case([[-1.0, -2.0]] * 3, [[0.25, 0.75]] * 3, reduction="sum", dtype="float32")
+    for mode in ("onnx-dynamo", "onnx-torchscript"):
+        observed = adapter.run(case, adapter.apis[0], "cpu", "forward", mode)
+        assert observed.exception_type is None and observed.value is not None, observed

@@ -1,4 +1,4 @@
-"""JAX's compilation cache folder: bounded, old scopes removed, and its warnings never taken for the framework's.
+"""A compile cache's scopes (adapters/cachescope.py, JAX's here): bounded, old scopes removed, and its warnings never taken for the framework's.
 
 That a run with the cache gives the rows of a run without it, on the real JAX, is checked by
 tests/e2e/test_run.py::test_same_seed_same_results_apart_from_timing in the JAX environments.
@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from conformance.adapters.base import call_observed
-from conformance.adapters.jaxcache import MAX_IDLE_S, empty_if_over, remove_idle_scopes
+from conformance.adapters.cachescope import MAX_IDLE_S, empty_if_over, remove_idle_scopes
 
 
 def test_a_scope_past_its_bound_is_emptied_and_one_within_it_kept(tmp_path):
@@ -35,7 +35,7 @@ def test_only_idle_scopes_of_other_hosts_are_removed(tmp_path):
     os.utime(old, (stale, stale))
     os.utime(mine, (stale, stale))  # the scope in use is never removed, however old its mark
     (tmp_path / "reference-0123.sqlite").write_bytes(b"not a JAX scope")
-    assert remove_idle_scopes(tmp_path, keep=mine, now=now) == ["jax-old"]
+    assert remove_idle_scopes(tmp_path, keep=mine, prefix="jax-", now=now) == ["jax-old"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jax-mine", "jax-recent", "reference-0123.sqlite"]
 
 
