@@ -16,11 +16,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from conformance.core.choices import touched_paths
+from conformance.core.choices import touched_paths, with_alternatives
 from conformance.core.errors import UsageError
 from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Spec, Verdict
 from conformance.core.results import array_detail, encoded_fields
-from conformance.judge.compare import classify, inputs_at
+from conformance.judge.compare import classify, inputs_at, passes
 from conformance.judge.explain import explain
 from conformance.judge.faults import find_fault
 from conformance.judge.profiles import DeviationLedger
@@ -46,6 +46,7 @@ class CaseJudge:
         self._judged: dict[tuple, Judgement] = {}
         self._explained: dict[tuple, tuple | None] = {}
         self._documented: dict[tuple, tuple[str, ...]] = {}
+        self._beyond: dict[tuple, tuple[str, str] | None] = {}
         self._case_detail: str | None = None
         self._touched: frozenset[str] | None = None  # explain's touched_paths, once per case
         self._expected_detail: dict[int, str] = {}
@@ -126,6 +127,39 @@ class CaseJudge:
             except ExpectationOutOfMemory:  # what cannot be checked documents nothing: the divergence stays
                 self._documented[key] = ()
         return self._documented[key]
+
+    def beyond_profile(self, ledger: DeviationLedger, api: str, part: str, dialect: str, observed: Observation,
+                       mode: str = EAGER) -> tuple[str, str] | None:
+        """(cause, what it behaves as) for a divergence the spec's alternatives do not explain and the profile
+        does not document: the smallest set of alternatives that reproduces it once `api`'s declared deviations
+        for `mode` are applied (explain, on the profile's spec), so the cause names only what remains beyond what
+        the framework states; None where the API declares nothing or that finds nothing either. Decided once for
+        the APIs of the case that declare the same deviations and observed the same (warnings aside)."""
+        declared = ledger.declared(api, mode)
+        if not declared:
+            return None
+        key = (ledger.fingerprint(api, mode), part, dialect, *without_warnings(self._key(observed)))
+        if key not in self._beyond:
+            def explained():
+                if self._touched is None:
+                    self._touched = touched_paths(self.case)
+                expect = lambda s: self.expected(s, part, dialect)  # noqa: E731
+                alts = explain(self.case, observed, ledger.spec_for(api, mode), part, expect=expect,
+                               touched=self._touched)
+                if not alts:
+                    return None
+                needed = [d.id for d in declared  # the entries it needs: without any one, it no longer passes
+                          if not passes(expect(with_alternatives(ledger.spec_for(api, mode, d.id), alts)), observed)
+                          ] or [d.id for d in declared]  # entries that stand in for one another: all of them
+                return (" + ".join(a.path for a in alts),
+                        f"{', '.join(map(str, alts))} beside the profile ({', '.join(needed)})")
+            try:
+                self._beyond[key] = self._remembered(
+                    part, dialect, b"beyond " + repr(key).encode(), explained,
+                    lambda found: list(found or ()), _explanation_from_json)
+            except ExpectationOutOfMemory:  # the divergence stays unexplained
+                self._beyond[key] = None
+        return self._beyond[key]
 
     def _remembered(self, part: str, dialect: str, asked: bytes, compute: Callable[[], Any],
                     encode: Callable[[Any], list], decode: Callable[[list], Any]):

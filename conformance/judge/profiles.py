@@ -320,6 +320,11 @@ class DeviationLedger:
         cache's key of a documented divergence)."""
         return repr(self.declared(api, mode))
 
+    def spec_for(self, api: str, mode: str = EAGER, without: str | None = None) -> Spec:
+        """The spec with every deviation `api` declares for `mode` applied (but the one whose id is `without`):
+        what the framework states it does."""
+        return self._spec_with(tuple(d for d in self.declared(api, mode) if d.id != without))
+
     def _spec_with(self, deviations: tuple[Deviation, ...]) -> Spec:
         key = tuple(d.id for d in deviations)
         if key not in self._specs:

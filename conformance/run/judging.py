@@ -9,11 +9,12 @@ imports a framework or the reports.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator
 
 from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
-from conformance.core.model import Case, Judgement, Observation, Result, Verdict
+from conformance.core.model import UNEXPLAINED, Case, Judgement, Observation, Result, Verdict
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions
@@ -146,6 +147,11 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
                 judgement = judge.judgement(part, dialect, observed)
             documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2])
                              if judgement.verdict.is_finding and failed is None else ())
+            if judgement.cause == UNEXPLAINED and failed is None and not documented_by:
+                beyond = judge.beyond_profile(ctx.ledger, api_name, part, dialect, observed, call[2])
+                if beyond is not None:
+                    judgement = dataclasses.replace(judgement, message=f"{judgement.message}; behaves as {beyond[1]}",
+                                                    cause=beyond[0])
             result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
             rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1

@@ -221,3 +221,25 @@ def test_the_reproducer_of_a_list_case_builds_from_a_list(framework_adapter):
     source = framework_adapter.repro_source(inferred, api, "cpu", "forward")
     assert f"x = torch.full((), float.fromhex({float(inferred.input).hex()!r}), device='cpu')" in source
     assert "torch.from_numpy" not in source
+
+
+def test_pytorch_117034_at_a_subnormal_target_is_named_beyond_the_profile(framework_adapter, tmp_path):
+    """A float32 target beside a float64 input, with targets that are 0 or subnormal in float32: eager's grad_target
+    is NaN at the zeros (the profile's grad-target-nan-at-zero-target, pytorch#89558) and, at the subnormals, xlogy's
+    backward forms 1 as fl(g * t) / t in float32, the target's dtype (pytorch#117034). No two spec alternatives
+    reproduce it alone; with the profile applied, two do, and they are its cause: never `unexplained`. (The float16
+    target's case stays unexplained: there the answer those two give is within twice the bounds of the profile's,
+    so it is no evidence of them, conformance/judge/explain.py: indistinguishable.)"""
+    from conformance.cli import main
+    from conformance.core.results import iter_results
+
+    case_id = "fwd/sum/log_target=0/4x6/float64:float32/tiny/s0"
+    assert main(["run", "--framework", "torch", "--only", case_id, "--part", "grad_target", "--out",
+                 str(tmp_path / "out"), "--no-progress", "--no-repro", "--no-cache"]) in (0, 1)
+    rows = list(iter_results(tmp_path / "out"))
+    assert {r.api for r in rows} == {"torch.nn.functional.kl_div", "torch.nn.KLDivLoss"}
+    for row in rows:
+        assert row.verdict.is_divergence and not row.documented, row
+        assert row.cause == "dtypes.argument_terms + gradients.target_product_rule", row.message
+        assert "beside the profile (grad-target-nan-at-zero-target" in row.message
+    assert len({r.defect for r in rows}) == 1  # one implementation
