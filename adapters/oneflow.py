@@ -52,6 +52,9 @@ def preload_cuda_libraries() -> list[str]:
     return loaded
 
 
+ARGUMENT_DTYPES = re.compile(r"^ ?DataType_Name of \w+: \w+(\n ?DataType_Name of \w+: \w+)*", re.M)
+
+
 class OneFlowAdapter(Adapter):
     name = "oneflow"
     apis = (
@@ -152,8 +155,10 @@ class OneFlowAdapter(Adapter):
     def describe_exception(self, exc: Exception, mode: str = EAGER) -> str:
         # OneFlow numbers the ops a process creates ("op_name: kl_div_loss2"): the number counts what ran
         # before, so a shard and the whole run would record one refusal with two messages
-        # and its graphs ("KLGraph_3"), in mode graph
-        return re.sub(r"(op_name: [A-Za-z_]+?|\bKLGraph_)\d+\b", r"\1", str(exc))
+        # and its graphs ("KLGraph_3"), in mode graph; and it lists an op's argument dtypes ("DataType_Name of
+        # input_0: kFloat16") in the order of a hash map, which changes from process to process
+        text = re.sub(r"(op_name: [A-Za-z_]+?|\bKLGraph_)\d+\b", r"\1", str(exc))
+        return ARGUMENT_DTYPES.sub(lambda m: "\n".join(sorted(m.group(0).split("\n"))), text)
 
     def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False,
                 made: Construction = NUMPY_DEFAULT):

@@ -42,6 +42,7 @@ import numpy as np
 from conformance.adapters.base import in_mode
 from conformance.core.model import EAGER, Case, Observation, Verdict
 from conformance.core.scratch import make_scratch
+from conformance.run.lastwords import last_words
 
 READY, UNAVAILABLE, CASE, CLOSED = "ready", "unavailable", "case", "closed"
 # What a task source gives a worker of a pool of several that still has tasks in flight, when the outcomes not
@@ -495,7 +496,8 @@ class WorkerPool:
         try:
             kind, payload = parent.recv()
         except EOFError:
-            raise WorkerUnavailable(f"the {self.framework} worker died while loading: {self._tail()}") from None
+            raise WorkerUnavailable(f"the {self.framework} worker died while loading: "
+                                    f"{last_words(Path(self._log_path))}") from None
         if kind == UNAVAILABLE:
             raise WorkerUnavailable(payload)
         self.info = payload
@@ -684,17 +686,10 @@ class WorkerPool:
     def _crash_message(self, inside: bool) -> str:
         code = self._process.exitcode
         how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}")
+        words = last_words(Path(self._log_path))
         if inside:
-            return f"crash: {self.framework} killed its worker inside its call ({how}); its last output: {self._tail()}"
-        return f"crash: worker died outside any framework call ({how}); last output: {self._tail()}"
-
-    def _tail(self, lines: int = 5) -> str:
-        try:
-            with open(self._log_path, encoding="utf-8", errors="replace") as f:
-                text = [line.rstrip() for line in f.readlines()[-lines:] if line.strip()]
-        except OSError:
-            text = []
-        return " | ".join(text)[-600:] or "(nothing)"
+            return f"crash: {self.framework} killed its worker inside its call ({how}); its last output: {words}"
+        return f"crash: worker died outside any framework call ({how}); last output: {words}"
 
     def _restart(self) -> None:
         self._kill()
