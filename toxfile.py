@@ -1,5 +1,6 @@
 """tox inline plugin: let tox find interpreters that pyenv installed but left off PATH, give the label
-conformance-full its whole mode suite, and pass a SIGTERM to tox on to the command it is running.
+conformance-full its whole mode suite, pass a SIGTERM to tox on to the command it is running, and merge what
+finished when a matrix is stopped.
 
 The OneFlow environment needs CPython 3.10 (OneFlow 0.9.0 has wheels for 3.8-3.10 only), and
 the optax environment CPython 3.12 (jax and jaxlib 0.11 and later require it). Where such a
@@ -15,6 +16,13 @@ tox stops its running commands on Ctrl-C (SIGINT to each, then SIGTERM, then SIG
 a SIGTERM ended tox alone and left its `kl-conformance run` going, unseen, holding its output directory. tox now
 takes a SIGTERM as it takes Ctrl-C, so the run it started ends as an interrupted run (run.json says so, and
 `--resume` continues it).
+
+A matrix stopped that way never reaches its merge (tox cancels the environments still to come, the report among
+them), so the stopped environment merges what finished itself: when its commands were stopped (tox's exit code -1
+for the set, or a run's own 130 or 143),
+the command of the environment that `depends` on it (`report` for the conformance labels, `releases-report` for
+`releases`) runs with the stopped environment's own kl-conformance. A framework whose run is missing shows as not
+run, an interrupted one with the rows it wrote.
 """
 
 from __future__ import annotations
@@ -24,9 +32,14 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 
 from tox.plugin import impl
+
+INTERRUPTED = (130, 143, -signal.SIGINT, -signal.SIGTERM)  # the run's exit: Ctrl-C or SIGTERM (docs: Exit codes)
+UNFINISHED = -1  # tox's exit code of a command set it stopped (on Ctrl-C), whose last outcome it never records
+_STATE: list = []  # tox's state, once its configuration is read (tox_add_core_config)
 
 
 def _append_pyenv_interpreters() -> None:
@@ -71,5 +84,35 @@ def tox_add_option(parser) -> None:  # the earliest hook tox calls: before any i
 @impl
 def tox_add_core_config(state) -> None:  # once, with the command line parsed, before any environment (pluggy
     # passes a hook only the arguments it names)
+    _STATE[:] = [state]
     if FULL_LABEL in (getattr(state.conf.options, "labels", None) or ()):
         os.environ[MODE_SUITE] = "modes"
+
+
+@impl
+def tox_after_run_commands(tox_env, exit_code, outcomes) -> None:
+    """Where this environment's run was interrupted, the merge that depends on it, run now (the module's
+    docstring)."""
+    stopped = exit_code == UNFINISHED or any(getattr(o, "exit_code", None) in INTERRUPTED for o in outcomes)
+    if not _STATE or not stopped:
+        return
+    state, name = _STATE[0], tox_env.conf.name
+    merges = [m for m in state.envs.iter(only_active=True) if name in _depends(state, m)]
+    if not merges:
+        return
+    kl_conformance = os.path.join(str(tox_env.env_bin_dir()), "kl-conformance")
+    for merge in merges:
+        for command in state.envs[merge].conf["commands"]:
+            args = list(command.args)
+            if args[:1] != ["kl-conformance"]:
+                continue
+            print(f"{name} was interrupted: merging what finished ({merge}'s command, with {name}'s kl-conformance)",
+                  file=sys.stderr, flush=True)
+            subprocess.run([kl_conformance, *args[1:]], check=False)
+
+
+def _depends(state, env: str) -> list[str]:
+    try:
+        return [str(d) for d in state.envs[env].conf["depends"]]
+    except Exception:  # an environment whose configuration cannot be read merges nothing
+        return []

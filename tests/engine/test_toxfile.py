@@ -71,3 +71,53 @@ def test_the_full_label_runs_the_same_environments_over_the_whole_mode_suite(lab
     listed = subprocess.run([sys.executable, "-m", "tox", "config", "-m", label, "-k", "env_name"], cwd=ROOT,
                             env=env, capture_output=True, text=True, timeout=120).stdout
     assert "full" not in listed.replace(label, ""), listed
+
+
+# A framework environment's kl-conformance, a stand-in in its bin folder that writes down what it was asked; the
+# environment's command then sleeps until tox is stopped. Real tox, real signals; the stand-in is for the harness's
+# own command, whose merge of partial runs the report tests cover.
+STAND_IN = """import pathlib, stat, sys
+script = pathlib.Path(sys.executable).parent / "kl-conformance"
+script.write_text('#!/bin/sh\\necho "$@" > asked.txt\\n')
+script.chmod(script.stat().st_mode | stat.S_IEXEC)
+"""
+MERGE_INI = """[testenv]
+skip_install = true
+package = skip
+interrupt_timeout = 5
+[testenv:framework]
+commands_pre = python stand_in.py
+commands = python -c "{sleeper}"
+[testenv:later]
+commands = python -c "print('never reached')"
+[testenv:report]
+depends = framework, later
+commands = kl-conformance report --allow-missing --force reports/framework reports/later --out reports/all
+"""
+
+
+def test_a_stopped_matrix_merges_what_finished(tmp_path):
+    """Stopping tox cancels the environments still to come, its merge among them: the stopped environment runs the
+    merge that depends on it itself, with its own kl-conformance and the merge's own arguments."""
+    shutil.copy(ROOT / "toxfile.py", tmp_path / "toxfile.py")
+    (tmp_path / "stand_in.py").write_text(STAND_IN)
+    (tmp_path / "tox.ini").write_text(MERGE_INI.format(sleeper=SLEEPER))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOX_")}
+    tox = subprocess.Popen([sys.executable, "-m", "tox", "-e", "framework,later,report", "--workdir",
+                            str(tmp_path / ".tox")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    pid_file = tmp_path / "child.pid"
+    deadline = time.monotonic() + 300  # a bound on a hang (tox makes a virtual environment first), not a timing
+    while not pid_file.exists():
+        assert tox.poll() is None, f"tox ended before its command started:\n{tox.stdout.read()}"
+        assert time.monotonic() < deadline, "tox never started its command"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    tox.send_signal(signal.SIGTERM)
+    output, _ = tox.communicate(timeout=120)
+    asked = tmp_path / "asked.txt"
+    assert asked.exists(), f"no merge was run:\n{output}"
+    assert asked.read_text().split() == ["report", "--allow-missing", "--force", "reports/framework", "reports/later",
+                                         "--out", "reports/all"]
+    assert "framework was interrupted: merging what finished (report's command" in output
+    assert "never reached" not in output and tox.returncode != 0
