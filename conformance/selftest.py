@@ -341,6 +341,15 @@ class ZeroGradient(GradientVariant):
         got = _answer(call)
         return None if got is None or call.part == "forward" else _with(call, np.zeros_like(got))
 
+    def rule(self, call):
+        """The rule a gradient of zeros breaks (gradients.parts: the judge's zero-gradient pattern), where an answer
+        can tell zeros from the spec's gradient; elsewhere none."""
+        want = call.expected
+        if want.value is None:
+            return None
+        zeros = np.zeros(np.shape(want.value))
+        return "gradients.parts" if _distinct(call, replace(want, value=zeros, bound=zeros)) is not None else None
+
 
 class OtherConvention(Variant):
     name, fault = "other_convention", "another convention the spec lists, taken silently (one the profile does not declare)"

@@ -41,16 +41,32 @@ def find_fault(case: Case, observed: Observation, spec: Spec, part: str, dialect
     or a dtype has a verdict that names its rule already."""
     if observed.raised or observed.unsupported is not None or observed.value is None or canonical.error_id is not None:
         return None  # a value where the spec expects an error is that error's rule (errors.<id>)
-    for fault, expected in _candidates(case, spec, part, dialect):
+    for fault, expected in _candidates(case, spec, part, dialect, canonical):
         if passes(expected, observed) and not indistinguishable(expected, canonical):
             return fault
     return None
 
 
-def _candidates(case: Case, spec: Spec, part: str, dialect: str) -> Iterator[tuple[Fault, Expected]]:
+def _candidates(case: Case, spec: Spec, part: str, dialect: str,
+                canonical: Expected) -> Iterator[tuple[Fault, Expected]]:
     yield from _wrong_divisors(case, spec, part, dialect)
     if part != "forward":
         yield from _upstream_ignored(case, spec, part, dialect)
+        if canonical.value is not None:
+            yield ZERO_GRADIENT, zero_gradient(canonical)
+
+
+# A gradient of zeros wherever the spec has one, NaN and infinities included: the argument taken as a constant,
+# which no rule allows (spec: gradients.parts names each gradient the loss has). MindSpore's mint APIs give it for
+# the target under jit, where PyNative raises; every such row, value or NaN pattern, wide or narrow, is this one.
+ZERO_GRADIENT = Fault("gradients.parts", "gives zeros for the whole gradient (the argument taken as a constant)")
+
+
+def zero_gradient(canonical: Expected) -> Expected:
+    """The answer of ZERO_GRADIENT to a call whose gradient the spec gives as `canonical`: zeros of its shape and
+    dtype, exact."""
+    zeros = np.zeros(np.shape(canonical.value))
+    return dataclasses.replace(canonical, value=zeros, bound=np.zeros_like(zeros), rule_map=None)
 
 
 def _wrong_divisors(case: Case, spec: Spec, part: str, dialect: str) -> Iterator[tuple[Fault, Expected]]:

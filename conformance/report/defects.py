@@ -25,6 +25,7 @@ STATUSES = (UNDOCUMENTED, KNOWN, DOCUMENTED, UNSUPPORTED)  # the order the repor
 _BEHAVES = re.compile(r"; behaves as (.+)$")
 _AT = re.compile(r"; at input (\S+), target ([^;\s]+)")  # judge/compare.py: inputs_at
 _STATED = re.compile(r"\(documented, (docs|maintainers|domain): [^()]*\)$")  # an unsupported row the profile states
+_FAULT = re.compile(r"^fault (.+) \(breaks [A-Za-z0-9_.]+\)$")  # a fault pattern's words (judge/faults.py: Fault)
 _CHOSEN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) = ([A-Za-z_][A-Za-z0-9_]*)")
 _SHAPE = re.compile(r"^\d+(x\d+)*(:\d+(x\d+)*)?")
 _PART_WORDS = {"forward": "loss", "grad_input": "gradient with respect to input",
@@ -206,6 +207,10 @@ def title(d: Defect, spec: Spec | None) -> str:
         size = f", error {error_size(r.max_abs_err, r.bound)}" if r.verdict is Verdict.VALUE else ""
         return f"{head}: {r.verdict.words} ({width(r.dtype)} dtypes{size}; " \
                f"no spec choice reproduces it)"
+    behaves = _BEHAVES.search(r.message)
+    fault = _FAULT.match(behaves.group(1)) if behaves else None
+    if fault:
+        return f"{head}: {fault.group(1)}"
     said = [_choice_words(path, choice, spec) for path, choice in _chosen(r.message) if path in cause_paths(r.cause)]
     if said:
         return f"{head}: " + "; and ".join(said)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 from conformance.core.model import Observation
 from conformance.judge.casejudge import CaseJudge
@@ -47,6 +48,28 @@ def test_a_gradient_that_ignores_the_upstream_gradient_is_the_upstream_rule(spec
     assert judged.verdict.value == "value" and judged.cause == "gradients.upstream"
     right = _judged(make_case(X, T, reduction="sum"), spec, _value(-1.25 * T), part="grad_input")
     assert right.verdict.value == "pass"
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+def test_a_gradient_of_zeros_is_the_parts_rule_whatever_its_verdict(spec, reduction):
+    """MindSpore's mint APIs give zeros for the target's gradient under jit: one behaviour, whether the spec's
+    gradient is finite there (a value verdict) or -inf at a zero target (a NaN/inf pattern verdict)."""
+    target = T.copy()
+    target[0, 0] = 0.0  # grad_target is -inf there (gradients.conventions.target_zero)
+    case = make_case(X, target, reduction=reduction)
+    finite = _judged(make_case(X, T, reduction=reduction), spec, _value(np.zeros(X.shape)), part="grad_target")
+    infinite = _judged(case, spec, _value(np.zeros(X.shape)), part="grad_target")
+    assert (finite.verdict.value, infinite.verdict.value) == ("value", "nonfinite")
+    for judged in (finite, infinite):
+        assert judged.cause == "gradients.parts", judged.message
+        assert judged.message.endswith("behaves as fault gives zeros for the whole gradient (the argument taken as a "
+                                       "constant) (breaks gradients.parts)")
+
+
+def test_a_loss_of_zero_is_not_the_zero_gradient_pattern(spec):
+    """The pattern is a gradient's: a forward that returns 0 breaks the formula, not gradients.parts."""
+    judged = _judged(make_case(X, T, reduction="sum"), spec, _value(0.0))
+    assert judged.verdict.value == "value" and judged.cause != "gradients.parts"
 
 
 def test_a_fault_that_breaks_no_rule_is_unexplained_with_the_rules_it_touches(spec):
