@@ -342,13 +342,17 @@ class ZeroGradient(GradientVariant):
         return None if got is None or call.part == "forward" else _with(call, np.zeros_like(got))
 
     def rule(self, call):
-        """The rule a gradient of zeros breaks (gradients.parts: the judge's zero-gradient pattern), where an answer
-        can tell zeros from the spec's gradient; elsewhere none."""
+        """The rule a gradient of zeros breaks (gradients.parts: the judge's zero-gradient pattern), where a finite
+        element of the spec's gradient is further than twice its bound from 0; elsewhere (every element NaN,
+        infinite or about 0) none."""
         want = call.expected
         if want.value is None:
             return None
-        zeros = np.zeros(np.shape(want.value))
-        return "gradients.parts" if _distinct(call, replace(want, value=zeros, bound=zeros)) is not None else None
+        value = np.asarray(want.value, dtype=np.float64)
+        finite = np.isfinite(value)
+        with np.errstate(invalid="ignore"):
+            apart = np.abs(value[finite]) > 2 * np.broadcast_to(want.bound, value.shape)[finite]
+        return "gradients.parts" if apart.any() else None
 
 
 class OtherConvention(Variant):
@@ -910,7 +914,7 @@ def _count(variant: type[Variant], log: Path, run_dir: Path, adapter, cases: Seq
         rule = planted[key]
         detail = got.get(row.call)
         if row.cause == (rule or UNEXPLAINED) or (rule is None and row.cause in FORMULAS) \
-                or _reproduced_by_claim(row, detail, by_id[row.case_id], adapter, spec):
+                or _reproduced_by_claim(row, detail, by_id[row.case_id], adapter, spec, ledger):
             report.attributed += 1
             if rule is not None:  # an unexplained row's defect is what it shows, which the fault varies by call
                 implementation = implementations.get(row.api, row.api)
@@ -947,17 +951,26 @@ def _mode_word(mode: str) -> str:
 
 FORMULAS = ("pointwise.formula", "gradients.formula")  # what a fault that breaks no rule of its own may be called
 CLAIM = "; behaves as "  # how the judge's message states the choices that reproduce an observation
+BESIDE = " beside the profile ("  # and the profile entries a residual cause is named beside (judge/casejudge.py)
 
 
-def _reproduced_by_claim(row, detail: dict | None, case: Case, adapter, spec: Spec) -> bool:
+def _reproduced_by_claim(row, detail: dict | None, case: Case, adapter, spec: Spec, ledger: DeviationLedger) -> bool:
     """Whether the spec choices the row's message says it behaves as do reproduce the planted answer, checked
     here under the comparison rule restated above: a planted fault that happens to be exactly another listed
-    convention is rightly called that convention. A claim that cannot be checked (the answer's values are not
-    all recorded) does not count."""
+    convention is rightly called that convention. A claim made beside the profile ("... beside the profile (ids)",
+    the judge's residual cause) is checked with those entries of the API's profile applied. A claim that cannot be
+    checked (the answer's values are not all recorded, an entry the API does not declare) does not count."""
     if CLAIM not in row.message or detail is None:
         return False
-    offered = {str(alt): alt for alt in alternatives(spec)}
-    claimed = row.message.rsplit(CLAIM, 1)[1].split(", ")
+    said, base = row.message.rsplit(CLAIM, 1)[1], spec
+    if said.endswith(")") and BESIDE in said:
+        said, ids = said[:-1].split(BESIDE, 1)
+        declared = {d.id: d for d in ledger.by_api.get(row.api, ()) if d.documents_mode(row.mode)}
+        if not ids or any(i not in declared for i in ids.split(", ")):
+            return False
+        base = apply_deviations(spec, [declared[i] for i in ids.split(", ")])
+    offered = {str(alt): alt for alt in alternatives(base)}
+    claimed = said.split(", ")
     if not claimed or any(c not in offered for c in claimed):
         return False
     if " + ".join(offered[c].path for c in claimed) != row.cause:
@@ -965,7 +978,7 @@ def _reproduced_by_claim(row, detail: dict | None, case: Case, adapter, spec: Sp
     observed = _recorded_observation(row, detail)
     if observed is None:
         return False
-    expected = expected_for(case, with_alternatives(spec, tuple(offered[c] for c in claimed)), row.part,
+    expected = expected_for(case, with_alternatives(base, tuple(offered[c] for c in claimed)), row.part,
                             adapter.api(row.api).dialect)
     return bool(accepted(observed, expected))
 

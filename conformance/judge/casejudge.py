@@ -144,9 +144,11 @@ class CaseJudge:
                 if self._touched is None:
                     self._touched = touched_paths(self.case)
                 expect = lambda s: self.expected(s, part, dialect)  # noqa: E731
-                alts = explain(self.case, observed, ledger.spec_for(api, mode), part, expect=expect,
-                               touched=self._touched)
-                if not alts:
+                base = ledger.spec_for(api, mode)
+                alts = explain(self.case, observed, base, part, expect=expect, touched=self._touched)
+                # a raise is explained by its type alone (explain); beside the profile it must also be the message
+                # the profile's entry states (its `match`), or the profile states nothing of it
+                if not alts or not passes(expect(with_alternatives(base, alts)), observed):
                     return None
                 needed = [d.id for d in declared  # the entries it needs: without any one, it no longer passes
                           if not passes(expect(with_alternatives(ledger.spec_for(api, mode, d.id), alts)), observed)

@@ -52,8 +52,9 @@ def _candidates(case: Case, spec: Spec, part: str, dialect: str,
     yield from _wrong_divisors(case, spec, part, dialect)
     if part != "forward":
         yield from _upstream_ignored(case, spec, part, dialect)
-        if canonical.value is not None:
-            yield ZERO_GRADIENT, zero_gradient(canonical)
+        zeros = zero_gradient(canonical)
+        if zeros is not None:
+            yield ZERO_GRADIENT, zeros
 
 
 # A gradient of zeros wherever the spec has one, NaN and infinities included: the argument taken as a constant,
@@ -62,10 +63,18 @@ def _candidates(case: Case, spec: Spec, part: str, dialect: str,
 ZERO_GRADIENT = Fault("gradients.parts", "gives zeros for the whole gradient (the argument taken as a constant)")
 
 
-def zero_gradient(canonical: Expected) -> Expected:
+def zero_gradient(canonical: Expected) -> Expected | None:
     """The answer of ZERO_GRADIENT to a call whose gradient the spec gives as `canonical`: zeros of its shape and
-    dtype, exact."""
-    zeros = np.zeros(np.shape(canonical.value))
+    dtype, exact; None where no finite element of `canonical` is further than twice its bound from 0 (every one
+    NaN, infinite or about 0), where zeros are no evidence of an argument taken as a constant (a NaN lost is as
+    likely)."""
+    if canonical.value is None:
+        return None
+    value = np.asarray(canonical.value, dtype=np.float64)
+    finite = np.isfinite(value)
+    if not (np.abs(value[finite]) > 2 * np.broadcast_to(canonical.bound, value.shape)[finite]).any():
+        return None
+    zeros = np.zeros(value.shape)
     return dataclasses.replace(canonical, value=zeros, bound=np.zeros_like(zeros), rule_map=None)
 
 

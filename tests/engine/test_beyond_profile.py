@@ -53,3 +53,23 @@ def test_what_even_the_profile_does_not_reach_stays_unexplained(spec, tmp_path):
     wrong = Observation(value=np.array([[math.nan, 0.0, 0.0, 7.0]]), dtype="float64", shape=(1, 4))
     judge = CaseJudge(CASE, spec)
     assert judge.beyond_profile(ledger(spec, tmp_path), API, "forward", "canonical", wrong) is None
+
+
+SHAPES_PROFILE = ("framework: port\ndeviations:\n- {id: runtime-error-for-shapes, apis: [port.kl_div], exceptions: "
+                  "{incompatible_shapes: {type: RuntimeError, match: '^size mismatch'}}, rationale: r, basis: docs, "
+                  "reference: 'https://x'}\n")
+BROADCAST = make_case([[-1.0, -2.0]], [[0.25, 0.75], [0.5, 0.5]], reduction="sum")  # (1, 2) against (2, 2)
+
+
+def test_a_raise_beside_the_profile_must_be_the_profile_s_own_words(spec, tmp_path):
+    """A raise is explained by its type alone (judge/explain.py); beside the profile, the type the profile maps an
+    error to is not enough: the message must be the one its entry states, else the profile says nothing of it."""
+    ports = ledger(spec, tmp_path, SHAPES_PROFILE)
+    judge = CaseJudge(BROADCAST, spec)
+    stated = Observation(exception_type="RuntimeError", exception_message="size mismatch: (1, 2) against (2, 2)")
+    other = Observation(exception_type="RuntimeError", exception_message="refused a valid call")
+    for observed in (stated, other):
+        assert judge.judgement("forward", "canonical", observed).cause == UNEXPLAINED
+    assert judge.beyond_profile(ports, API, "forward", "canonical", stated) == (
+        "shapes.broadcasting", "shapes.broadcasting = none beside the profile (runtime-error-for-shapes)")
+    assert judge.beyond_profile(ports, API, "forward", "canonical", other) is None
