@@ -28,6 +28,7 @@ CALLED_FROM_OUTSIDE = {
     "reportinfo": "pytest", "style": "pytest's repr_failure signature",
     # mkdocs's hooks (docs/hooks.py) and tox's (toxfile.py)
     "on_files": "mkdocs", "on_page_markdown": "mkdocs", "tox_add_option": "tox", "tox_add_core_config": "tox",
+    "tox_after_run_commands": "tox",
     # the registry imports each framework's adapter by its class name (adapters/registry.py)
     "TorchAdapter": "registry", "OneFlowAdapter": "registry", "MindSporeAdapter": "registry",
     "PaddleAdapter": "registry", "MlxAdapter": "registry", "OptaxAdapter": "registry", "RTorchAdapter": "registry",
