@@ -147,3 +147,39 @@ def test_a_failed_compile_leaves_nothing_in_the_working_directory(framework, tmp
     (row,) = iter_results(tmp_path / "out")
     assert row.mode == "jit" and row.verdict is Verdict.PASS  # the ValueError the spec names, raised compiling
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.yaml", "out"]
+
+
+ZERO_GRADIENT_CASES = """
+- id: positive-targets
+  input: [[-1.0, -2.0]]
+  target: [[0.5, 0.5]]
+  reduction: sum
+  dtype: float32
+  grad: [target]
+- id: a-zero-target
+  input: [[-1.0, -2.0]]
+  target: [[0.0, 1.0]]
+  reduction: none
+  dtype: float64
+  grad: [target]
+"""
+
+
+def test_zero_target_gradients_are_one_defect_per_implementation(framework, tmp_path):
+    """MindSpore gives the target no gradient, zeros: ops.kl_div and nn.KLDivLoss in eager and jit, the mint APIs
+    in jit. A value row (the spec's gradient finite) and a NaN-pattern row (-inf at a zero target) are one
+    behaviour, the zero-gradient pattern (gradients.parts), so one defect for each implementation, jit's rows of
+    ops and nn in eager's defect."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(ZERO_GRADIENT_CASES)
+    assert main(["run", "--framework", "mindspore", "--mode", "eager", "--mode", "jit", "--cases", str(cases),
+                 "--suite", "none", "--part", "grad_target", "--out", str(tmp_path / "out"), "--no-progress",
+                 "--no-repro"]) in (0, 1)
+    rows = [r for r in iter_results(tmp_path / "out") if r.verdict.is_divergence]
+    assert {r.verdict for r in rows} == {Verdict.VALUE, Verdict.NONFINITE}
+    assert {r.cause for r in rows} == {"gradients.parts"}, {r.cause for r in rows}
+    defects = {}
+    for r in rows:
+        defects.setdefault("mint" if ".mint." in r.api else "ops", set()).add(r.defect)
+    assert {k: len(v) for k, v in defects.items()} == {"mint": 1, "ops": 1}, defects
+    assert {r.mode for r in rows if ".mint." in r.api} == {"jit"}
