@@ -49,3 +49,17 @@ def test_the_quote_is_bounded_from_its_end(tmp_path):
     log.write_text("x" * 1000 + "\nthe last words\n")
     words = last_words(log, limit=50)
     assert len(words) == 50 and words.endswith("x | the last words")
+
+
+def test_an_op_described_by_a_map_reads_alike_whatever_its_hash_order(tmp_path):
+    """OneFlow describes the op it aborts in by its argument dtypes, in a hash map's order that changes from process
+    to process (seen in two runs of the matrix: target_0 first, then input_0 first)."""
+    said = []
+    for order in (("target_0", "input_0", "out_0"), ("input_0", "out_0", "target_0")):
+        log = tmp_path / f"{order[0]}.log"
+        entries = "".join(f" DataType_Name of {name}: kFloat16\n" for name in order)
+        log.write_text(f" op_type_name: kl_div_loss\n{entries}"
+                       "F20261129 03:45:10.541091 17303 singleton.h:35] Check failed: Get() == nullptr\n")
+        said.append(last_words(log))
+    assert said[0] == said[1]
+    assert said[0].index("input_0") < said[0].index("out_0") < said[0].index("target_0")
