@@ -30,6 +30,7 @@ from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailab
                                        construction_source, fill_value, layout_buffer, layout_buffer_source,
                                        numpy_source)
 from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.text import with_sorted_entries
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS
 GRAPH = "graph"
@@ -50,9 +51,6 @@ def preload_cuda_libraries() -> list[str]:
                 except OSError:
                     pass  # a library needing another not yet loaded; OneFlow reports what is missing
     return loaded
-
-
-ARGUMENT_DTYPES = re.compile(r"^ ?DataType_Name of \w+: \w+(\n ?DataType_Name of \w+: \w+)*", re.M)
 
 
 class OneFlowAdapter(Adapter):
@@ -158,7 +156,7 @@ class OneFlowAdapter(Adapter):
         # and its graphs ("KLGraph_3"), in mode graph; and it lists an op's argument dtypes ("DataType_Name of
         # input_0: kFloat16") in the order of a hash map, which changes from process to process
         text = re.sub(r"(op_name: [A-Za-z_]+?|\bKLGraph_)\d+\b", r"\1", str(exc))
-        return ARGUMENT_DTYPES.sub(lambda m: "\n".join(sorted(m.group(0).split("\n"))), text)
+        return "\n".join(with_sorted_entries(text.split("\n")))
 
     def _tensor(self, values: np.ndarray, dtype: str, layout: str, device: str, requires_grad: bool = False,
                 made: Construction = NUMPY_DEFAULT):

@@ -4,23 +4,22 @@ differs from one process to the next, so the same crash reads alike in every run
 A framework that aborts (glog's fatal handler, a C++ exception) ends its output with a stack trace: frame lines
 of addresses, which ASLR moves on every start, under a line of the time and the process id. Frames say nothing
 a maintainer can act on from a report (the reproducer shows the crash), so they are left out where other lines
-exist, and addresses, glog's time and thread prefix, and signal times are blanked in what stays. Lines that list
-one map's entries ("DataType_Name of input_0: kFloat16", OneFlow's op description) come in the map's hash order,
-which changes from process to process: a run of them is sorted.
+exist, and addresses, glog's time and thread prefix, and signal times are blanked in what stays, as are escape
+sequences. Lines that list one map's entries (OneFlow's op description) come in the map's hash order: a run of them
+is sorted (core/text.py: with_sorted_entries).
 """
 
 from __future__ import annotations
 
-import itertools
 import re
 from pathlib import Path
 
+from conformance.core.text import with_sorted_entries, without_escapes
+
 _FRAME = re.compile(r"^\s*(PC: )?@\s+0x[0-9a-fA-F]+")  # a stack trace's frame: "@ 0x7f1c...  _PyEval_Vector"
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _GLOG = re.compile(r"^([IWEF])\d{4,8} \d\d:\d\d:\d\d\.\d+\s+\d+ ")  # "F20261129 03:45:10.541091 17303 "
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 _WHEN = re.compile(r"\b(time|pid|tid)=\d+")
-_ENTRY = re.compile(r"^\s*(\w+) of \w+: \S+\s*$")  # a map's entry an op is described by: "<what> of <key>: <value>"
 
 
 def last_words(log: Path, lines: int = 5, limit: int = 600) -> str:
@@ -32,19 +31,12 @@ def last_words(log: Path, lines: int = 5, limit: int = 600) -> str:
             text = [line for line in f.read().splitlines() if line.strip()]
     except OSError:
         text = []
-    words = _sorted_entries([line for line in text if not _FRAME.match(line)] or text)
+    words = with_sorted_entries([line for line in text if not _FRAME.match(line)] or text)
     return " | ".join(steady(line) for line in words[-lines:])[-limit:] or "(nothing)"
 
 
-def _sorted_entries(text: list[str]) -> list[str]:
-    """`text` with each run of consecutive map entries of one kind (_ENTRY) sorted."""
-    out: list[str] = []
-    for kind, run in itertools.groupby(text, key=lambda line: (found := _ENTRY.match(line)) and found.group(1)):
-        out += sorted(run, key=str.strip) if kind else list(run)
-    return out
-
-
 def steady(line: str) -> str:
-    """`line` without what changes from process to process: colours, glog's time and thread, addresses, times."""
-    line = _GLOG.sub(r"\1 ", _ANSI.sub("", line.strip()))
+    """`line` without what changes from process to process: glog's time and thread, addresses, times; and without
+    escape sequences (colours)."""
+    line = _GLOG.sub(r"\1 ", without_escapes(line).strip())
     return _WHEN.sub(r"\1=…", _ADDRESS.sub("0x…", line))
