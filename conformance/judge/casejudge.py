@@ -141,11 +141,9 @@ class CaseJudge:
         key = (ledger.fingerprint(api, mode), part, dialect, *without_warnings(self._key(observed)))
         if key not in self._beyond:
             def explained():
-                if self._touched is None:
-                    self._touched = touched_paths(self.case)
                 expect = lambda s: self.expected(s, part, dialect)  # noqa: E731
                 base = ledger.spec_for(api, mode)
-                alts = explain(self.case, observed, base, part, expect=expect, touched=self._touched)
+                alts = explain(self.case, observed, base, part, expect=expect, touched=self._touched_paths())
                 # a raise is explained by its type alone (explain); beside the profile it must also be the message
                 # the profile's entry states (its `match`), or the profile states nothing of it
                 if not alts or not passes(expect(with_alternatives(base, alts)), observed):
@@ -162,6 +160,12 @@ class CaseJudge:
             except ExpectationOutOfMemory:  # the divergence stays unexplained
                 self._beyond[key] = None
         return self._beyond[key]
+
+    def _touched_paths(self) -> frozenset[str]:
+        """touched_paths of the case, computed once: every explanation of it reads them."""
+        if self._touched is None:
+            self._touched = touched_paths(self.case)
+        return self._touched
 
     def _remembered(self, part: str, dialect: str, asked: bytes, compute: Callable[[], Any],
                     encode: Callable[[Any], list], decode: Callable[[list], Any]):
@@ -218,10 +222,8 @@ class CaseJudge:
         key = (part, dialect, *without_warnings(self._key(observed)))
         if key not in self._explained:
             def explained():
-                if self._touched is None:
-                    self._touched = touched_paths(self.case)
                 alts = explain(self.case, observed, self.spec, part, expect=lambda s: self.expected(s, part, dialect),
-                               touched=self._touched)
+                               touched=self._touched_paths())
                 if alts:
                     return " + ".join(a.path for a in alts), ", ".join(map(str, alts))
                 fault = find_fault(self.case, observed, self.spec, part, dialect,
