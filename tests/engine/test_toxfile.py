@@ -29,21 +29,28 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
 
 
-def test_a_sigterm_to_tox_ends_the_command_it_runs(tmp_path):
-    shutil.copy(ROOT / "toxfile.py", tmp_path / "toxfile.py")
-    (tmp_path / "tox.ini").write_text(f'[testenv:sleepy]\nskip_install = true\npackage = skip\n'
-                                      f'commands = python -c "{SLEEPER}"\n')
+def _tox_until_its_command_sleeps(project: Path, envs: str) -> subprocess.Popen:
+    """tox running `envs` in `project` (its toxfile.py and tox.ini written), returned once the command that runs
+    SLEEPER has written its pid and reached its sleep."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOX_")}
-    tox = subprocess.Popen([sys.executable, "-m", "tox", "-e", "sleepy", "--workdir", str(tmp_path / ".tox")],
-                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    pid_file = tmp_path / "child.pid"
+    tox = subprocess.Popen([sys.executable, "-m", "tox", "-e", envs, "--workdir", str(project / ".tox")],
+                           cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pid_file = project / "child.pid"
     deadline = time.monotonic() + 300  # a bound on a hang (tox makes a virtual environment first), not a timing
     while not pid_file.exists():
         assert tox.poll() is None, f"tox ended before its command started:\n{tox.stdout.read()}"
         assert time.monotonic() < deadline, "tox never started its command"
         time.sleep(0.1)
     time.sleep(0.5)  # the pid is written as the command starts: let it reach its sleep
-    child = int(pid_file.read_text())
+    return tox
+
+
+def test_a_sigterm_to_tox_ends_the_command_it_runs(tmp_path):
+    shutil.copy(ROOT / "toxfile.py", tmp_path / "toxfile.py")
+    (tmp_path / "tox.ini").write_text(f'[testenv:sleepy]\nskip_install = true\npackage = skip\n'
+                                      f'commands = python -c "{SLEEPER}"\n')
+    tox = _tox_until_its_command_sleeps(tmp_path, "sleepy")
+    child = int((tmp_path / "child.pid").read_text())
     tox.send_signal(signal.SIGTERM)
     output, _ = tox.communicate(timeout=120)
     try:
@@ -102,17 +109,7 @@ def test_a_stopped_matrix_merges_what_finished(tmp_path):
     shutil.copy(ROOT / "toxfile.py", tmp_path / "toxfile.py")
     (tmp_path / "stand_in.py").write_text(STAND_IN)
     (tmp_path / "tox.ini").write_text(MERGE_INI.format(sleeper=SLEEPER))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOX_")}
-    tox = subprocess.Popen([sys.executable, "-m", "tox", "-e", "framework,later,report", "--workdir",
-                            str(tmp_path / ".tox")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-    pid_file = tmp_path / "child.pid"
-    deadline = time.monotonic() + 300  # a bound on a hang (tox makes a virtual environment first), not a timing
-    while not pid_file.exists():
-        assert tox.poll() is None, f"tox ended before its command started:\n{tox.stdout.read()}"
-        assert time.monotonic() < deadline, "tox never started its command"
-        time.sleep(0.1)
-    time.sleep(0.5)
+    tox = _tox_until_its_command_sleeps(tmp_path, "framework,later,report")
     tox.send_signal(signal.SIGTERM)
     output, _ = tox.communicate(timeout=120)
     asked = tmp_path / "asked.txt"
