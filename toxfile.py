@@ -19,10 +19,9 @@ takes a SIGTERM as it takes Ctrl-C, so the run it started ends as an interrupted
 
 A matrix stopped that way never reaches its merge (tox cancels the environments still to come, the report among
 them), so the stopped environment merges what finished itself: when its commands were stopped (tox's exit code -1
-for the set, or a run's own 130 or 143),
-the command of the environment that `depends` on it (`report` for the conformance labels, `releases-report` for
-`releases`) runs with the stopped environment's own kl-conformance. A framework whose run is missing shows as not
-run, an interrupted one with the rows it wrote.
+for the set, or a run's own 130 or 143), the command of the environment that `depends` on it (`report` for the
+conformance labels, `releases-report` for `releases`) runs with the stopped environment's own kl-conformance. A
+framework whose run is missing shows as not run, an interrupted one with the rows it wrote.
 """
 
 from __future__ import annotations

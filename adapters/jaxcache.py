@@ -11,8 +11,9 @@ JAX keys an entry by the computation, its compile options and the jax/jaxlib ver
 XLA:CPU compiles for the host's instruction set, and an executable carried to a CPU without
 those features could fault, so the cache is scoped here by the machine and its CPU flags as
 well (a home directory shared by machines of a CI fleet is the case in point): adapters/cachescope.py
-keeps the scopes, each emptied past MAX_BYTES and removed when idle. JAX's own size bound is not used: it needs the `filelock` package and lists the whole folder on every
-write, which made a first run slower with the cache than without it.
+keeps the scopes, each emptied past MAX_BYTES and removed when idle. JAX's own size bound is not
+used: it needs the `filelock` package and lists the whole folder on every write, which made a
+first run slower with the cache than without it.
 Concurrent runs (tox -p) share a scope; an entry another run is still writing reads as
 damaged, which JAX answers by compiling again, with a warning that the adapters do not record
 as the framework's (adapters/observation.py: HARNESS_WARNINGS). A JAX_COMPILATION_CACHE_DIR the user

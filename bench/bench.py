@@ -138,7 +138,9 @@ def fresh_compiled_loop(framework: str, suite: str, mode: str, cache_dir: str) -
     again compiled; and the call count. What a run of the mode cannot do with less."""
     cases = [build_case(key, DEFAULT_SEED) for _, key in generated_keys(load_spec(), suite=suite)]
     start = time.perf_counter()
-    get_adapter(framework).load()  # the import, paid once per process (bare_loop's own load is then cheap)
+    adapter = get_adapter(framework)
+    adapter.compile_cache_dir = Path(cache_dir)  # as bare_loop's: the caches are set before the framework loads
+    adapter.load()  # the import, paid once per process (bare_loop's own load is then cheap)
     load_s = time.perf_counter() - start
     best, calls, first = bare_loop(framework, cases, 1, mode, Path(cache_dir))
     return load_s, first, best, calls
