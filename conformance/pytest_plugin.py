@@ -125,6 +125,7 @@ class _Suite:
         self.rows: dict = {}  # (framework, case id) -> {(api, device, mode, part): Result}
         self.shares: dict = {}  # (framework, case id) -> the cases judged with it, in one run
         self.runs = 0
+        self.written: dict[Path, list] = {}  # each run directory this process wrote -> its rows
         handed = getattr(config, "workerinput", {}).get(_WORKER_INPUT)
         if handed is not None:  # an xdist worker: the controller found the devices and made the shared directory
             self.dir, self.present = Path(handed["dir"]), {k: tuple(v) for k, v in handed["present"].items()}
@@ -274,14 +275,17 @@ class _Suite:
                              known=self.known, cache_dir=default_cache_dir(), like=self.like,
                              # under xdist the pytest processes take the cores; alone, --jobs's default
                              jobs=1 if "PYTEST_XDIST_WORKER" in os.environ else default_jobs(self.modes, len(cases)))
+        written: list = []  # the rows as the run wrote them, so that they are not read back
         summary = run_conformance(self.spec, framework, cases, out, options, run_info=run_info,
-                                  pool=self._pool(framework))
+                                  pool=self._pool(framework), on_result=lambda _, row: written.append(row))
         if summary.not_run:
             pytest.fail(f"kl-conformance: {framework} did not run: {summary.not_run}", pytrace=False)
         if self.marks is not None:
             self.marks.write_marks(out)  # each divergence shared with the recorded run, or the port's own
+            written = list(iter_results(out))
+        self.written[out] = written  # the gate's rows of this run, when this process decides the gates
         judged: dict = {}
-        for r in iter_results(out):
+        for r in written:
             judged.setdefault(r.case_id, {})[(r.api, r.device, r.mode, r.part)] = r
         return judged
 
@@ -328,7 +332,7 @@ class _Suite:
                 selection["narrowed_by"] = sorted(set(selection.get("narrowed_by", [])) | {"--only"})
             # under xdist, a case whose items two workers ran was judged by each: its rows count once, and so
             # does what run.json counts of them (the gate refuses a run whose counts disagree with its rows)
-            written = list(iter_results(run))
+            written = self.written[run] if run in self.written else list(iter_results(run))
             rows = [r for r in written if r.key not in seen]
             seen.update(r.key for r in rows)
             if written and not rows:
