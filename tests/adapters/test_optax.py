@@ -99,7 +99,7 @@ def test_each_api_takes_one_target_space_and_no_reduction(framework_adapter):
 @pytest.mark.parametrize("part", ["forward", "grad_input", "grad_target", "grad2_input"])
 def test_views_are_taken_by_jax_and_give_the_contiguous_values(framework_adapter, layout, part):
     """A JAX array has no strides: swapaxes and [..., ::2] make new arrays. The values a user gets
-    through them are those of the contiguous case (docs/frameworks/notes.md: layouts are not a strided kernel path)."""
+    through them are those of the contiguous case (docs/frameworks/optax.md: layouts are not a strided kernel path)."""
     log_q, p = _softmax_pair(np.random.default_rng(7), (4, 6))
     contiguous = _run(framework_adapter, make_case(log_q, p, dtype="float32"), part=part)
     viewed = _run(framework_adapter, make_case(log_q, p, dtype="float32", layout=layout), part=part)
