@@ -84,7 +84,7 @@ def _r_unquote(literal: str) -> str:
 
 @pytest.mark.parametrize("hostile", HOSTILE)
 def test_r_strings_and_comments_hold_any_text(hostile):
-    from conformance.adapters.rtorch import r_comment, r_string
+    from conformance.adapters.rcode import r_comment, r_string
 
     literal = r_string(hostile)
     held = hostile.replace("\x00", "\ufffd")  # no R string holds NUL: it becomes the replacement character
@@ -96,7 +96,7 @@ def test_r_strings_and_comments_hold_any_text(hostile):
 def test_r_reproducer_takes_case_text_only_as_literals(hostile):
     """A case id with a line break used to end the script's title comment, so the rest of the id ran
     before library(torch); a reduction with a quote could end its string."""
-    from conformance.adapters.rtorch import r_string
+    from conformance.adapters.rcode import r_string
 
     adapter = get_adapter("rtorch")  # not loaded: rendering starts no R
     case = make_case([[-1.0, -2.0]], [[0.5, 0.5]], reduction=hostile, case_id=hostile)
