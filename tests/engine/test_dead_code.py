@@ -20,7 +20,7 @@ MIN_CONFIDENCE = 60
 
 # name -> who uses it, where vulture cannot see the call
 CALLED_FROM_OUTSIDE = {
-    # pytest's hooks and the plugin's collector and item (conformance/pytest_plugin.py)
+    # pytest's hooks and the plugin's collector and item (conformance/pytest_plugin.py, conformance/pytest_items.py)
     "pytest_addoption": "pytest", "pytest_configure": "pytest", "pytest_configure_node": "pytest-xdist",
     "pytest_collection_modifyitems": "pytest", "pytest_deselected": "pytest", "pytest_collection_finish": "pytest",
     "pytest_xdist_make_scheduler": "pytest-xdist", "pytest_sessionfinish": "pytest", "pytest_unconfigure": "pytest",

@@ -1,0 +1,130 @@
+"""The pytest plugin's items: one per (case, API, device, mode, part) of a framework, whose outcome is its row's
+verdict, and the shares that keep a case's items in one process.
+
+The session's suite (conformance/pytest_plugin.py) judges a share of cases in one run when its first item asks;
+an item reads its row and passes, skips, xfails (a divergence the profile documents, a known entry or the baseline
+accepts) or fails with the row's verdict, cause, values and `kl-conformance repro` command. Imports only pytest at
+module level, as the plugin does.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SHARES_PER_WORKER = 2  # under xdist: enough shares for a worker that finishes first to take another
+
+
+def deal_shares(nodeids: list[str], count: int) -> dict[str, str | None]:
+    """Each item's share (None for an item that is not the suite's): each framework's cases, in the order they
+    were collected, dealt in turn into `count` shares, so that the shares hold a like mix of cases and every
+    item of one case is in the same share."""
+    dealt: dict[str, dict[str, int]] = {}  # framework's collector -> {case id: its place in the deal}
+    shares: dict[str, str | None] = {}
+    for nodeid in nodeids:
+        label, _, name = nodeid.partition("::")
+        if not (label.startswith("kl-conformance[") and name):
+            shares[nodeid] = None
+            continue
+        cases = dealt.setdefault(label, {})
+        place = cases.setdefault(name.rpartition("[")[0], len(cases))
+        shares[nodeid] = f"{label}::share-{place % count}"
+    return shares
+
+
+def share_scheduling():
+    """xdist's scope scheduling with the suite's shares as its scopes, each other item a scope of its own."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ShareScheduling(LoadScopeScheduling):
+        _of: dict | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._of is None:
+                self._of = deal_shares(list(self.collection), self.numnodes * SHARES_PER_WORKER)
+            return self._of.get(nodeid) or nodeid
+
+    return ShareScheduling
+
+
+class FrameworkItems(pytest.Collector):
+    """The items of one framework (their parent, so that each item's node id names it)."""
+
+    def collect(self):
+        return []
+
+
+class Divergence(Exception):
+    """An undocumented divergence: its text is the item's failure."""
+
+
+class Call(pytest.Item):
+    """One (case, API, device, mode, part) of one framework."""
+
+    def __init__(self, *, framework: str, case, call: tuple[str, str, str, str], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.framework, self.case, self.call = framework, case, call
+
+    def runtest(self) -> None:
+        suite = self.config.pluginmanager.get_plugin("kl-conformance-suite")
+        why = suite.unusable.get(self.framework, {}).get(self.call[2])
+        if why:
+            pytest.skip(f"mode {self.call[2]} cannot run here: {why}")
+        row = suite.rows_of(self.framework, self.case).get(self.call)
+        if row is None:
+            pytest.fail(f"kl-conformance: no result for {self.case.id} on {' / '.join(self.call)}", pytrace=False)
+        if row.verdict.outcome == "passed":
+            return
+        if row.verdict.outcome == "skipped":
+            pytest.skip(f"{row.verdict.value}: {row.message}")
+        reason = accepted(row, suite)
+        if reason:
+            pytest.xfail(reason)
+        raise Divergence(failure_text(row, self.framework, self.case, suite))
+
+    def repr_failure(self, excinfo, style=None):
+        # an xfail's reason is all it shows: pytest would format (and parse the source of) its traceback first
+        if isinstance(excinfo.value, (Divergence, pytest.xfail.Exception)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.framework}: {self.name}"
+
+
+def accepted(row, suite) -> str:
+    """Why a divergence does not fail: the profile documents it, a known entry accepts it, or it is unchanged
+    since the baseline. Empty where none of these holds."""
+    said = f"{row.verdict.value} ({row.cause})" if row.cause else row.verdict.value
+    if row.documented:
+        return f"{said}: documented by the {row.framework} profile: {', '.join(row.documented_by)}"
+    if row.known_by:
+        return f"{said}: known ({suite.config.getoption('kl_known')}: {', '.join(row.known_by)})"
+    if suite.fail_on_own and row.like == "shared":
+        return f"{said}: shared with {suite.like}'s recorded run {suite.like_run} (--kl-fail-on-own)"
+    before = suite.baseline_rows.get(row.key)
+    if before is not None and (before.verdict, before.cause) == (row.verdict, row.cause):
+        return f"{said}: unchanged since the baseline {suite.baseline}"
+    return ""
+
+
+def failure_text(row, framework: str, case, suite) -> str:
+    from conformance.cases.generate import DEFAULT_SEED
+    from conformance.core.text import terminal_line
+    from conformance.report.markdown import repro_command
+    from conformance.report.releases import call_text
+
+    seed = suite.selection.seed
+    command = repro_command(row, {} if seed == DEFAULT_SEED else {"seed": seed}, framework)
+    lines = [f"{row.framework} {row.framework_version} / {call_text(row.call)}: "
+             f"{row.verdict.value}, undocumented",
+             f"case:    {terminal_line(case.id)}",
+             f"verdict: {row.verdict.value}",
+             f"cause:   {terminal_line(row.cause or 'unexplained')}",
+             f"got against expected: {terminal_line(row.message)}"]
+    if row.max_abs_err is not None and row.bound is not None:
+        lines.append(f"worst |error| {row.max_abs_err:.3g} against the bound {row.bound:.3g}")
+    if row.like:
+        lines.append(f"like:    {row.like}" + (" (not in " if row.like == "own" else " (as in ")
+                     + f"{suite.like}'s recorded run {terminal_line(str(suite.like_run))})")
+    lines.append("reproduce: " + command)
+    return "\n".join(lines)
