@@ -23,7 +23,7 @@ FOLDERS = {"conformance": "conformance", "reference": "conformance.reference", "
            "adapters": "conformance.adapters", "spec": "conformance.spec"}
 COMMANDS = {"conformance.cli", "conformance.arguments", "conformance.options", "conformance.runcommand",
             "conformance.entry", "conformance.repro", "conformance.selftest", "conformance.__main__", "conformance.api",
-            "conformance.pytest_plugin", "conformance.version"}
+            "conformance.pytest_plugin", "conformance.pytest_items", "conformance.version"}
 # wing -> the wings its modules may import (its own included)
 MAY_IMPORT = {
     "core": {"core"},
