@@ -45,28 +45,20 @@ from __future__ import annotations
 import os
 import platform
 import re
-import types
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import numpy as np
 
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
-                                       construction_source, fill_value, layout_buffer, numpy_source)
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, ModeFallback, construction_source,
+                                       fill_value, layout_buffer, numpy_source)
+from conformance.adapters.paddlestatic import (DYNAMIC_BATCH, MODES, PRIM, SOT, check_compiled, compile_program,
+                                               mode_switches, spec_shape)
 from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 PLACES = {"cpu": "cpu", "gpu": "gpu:0"}
 # "(NotFound) The kernel with key (CPU, Undefined(AnyLayout), float16) of kernel `kldiv_loss` is not registered."
 NO_KERNEL = re.compile(r"The kernel with key \(\w+, .*\b(float16|bfloat16)\) of kernel `\w+` is not registered")
-STATIC, DYNAMIC_BATCH, PRIM, SOT = "to-static", "to-static-dynamic-batch", "to-static-prim", "to-static-sot"
-MODES = (
-    Mode(STATIC, "paddle.jit.to_static(full_graph=True) with an InputSpec of the case's shapes"),
-    Mode(DYNAMIC_BATCH, "paddle.jit.to_static(full_graph=True) with the first dimension None in the InputSpec"),
-    Mode(PRIM, "to-static with the primitive decomposition on (core._set_prim_all_enabled, FLAGS_prim_all)"),
-    Mode(SOT, "paddle.jit.to_static(full_graph=False), SOT, with MIN_GRAPH_SIZE 0 so kl_div's graph compiles"),
-)
-
-
 class PaddleAdapter(Adapter):
     name = "paddle"
     apis = (
@@ -158,14 +150,14 @@ class PaddleAdapter(Adapter):
         x, t = inputs
         program, code = self._program(case, api, x, t, mode)
         try:
-            with self._mode_switches(mode):
+            with mode_switches(self.paddle, mode, self.sot_min_graph_size):
                 out = program(x, t)
         except ModeFallback:
             raise
         except Exception:
-            self._check_compiled(code, raised=True)  # an eager call's exception is a fallback's too
+            check_compiled(code, self.sot_min_graph_size, raised=True)  # an eager call's exception is a fallback's too
             raise
-        self._check_compiled(code)
+        check_compiled(code, self.sot_min_graph_size)
         return out
 
     def _program(self, case: Case, api: Api, x, t, mode: str):
@@ -174,84 +166,13 @@ class PaddleAdapter(Adapter):
         call = self.call(case, api)
         key = (mode, call, str(x.place), str(x.dtype), tuple(x.shape), str(t.dtype), tuple(t.shape))
         if key not in self._compiled:
-            self._compiled[key] = self._compile(call, x, t, mode)
+            self._compiled[key] = compile_program(self.paddle, call, x, t, mode, len(self._compiled))
         return self._compiled[key]
-
-    def _compile(self, call: ApiCall, x, t, mode: str):
-        paddle = self.paddle
-        if call.args != ("x", "t"):
-            raise ValueError(f"{call.path} takes {call.args}, not (x, t)")
-        target = call.resolve()
-        if call.init is not None:
-            target = target(**dict(call.init))  # the loss layer, built once outside the program
-        kwargs = dict(call.kwargs)
-
-        def kl_div(x, t):
-            return target(x, t, **kwargs)
-        if mode == SOT:
-            # a code object of its own per key: SOT keys what it translated (and the shapes it saw) on the code
-            code = kl_div.__code__.replace(co_name=f"kl_div_{len(self._compiled)}")
-            kl_div = types.FunctionType(code, kl_div.__globals__, code.co_name, None, kl_div.__closure__)
-            return paddle.jit.to_static(kl_div, full_graph=False), code
-        specs = [paddle.static.InputSpec(_spec_shape(v.shape, mode == DYNAMIC_BATCH), str(v.dtype).removeprefix(
-            "paddle."), name) for v, name in ((x, "x"), (t, "t"))]
-        return paddle.jit.to_static(kl_div, input_spec=specs, full_graph=True), None
-
-    @contextmanager
-    def _mode_switches(self, mode: str):
-        """The run-time switches of `mode`, on around one call and back as they were after: the prim
-        decomposition for to-static-prim, SOT's graph size threshold for to-static-sot."""
-        with warnings.catch_warnings():
-            # building a program's backward warns this once per program, so only the first call of a key would
-            # carry it: Paddle's translation machinery talking, not the call's answer
-            warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface for pir graph mode")
-            with self._switches(mode):
-                yield
-
-    @contextmanager
-    def _switches(self, mode: str):
-        if not self._to_static_enabled():
-            raise ModeFallback("paddle.jit.enable_to_static is off: to_static functions run eagerly")
-        if mode == SOT:
-            from paddle.jit.sot.utils.envs import min_graph_size_guard
-            with min_graph_size_guard(self.sot_min_graph_size):
-                yield
-            return
-        if mode != PRIM:
-            yield
-            return
-        core = self.paddle.framework.core
-        before = core._is_fwd_prim_enabled(), core._is_bwd_prim_enabled()
-        core._set_prim_all_enabled(True)
-        try:
-            yield
-        finally:
-            core._set_prim_forward_enabled(before[0])
-            core._set_prim_backward_enabled(before[1])
-
-    def _to_static_enabled(self) -> bool:
-        from paddle.jit.dy2static.program_translator import ProgramTranslator
-        return bool(ProgramTranslator().enable_to_static)
-
-    def _check_compiled(self, code, raised: bool = False) -> None:
-        """SOT's cache of `code` (the per-key function SOT translated) holds the code it ran: only the original
-        (None: a graph below the size threshold, a graph break, an unsupported frame) means it ran eagerly. A
-        call that raised before SOT cached anything failed in the translation: that exception is the answer."""
-        if code is None:
-            return
-        from paddle.jit.sot.opcode_translator.executor.executor_cache import OpcodeExecutorCache
-        entry = OpcodeExecutorCache().cache.get(code)
-        translated = [custom.code for custom, _ in entry[0]] if entry else []
-        if raised and not translated:
-            return
-        if not any(c is not None for c in translated):
-            raise ModeFallback("SOT ran the call eagerly: no compiled code for it (a graph below "
-                               f"MIN_GRAPH_SIZE {self.sot_min_graph_size}, or a graph break)")
 
     def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
         """paddle.grad with the upstream gradient as grad_outputs; double backward with create_graph=True. A
         static mode's forward is its program; its switches stay on through the backward."""
-        with self._mode_switches(mode) if mode != EAGER else nullcontext():
+        with mode_switches(self.paddle, mode, self.sot_min_graph_size) if mode != EAGER else nullcontext():
             return self._gradient(case, api, device, part, mode)
 
     def _gradient(self, case: Case, api: Api, device: str, part: str, mode: str):
@@ -350,7 +271,7 @@ class PaddleAdapter(Adapter):
                       f"with min_graph_size_guard({self.sot_min_graph_size!r}):  # compile kl_div's small graph too",
                       "    out = kl_div(x, t)"]
             return lines
-        specs = ", ".join(f"InputSpec({_spec_shape(np.shape(v), mode == DYNAMIC_BATCH)!r}, {d!r}, {n!r})"
+        specs = ", ".join(f"InputSpec({spec_shape(np.shape(v), mode == DYNAMIC_BATCH)!r}, {d!r}, {n!r})"
                           for v, d, n in ((case.input, case.dtype.input, "x"), (case.target, case.dtype.target, "t")))
         lines += ["", "from paddle.static import InputSpec",
                   f"kl_div = paddle.jit.to_static(kl_div, input_spec=[{specs}], full_graph=True)"]
@@ -384,12 +305,6 @@ def _message_from(lines: list[str], opens: re.Pattern, last: bool = True, keep_n
     first, *rest = lines[found[-1] if last else found[0]:]
     head = first if keep_name else first[opens.match(first).end():]
     return "\n".join([head, *(f"  {line}" for line in rest)])
-
-
-def _spec_shape(shape, dynamic_batch: bool) -> list:
-    """The InputSpec shape: the tensor's, with the first dimension None for a dynamic batch (none for 0-d)."""
-    shape = list(shape)
-    return [None, *shape[1:]] if dynamic_batch and shape else shape
 
 
 def _swap_last_two(tensor):
