@@ -1,5 +1,6 @@
-"""Proof that a compiled mode's call was compiled, shared by the adapters whose modes trace a Python function
-(optax's and Keras' `jit`, MLX's `compile`).
+"""Proof that a compiled mode's call was compiled: for the adapters whose modes trace a Python function (optax's and
+Keras' `jit`, MLX's `compile`; `Traced`), and for torch.compile with Inductor (torch's `inductor` modes,
+`InductorCall`; Keras' `jit` on torch, `TorchCompiled`).
 
 jax.jit, tf.function and mx.compile each run the Python function once per new input signature to trace it,
 and afterwards run what they compiled without it. Each of them also has a switch that silently runs the
@@ -13,6 +14,7 @@ or when a signature never seen before was not traced at all.
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
 from typing import Any, Callable
 
@@ -117,3 +119,96 @@ def keep_inductor_cache(cache_dir: Path | None) -> None:
     torch is imported. Nothing changes without a cache directory (--no-cache)."""
     if cache_dir is not None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache_dir) / "torchinductor")
+
+
+class InductorCall:
+    """One API call compiled by Inductor (`dynamic=False`) through a backend that calls Inductor's compile_fx with
+    the mode's options and marks each run of a compiled graph: a call after which no compiled graph ran (Dynamo
+    skipped the frame: its recompile limit, a graph break that left no graph), or whose compile broke the graph,
+    raises ModeFallback instead of returning eager's answer as the mode's."""
+
+    def __init__(self, torch, bound, options: dict) -> None:
+        self.torch = torch
+        self.options = dict(options)
+        self.ran = False
+        self.broken: dict[tuple, str] = {}  # input signature -> the graph break its compile met
+        # a code object of its own: Dynamo keeps compiled code, and counts recompiles, per code object
+        fn = _through(bound)
+        fn = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, None, fn.__closure__)
+        self.fn = torch.compile(fn, backend=self._backend, dynamic=False)
+
+    def _backend(self, gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        compiled = compile_fx(gm, example_inputs, config_patches=dict(self.options))
+
+        def run(*args):
+            self.ran = True
+            return compiled(*args)
+        return run
+
+    def __call__(self, x, t):
+        from torch._dynamo.utils import counters
+
+        signature = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad) for a in (x, t))
+        breaks = dict(counters["graph_break"])
+        skipped = dict(counters["unimplemented"])
+        self.ran = False
+        out = self.fn(x, t)
+        new_breaks = [reason for reason, n in counters["graph_break"].items() if n > breaks.get(reason, 0)]
+        if new_breaks:
+            self.broken[signature] = new_breaks[0]
+        if signature in self.broken:
+            raise ModeFallback(f"a graph break left part of the call to run eagerly: {_first(self.broken[signature])}")
+        if not self.ran:
+            why = [reason for reason, n in counters["unimplemented"].items() if n > skipped.get(reason, 0)]
+            raise ModeFallback("no compiled graph ran: Dynamo ran the call eagerly"
+                               + (f" ({_first(why[0])})" if why else " (it skipped the frame)"))
+        return out
+
+
+def _through(bound):
+    def kl_div_compiled(x, t):
+        return bound(x, t)
+    return kl_div_compiled
+
+
+def _first(text: str) -> str:
+    return str(text).strip().splitlines()[0]
+
+
+class TorchCompiled:
+    """torch.compile of a function (Inductor, fullgraph=True so a graph break raises, static shapes), each call
+    checked to have run the graph Inductor compiled: the backend given to torch.compile is Inductor's own
+    compile_fx, wrapped to count the compiled graph's runs. A call during which no compiled graph ran is
+    Dynamo running the function eagerly (torch.compiler.set_stance("force_eager"); without fullgraph, also a
+    graph break or the recompile limit): ModeFallback. The recompile limit is raised so every signature of a
+    run compiles, where with fullgraph=True it would raise."""
+
+    def __init__(self, torch, fn, recompile_limit: int) -> None:
+        import torch._dynamo
+        from torch._inductor.compile_fx import compile_fx
+
+        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                     "accumulated_cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, recompile_limit)
+        self.graph_runs = 0
+
+        def backend(gm, example_inputs):
+            compiled = compile_fx(gm, example_inputs)
+
+            def counted(*args):
+                self.graph_runs += 1
+                return compiled(*args)
+            counted._boxed_call = getattr(compiled, "_boxed_call", False)  # Dynamo calls a boxed one with a list
+            return counted
+        self._fn = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
+
+    def __call__(self, *args):
+        before = self.graph_runs
+        result = self._fn(*args)
+        if self.graph_runs == before:
+            raise ModeFallback("torch.compile ran the call eagerly: no graph Inductor compiled ran (a stance that "
+                               "forces eager, or Dynamo's recompile limit)")
+        return result

@@ -41,20 +41,17 @@ import platform
 
 import numpy as np
 
-from conformance.adapters import jaxcache
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
-                                       construction_source, fill_value, layout_buffer, numpy_source)
-from conformance.adapters.compiled import (Traced, jax_jit_gradient, jax_jit_repro_lines, jax_traced,
-                                           keep_inductor_cache)
+from conformance.adapters import jaxcache, kerascode
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, fill_value, layout_buffer,
+                                       numpy_source)
+from conformance.adapters.compiled import TorchCompiled, Traced, jax_jit_gradient, jax_traced, keep_inductor_cache
 from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
 CLASS, FUNCTION = "keras.losses.KLDivergence", "keras.losses.kl_divergence"
 REDUCTIONS = {"none": None, "mean": "sum_over_batch_size", "sum": "sum"}  # spec -> KLDivergence(reduction=)
 ACCELERATORS = {"tensorflow": "gpu", "jax": "gpu", "torch": "cuda"}  # each backend's own word
-VIEWS = {"contiguous": "{}", "transposed": "keras.ops.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}
 NO_KERNEL_MARKERS = ("No registered", "OpKernel", "not implemented for")  # TF's and torch's "no kernel" words
 JIT = "jit"
-RECOMPILE_LIMIT = 1 << 20  # Dynamo's limit per function, past which it runs eagerly: one compile per signature
 
 
 def keras_reduction(reduction: str):
@@ -213,7 +210,7 @@ class KerasAdapter(Adapter):
             elif self.backend == "jax":
                 self._compiled[key] = jax_traced(module, body())
             else:
-                self._compiled[key] = TorchCompiled(module, body())
+                self._compiled[key] = TorchCompiled(module, body(), kerascode.RECOMPILE_LIMIT)
         return self._compiled[key]
 
     def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):
@@ -312,129 +309,8 @@ class KerasAdapter(Adapter):
         return any(m in str(exc) for m in NO_KERNEL_MARKERS)
 
     def repro_source(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER) -> str:
-        scope, backend = self._keras_device(device), self._backend_of(device)
-        lines = ["import os",
-                 f"os.environ['KERAS_BACKEND'] = {backend!r}  # Keras fixes its backend at import",
-                 {"tensorflow": "import tensorflow as tf", "jax": "import jax", "torch": "import torch"}[backend]]
-        if backend == "jax":
-            lines += ["jax.config.update('jax_enable_x64', True)  # else float64 is silently float32"]
-        lines += ["import keras", ""]
-        no_double = backend == "torch" and mode != EAGER and part == "grad2_input"
-        if (backend == "tensorflow" and part != "forward") or no_double:
-            lines += ["", "class MissingGradient(Exception):", "    \"\"\"The tape gave no gradient (None).\"\"\"", ""]
-        lines += [f"with keras.device({scope!r}):"]
-        body = []
-
-        def tensor(name: str, dtype: str, grad: bool) -> str:
-            made = case.construction
-            source = construction_source(name, case.input if name[0] == "x" else case.target, case, dtype)
-            given = "" if made.inferred else f", dtype={dtype!r}"
-            leaf = f"keras.ops.{'full' if made.source == 'factory' else 'convert_to_tensor'}({source}{given})"
-            if backend == "torch" and part != "forward":
-                leaf += f".requires_grad_({grad})"
-            return VIEWS[case.layout].format(leaf)
-        body += [f"x = {tensor('x_values', case.dtype.input, part != 'grad_target')}  # y_pred",
-                 f"t = {tensor('t_values', case.dtype.target, part != 'grad_input')}  # y_true"]
-        body.append(f"loss = lambda x, t: {self.call(case, api).source()}")
-        if mode != EAGER:
-            body += self._repro_jit(backend, part)
-        missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
-        body += (self._repro_part(part, backend, missing) if mode == EAGER or backend == "torch"
-                 else self._repro_jit_part(part, backend, missing))
-        if no_double:  # the compiled backward is not differentiable: autograd gives no second gradient
-            body[-1] = body[-1].replace("[t])", "[t], allow_unused=True)")
-            body += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing]
-        if backend == "tensorflow" and part != "forward":  # a tape answers None where it has no gradient
-            body += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing]
-        # JAX answers a float0 array, not a tensor, for an integer argument's gradient: the harness records a TypeError
-        body += ["if not keras.ops.is_tensor(grad):",
-                 f"    raise TypeError('the loss returned ' + type(grad).__name__ + {f', not a {backend} tensor'!r})"]
-        body.append("result_dtype = keras.backend.standardize_dtype(grad.dtype)  # as the run records it")
-        body.append("result = " + {"tensorflow": "grad.numpy().astype(np.float64)",
-                                   "jax": "np.asarray(grad).astype(np.float64)",
-                                   "torch": "grad.detach().to('cpu', torch.float64).numpy()"}[backend])
-        return "\n".join(lines + ["    " + line if line else "" for line in body])
-
-    @staticmethod
-    def _repro_jit(backend: str, part: str) -> list[str]:
-        """Mode `jit` lines after `loss`: torch compiles the loss itself (autograd differentiates it as in
-        eager); TF and JAX compile the part's function (`_repro_jit_part`)."""
-        if backend != "torch":
-            return []
-        return ["import torch._dynamo",
-                f"torch._dynamo.config.recompile_limit = {RECOMPILE_LIMIT}  # else Dynamo runs eagerly past it",
-                "loss = torch.compile(loss, fullgraph=True, dynamic=False)  # Inductor"]
-
-    @staticmethod
-    def _repro_jit_part(part: str, backend: str, missing: str) -> list[str]:
-        """The lines of mode `jit` on TF or JAX that leave the part's value in `grad`, every tensor an argument
-        of the compiled function."""
-        if backend == "jax":
-            lines = jax_jit_repro_lines(part)
-            return ["import jax.numpy as jnp", *lines[:-1]] if part != "forward" else \
-                [lines[0], lines[1].replace("out =", "grad =")]
-        lines = ["compiled = tf.function(loss, jit_compile=True)  # XLA; the tensors passed as arguments",
-                 "out = compiled(x, t)"]
-        if part == "forward":
-            return lines + ["grad = out"]
-        lines += ["g = tf.constant(upstream(tuple(out.shape)), dtype=out.dtype)",
-                  "def first(a, b, g):",
-                  "    with tf.GradientTape() as tape:",
-                  "        tape.watch([a, b])",
-                  "        value = loss(a, b)",
-                  "    return tape.gradient(value, [a, b], output_gradients=g)",
-                  "grad_input, grad_target = tf.function(first, jit_compile=True)(x, t, g)"]
-        if part != "grad2_input":
-            return lines + [f"grad = {part}"]
-        return lines + ["if grad_input is None:", "    " + missing,
-                        "def second(a, b, g, w):",
-                        "    with tf.GradientTape() as outer:",
-                        "        outer.watch(b)",
-                        "        with tf.GradientTape() as inner:",
-                        "            inner.watch([a, b])",
-                        "            value = loss(a, b)",
-                        "        weighted = tf.reduce_sum(inner.gradient(value, a, output_gradients=g) * w)",
-                        "    return outer.gradient(weighted, b)",
-                        "w = tf.constant(upstream(tuple(grad_input.shape)), dtype=grad_input.dtype)",
-                        "grad = tf.function(second, jit_compile=True)(x, t, g, w)"]
-
-    @staticmethod
-    def _repro_part(part: str, backend: str, missing: str) -> list[str]:
-        """The lines, in the device's scope, that leave the part's value in `grad`; `missing` is the line that
-        raises where a tape gives no gradient."""
-        if part == "forward":
-            return ["grad = loss(x, t)"]
-        wrt = "t" if part == "grad_target" else "x"
-        if backend == "tensorflow":
-            lines = ["with tf.GradientTape() as outer:",
-                     "    outer.watch(t)",
-                     "    with tf.GradientTape() as inner:",
-                     "        inner.watch([x, t])",
-                     "        out = loss(x, t)",
-                     f"    grad = inner.gradient(out, {wrt}, output_gradients=tf.constant(upstream(tuple(out.shape)), "
-                     "dtype=out.dtype))"]
-            if part == "grad2_input":
-                lines += ["    if grad is None:", "        " + missing,
-                          "    w = tf.constant(upstream(tuple(grad.shape)), dtype=grad.dtype)",
-                          "    weighted = tf.reduce_sum(grad * w)",
-                          "grad = outer.gradient(weighted, t)"]
-            return lines
-        if backend == "jax":
-            lines = ["import jax.numpy as jnp",
-                     "out, pullback = jax.vjp(loss, x, t)",
-                     "g = jnp.asarray(upstream(tuple(out.shape)), dtype=out.dtype)",
-                     "grad_input, grad_target = pullback(g)"]
-            if part == "grad2_input":
-                return lines + ["w = jnp.asarray(upstream(tuple(grad_input.shape)), dtype=grad_input.dtype)",
-                                "grad = jax.grad(lambda b: jnp.sum(jax.vjp(loss, x, b)[1](g)[0] * w))(t)"]
-            return lines + [f"grad = {part}"]
-        lines = ["out = loss(x, t)",
-                 "g = torch.from_numpy(upstream(tuple(out.shape))).to(out.device, out.dtype)",
-                 f"(grad,) = torch.autograd.grad(out, [{wrt}], grad_outputs=g, create_graph={part == 'grad2_input'})"]
-        if part == "grad2_input":
-            lines += ["w = torch.from_numpy(upstream(tuple(grad.shape))).to(grad.device, grad.dtype)",
-                      "(grad,) = torch.autograd.grad((grad * w).sum(), [t])"]
-        return lines
+        return kerascode.repro_source(case, self.call(case, api), api.name, self._keras_device(device),
+                                      self._backend_of(device), part, mode)
 
     def to_numpy(self, result):
         if not self.keras.ops.is_tensor(result):
@@ -447,40 +323,3 @@ class KerasAdapter(Adapter):
         else:
             value = np.asarray(result)  # waits for the computation (JAX dispatches asynchronously)
         return np.asarray(value).astype(np.float64), dtype, tuple(result.shape)
-
-
-class TorchCompiled:
-    """torch.compile of a function (Inductor, fullgraph=True so a graph break raises, static shapes), each call
-    checked to have run the graph Inductor compiled: the backend given to torch.compile is Inductor's own
-    compile_fx, wrapped to count the compiled graph's runs. A call during which no compiled graph ran is
-    Dynamo running the function eagerly (torch.compiler.set_stance("force_eager"); without fullgraph, also a
-    graph break or the recompile limit): ModeFallback. The recompile limit is raised so every signature of a
-    run compiles, where with fullgraph=True it would raise."""
-
-    def __init__(self, torch, fn) -> None:
-        import torch._dynamo
-        from torch._inductor.compile_fx import compile_fx
-
-        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
-                     "accumulated_cache_size_limit"):
-            if hasattr(torch._dynamo.config, name):
-                setattr(torch._dynamo.config, name, RECOMPILE_LIMIT)
-        self.graph_runs = 0
-
-        def backend(gm, example_inputs):
-            compiled = compile_fx(gm, example_inputs)
-
-            def counted(*args):
-                self.graph_runs += 1
-                return compiled(*args)
-            counted._boxed_call = getattr(compiled, "_boxed_call", False)  # Dynamo calls a boxed one with a list
-            return counted
-        self._fn = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)
-
-    def __call__(self, *args):
-        before = self.graph_runs
-        result = self._fn(*args)
-        if self.graph_runs == before:
-            raise ModeFallback("torch.compile ran the call eagerly: no graph Inductor compiled ran (a stance that "
-                               "forces eager, or Dynamo's recompile limit)")
-        return result

@@ -16,14 +16,13 @@ import io
 import platform
 import re
 import sys
-import types
 import warnings
 from pathlib import Path
 
 from conformance.adapters import apicall
-from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
-                                      construction_source, fill_value, layout_buffer, layout_view_source, numpy_source)
-from conformance.adapters.compiled import keep_inductor_cache
+from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, construction_source,
+                                      fill_value, layout_buffer, layout_view_source, numpy_source)
+from conformance.adapters.compiled import InductorCall, keep_inductor_cache
 from conformance.adapters.onnxcache import ModelCache
 from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
 
@@ -73,7 +72,7 @@ class TorchAdapter(Adapter):
 
     def __init__(self) -> None:
         self.torch = None
-        self._compiled: dict = {}  # (mode, api, ApiCall) -> _Inductor
+        self._compiled: dict = {}  # (mode, api, ApiCall) -> InductorCall
         self._exported: dict = {}  # (mode, api, ApiCall, input signature) -> onnxruntime InferenceSession
         self._models: ModelCache | None = None
 
@@ -176,7 +175,7 @@ class TorchAdapter(Adapter):
         key = (mode, api.name, call)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = _Inductor(torch, call.bound(), INDUCTOR_OPTIONS[mode])
+            compiled = self._compiled[key] = InductorCall(torch, call.bound(), INDUCTOR_OPTIONS[mode])
         limit = self.recompile_limit
         with torch._dynamo.config.patch(recompile_limit=limit, accumulated_recompile_limit=limit), \
                 warnings.catch_warnings():
@@ -331,62 +330,6 @@ class TorchAdapter(Adapter):
             raise TypeError(f"kl_div returned {type(result).__name__}, not a tensor")
         dtype = str(result.dtype).removeprefix("torch.")
         return result.detach().to("cpu", self.torch.float64).numpy(), dtype, tuple(result.shape)
-
-
-class _Inductor:
-    """One API call compiled by Inductor (`dynamic=False`) through a backend that calls Inductor's compile_fx with
-    the mode's options and marks each run of a compiled graph: a call after which no compiled graph ran (Dynamo
-    skipped the frame: its recompile limit, a graph break that left no graph), or whose compile broke the graph,
-    raises ModeFallback instead of returning eager's answer as the mode's."""
-
-    def __init__(self, torch, bound, options: dict) -> None:
-        self.torch = torch
-        self.options = dict(options)
-        self.ran = False
-        self.broken: dict[tuple, str] = {}  # input signature -> the graph break its compile met
-        # a code object of its own: Dynamo keeps compiled code, and counts recompiles, per code object
-        fn = _through(bound)
-        fn = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, None, fn.__closure__)
-        self.fn = torch.compile(fn, backend=self._backend, dynamic=False)
-
-    def _backend(self, gm, example_inputs):
-        from torch._inductor.compile_fx import compile_fx
-
-        compiled = compile_fx(gm, example_inputs, config_patches=dict(self.options))
-
-        def run(*args):
-            self.ran = True
-            return compiled(*args)
-        return run
-
-    def __call__(self, x, t):
-        from torch._dynamo.utils import counters
-
-        signature = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad) for a in (x, t))
-        breaks = dict(counters["graph_break"])
-        skipped = dict(counters["unimplemented"])
-        self.ran = False
-        out = self.fn(x, t)
-        new_breaks = [reason for reason, n in counters["graph_break"].items() if n > breaks.get(reason, 0)]
-        if new_breaks:
-            self.broken[signature] = new_breaks[0]
-        if signature in self.broken:
-            raise ModeFallback(f"a graph break left part of the call to run eagerly: {_first(self.broken[signature])}")
-        if not self.ran:
-            why = [reason for reason, n in counters["unimplemented"].items() if n > skipped.get(reason, 0)]
-            raise ModeFallback("no compiled graph ran: Dynamo ran the call eagerly"
-                               + (f" ({_first(why[0])})" if why else " (it skipped the frame)"))
-        return out
-
-
-def _through(bound):
-    def kl_div_compiled(x, t):
-        return bound(x, t)
-    return kl_div_compiled
-
-
-def _first(text: str) -> str:
-    return str(text).strip().splitlines()[0]
 
 
 def _export(torch, bound, inputs, dynamo: bool) -> bytes:
