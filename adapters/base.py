@@ -39,7 +39,8 @@ from conformance.adapters.observation import HARNESS_WARNINGS, MissingGradient, 
 from conformance.adapters.offer import Offer, OfferDefaults, signature_arguments
 from conformance.adapters.reproducer import (check_script_names, hex_floats, python_comment, python_docstring,
                                              python_repro_script, python_snippet, script_devices)
-from conformance.core.model import EAGER, Case, Expected, Observation
+from conformance.core.case import Case
+from conformance.core.model import EAGER, Expected, Observation
 
 __all__ = ["Adapter", "FrameworkUnavailable", "TensorCache", "REPRODUCER_HELPERS", "in_mode",
            "Api", "Mode", "ApiCall", "Offer", "OfferDefaults", "signature_arguments",

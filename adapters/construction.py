@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from conformance.core.model import Case
+from conformance.core.case import Case
 
 
 def layout_buffer(array: np.ndarray, layout: str,

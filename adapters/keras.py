@@ -45,7 +45,8 @@ from conformance.adapters import jaxcache, kerascode
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, fill_value, layout_buffer,
                                        numpy_source)
 from conformance.adapters.compiled import TorchCompiled, Traced, jax_jit_gradient, jax_traced, keep_inductor_cache
-from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.case import NUMPY_DEFAULT, Case, Construction
+from conformance.core.model import EAGER, upstream_gradient
 
 CLASS, FUNCTION = "keras.losses.KLDivergence", "keras.losses.kl_divergence"
 REDUCTIONS = {"none": None, "mean": "sum_over_batch_size", "sum": "sum"}  # spec -> KLDivergence(reduction=)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from conformance.adapters.base import ApiCall, construction_source
 from conformance.adapters.compiled import jax_jit_repro_lines
-from conformance.core.model import EAGER, Case
+from conformance.core.case import Case
+from conformance.core.model import EAGER
 
 VIEWS = {"contiguous": "{}", "transposed": "keras.ops.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}
 RECOMPILE_LIMIT = 1 << 20  # Dynamo's limit per function, past which it runs eagerly: one compile per signature

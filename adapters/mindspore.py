@@ -40,7 +40,8 @@ import numpy as np
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
                                        construction_source, fill_value, layout_buffer, layout_buffer_source,
                                        numpy_source)
-from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.case import NUMPY_DEFAULT, Case, Construction
+from conformance.core.model import EAGER, upstream_gradient
 
 DEVICE_TARGETS = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}
 # "The kernel KLDiv unregistered." (PyNative); "Unsupported op [KLDiv] on CPU" (graph kernel selection); "Kernel

@@ -29,7 +29,8 @@ import numpy as np
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, construction_source,
                                        fill_value, layout_buffer, numpy_source)
 from conformance.adapters.compiled import Traced
-from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.case import NUMPY_DEFAULT, Case, Construction
+from conformance.core.model import EAGER, upstream_gradient
 
 API = "mlx.nn.losses.kl_div_loss"
 COMPILE = "compile"

@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 
 from conformance.adapters.apicall import ApiCall
 from conformance.adapters.declaration import Api
-from conformance.core.model import FLOAT_DTYPES, Case
+from conformance.core.case import Case
+from conformance.core.model import FLOAT_DTYPES
 from conformance.core.rounding import INTEGER_DTYPES
 
 

@@ -29,7 +29,8 @@ import numpy as np
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, ModeFallback,
                                        construction_source, fill_value, layout_buffer, layout_buffer_source,
                                        numpy_source)
-from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.case import NUMPY_DEFAULT, Case, Construction
+from conformance.core.model import EAGER, upstream_gradient
 from conformance.core.text import with_sorted_entries
 
 CUDA_LIBRARIES = ("cublas", "cudnn")  # load order: cuDNN needs cuBLAS

@@ -41,7 +41,8 @@ from conformance.adapters import jaxcache
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, construction_source,
                                        fill_value, layout_buffer, layout_buffer_source, numpy_source)
 from conformance.adapters.compiled import jax_jit_gradient, jax_jit_repro_lines, jax_traced
-from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.case import NUMPY_DEFAULT, Case, Construction
+from conformance.core.model import EAGER, upstream_gradient
 
 JIT = "jit"
 

@@ -54,7 +54,8 @@ from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailab
                                        fill_value, layout_buffer, numpy_source)
 from conformance.adapters.paddlestatic import (DYNAMIC_BATCH, MODES, PRIM, SOT, check_compiled, compile_program,
                                                mode_switches, spec_shape)
-from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.case import NUMPY_DEFAULT, Case, Construction
+from conformance.core.model import EAGER, upstream_gradient
 
 PLACES = {"cpu": "cpu", "gpu": "gpu:0"}
 # "(NotFound) The kernel with key (CPU, Undefined(AnyLayout), float16) of kernel `kldiv_loss` is not registered."

@@ -17,7 +17,8 @@ import numpy as np
 
 from conformance.adapters.base import (NUMPY_FLOATS, Adapter, Api, ApiCall, FrameworkUnavailable, check_script_names,
                                        layout_buffer, layout_buffer_source, layout_view_source)
-from conformance.core.model import Case, upstream_gradient
+from conformance.core.case import Case
+from conformance.core.model import upstream_gradient
 
 # What a port imports from here (docs/guide/ports.md): public, kept across releases.
 PORT_HELPERS = ("case_inputs", "numpy_tensor", "upstream_gradient", "repro_lines", "FunctionAdapter", "TORCH_SIGNATURE")

@@ -14,7 +14,8 @@ from urllib.parse import quote
 import numpy as np
 
 from conformance.adapters.base import hex_floats
-from conformance.core.model import UPSTREAM, Case, Expected
+from conformance.core.case import Case
+from conformance.core.model import UPSTREAM, Expected
 
 
 _R_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*$")

@@ -12,7 +12,8 @@ import re
 
 import numpy as np
 
-from conformance.core.model import FLOAT_DTYPES, LAYOUTS, PARTS, UPSTREAM, Case, Expected
+from conformance.core.case import LAYOUTS, Case
+from conformance.core.model import FLOAT_DTYPES, PARTS, UPSTREAM, Expected
 from conformance.core.rounding import INTEGER_DTYPES
 
 

@@ -36,7 +36,8 @@ from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, check_
 from conformance.adapters.rcode import RCall, r_repro_script
 from conformance.adapters.rsession import (RSession, RSessionCrash, RSessionTimeout, decode_numbers, decode_text,
                                            encode_numbers)
-from conformance.core.model import UPSTREAM, Case, Expected, Observation
+from conformance.core.case import Case
+from conformance.core.model import UPSTREAM, Expected, Observation
 
 WORKER = Path(__file__).with_name("rtorch_worker.R")
 

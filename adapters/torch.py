@@ -24,7 +24,8 @@ from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailab
                                       fill_value, layout_buffer, layout_view_source, numpy_source)
 from conformance.adapters.compiled import InductorCall, keep_inductor_cache
 from conformance.adapters.onnxcache import ModelCache
-from conformance.core.model import EAGER, NUMPY_DEFAULT, Case, Construction, upstream_gradient
+from conformance.core.case import NUMPY_DEFAULT, Case, Construction
+from conformance.core.model import EAGER, upstream_gradient
 
 # torch's words for a floating dtype with no kernel on a device: '"log_vml_cpu" not implemented for 'Half''
 # (torch 1.12 on CPU). An integer dtype raises the same words, but that is the refusal the spec expects.

@@ -77,7 +77,8 @@ from conformance.adapters.base import FrameworkUnavailable, in_mode
 from conformance.adapters.registry import get_adapter
 from conformance.cases.families import FAMILIES
 from conformance.cases.generate import DEFAULT_SEED, build_case, generate_cases, generated_keys
-from conformance.core.model import EAGER, Case, DtypePair, Params
+from conformance.core.case import Case, DtypePair, Params
+from conformance.core.model import EAGER
 from conformance.core.specload import load_spec
 from conformance.judge.profiles import load_restrictions
 from conformance.judge.refcache import MAX_CACHE_BYTES

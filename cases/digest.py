@@ -15,7 +15,7 @@ import hashlib
 
 import numpy as np
 
-from conformance.core.model import Case
+from conformance.core.case import Case
 
 DIGEST_BYTES = 12
 

@@ -24,7 +24,8 @@ import numpy as np
 from conformance.cases import rounded_math
 from conformance.cases.families import EDGE, FAMILIES, WELL_POSED, draw_certain, draw_integers, draw_pinned
 from conformance.cases.ids import CaseKey, build_id, signature
-from conformance.core.model import FLOAT_DTYPES, NUMPY_DEFAULT, PARTS, Case, Construction, DtypePair, Params, Spec
+from conformance.core.case import NUMPY_DEFAULT, Case, Construction, DtypePair, Params
+from conformance.core.model import FLOAT_DTYPES, PARTS, Spec
 from conformance.core.rounding import INTEGER_DTYPES, round_to_dtype
 
 DEFAULT_SEED = 20261122

@@ -20,7 +20,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from conformance.core.model import NUMPY_DEFAULT, SOURCES, Construction, DtypePair, Params
+from conformance.core.case import NUMPY_DEFAULT, SOURCES, Construction, DtypePair, Params
 
 _LAYOUT_SUFFIX = {"contiguous": "", "transposed": ".T", "strided": ".strided"}
 _ID = re.compile(

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from conformance.core.case import LAYOUTS, Case, DtypePair, Params
 from conformance.core.errors import CaseFileError
-from conformance.core.model import FLOAT_DTYPES, LAYOUTS, Case, DtypePair, Params
+from conformance.core.model import FLOAT_DTYPES
 from conformance.core.rounding import INTEGER_DTYPES, is_representable, round_to_dtype
 from conformance.core.yamlload import parse_yaml, read_text
 

@@ -27,9 +27,10 @@ from conformance.adapters.registry import get_adapter, known_adapters
 from conformance.cases.generate import DEFAULT_SEED, build_case, check_key
 from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
+from conformance.core.case import Case
 from conformance.core.errors import HarnessBug, ResultsError, UsageError
 from conformance.core.generated import GeneratedFolder
-from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Result, Spec, Verdict
+from conformance.core.model import EAGER, Expected, Judgement, Observation, Result, Spec, Verdict
 from conformance.core.rundirs import script_name, snippet_name
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern

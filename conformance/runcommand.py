@@ -24,8 +24,9 @@ from conformance.adapters.registry import get_adapter, is_known, unknown_framewo
 from conformance.arguments import (cache_dir_of, case_selection, check_baseline_cases, check_gate_options, gates_of,
                                    inputs_of, like_marks, no_case_matches)
 from conformance.cases.generate import DEFAULT_SEED
+from conformance.core.case import Case
 from conformance.core.errors import ConformanceError, UsageError
-from conformance.core.model import Case, Result, Spec
+from conformance.core.model import Result, Spec
 from conformance.core.text import terminal_line
 from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_INCOMPLETE

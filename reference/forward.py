@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.core.model import RULE_NAMES, Case, Expected, Params, Spec
+from conformance.core.case import Case, Params
+from conformance.core.model import RULE_NAMES, Expected, Spec
 from conformance.core.rounding import round_to_dtype
 from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bound
 from conformance.core.tolerance import reduction_bound, sensitivity

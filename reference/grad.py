@@ -11,7 +11,8 @@ from typing import Callable
 
 import numpy as np
 
-from conformance.core.model import GRAD_PARTS, Case, Expected, Spec, upstream_gradient
+from conformance.core.case import Case
+from conformance.core.model import GRAD_PARTS, Expected, Spec, upstream_gradient
 from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 from conformance.reference import dialect
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,

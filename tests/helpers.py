@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from conformance.core.model import Case, DtypePair, Params
+from conformance.core.case import Case, DtypePair, Params
 
 
 def make_case(x, t, *, reduction="none", log_target=False, dtype="float64", size_average=None, reduce=None,

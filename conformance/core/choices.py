@@ -14,8 +14,9 @@ from typing import Mapping
 
 import numpy as np
 
+from conformance.core.case import Case
 from conformance.core.errors import SpecError
-from conformance.core.model import Case, Spec, spec_hash
+from conformance.core.model import Spec, spec_hash
 from conformance.core.rounding import round_to_dtype
 
 

@@ -14,10 +14,11 @@ from typing import Any
 import jsonschema
 import numpy as np
 
+from conformance.core.case import LAYOUTS
 from conformance.core.choices import check_choice_points
 from conformance.core.errors import SpecError
 from conformance.core.formula import check_formulas
-from conformance.core.model import FLOAT_FORMATS, LAYOUTS, PARTS, UPSTREAM, Spec, spec_hash
+from conformance.core.model import FLOAT_FORMATS, PARTS, UPSTREAM, Spec, spec_hash
 from conformance.core.tolerance import check_tolerance_formulas
 from conformance.core.yamlload import SpecLoader
 from conformance.core.yamlload import parse_yaml as parse_bounded

@@ -16,9 +16,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from conformance.core.case import Case
 from conformance.core.choices import touched_paths, with_alternatives
 from conformance.core.errors import UsageError
-from conformance.core.model import EAGER, Case, Expected, Judgement, Observation, Spec, Verdict
+from conformance.core.model import EAGER, Expected, Judgement, Observation, Spec, Verdict
 from conformance.core.results import array_detail, encoded_fields
 from conformance.judge.compare import classify, inputs_at, passes
 from conformance.judge.explain import explain

@@ -16,8 +16,9 @@ from typing import Callable
 
 import numpy as np
 
+from conformance.core.case import Case
 from conformance.core.choices import Alternative, alternatives, touched_paths, with_alternatives
-from conformance.core.model import Case, Expected, Observation, Spec
+from conformance.core.model import Expected, Observation, Spec
 from conformance.judge.compare import differs_in_nonfinite_pattern, passes
 from conformance.reference.grad import expected_for
 

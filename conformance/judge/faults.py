@@ -16,7 +16,8 @@ from typing import Iterator
 
 import numpy as np
 
-from conformance.core.model import Case, Expected, Observation, Spec
+from conformance.core.case import Case
+from conformance.core.model import Expected, Observation, Spec
 from conformance.judge.compare import passes
 from conformance.judge.explain import indistinguishable
 from conformance.reference.forward import broadcast_inputs, effective_reduction, reduction_divisor

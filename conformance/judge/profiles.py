@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from conformance.core.case import Case
 from conformance.core.choices import choice_points, get_path, set_choice
 from conformance.core.errors import SpecError
-from conformance.core.model import EAGER, Case, Expected, Observation, Spec
+from conformance.core.model import EAGER, Expected, Observation, Spec
 from conformance.core.profilefile import default_profiles_dir, profile_data
 from conformance.core.specload import parse_yaml, spec_hash
 from conformance.core.yamlload import read_text

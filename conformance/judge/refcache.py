@@ -66,7 +66,8 @@ try:
 except ImportError:  # no flock (Windows): builds of other environments are then never removed
     fcntl = None
 
-from conformance.core.model import Case, Expected, Spec
+from conformance.core.case import Case
+from conformance.core.model import Expected, Spec
 
 # Past this many elements a case's expectation is not stored: its framework calls cost
 # more than its reference, and the file would grow with the array.

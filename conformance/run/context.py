@@ -12,9 +12,10 @@ from typing import Sequence
 
 import conformance
 from conformance.adapters.base import Adapter
+from conformance.core.case import Case
 from conformance.core.defects import defect_of, residual_cause
 from conformance.core.known import KnownFindings
-from conformance.core.model import Case, Expected, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.core.model import Expected, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.judge.profiles import DeviationLedger
 from conformance.judge.refcache import ReferenceCache
 from conformance.run.outdir import OutDirLock

@@ -14,7 +14,8 @@ from typing import Iterator
 
 from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
-from conformance.core.model import UNEXPLAINED, Case, Judgement, Observation, Result, Verdict
+from conformance.core.case import Case
+from conformance.core.model import UNEXPLAINED, Judgement, Observation, Result, Verdict
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions

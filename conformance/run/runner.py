@@ -31,8 +31,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 import conformance
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
+from conformance.core.case import Case
 from conformance.core.errors import ConformanceError, UsageError
-from conformance.core.model import EAGER, Case, Result, Spec, Target
+from conformance.core.model import EAGER, Result, Spec, Target
 from conformance.core.results import ResultsWriter, write_manifest
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.profiles import DeviationLedger, older_than, oldest_release

@@ -24,8 +24,9 @@ from conformance.cases.generate import DEFAULT_SEED, build_case, check_key, gene
 from conformance.cases.ids import CaseKey, build_id, parse_id
 from conformance.cases.shard import Shard, parse_shard
 from conformance.cases.userfile import load_case_file
+from conformance.core.case import Case, DtypePair, Params
 from conformance.core.errors import CaseFileError, UsageError
-from conformance.core.model import Case, DtypePair, Params, Spec
+from conformance.core.model import Spec
 
 DEFAULT_MEMORY_BUDGET_MB = 8192.0
 # Peak bytes per element of a case (its input, target and broadcast result), in the two processes that hold

@@ -40,7 +40,8 @@ from typing import Any, Deque, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from conformance.adapters.base import in_mode
-from conformance.core.model import EAGER, Case, Observation, Verdict
+from conformance.core.case import Case
+from conformance.core.model import EAGER, Observation, Verdict
 from conformance.core.scratch import make_scratch
 from conformance.run.lastwords import last_words
 

@@ -13,8 +13,9 @@ import pytest
 
 from conformance.cases.generate import DEFAULT_SEED, build_case
 from conformance.cases.ids import parse_id
+from conformance.core.case import Construction
 from conformance.core.choices import Alternative, with_alternatives
-from conformance.core.model import Construction, Verdict, upstream_gradient
+from conformance.core.model import Verdict, upstream_gradient
 from conformance.judge.compare import classify
 from conformance.judge.explain import explain
 from conformance.reference.forward import expected_forward

@@ -14,7 +14,7 @@ from conformance.cases.digest import case_digest
 from conformance.cases.generate import DEFAULT_SEED, build_case, check_key, generate_cases, generated_keys, swapped_pairs
 from conformance.cases.ids import build_id, parse_id
 from conformance.cli import main
-from conformance.core.model import Construction
+from conformance.core.case import Construction
 from conformance.core.rounding import is_representable
 
 # main's pinned digest of the default suite before construction cases and swapped dtype pairs existed (tests/helpers.py

@@ -9,7 +9,7 @@ import numpy as np
 from conformance.cases.digest import case_digest
 from conformance.cases.generate import build_case
 from conformance.cases.ids import parse_id
-from conformance.core.model import DtypePair, Params
+from conformance.core.case import DtypePair, Params
 from tests.helpers import make_case
 
 

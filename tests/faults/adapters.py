@@ -18,7 +18,8 @@ import types
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, ApiCall, Mode, call_observed
-from conformance.core.model import EAGER, Case, Observation
+from conformance.core.case import Case
+from conformance.core.model import EAGER, Observation
 
 
 class NumpyAdapter(Adapter):

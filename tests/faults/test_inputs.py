@@ -264,7 +264,8 @@ def test_the_memory_estimate_covers_judging_a_case(shapes, reduction, log_target
 
     import numpy as np
 
-    from conformance.core.model import Case, DtypePair, Observation, Params
+    from conformance.core.case import Case, DtypePair, Params
+    from conformance.core.model import Observation
     from conformance.judge.casejudge import CaseJudge
     from conformance.run.selection import FRAMEWORK_BYTES_PER_ELEMENT, element_count, needs_mb
 

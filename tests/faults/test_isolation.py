@@ -307,7 +307,7 @@ def test_a_worker_that_dies_while_the_next_cases_are_sent_costs_one_case(tmp_pat
     finds a closed pipe, and that is a crash of the case that killed it, not of the run."""
     import numpy as np
 
-    from conformance.core.model import Case, DtypePair, Params
+    from conformance.core.case import Case, DtypePair, Params
     from conformance.run.worker import Task, WorkerPool
 
     def case(case_id):
@@ -339,7 +339,7 @@ def test_large_cases_past_the_window_do_not_deadlock_the_pipe():
 
     import numpy as np
 
-    from conformance.core.model import Case, DtypePair, Params
+    from conformance.core.case import Case, DtypePair, Params
     from conformance.run.worker import Task, WorkerPool
 
     n, cases = 300_000, 24

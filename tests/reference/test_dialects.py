@@ -10,7 +10,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from conformance.core.model import Case, DtypePair, Params
+from conformance.core.case import Case, DtypePair, Params
 from conformance.core.rounding import round_to_dtype
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
