@@ -38,8 +38,9 @@ from conformance.arguments import check_gate_options, like_marks
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.case import Case
 from conformance.core.errors import ConformanceError, UsageError
+from conformance.core.manifest import read_manifest
 from conformance.core.model import Expected, Judgement, Observation, Result, Spec, Verdict
-from conformance.core.results import iter_results, read_manifest
+from conformance.core.results import iter_results
 from conformance.core.rundirs import iter_rows, load_manifests
 from conformance.core.scratch import make_scratch
 from conformance.core.specload import load_spec

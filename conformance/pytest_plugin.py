@@ -321,7 +321,8 @@ class _Suite:
         from collections import Counter
 
         from conformance import api
-        from conformance.core.results import RESULTS_FILE, iter_results, read_manifest
+        from conformance.core.manifest import read_manifest
+        from conformance.core.results import RESULTS_FILE, iter_results
 
         partial = (self.dir / _DESELECTED).exists() or self.config.getoption("exitfirst", False) \
             or bool(self.config.getoption("maxfail", 0))

@@ -84,13 +84,13 @@ class CaseSource:
 def run_manifest(run_dir: str | Path) -> dict[str, Any]:
     """run.json of a run directory, with the fields a reproducer reads checked: a damaged or doctored one is
     one line naming the file and field."""
-    from conformance.core.results import read_manifest
+    from conformance.core.manifest import read_manifest
 
     path = Path(run_dir) / "run.json"
     if not path.is_file():
         raise UsageError("no run.json here", file=str(run_dir), where="--from",
                          fix="pass the --out directory of a `kl-conformance run`")
-    return read_manifest(run_dir)  # its fields type-checked (results.check_manifest)
+    return read_manifest(run_dir)  # its fields type-checked (manifest.check_manifest)
 
 
 def _inside(run_dir: str | Path, name: str) -> Path:

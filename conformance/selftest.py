@@ -41,8 +41,10 @@ from conformance.adapters.base import in_mode
 from conformance.adapters.registry import get_adapter
 from conformance.core.case import Case
 from conformance.core.choices import alternatives, with_alternatives
+from conformance.core.details import iter_details
+from conformance.core.manifest import read_manifest
 from conformance.core.model import EAGER, FLOAT_FORMATS, Expected, Observation, Spec
-from conformance.core.results import iter_details, iter_results, read_manifest
+from conformance.core.results import iter_results
 from conformance.core.rounding import round_to_dtype
 from conformance.core.specload import load_spec
 from conformance.core.model import UNEXPLAINED

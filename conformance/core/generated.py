@@ -17,7 +17,8 @@ from pathlib import Path
 
 from conformance.core.errors import UsageError
 from conformance.core.atomicfile import write_atomic
-from conformance.core.results import MANIFEST_FILE, RESULTS_FILE
+from conformance.core.manifest import MANIFEST_FILE
+from conformance.core.results import RESULTS_FILE
 from conformance.core.rundirs import RUNS_FILE
 
 RECORD_FILE = ".kl-conformance-written"

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from conformance.core.errors import ResultsError
+from conformance.core.manifest import MAX_MANIFEST_BYTES, check_manifest, read_manifest
 from conformance.core.model import EAGER, FORMAT_VERSION, Result
-from conformance.core.results import (MAX_MANIFEST_BYTES, RESULTS_FILE, check_format_version, check_manifest,
-                                      is_present, iter_results, read_json_file, read_manifest)
+from conformance.core.results import RESULTS_FILE, iter_results
+from conformance.core.runfile import check_format_version, is_present, read_json_file
 from conformance.core.scope import row_framework, target_call
 
 REPORT_FILE = "report.md"

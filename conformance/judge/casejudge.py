@@ -20,7 +20,7 @@ from conformance.core.case import Case
 from conformance.core.choices import touched_paths, with_alternatives
 from conformance.core.errors import UsageError
 from conformance.core.model import EAGER, Expected, Judgement, Observation, Spec, Verdict
-from conformance.core.results import array_detail, encoded_fields
+from conformance.core.details import array_detail, encoded_fields
 from conformance.judge.compare import classify, inputs_at, passes
 from conformance.judge.explain import explain
 from conformance.judge.faults import find_fault
@@ -82,7 +82,7 @@ class CaseJudge:
 
     def detail(self, expected: Expected | None, observed: Observation) -> tuple[str, ...]:
         """What the HTML report shows when a divergence is expanded, as details.jsonl's fields encoded
-        (results.encoded_fields). The case's arrays, each expectation and each distinct observed value are
+        (details.encoded_fields). The case's arrays, each expectation and each distinct observed value are
         previewed and encoded once, however many APIs of the case diverge."""
         if self._case_detail is None:
             case = self.case

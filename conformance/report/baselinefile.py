@@ -20,8 +20,9 @@ from typing import Any, Iterable
 from conformance.core.errors import ResultsError, UsageError
 from conformance.core.model import PARTS, Result, Verdict, key_label
 from conformance.core.atomicfile import write_bytes_atomic
-from conformance.core.results import CASE_DIGEST, MAX_LINE_BYTES, MODE_NAME, RESULTS_FILE, is_present, iter_results
+from conformance.core.results import CASE_DIGEST, MODE_NAME, RESULTS_FILE, iter_results
 from conformance.core.rundirs import other_spec
+from conformance.core.runfile import MAX_LINE_BYTES, is_present
 from conformance.core.text import terminal_line
 
 Key = tuple[str, str, str, str, str, str]  # Result.key: (case_id, framework, api, device, mode, part)

@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
 from conformance.core.model import EAGER, Result, Verdict
-from conformance.core.results import detail_matcher
+from conformance.core.details import detail_matcher
 from conformance.report.defects import UNDOCUMENTED, title
 from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.htmlvalues import array_html, differing, escape, readable, shape_text, worst_text
@@ -135,7 +135,7 @@ def _defects(tally: Tally) -> list[str]:
 
 
 def _key(r: Result) -> tuple:
-    return (*r.key, r.framework_version)  # results.DETAIL_KEYS' values, then the release
+    return (*r.key, r.framework_version)  # details.DETAIL_KEYS' values, then the release
 
 
 def _provenance(manifests, tally: Tally) -> list[str]:

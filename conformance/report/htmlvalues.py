@@ -25,7 +25,7 @@ def _value(v: Any) -> float:
 
 
 def readable(a: Any) -> bool:
-    """An array preview as a run writes it (results.detail_problem): a shape of sizes, values that are numbers.
+    """An array preview as a run writes it (details.detail_problem): a shape of sizes, values that are numbers.
     Anything else (a detail handed over unchecked) is shown as escaped text and compared with nothing."""
     if not (isinstance(a, dict) and isinstance(a.get("shape"), list) and isinstance(a.get("values"), list)):
         return False

@@ -22,7 +22,8 @@ from typing import Any, Iterable, Sequence
 
 from conformance.core.model import Result
 from conformance.core.atomicfile import write_lines_atomic
-from conformance.core.results import DETAIL_KEYS, RESULTS_FILE, iter_details, iter_results
+from conformance.core.details import DETAIL_KEYS, iter_details
+from conformance.core.results import RESULTS_FILE, iter_results
 from conformance.core.rundirs import iter_rows
 from conformance.core.text import terminal_line
 

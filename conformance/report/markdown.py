@@ -134,8 +134,8 @@ def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseli
 
 
 def detail_key(r: Result) -> tuple[str, ...]:
-    """A row's key in details.jsonl (results.DETAIL_KEYS' values, in Result.key's order), then its release
-    (results.detail_matcher)."""
+    """A row's key in details.jsonl (details.DETAIL_KEYS' values, in Result.key's order), then its release
+    (details.detail_matcher)."""
     return (*r.key, r.framework_version)
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from conformance.core.details import iter_details
 from conformance.core.errors import ResultsError
 from conformance.core.model import key_label
-from conformance.core.results import RESULTS_FILE, iter_details, iter_results
+from conformance.core.results import RESULTS_FILE, iter_results
 from conformance.core.rundirs import load_manifests, other_spec
 from conformance.report.baselinefile import load_baseline, one_release
 

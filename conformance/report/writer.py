@@ -17,7 +17,8 @@ from conformance.core.errors import UsageError
 from conformance.core.known import KnownFindings
 from conformance.core.model import EAGER, Result
 from conformance.core.atomicfile import AtomicLines, write_atomic, write_lines_atomic
-from conformance.core.results import DETAILS_FILE, RESULTS_FILE, detail_matcher, iter_details
+from conformance.core.details import DETAILS_FILE, detail_matcher, iter_details
+from conformance.core.results import RESULTS_FILE
 from conformance.core.rundirs import (DIVERGENCES_FILE, REPORT_FILE, REPORT_FILES, RUNS_FILE, iter_rows, load_manifests,
                                       released)
 from conformance.core.scope import Scope

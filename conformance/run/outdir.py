@@ -30,7 +30,9 @@ try:
     import fcntl
 except ImportError:  # no flock here (Windows): the lock is not taken, as the reference cache's is not
     fcntl = None
-from conformance.core.results import DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE
+from conformance.core.details import DETAILS_FILE
+from conformance.core.manifest import MANIFEST_FILE
+from conformance.core.results import RESULTS_FILE
 from conformance.core.rundirs import REPORT_FILES, RUNS_FILE
 
 LOCK_FILE = ".kl-conformance.lock"

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from conformance.core.errors import ConformanceError
-from conformance.core.results import MANIFEST_FILE, manifest_text, read_manifest, write_manifest
+from conformance.core.manifest import MANIFEST_FILE, manifest_text, read_manifest, write_manifest
 from conformance.judge.profiles import default_profiles_dir
 
 # The output stages of a run, in order, as run.json's `stages` records them once each is done: --resume redoes

@@ -17,8 +17,9 @@ from pathlib import Path
 from conformance.core.errors import ResultsError
 from conformance.core.model import Spec
 from conformance.core.atomicfile import write_lines_atomic
-from conformance.core.results import (DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE, iter_details, iter_results,
-                                      read_manifest)
+from conformance.core.details import DETAILS_FILE, iter_details
+from conformance.core.manifest import MANIFEST_FILE, read_manifest
+from conformance.core.results import RESULTS_FILE, iter_results
 from conformance.core.rundirs import other_spec
 from conformance.judge.profiles import default_profiles_dir
 from conformance.run.record import STAGES

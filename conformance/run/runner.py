@@ -33,8 +33,9 @@ from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
 from conformance.core.case import Case
 from conformance.core.errors import ConformanceError, UsageError
+from conformance.core.manifest import write_manifest
 from conformance.core.model import EAGER, Result, Spec, Target
-from conformance.core.results import ResultsWriter, write_manifest
+from conformance.core.results import ResultsWriter
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.profiles import DeviationLedger, older_than, oldest_release
 from conformance.judge.refcache import ReferenceCache

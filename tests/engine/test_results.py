@@ -43,10 +43,11 @@ def test_a_file_cut_short_by_an_error_is_never_seen(tmp_path):
 
 import json  # noqa: E402
 
+from conformance.core.details import iter_details  # noqa: E402
 from conformance.core.errors import ResultsError  # noqa: E402
+from conformance.core.manifest import read_manifest, write_manifest  # noqa: E402
 from conformance.core.model import FORMAT_VERSION  # noqa: E402
-from conformance.core.results import (ResultsWriter, iter_details, iter_results, read_manifest,  # noqa: E402
-                                      write_manifest)
+from conformance.core.results import ResultsWriter, iter_results  # noqa: E402
 from tests.helpers import make_result  # noqa: E402
 
 
@@ -120,7 +121,7 @@ def test_a_row_lists_every_field_in_the_formats_order():
 def test_a_detail_line_is_the_json_of_its_key_and_fields(tmp_path):
     """A divergence's detail comes as groups of fields encoded once (a case's arrays, an expectation, an
     observed value); its line must be the JSON object of the row's key, its release and those fields, in order."""
-    from conformance.core.results import DETAIL_KEYS, encoded_fields
+    from conformance.core.details import DETAIL_KEYS, encoded_fields
 
     row = make_result(verdict="value")
     fields = ({"params": {"reduction": "sum"}, "dtype": "float32", "layout": "contiguous",

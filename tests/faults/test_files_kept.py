@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.core.results import iter_details, iter_results
+from conformance.core.details import iter_details
+from conformance.core.results import iter_results
 
 CASES = """
 - {id: one, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}

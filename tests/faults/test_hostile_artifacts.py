@@ -168,7 +168,8 @@ def test_a_doctored_detail_never_reaches_report_html(run_dir, tmp_path, capsys):
 
 def test_report_html_escapes_a_shape_it_is_given(run_dir):
     """Escaped where it is printed too, whatever reads the details."""
-    from conformance.core.results import iter_details, iter_results
+    from conformance.core.details import iter_details
+    from conformance.core.results import iter_results
     from conformance.report.html import render_html
     from conformance.report.tally import Tally
 

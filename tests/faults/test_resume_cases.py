@@ -12,7 +12,9 @@ import shutil
 import pytest
 
 from conformance.cli import main
-from conformance.core.results import DETAILS_FILE, MANIFEST_FILE, RESULTS_FILE, iter_results
+from conformance.core.details import DETAILS_FILE
+from conformance.core.manifest import MANIFEST_FILE
+from conformance.core.results import RESULTS_FILE, iter_results
 
 ADAPTERS = "tests.faults.adapters:"
 

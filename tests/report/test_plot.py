@@ -11,7 +11,8 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from conformance.core.results import ResultsWriter, write_manifest
+from conformance.core.manifest import write_manifest
+from conformance.core.results import ResultsWriter
 from conformance.report.html import render_html
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.tally import Tally

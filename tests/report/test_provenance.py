@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from conformance.cli import main
-from conformance.core.results import ResultsWriter, write_manifest
+from conformance.core.manifest import write_manifest
+from conformance.core.results import ResultsWriter
 from tests.helpers import make_result
 
 API = "torch.nn.functional.kl_div"
