@@ -25,7 +25,7 @@ from conformance.core.rundirs import REPRO_DIR, iter_rows, script_name, snippet_
 from conformance.core.text import without_mentions
 from conformance.core.upstream import UpstreamIssue
 from conformance.report.defects import UNDOCUMENTED, Defect, Defects, expected_words, spec_of, title
-from conformance.report.markdown import repro_command
+from conformance.report.reprocommand import repro_command
 
 ISSUES_DIR = "issues"
 MAX_SCRIPT_CHARS = 40_000  # a reproducer longer than this is given as its command: an issue body holds 65,536

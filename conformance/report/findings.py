@@ -24,7 +24,7 @@ from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.generated import GeneratedFolder, WriteFailed
 from conformance.core.model import EAGER, Verdict
 from conformance.core.rundirs import iter_rows, load_manifests, released, safe_file_name
-from conformance.report.markdown import repro_command
+from conformance.report.reprocommand import repro_command
 from conformance.report.sitetext import code, text
 from conformance.report.summary import divergence_counts, render_summary
 from conformance.report.tally import Tally

@@ -22,9 +22,9 @@ from conformance.core.details import detail_matcher
 from conformance.report.defects import UNDOCUMENTED, title
 from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.htmlvalues import array_html, differing, escape, readable, shape_text, worst_text
-from conformance.report.markdown import repro_command
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.releases import KINDS, call_text, release_pairs, seen_text
+from conformance.report.reprocommand import repro_command
 from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally
 from conformance.report.tally import split_label as _split
 from conformance.report.tally import join_framework, target_label, where_label

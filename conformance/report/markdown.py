@@ -4,6 +4,8 @@ report.md: provenance, summary matrix, case-family matrix, then one section per 
 divergences (what it spans and one worked example), known findings, warnings and the baseline. It is meant to be
 pasted into an issue, whose body holds 65,536 characters: each part has a budget, a table too wide for it is shown
 by coarser targets, and what does not fit is counted and left to divergences.md, which lists every divergent row.
+The budget is report/mdbudget.py's, the two matrices report/matrices.py's, the reproduce command
+report/reprocommand.py's; here each document is put together, with its other sections.
 
 Reads rows, run manifests and details only; never calls a framework or the reference, which
 is what makes merging runs from several machines sound.
@@ -11,28 +13,21 @@ is what makes merging runs from several machines sound.
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections import Counter
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from conformance.core.known import EntryAudit
 from conformance.core.model import EAGER, Result, Verdict
-from conformance.core.rundirs import DIVERGENCES_FILE
 from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, shown, title
 from conformance.report.example import MESSAGE, VALUES, render_example
 from conformance.report.gaps import mode_gaps, release_gaps
+from conformance.report.matrices import family_matrix, fitted, summary_matrix
+from conformance.report.mdbudget import BUDGET, LINK, LISTED_CELL, PART_BUDGETS, fit, size_of
 from conformance.report.mdtext import CELL as _CELL, cell as _cell, code as _code, cut as _cut
 from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
-from conformance.report.tally import SPANS, VERDICT_ORDER, Tally, framework_label, join_framework, split_label
+from conformance.report.reprocommand import repro_command
+from conformance.report.tally import SPANS, Tally, framework_label
 
-REPORT_LIMIT = 65_536  # characters an issue body holds: report.md stays below
-_BUDGET = REPORT_LIMIT - 1_536  # what the parts may fill together; the rest is slack for the lines that say "more"
-# the most characters each part but the divergences may take; the divergences' sections get what is left
-_PART_BUDGETS = {"defects": 16_000, "provenance": 8_000, "summary": 12_000, "families": 12_000, "known": 4_000,
-                 "warnings": 4_000, "baseline": 6_000, "releases": 10_000}
-_LISTED_CELL = 600  # characters of a row's text in one cell of divergences.md
-_LINK = f"[{DIVERGENCES_FILE}]({DIVERGENCES_FILE})"
 _RELEASE_LISTS = (5, 2, 0)  # calls listed per kind in report.md's "Changed between releases", the most that fit
 _RELEASE_LISTED = 500  # calls listed per kind in divergences.md
 _SPAN_NAMES = {"part": "parts", "dtype": "dtypes", "reduction": "reductions", "log_target": "log_target",
@@ -46,21 +41,21 @@ def render_markdown(tally: Tally, manifests: Sequence[dict[str, Any]],
     known-findings section; `examples` are the details (details.jsonl lines) of the worked examples, by
     `detail_key`; `baseline` is the comparison with a baseline (report.baseline.render_baseline_markdown)."""
     parts = {"provenance": _provenance(tally, manifests),
-             "summary": _fitted(lambda level: _summary(tally, level), "summary"),
-             "families": _fitted(lambda level: _family_matrix(tally, level), "families"),
-             "known": _fit(_known(known_audit), _PART_BUDGETS["known"], "entries", "a stale one is named by the "
-                           "command's output and junit.xml") if known_audit is not None else [],
-             "warnings": _fit(_warnings(tally), _PART_BUDGETS["warnings"], "rows", "see missing_warnings in "
-                              "results.jsonl"),
-             "baseline": _fit(list(baseline), _PART_BUDGETS["baseline"], "lines", f"see {_LINK} and baseline.json"),
+             "summary": fitted(lambda level: summary_matrix(tally, level), "summary"),
+             "families": fitted(lambda level: family_matrix(tally, level), "families"),
+             "known": fit(_known(known_audit), PART_BUDGETS["known"], "entries", "a stale one is named by the "
+                          "command's output and junit.xml") if known_audit is not None else [],
+             "warnings": fit(_warnings(tally), PART_BUDGETS["warnings"], "rows", "see missing_warnings in "
+                             "results.jsonl"),
+             "baseline": fit(list(baseline), PART_BUDGETS["baseline"], "lines", f"see {LINK} and baseline.json"),
              "releases": _fitted_releases(release_pairs(tally))}
-    parts["provenance"] = _fit(parts["provenance"], _PART_BUDGETS["provenance"], "runs", "see each run's run.json")
-    used = sum(_size(lines) for lines in parts.values()) + 100
-    parts["defects"] = _fit(_defects(tally), _PART_BUDGETS["defects"], "lines", "see summary.json's defects")
-    used += _size(parts["defects"])
+    parts["provenance"] = fit(parts["provenance"], PART_BUDGETS["provenance"], "runs", "see each run's run.json")
+    used = sum(size_of(lines) for lines in parts.values()) + 100
+    parts["defects"] = fit(_defects(tally), PART_BUDGETS["defects"], "lines", "see summary.json's defects")
+    used += size_of(parts["defects"])
     out: list[str] = ["# kl_div conformance report", ""]
     out += parts["defects"] + parts["provenance"] + parts["summary"] + parts["releases"]
-    out += _divergences(tally, manifests, examples or {}, _BUDGET - used)
+    out += _divergences(tally, manifests, examples or {}, BUDGET - used)
     out += parts["known"] + parts["warnings"] + parts["baseline"] + parts["families"]
     return "\n".join(out).rstrip() + "\n"
 
@@ -118,16 +113,16 @@ def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseli
                        f"{'' if r.mode == EAGER else ' / ' + _cell(r.mode)}"
                        f"{'' if r.part == 'forward' else ' / ' + _cell(r.part)}"
                        f"{', release ' + _cell(r.framework_version) if r.framework in tally.released else ''}"
-                       f" | {_cell(r.message, _LISTED_CELL)}"
+                       f" | {_cell(r.message, LISTED_CELL)}"
                        f"{tags} | {_code(repro_command(r, run_info.get(r.framework, {})))} |")
         if size > len(members):
             out.append(f"\n{size - len(members)} more in results.jsonl (cause {_code(cause)}, verdict "
                        f"{_code(verdict)}).")
         out.append("")
     out += _releases(release_pairs(tally), _RELEASE_LISTED)
-    for render in (_summary, _family_matrix):  # the tables report.md shows by coarser targets, by every one here
+    for render in (summary_matrix, family_matrix):  # the tables report.md shows by coarser targets, by every one here
         lines = render(tally, "target")
-        if _size(lines) > _PART_BUDGETS["summary" if render is _summary else "families"]:
+        if size_of(lines) > PART_BUDGETS["summary" if render is summary_matrix else "families"]:
             out += lines
     out += list(baseline)
     return "\n".join(out).rstrip() + "\n"
@@ -149,57 +144,13 @@ def wanted_details(tally: Tally) -> set[tuple[str, str, str, str, str]]:
     return {detail_key(r) for r in tally.group_example.values()}
 
 
-def _size(lines: Sequence[str]) -> int:
-    return sum(len(line) + 1 for line in lines)
-
-
-def _fit(lines: list[str], budget: int, what: str, where: str = f"see {_LINK}") -> list[str]:
-    """`lines` up to `budget` characters; when cut, a last line says how many `what` were left out, and `where`
-    they are."""
-    total = 0
-    for i, line in enumerate(lines):
-        total += len(line) + 1
-        if total > budget - 200:
-            left = [line for line in lines[i:] if line.startswith("|")]
-            return lines[:i] + ["", f"And {len(left) or len(lines) - i} more {what if left else 'lines'}, "
-                                    f"left out to keep this report short: {where}.", ""]
-    return lines
-
-
-def _fitted(render: Callable[[str], list[str]], part: str) -> list[str]:
-    """A table by every target if it fits its part's budget, else by framework / API / device, else by framework."""
-    budget = _PART_BUDGETS[part]
-    for level in ("target", "where", "framework"):
-        lines = render(level)
-        if _size(lines) <= budget:
-            return lines
-    return _fit(lines, budget, "rows")
-
-
-def _level(label: str, level: str) -> str:
-    """A target label at a coarser level: "where" drops the part, "framework" keeps the framework only."""
-    if level == "target":
-        return label
-    pieces = split_label(label)
-    if level == "framework":
-        return join_framework(pieces)
-    return " / ".join((join_framework(pieces), pieces["api"], pieces["device"],
-                       *([] if pieces["mode"] == EAGER else [pieces["mode"]])))
-
-
-_LEVEL_NOTE = {"target": "", "where": " Shown by framework / API / device here, all parts together (too many "
-                                      f"targets to fit); by every target in {_LINK}.",
-               "framework": " Shown by framework here, all APIs, devices and parts together (too many targets "
-                            f"to fit); by every target in {_LINK}."}
-
-
 def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
     out = ["| run | framework | version | status | cases | shard | python | numpy | spec | harness |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for i, m in enumerate(manifests, start=1):
         status = str(m.get("status", "?")) + (f": {m['reason']}" if m.get("reason") else "")
         out.append(f"| {i} | {_cell(m.get('framework', '?'))} | {_cell(m.get('framework_version', '-'))} | "
-                   f"{_cell(status, _LISTED_CELL)} | {_cell(m.get('cases', '-'))} | "
+                   f"{_cell(status, LISTED_CELL)} | {_cell(m.get('cases', '-'))} | "
                    f"{_cell(m.get('shard') or '-')} | "
                    f"{_cell(m.get('python_version', '-'))} | {_cell(m.get('numpy_version', '-'))} | "
                    f"{_cell(m.get('spec_hash', '-'))} | {_cell(m.get('harness_version', '-'))} |")
@@ -225,8 +176,8 @@ def _legend(tally: Tally) -> str:
 def _release_gaps(manifests: Sequence[dict[str, Any]]) -> list[str]:
     """Once per run, each API its framework's installed release lacks (not run: no rows for it) and each of the
     harness's own options that release could not take (gaps.release_gaps)."""
-    out = [f"Not run: {_cell(g.framework)} API {_cell(g.name)}: {_cell(g.why, _LISTED_CELL)}." if g.what == "API"
-           else f"Note: {_cell(g.framework)}: {_cell(g.why, _LISTED_CELL)}." for g in release_gaps(manifests)]
+    out = [f"Not run: {_cell(g.framework)} API {_cell(g.name)}: {_cell(g.why, LISTED_CELL)}." if g.what == "API"
+           else f"Note: {_cell(g.framework)}: {_cell(g.why, LISTED_CELL)}." for g in release_gaps(manifests)]
     return out + [""] if out else []
 
 
@@ -236,74 +187,18 @@ def _modes(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
     if set(tally.modes) <= {EAGER} and not not_run:
         return []
     out = ["Modes: " + ", ".join(f"{_cell(mode)} ({n} results)" for mode, n in sorted(tally.modes.items())) + "."]
-    out += [f"Not run: {_cell(g.framework)} mode {_cell(g.name)}: {_cell(g.why, _LISTED_CELL)}." for g in not_run]
-    return out + [""]
-
-
-def _by_level(tally: Tally, level: str) -> dict[str, tuple[Counter, int, int]]:
-    """Verdict counts, undocumented and known divergences per target label at `level` (see `_level`)."""
-    merged: dict[str, tuple[Counter, list[int]]] = {}
-    for label, counts in tally.by_target.items():
-        c, accepted = merged.setdefault(_level(label, level), (Counter(), [0, 0]))
-        c.update(counts)
-        accepted[0] += tally.undocumented[label]
-        accepted[1] += tally.known[label]
-    return {label: (c, new, known) for label, (c, (new, known)) in merged.items()}
-
-
-def _summary(tally: Tally, level: str = "target") -> list[str]:
-    counts = _by_level(tally, level)
-    present = [v for v in VERDICT_ORDER if any(c[v] for c, _, _ in counts.values())]
-    heading = {"target": "framework / api / device", "where": "framework / api / device",
-               "framework": "framework"}[level]
-    out = ["## Summary", "",
-           "Divergences the framework's profile documents (spec/profiles) are counted apart from new ones, and so "
-           "are those a known-findings file (--known) accepts; `--strict` fails on the undocumented ones only."
-           + _LEVEL_NOTE[level], "",
-           f"| {heading} | results | undocumented | documented | known | " + " | ".join(present) + " |",
-           "|---|---:|---:|---:|---:|" + "---:|" * len(present)]
-    for target in sorted(counts):
-        c, new, known = counts[target]
-        divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
-        out.append(f"| {_cell(target)} | {sum(c.values())} | {new} | {divergent - new - known} | {known} | "
-                   + " | ".join(str(c[v]) for v in present) + " |")
-    return out + [""]
-
-
-def _family_matrix(tally: Tally, level: str = "target") -> list[str]:
-    """Rows: reduction x log_target x value family; columns: targets; cells: passes / judged (divergences)."""
-    targets = sorted({_level(t, level) for t in tally.by_target})
-    out = ["## Case families", "",
-           "Each cell: passes / results judged, then divergences; `n/a` where the API cannot express the family "
-           "(its dialect takes the other input space, so there is no row, or every case was unsupported)."
-           + _LEVEL_NOTE[level], "",
-           "| family | reduction | log_target | " + " | ".join(_cell(t) for t in targets) + " |",
-           "|---|---|---|" + "---|" * len(targets)]
-    for key in sorted(tally.by_family):
-        cells: dict[str, Counter] = {}
-        for target, counts in tally.by_family[key].items():
-            cells.setdefault(_level(target, level), Counter()).update(counts)
-        row = []
-        for target in targets:
-            c = cells.get(target, Counter())
-            judged = sum(n for v, n in c.items() if Verdict(v).is_judged)
-            divergent = sum(n for v, n in c.items() if Verdict(v).is_divergence)
-            if not judged:  # no row (the API's dialect cannot state the family's cases) or all unsupported
-                row.append("n/a")
-            else:
-                row.append(f"{c['pass']}/{judged}" + (f" **{divergent} div**" if divergent else ""))
-        out.append(f"| {_cell(key[0])} | {_cell(key[1])} | {_cell(key[2])} | " + " | ".join(row) + " |")
+    out += [f"Not run: {_cell(g.framework)} mode {_cell(g.name)}: {_cell(g.why, LISTED_CELL)}." for g in not_run]
     return out + [""]
 
 
 def _fitted_releases(pairs: list[ReleasePair]) -> list[str]:
     """"Changed between releases" with as many calls listed per kind as fit its part's budget."""
-    budget = _PART_BUDGETS["releases"]
+    budget = PART_BUDGETS["releases"]
     for listed in _RELEASE_LISTS:
         lines = _releases(pairs, listed)
-        if _size(lines) <= budget:
+        if size_of(lines) <= budget:
             return lines
-    return _fit(lines, budget, "lines")
+    return fit(lines, budget, "lines")
 
 
 def _releases(pairs: list[ReleasePair], listed: int) -> list[str]:
@@ -315,7 +210,7 @@ def _releases(pairs: list[ReleasePair], listed: int) -> list[str]:
            "Each framework's releases in this report, each against the next newer one (ordered by version), call by "
            "call (case, API, device, mode, part): `new` passed and now diverges, `fixed` diverged and now passes, "
            "`changed` diverges by another verdict or cause, `lost` was judged and now has no row or is unsupported."
-           f" Every such call is listed in {_LINK}.", ""]
+           f" Every such call is listed in {LINK}.", ""]
     for p in pairs:
         counts = p.counts()
         out += [f"### {_cell(p.framework)}: {_cell(p.older)} to {_cell(p.newer)}", "",
@@ -341,7 +236,7 @@ def _releases(pairs: list[ReleasePair], listed: int) -> list[str]:
                     f"{_cell(seen_text(now))} |" for call, old, now in calls[:listed]]
             if len(calls) > listed:
                 out.append(f"\nAnd {len(calls) - listed} more {kind}"
-                           + (f": see {_LINK}." if listed < _RELEASE_LISTED else " (see results.jsonl)."))
+                           + (f": see {LINK}." if listed < _RELEASE_LISTED else " (see results.jsonl)."))
             out.append("")
     return out
 
@@ -361,24 +256,24 @@ def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]], examples: di
             "cause is the spec choice whose alternative reproduces what the framework did (\"behaves as\"), the rule "
             "a verdict states by itself, or `unexplained` (then the rules the rows touch are listed). Each section "
             "says what its rows span and shows one of them worked through; every divergent row, with its "
-            f"reproduce command, is listed in {_LINK}.", ""]
+            f"reproduce command, is listed in {LINK}.", ""]
     run_info = {m.get("framework"): m for m in manifests}
     order = tally.ordered_groups()
-    used, shown = _size(out) + 400, 0  # room for the line that counts what is left out
+    used, shown = size_of(out) + 400, 0  # room for the line that counts what is left out
     for key in order:
         section = _section(tally, key, run_info.get(tally.group_example[key].framework, {}),
                            _example_detail(examples, tally.group_example[key]))
-        if used + _size(section) > budget:
+        if used + size_of(section) > budget:
             break
         out += section
-        used += _size(section)
+        used += size_of(section)
         shown += 1
     left = order[shown:]
     if left:
         results = sum(tally.group_sizes[k] for k in left)
         undocumented = sum(tally.group_undocumented[k] for k in left)
         out += [f"And {len(left)} more causes ({results} results, {undocumented} undocumented), left out to keep "
-                f"this report short: see {_LINK}.", ""]
+                f"this report short: see {LINK}.", ""]
     return out
 
 
@@ -406,7 +301,7 @@ def _section(tally: Tally, key: tuple[str, str], run_info: dict[str, Any], detai
 
 def _reproduce(command: str) -> str:
     """The worked example's reproduce command, unless its case id makes it too long for report.md."""
-    return _code(command) if len(command) <= _LISTED_CELL else f"too long to show here: see {_LINK}"
+    return _code(command) if len(command) <= LISTED_CELL else f"too long to show here: see {LINK}"
 
 
 def _values(counts: Counter, shown: int = VALUES) -> str:
@@ -444,35 +339,3 @@ def _warnings(tally: Tally) -> list[str]:
     out += ["", "| framework / api / device | expected warning not given | results |", "|---|---|---:|"]
     out += [f"| {_cell(t)} | {_cell(w)} | {n} |" for (t, w), n in sorted(missing.items())]
     return out + [""]
-
-
-def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = None) -> str:
-    """The one-line command that prints a standalone script reproducing exactly this result; `framework` is the
-    word the user gave (a `module:Class` adapter's), where it is not the row's framework name."""
-    # every value from a row is one shell word (shlex.quote) joined to its option, and the case id comes after
-    # `--`: an id or path that starts with a dash is then never read as another option
-    words = ["kl-conformance", "repro", f"--framework={framework or r.framework}", f"--api={r.api}", f"--device={r.device}",
-             *([] if r.mode == EAGER else [f"--mode={r.mode}"]), f"--part={r.part}"]
-    if r.source != "generated":
-        words += [f"--cases={r.source}"]
-    elif run_info.get("seed") is not None:
-        words += [f"--seed={run_info['seed']}"]
-    words += ["--", r.case_id]
-    if r.framework == "rtorch":  # R torch's reproducer is an R script
-        return " ".join(map(shell_word, words)) + " > repro.R && Rscript repro.R"
-    return " ".join(map(shell_word, words)) + " > repro.py && python repro.py"
-
-
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # what a one-line command cannot hold as is
-
-
-def shell_word(word: str) -> str:
-    """`word` as one shell word on one line: shlex.quote's, or where it holds a line break or another control
-    character, bash's and zsh's $'...' quoting with each such character escaped (the line break joined into a
-    space, as a code span shows it, would name another case). A case id of `a`, a line break and `b` becomes
-    the word $'a\\nb', which the shell reads back as those three characters."""
-    if not _UNPRINTABLE.search(word):
-        return shlex.quote(word)
-    escaped = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-    return "$'" + "".join(escaped.get(c) or (f"\\u{ord(c):04x}" if _UNPRINTABLE.match(c) else c)
-                          for c in word) + "'"

@@ -13,9 +13,9 @@ from conformance.core.model import EAGER, FORMAT_VERSION, Result
 from conformance.core.text import terminal_line
 from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, shown, title
 from conformance.report.drafts import ISSUES_DIR, draft_name
-from conformance.report.markdown import repro_command
 from conformance.report.releases import release_pairs
 from conformance.report.releases import summary_json as releases_json
+from conformance.report.reprocommand import repro_command
 from conformance.report.tally import Tally, split_label
 
 SHORT_SUMMARY_DEFECTS = 20  # undocumented defects named at the end of a command's output; the rest are counted

@@ -207,7 +207,7 @@ def test_the_reports_repro_command_gives_the_case_id_as_one_argument(case_id, tm
     import subprocess
 
     from conformance.cli import build_parser
-    from conformance.report.markdown import repro_command
+    from conformance.report.reprocommand import repro_command
     from tests.helpers import make_result
 
     row = make_result(case_id=case_id, source="-cases.yaml")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import re
 
-from conformance.report.markdown import REPORT_LIMIT, render_divergences, render_markdown
+from conformance.report.markdown import render_divergences, render_markdown
+from conformance.report.mdbudget import REPORT_LIMIT
 from conformance.report.summary import render_summary
 from conformance.report.tally import Tally
 from tests.helpers import make_result

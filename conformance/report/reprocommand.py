@@ -1,0 +1,44 @@
+"""The reproduce command: the one line that writes a standalone script reproducing one row, and runs it, as
+report.md, divergences.md, report.html, the issue drafts, summary.json and the pytest plugin print it.
+
+Builds text from a row and its run's manifest only: never runs the command, calls a framework or the reference.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from conformance.core.model import EAGER, Result
+
+def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = None) -> str:
+    """The one-line command that prints a standalone script reproducing exactly this result; `framework` is the
+    word the user gave (a `module:Class` adapter's), where it is not the row's framework name."""
+    # every value from a row is one shell word (shlex.quote) joined to its option, and the case id comes after
+    # `--`: an id or path that starts with a dash is then never read as another option
+    words = ["kl-conformance", "repro", f"--framework={framework or r.framework}", f"--api={r.api}", f"--device={r.device}",
+             *([] if r.mode == EAGER else [f"--mode={r.mode}"]), f"--part={r.part}"]
+    if r.source != "generated":
+        words += [f"--cases={r.source}"]
+    elif run_info.get("seed") is not None:
+        words += [f"--seed={run_info['seed']}"]
+    words += ["--", r.case_id]
+    if r.framework == "rtorch":  # R torch's reproducer is an R script
+        return " ".join(map(shell_word, words)) + " > repro.R && Rscript repro.R"
+    return " ".join(map(shell_word, words)) + " > repro.py && python repro.py"
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # what a one-line command cannot hold as is
+
+
+def shell_word(word: str) -> str:
+    """`word` as one shell word on one line: shlex.quote's, or where it holds a line break or another control
+    character, bash's and zsh's $'...' quoting with each such character escaped (the line break joined into a
+    space, as a code span shows it, would name another case). A case id of `a`, a line break and `b` becomes
+    the word $'a\\nb', which the shell reads back as those three characters."""
+    if not _UNPRINTABLE.search(word):
+        return shlex.quote(word)
+    escaped = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    return "$'" + "".join(escaped.get(c) or (f"\\u{ord(c):04x}" if _UNPRINTABLE.match(c) else c)
+                          for c in word) + "'"
