@@ -147,7 +147,7 @@ def draw_integers(rng: np.random.Generator, in_shape: Shape, tg_shape: Shape) ->
 
 
 def draw_pinned(shape: Shape, log_target: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The mode suite's pinned values (cases/generate.py PINNED_KEYS), the same for every seed. Linear: x = -60000,
+    """The mode suite's pinned values (cases/suites.py PINNED_KEYS), the same for every seed. Linear: x = -60000,
     t = 5 in the first class of each distribution, whose term is beyond float16 while the mean is not, and
     x = 0, t = 0 (a zero term) elsewhere; log space: x = 0, t = 80 everywhere, exp(t) beyond float16."""
     if log_target:
@@ -159,7 +159,7 @@ def draw_pinned(shape: Shape, log_target: bool) -> tuple[np.ndarray, np.ndarray]
 
 def draw_certain(rng: np.random.Generator, in_shape: Shape, tg_shape: Shape,
                  log_target: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The construction cases' values (cases/generate.py `construction_keys`): an input at full precision in
+    """The construction cases' values (cases/suites.py `construction_keys`): an input at full precision in
     every element (a 0-d one too), against a certain target, probability 1 (0 in log space). Each term is then
     -input, exact in every dtype and by any formula (exp(0) and log(1) are exact), so what the case judges is
     the input's values as the framework made them: a constructor that rounds through a narrower dtype shows."""

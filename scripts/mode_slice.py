@@ -20,8 +20,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from conformance.cases.generate import MODE_SLICE, generated_keys
+from conformance.cases.generate import generated_keys
 from conformance.cases.ids import signature
+from conformance.cases.suites import MODE_SLICE
 from conformance.core.atomicfile import write_atomic
 from conformance.core.model import EAGER, FLOAT_DTYPES
 from conformance.core.specload import load_spec

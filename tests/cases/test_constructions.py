@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from conformance.cases.digest import case_digest
-from conformance.cases.generate import DEFAULT_SEED, build_case, check_key, generate_cases, generated_keys, swapped_pairs
+from conformance.cases.generate import DEFAULT_SEED, build_case, check_key, generate_cases, generated_keys
 from conformance.cases.ids import build_id, parse_id
+from conformance.cases.suites import swapped_pairs
 from conformance.cli import main
 from conformance.core.case import Construction
 from conformance.core.rounding import is_representable

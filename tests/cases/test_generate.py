@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from conformance.cases.families import EDGE, FAMILIES
-from conformance.cases.generate import (DEFAULT_SEED, build_case, generate_cases, generated_keys, pairwise_design,
-                                        parameter_levels)
+from conformance.cases.generate import DEFAULT_SEED, build_case, generate_cases, generated_keys
 from conformance.cases.ids import build_id, parse_id
+from conformance.cases.suites import pairwise_design, parameter_levels
 from conformance.core.rounding import is_representable
 
 

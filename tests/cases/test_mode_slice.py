@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cases.generate import MODE_SLICE, generated_keys, mode_slice_signatures
+from conformance.cases.generate import generated_keys
 from conformance.cases.ids import signature
+from conformance.cases.suites import MODE_SLICE, mode_slice_signatures
 from conformance.core.model import FLOAT_DTYPES
 
 ROOT = Path(__file__).resolve().parents[2]
