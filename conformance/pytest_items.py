@@ -110,8 +110,8 @@ def accepted(row, suite) -> str:
 def failure_text(row, framework: str, case, suite) -> str:
     from conformance.cases.generate import DEFAULT_SEED
     from conformance.core.text import terminal_line
-    from conformance.report.markdown import repro_command
     from conformance.report.releases import call_text
+    from conformance.report.reprocommand import repro_command
 
     seed = suite.selection.seed
     command = repro_command(row, {} if seed == DEFAULT_SEED else {"seed": seed}, framework)
