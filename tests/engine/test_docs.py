@@ -132,3 +132,19 @@ def test_hand_written_pages_state_no_figures_from_a_run():
     used = {(page.relative_to(ROOT).as_posix(), " ".join(m.group(0).split())) for page in pages
             for m in COUNTED.finditer(page.read_text(encoding="utf-8"))}
     assert set(ALLOWED) <= used, set(ALLOWED) - used
+
+
+DEFECT_ID = re.compile(r"\b(?:torch|oneflow|mindspore|paddle|mlx|optax|rtorch|keras)-[0-9a-f]{10}\b")
+
+
+def test_the_defects_hand_written_pages_name_are_on_the_findings_pages():
+    """A defect id on a hand-written page (an audit, an example) is one the latest matrix run recorded: the
+    findings pages are generated from that run, so an id they lack is a defect no run of this spec has."""
+    recorded = {m.group(0) for page in (ROOT / "docs" / "findings").glob("*.md")
+                for m in DEFECT_ID.finditer(page.read_text(encoding="utf-8"))}
+    assert len(recorded) > 50  # the findings pages are there, and read
+    stale = [f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+             for page in hand_written_pages() for text in [page.read_text(encoding="utf-8")]
+             for m in DEFECT_ID.finditer(text) if m.group(0) not in recorded]
+    assert not stale, ("a defect id no findings page records: name one of the latest run's (docs/findings/), or "
+                       "regenerate the findings pages", stale)
