@@ -82,8 +82,8 @@ from conformance.core.model import EAGER
 from conformance.core.specload import load_spec
 from conformance.judge.refcache import MAX_CACHE_BYTES
 from conformance.reference.forward import expected_forward
+from conformance.run.jobs import available_cores
 from conformance.run.runner import RunOptions, run_conformance
-from conformance.run.worker import available_cores
 
 from loops import bare_loop, fresh_compiled_loop, observed_loop  # beside this file: a script's folder is on the path
 

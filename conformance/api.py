@@ -54,9 +54,9 @@ from conformance.report.like import LikeMarks
 from conformance.report.provenance import check_runs
 from conformance.report.writer import ReportFeed
 from conformance.run.context import DEFAULT_TIMEOUT_S
+from conformance.run.jobs import default_jobs
 from conformance.run.runner import RunOptions, run_conformance
 from conformance.run.selection import CaseSelection, select_cases
-from conformance.run.worker import default_jobs
 from conformance.runcommand import selection_record
 
 __all__ = [

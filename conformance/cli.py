@@ -41,8 +41,8 @@ from conformance.run.context import DEFAULT_TIMEOUT_S
 from conformance.run.outdir import OutDirLock, check_out_dir, prepare_out_dir
 from conformance.run.record import Terminated
 from conformance.run.runner import RunOptions, select
+from conformance.run.pool import WorkerPool
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_cases
-from conformance.run.worker import WorkerPool
 from conformance.runcommand import cmd_run
 from conformance.version import VersionAction
 
@@ -225,7 +225,7 @@ def cmd_modes(spec: Spec, args: argparse.Namespace) -> int:
     that cannot be loaded makes each of its modes unusable with its reason."""
     from conformance.core.model import EAGER
     from conformance.judge.profiles import older_than, oldest_release
-    from conformance.run.worker import WorkerUnavailable
+    from conformance.run.task import WorkerUnavailable
 
     if args.framework is not None and not is_known(args.framework):
         raise unknown_framework(args.framework)

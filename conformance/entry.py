@@ -58,7 +58,7 @@ def early_worker(argv: Sequence[str]):
     if not known.framework:
         return None
     from conformance.judge.refcache import default_cache_dir
-    from conformance.run.worker import WorkerPool
+    from conformance.run.pool import WorkerPool
 
     cache_dir = None if known.no_cache else Path(known.cache_dir) if known.cache_dir else default_cache_dir()
     pool = WorkerPool(known.framework, compile_cache_dir=cache_dir)

@@ -181,7 +181,7 @@ class _Suite:
 
     def _pool(self, name: str):
         from conformance.judge.refcache import default_cache_dir
-        from conformance.run.worker import WorkerPool
+        from conformance.run.pool import WorkerPool
 
         if name not in self.pools:
             self.pools[name] = WorkerPool(name, timeout_s=self.timeout_s, compile_cache_dir=default_cache_dir())
@@ -257,8 +257,8 @@ class _Suite:
         """{case id: {(api, device, mode, part): Result}} of one run of the runner over `cases`."""
         from conformance.core.results import iter_results
         from conformance.judge.refcache import default_cache_dir
+        from conformance.run.jobs import default_jobs
         from conformance.run.runner import RunOptions, run_conformance
-        from conformance.run.worker import default_jobs
         from conformance.runcommand import selection_record
 
         self.runs += 1

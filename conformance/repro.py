@@ -35,8 +35,10 @@ from conformance.core.rundirs import script_name, snippet_name
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.compare import classify, differs_in_nonfinite_pattern
 from conformance.report.defects import Defects
+from conformance.run.pool import WorkerPool
 from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB, check_modes, needs_mb
-from conformance.run.worker import Task, WorkerPool, WorkerUnavailable, observe_call
+from conformance.run.task import Task, WorkerUnavailable
+from conformance.run.worker import observe_call
 
 MAX_CANDIDATES = 64  # single elements tried when minimising
 

@@ -31,13 +31,14 @@ from conformance.core.text import terminal_line
 from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_INCOMPLETE
 from conformance.report.writer import ReportFeed, write_report
+from conformance.run.jobs import default_jobs
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
+from conformance.run.pool import WorkerPool
 from conformance.run.record import (RunFailed, Terminated, add_written, failure_reason, interruption, record_end,
                                     record_stage)
 from conformance.run.runner import RunOptions, run_conformance
 from conformance.run.selection import (MEANING_OPTIONS, CaseSelection, file_digest, select_cases, select_lazily,
                                       selected_shard)
-from conformance.run.worker import WorkerPool, default_jobs
 from conformance.version import checkout_commit, source_root
 
 DETAIL_LIMIT = 5  # `run --only` prints full details for at most this many cases
@@ -237,7 +238,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
     into OUT/repro and recorded in run.json: a run killed meanwhile leaves only a temporary directory, which
     --resume and --force remove. False where they could not be written (a warning says why)."""
     from conformance.repro import write_all
-    from conformance.run.worker import WorkerLost
+    from conformance.run.task import WorkerLost
 
     cache = cache_dir_of(args)
     bar = (lambda done, total: _draw_bar(done, total, "reproducers")) if show_progress else None

@@ -56,8 +56,9 @@ from conformance.reference.grad import expected_for, expected_grad
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, Gates
 from conformance.report.selftest import VariantReport
 from conformance.report.writer import write_report
+from conformance.run.pool import WorkerPool
 from conformance.run.runner import RunOptions, run_conformance
-from conformance.run.worker import FRAMEWORK_CRASH, FRAMEWORK_TIMEOUT, Outcome, WorkerPool
+from conformance.run.task import FRAMEWORK_CRASH, FRAMEWORK_TIMEOUT, Outcome
 
 # The spec a worker's variant loads, and the file where it logs the rows it changed.
 ENV_SPEC, ENV_LOG = "KL_SELFTEST_SPEC", "KL_SELFTEST_LOG"

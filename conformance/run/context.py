@@ -19,9 +19,10 @@ from conformance.core.model import Expected, Judgement, Observation, Result, Spe
 from conformance.judge.profiles import DeviationLedger
 from conformance.judge.refcache import ReferenceCache
 from conformance.run.outdir import OutDirLock
+from conformance.run.pool import WorkerPool
 from conformance.run.resume import Resumed
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB
-from conformance.run.worker import WorkerInfo, WorkerPool
+from conformance.run.worker import WorkerInfo
 
 DEFAULT_TIMEOUT_S = 60.0
 

@@ -20,7 +20,7 @@ from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions
 from conformance.run.selection import element_count, needs_mb
-from conformance.run.worker import Task
+from conformance.run.task import Task
 
 PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched at most: bounded memory
 PREFETCH_CASES = 50_000

@@ -43,11 +43,13 @@ from conformance.run.context import RunContext, RunOptions, RunSummary
 from conformance.run.judging import judged_cases, prefetch
 from conformance.run.outdir import (RUN_FILES, OutDirLock, check_out_dir, clear_temporary_files, prepare_out_dir,
                                     repair_appended_files)
+from conformance.run.pool import WorkerPool
 from conformance.run.record import (RunFailed, Terminated, failure_reason, interruption, profiles_digest, provenance,
                                     record_end)
 from conformance.run.resume import drop_orphan_details, drop_unfinished_cases, read_resumed
 from conformance.run.selection import check_modes
-from conformance.run.worker import WorkerInfo, WorkerLost, WorkerPool, WorkerUnavailable
+from conformance.run.task import WorkerLost, WorkerUnavailable
+from conformance.run.worker import WorkerInfo
 
 
 def select(framework: str, api_names: Sequence[str], known_devices: Sequence[str], present: Sequence[str],

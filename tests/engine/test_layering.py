@@ -108,7 +108,7 @@ def test_module_imports_only_the_wings_below(module):
     ("conformance.core.model", "from conformance.judge.compare import classify"),
     ("conformance.reference.forward", "from conformance.judge import compare"),
     ("conformance.cases.generate", "import conformance.reference.forward"),
-    ("conformance.adapters.torch", "from conformance.run.worker import Task"),
+    ("conformance.adapters.torch", "from conformance.run.task import Task"),
     ("conformance.judge.explain", "from conformance.run.runner import RunOptions"),
     ("conformance.run.runner", "from conformance.report.writer import write_report"),
     ("conformance.report.html", "from conformance.judge.casejudge import CaseJudge"),

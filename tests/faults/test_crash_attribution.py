@@ -48,7 +48,8 @@ def test_a_hang_inside_the_frameworks_call_is_a_framework_timeout(tmp_path):
 def test_a_worker_that_dies_outside_any_framework_call_is_the_harnesss_failure():
     """Killed between calls (here before the first batch reaches it), the worker failed, not the framework."""
     from conformance.cases.userfile import load_case_file
-    from conformance.run.worker import Task, WorkerPool
+    from conformance.run.pool import WorkerPool
+    from conformance.run.task import Task
 
     cases = load_case_file(_case_file())
     with WorkerPool(ADAPTERS + "NumpyAdapter", timeout_s=30) as pool:

@@ -280,7 +280,8 @@ def test_sending_to_a_worker_that_just_died_is_a_crash_not_a_broken_pipe():
     the send must not end the run; the case in flight is a crash, and every other case still runs."""
     from conformance.cases.userfile import load_case_file
     from conformance.core.model import Verdict
-    from conformance.run.worker import Task, WorkerPool
+    from conformance.run.pool import WorkerPool
+    from conformance.run.task import Task
 
     cases = load_case_file(_case_file())
     with WorkerPool(ADAPTERS + "NumpyAdapter", timeout_s=30) as pool:
@@ -308,7 +309,8 @@ def test_a_worker_that_dies_while_the_next_cases_are_sent_costs_one_case(tmp_pat
     import numpy as np
 
     from conformance.core.case import Case, DtypePair, Params
-    from conformance.run.worker import Task, WorkerPool
+    from conformance.run.pool import WorkerPool
+    from conformance.run.task import Task
 
     def case(case_id):
         return Case(id=case_id, params=Params("sum", False, None, None), input=np.array([-1.0]),
@@ -340,7 +342,8 @@ def test_large_cases_past_the_window_do_not_deadlock_the_pipe():
     import numpy as np
 
     from conformance.core.case import Case, DtypePair, Params
-    from conformance.run.worker import Task, WorkerPool
+    from conformance.run.pool import WorkerPool
+    from conformance.run.task import Task
 
     n, cases = 300_000, 24
     x, t = np.full(n, -1.0), np.full(n, 0.5)
@@ -372,7 +375,7 @@ from pathlib import Path
 with open(sys.argv[1], "a") as marker:  # every run of this file as a script leaves one line
     marker.write(__name__ + "\\n")
 
-from conformance.run.worker import WorkerPool
+from conformance.run.pool import WorkerPool
 
 if __name__ == "__main__":
     main = sys.modules["__main__"]

@@ -173,7 +173,7 @@ def test_the_default_is_a_worker_per_core_where_a_run_compiles_and_one_where_eve
         tmp_path, monkeypatch, mode_args, workers):
     """An eager run's cost is the parent's judging (a second worker only imports the framework again); a compiled
     mode's is the workers' compiling, which the cores share."""
-    from conformance.run.worker import available_cores
+    from conformance.run.jobs import available_cores
 
     if workers != 1 and available_cores() < 2:
         pytest.skip("one core here: every default is one worker")

@@ -58,7 +58,8 @@ CRASH_CASES = ("- {id: crash-31, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], 
 def _losing_the_case_after_a_crash(monkeypatch):
     """A harness whose worker, once restarted after a crash, reports every later case as crashed too."""
     from conformance.core.model import Verdict
-    from conformance.run.worker import Outcome, WorkerPool
+    from conformance.run.pool import WorkerPool
+    from conformance.run.task import Outcome
 
     run = WorkerPool.run
 
