@@ -80,7 +80,7 @@ from conformance.cases.generate import DEFAULT_SEED, build_case, generate_cases,
 from conformance.core.case import Case, DtypePair, Params
 from conformance.core.model import EAGER
 from conformance.core.specload import load_spec
-from conformance.judge.refcache import MAX_CACHE_BYTES
+from conformance.judge.cachebuilds import MAX_CACHE_BYTES
 from conformance.reference.forward import expected_forward
 from conformance.run.jobs import available_cores
 from conformance.run.runner import RunOptions, run_conformance

@@ -101,7 +101,8 @@ def reference_cache_dir(tmp_path_factory):
     under a key of the session's, not the user's key file in ~/.config."""
     import secrets
 
-    from conformance.judge.refcache import ENV_DIR, ENV_SECRET
+    from conformance.judge.cacheseal import ENV_SECRET
+    from conformance.judge.refcache import ENV_DIR
 
     saved = {name: os.environ.get(name) for name in (ENV_DIR, ENV_SECRET)}
     os.environ[ENV_DIR] = str(tmp_path_factory.mktemp("kl-cache"))

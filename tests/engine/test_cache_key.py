@@ -1,7 +1,7 @@
 """The reference cache's keys follow the code: every project module whose code runs while an expectation (or
 an explanation) is computed has its source in the key, so an edit to it can never serve a stale answer.
 
-The modules in the key are derived from the imports of the reference and the judge (refcache.code_modules);
+The modules in the key are derived from the imports of the reference and the judge (cachekey.code_modules);
 these tests watch which code actually runs, so a module reached some other way (a lazy import, a table
 loaded by name) fails them.
 """
@@ -19,7 +19,7 @@ from conformance.core.choices import alternatives
 from conformance.core.model import GRAD_PARTS, Observation
 from conformance.judge.casejudge import CaseJudge
 from conformance.judge.profiles import DeviationLedger
-from conformance.judge.refcache import EXPLAIN_ROOTS, REFERENCE_ROOTS, _module_file, code_modules
+from conformance.judge.cachekey import EXPLAIN_ROOTS, REFERENCE_ROOTS, _module_file, code_modules
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 

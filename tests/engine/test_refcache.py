@@ -10,7 +10,9 @@ import pytest
 
 from conformance.cases.generate import DEFAULT_SEED, generate_cases
 from conformance.core.choices import Alternative, with_alternatives
-from conformance.judge.refcache import MAX_CACHED_ELEMENTS, ReferenceCache, load_secret, reference_build
+from conformance.judge.cachekey import reference_build
+from conformance.judge.cacheseal import load_secret
+from conformance.judge.refcache import MAX_CACHED_ELEMENTS, ReferenceCache
 from conformance.reference.forward import expected_forward
 from conformance.reference.grad import expected_grad
 
@@ -100,37 +102,38 @@ def test_builds_of_other_environments_are_kept_side_by_side(tmp_path):
 
 
 def test_idle_builds_are_removed(tmp_path):
-    import conformance.judge.refcache as refcache
+    import conformance.judge.cachebuilds as cachebuilds
 
-    idle = _build_files(tmp_path, "1111111111111111", age_s=refcache.MAX_IDLE_S + 60)
-    recent = _build_files(tmp_path, "2222222222222222", age_s=refcache.MAX_IDLE_S - 60)
+    idle = _build_files(tmp_path, "1111111111111111", age_s=cachebuilds.MAX_IDLE_S + 60)
+    recent = _build_files(tmp_path, "2222222222222222", age_s=cachebuilds.MAX_IDLE_S - 60)
     ReferenceCache(tmp_path).close()
     assert not any(p.exists() for p in idle) and not (tmp_path / "reference-1111111111111111.lock").exists()
     assert all(p.exists() for p in recent)
 
 
 def test_over_size_the_oldest_builds_go_first(tmp_path, monkeypatch):
-    import conformance.judge.refcache as refcache
+    import conformance.judge.cachebuilds as cachebuilds
 
     oldest = _build_files(tmp_path, "1111111111111111", size=400, age_s=300)
     older = _build_files(tmp_path, "2222222222222222", size=400, age_s=200)
     newer = _build_files(tmp_path, "3333333333333333", size=400, age_s=100)
-    monkeypatch.setattr(refcache, "MAX_TOTAL_BYTES", 1700)  # the three (2400 bytes) are over; two are under
-    assert refcache.remove_unused_builds(tmp_path, keep="none") == ["1111111111111111"]
+    monkeypatch.setattr(cachebuilds, "MAX_TOTAL_BYTES", 1700)  # the three (2400 bytes) are over; two are under
+    assert cachebuilds.remove_unused_builds(tmp_path, keep="none") == ["1111111111111111"]
     assert not any(p.exists() for p in oldest) and all(p.exists() for p in older + newer)
 
 
 def test_a_build_that_a_run_holds_open_is_never_removed(tmp_path, monkeypatch):
+    import conformance.judge.cachebuilds as cachebuilds
     import conformance.judge.refcache as refcache
 
     monkeypatch.setattr(refcache, "reference_build", lambda: "4444444444444444")
     in_use = ReferenceCache(tmp_path)  # another run, still going
     files = sorted(tmp_path.glob("reference-4444444444444444*"))
-    monkeypatch.setattr(refcache, "MAX_IDLE_S", -1.0)  # every other build counts as idle
-    assert refcache.remove_unused_builds(tmp_path, keep="5555555555555555") == []
+    monkeypatch.setattr(cachebuilds, "MAX_IDLE_S", -1.0)  # every other build counts as idle
+    assert cachebuilds.remove_unused_builds(tmp_path, keep="5555555555555555") == []
     assert all(p.exists() for p in files)
     in_use.close()
-    assert refcache.remove_unused_builds(tmp_path, keep="5555555555555555") == ["4444444444444444"]
+    assert cachebuilds.remove_unused_builds(tmp_path, keep="5555555555555555") == ["4444444444444444"]
     assert not any(tmp_path.glob("reference-4444444444444444*"))
 
 
@@ -201,26 +204,27 @@ def test_entries_are_small_enough_for_the_exhaustive_suite(spec, suite, tmp_path
 def test_entries_that_share_a_header_decode_to_their_own_arrays(monkeypatch):
     """decode parses each distinct header once; what it shares must never carry one entry's values
     into another's, nor let a caller's write reach the next hit, and the memo stays bounded."""
-    import conformance.judge.refcache as refcache
+    import conformance.judge.cacheentry as cacheentry
     from conformance.core.model import Expected
 
     def entry(scale):
-        return refcache.encode(Expected(result_dtype="float32", shape=(2, 3), value=np.arange(6.0).reshape(2, 3) * scale,
-                                        bound=np.full((2, 3), scale), rules=("shapes.broadcasting",)))
+        return cacheentry.encode(Expected(result_dtype="float32", shape=(2, 3),
+                                          value=np.arange(6.0).reshape(2, 3) * scale,
+                                          bound=np.full((2, 3), scale), rules=("shapes.broadcasting",)))
     one, two = entry(1.0), entry(2.0)
     assert one[:4 + int.from_bytes(one[:4], "little")] == two[:4 + int.from_bytes(two[:4], "little")]  # one header
-    first, second = refcache.decode(one), refcache.decode(two)
+    first, second = cacheentry.decode(one), cacheentry.decode(two)
     assert first.value.tolist() == [[0, 1, 2], [3, 4, 5]] and second.value.tolist() == [[0, 2, 4], [6, 8, 10]]
     assert first.bound.tolist() == [[1.0] * 3] * 2 and second.bound.tolist() == [[2.0] * 3] * 2
     assert first.shape == second.shape == (2, 3) and first.rules == ("shapes.broadcasting",)
     first.value[0, 0] = 99.0
-    assert refcache.decode(one).value[0, 0] == 0.0
-    monkeypatch.setattr(refcache, "_MAX_LAYOUTS", 2)
-    refcache._LAYOUTS.clear()
+    assert cacheentry.decode(one).value[0, 0] == 0.0
+    monkeypatch.setattr(cacheentry, "_MAX_LAYOUTS", 2)
+    cacheentry._LAYOUTS.clear()
     for scale_shape in [(1,), (2,), (3,), (4,)]:
-        refcache.decode(refcache.encode(Expected(result_dtype="float64", shape=scale_shape, value=np.zeros(scale_shape),
-                                                 bound=np.zeros(scale_shape))))
-    assert len(refcache._LAYOUTS) <= 2
+        cacheentry.decode(cacheentry.encode(Expected(result_dtype="float64", shape=scale_shape,
+                                                     value=np.zeros(scale_shape), bound=np.zeros(scale_shape))))
+    assert len(cacheentry._LAYOUTS) <= 2
 
 
 def test_an_explanation_is_kept_under_everything_it_reads(spec, suite, tmp_path):
@@ -278,7 +282,7 @@ def test_a_stored_explanation_never_serves_another_observation(spec, suite, tmp_
     assert stored.verdict.is_divergence and "behaves as" in stored.message and cache.explained_misses == 1
     cache.close()
     import sqlite3
-    from conformance.judge.refcache import seal
+    from conformance.judge.cacheseal import seal
     with sqlite3.connect(tmp_path / f"reference-{reference_build()}.sqlite") as db:  # plant a wrong explanation,
         (key,) = db.execute("SELECT key FROM explained").fetchone()  # sealed under the run's own key
         planted = seal(load_secret(tmp_path / "cache"), "explained", key, b'["dtypes.mixed", "dtypes.mixed = planted"]')
@@ -298,7 +302,7 @@ def test_a_planted_explanation_sealed_again_is_caught_by_the_sample(spec, suite,
     import sqlite3
 
     from conformance.judge.casejudge import CaseJudge
-    from conformance.judge.refcache import seal
+    from conformance.judge.cacheseal import seal
 
     case, observed = _explained_divergence(spec, suite)
     cache = ReferenceCache(tmp_path)

@@ -8,7 +8,7 @@ import pytest
 from conformance.core.choices import TOUCHES, choice_points, get_path
 from conformance.core.formula import VARIABLES, _expand
 from conformance.core.model import RULE_NAMES
-from conformance.judge.refcache import _RULE_NAMES as CACHE_DICTIONARY_NAMES
+from conformance.judge.cacheentry import _RULE_NAMES as CACHE_DICTIONARY_NAMES
 from conformance.reference import forward, grad
 
 

@@ -20,8 +20,10 @@ from conformance.cases.userfile import load_case_file
 from conformance.cli import main
 from conformance.core.results import iter_results
 from conformance.core.specload import default_spec_path, load_spec
-from conformance.judge import refcache
-from conformance.judge.refcache import ReferenceCache, case_key, content_digest, decode, encode, pack, unpack
+from conformance.judge import cachekey, cacheseal
+from conformance.judge.cacheentry import decode, encode, pack, unpack
+from conformance.judge.cachekey import case_key, content_digest
+from conformance.judge.refcache import ReferenceCache
 from conformance.reference.forward import expected_forward
 
 # Honest cases first, each of its own content, so that the edited entry is not the first the run reads (which
@@ -63,9 +65,9 @@ def _reseal_without_our_key(tmp_path, monkeypatch, table: str, key: bytes, body:
     with monkeypatch.context() as attacker:
         attacker.setenv("XDG_CONFIG_HOME", str(tmp_path / "attacker-config"))
         attacker.delenv("KL_CACHE_KEY", raising=False)
-        if not hasattr(refcache, "load_secret"):  # before keys the seal took none: the attack this test records
-            return refcache.seal(table, key, body)
-        return refcache.seal(refcache.load_secret(tmp_path / "attacker-cache"), table, key, body)
+        if not hasattr(cacheseal, "load_secret"):  # before keys the seal took none: the attack this test records
+            return cacheseal.seal(table, key, body)
+        return cacheseal.seal(cacheseal.load_secret(tmp_path / "attacker-cache"), table, key, body)
 
 
 def _edit_fault_entry(tmp_path, monkeypatch, cache: str) -> None:
@@ -133,19 +135,19 @@ def _store(directory, key: bytes, value: bytes) -> None:
 
 
 def _hmac_by_hand(secret: bytes, key: bytes, body: bytes) -> bytes:
-    """The seal written from the format refcache.py documents, without its functions (which refuse no key)."""
-    message = refcache.reference_build().encode() + b"\0expected\0" + key + body
+    """The seal written from the format cacheseal.py documents, without its functions (which refuse no key)."""
+    message = cachekey.reference_build().encode() + b"\0expected\0" + key + body
     return hmac.new(secret, message, hashlib.sha256).digest() + body
 
 
 ATTACKS = {
     "no-mac": lambda ours, key, body: body,
     "keyless-seal": lambda ours, key, body: hashlib.sha256(  # the seal before keys
-        refcache.reference_build().encode() + b"\0expected\0" + key + body).digest() + body,
-    "truncated-mac": lambda ours, key, body: refcache.mac(ours, "expected", key, body)[:16] + body,
-    "mac-only-cut-short": lambda ours, key, body: refcache.mac(ours, "expected", key, body)[:31],
+        cachekey.reference_build().encode() + b"\0expected\0" + key + body).digest() + body,
+    "truncated-mac": lambda ours, key, body: cacheseal.mac(ours, "expected", key, body)[:16] + body,
+    "mac-only-cut-short": lambda ours, key, body: cacheseal.mac(ours, "expected", key, body)[:31],
     "empty": lambda ours, key, body: b"",
-    "mac-of-another-key": lambda ours, key, body: refcache.seal(OTHER_SECRET, "expected", key, body),
+    "mac-of-another-key": lambda ours, key, body: cacheseal.seal(OTHER_SECRET, "expected", key, body),
     "mac-of-the-empty-key": lambda ours, key, body: _hmac_by_hand(b"", key, body),
     "mac-of-the-honest-entry": lambda ours, key, body: None,  # the entry's own mac kept, its bytes edited
 }
@@ -157,7 +159,7 @@ def test_an_entry_not_sealed_under_our_key_is_computed_again_and_sealed_anew(our
 
     case, directory = _one_case(spec), ours / "cache"
     honest, key, edited = _honest_then_edited(directory, spec, case)
-    secret = refcache.load_secret(directory)
+    secret = cacheseal.load_secret(directory)
     if attack == "mac-of-the-honest-entry":
         with sqlite3.connect(next(directory.glob("reference-*.sqlite"))) as db:
             (stored,) = db.execute("SELECT value FROM expected WHERE key = ?", (key,)).fetchone()
@@ -185,9 +187,9 @@ def test_an_entry_not_sealed_under_our_key_is_computed_again_and_sealed_anew(our
 def test_the_harness_seals_nothing_without_a_key(ours):
     """Its functions refuse an empty key, so no one can seal with them what a run without a key would read."""
     with pytest.raises(ValueError, match="no secret"):
-        refcache.seal(b"", "expected", b"k" * 20, b"body")
+        cacheseal.seal(b"", "expected", b"k" * 20, b"body")
     with pytest.raises(ValueError, match="no secret"):
-        refcache.mac(b"", "expected", b"k" * 20, b"body")
+        cacheseal.mac(b"", "expected", b"k" * 20, b"body")
 
 
 def test_an_empty_key_variable_is_no_key(ours, spec, monkeypatch):
@@ -196,7 +198,7 @@ def test_an_empty_key_variable_is_no_key(ours, spec, monkeypatch):
     monkeypatch.setenv("KL_CACHE_KEY", "")
     case, directory = _one_case(spec), ours / "cache"
     _, key, edited = _honest_then_edited(directory, spec, case)
-    assert refcache.load_secret(directory) == (ours / "config" / "kl-conformance" / "cache.key").read_bytes().strip()
+    assert cacheseal.load_secret(directory) == (ours / "config" / "kl-conformance" / "cache.key").read_bytes().strip()
     _store(directory, key, _hmac_by_hand(b"", key, edited))
     attacked = ReferenceCache(directory)
     assert attacked.get(case, spec, "forward") is None and attacked.untrusted == 1
@@ -275,14 +277,14 @@ def test_a_config_folder_inside_the_cache_directory_is_refused(ours, spec, monke
 
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o660])
 def test_a_key_file_others_may_read_or_write_is_refused(ours, spec, capsys, mode):
-    refcache.load_secret(ours / "cache")  # made, mode 0600
+    cacheseal.load_secret(ours / "cache")  # made, mode 0600
     path = ours / "config" / "kl-conformance" / "cache.key"
     path.chmod(mode)
     _refused(ours / "cache", spec, capsys, f"mode {mode:o}", f"chmod 600 {path}")
 
 
 def test_a_key_file_of_another_user_is_refused(ours, spec, capsys, monkeypatch):
-    refcache.load_secret(ours / "cache")
+    cacheseal.load_secret(ours / "cache")
     owner = (ours / "config" / "kl-conformance" / "cache.key").stat().st_uid
     monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # this process, as another user than the file's
     _refused(ours / "cache", spec, capsys, f"user id {owner}")

@@ -194,7 +194,9 @@ def _poison(tmp_path, reseal: bool) -> int:
 
     import numpy as np
 
-    from conformance.judge.refcache import decode, encode, load_secret, pack, reference_build, seal, unpack
+    from conformance.judge.cacheentry import decode, encode, pack, unpack
+    from conformance.judge.cachekey import reference_build
+    from conformance.judge.cacheseal import load_secret, seal
 
     changed = 0
     with sqlite3.connect(tmp_path / "cache" / f"reference-{reference_build()}.sqlite") as db:
@@ -228,7 +230,7 @@ def test_a_held_cache_lock_is_waited_for_a_bounded_time(tmp_path, capsys, monkey
     import subprocess
     import sys
 
-    from conformance.judge.refcache import reference_build
+    from conformance.judge.cachekey import reference_build
 
     (tmp_path / "cache").mkdir()
     lock = tmp_path / "cache" / f"reference-{reference_build()}.lock"

@@ -205,7 +205,7 @@ def test_kl_term_gives_the_same_values_in_any_chunking(log_target):
 
 def test_the_reference_cache_key_covers_these_modules():
     """An edit to any module that computes the term must invalidate cached expectations."""
-    from conformance.judge.refcache import REFERENCE_ROOTS, code_modules
+    from conformance.judge.cachekey import REFERENCE_ROOTS, code_modules
 
     for module in ("klterm", "logexp", "logexp_tables", "doubledouble"):
         assert f"conformance.reference.{module}" in code_modules(REFERENCE_ROOTS)
