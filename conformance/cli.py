@@ -292,7 +292,8 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
 
 def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     from conformance.core.generated import GeneratedFolder, WriteFailed
-    from conformance.repro import CaseSource, write_all, write_script
+    from conformance.repro.scripts import write_all, write_script
+    from conformance.repro.source import CaseSource
 
     if args.all_to:
         if not args.run_dir:
@@ -323,7 +324,9 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
 
 def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     from conformance.report.selftest import render_selftest, selftest_json
-    from conformance.selftest import GATE_VARIANTS, VARIANTS, NotRun, run_selftest
+    from conformance.selftest.command import NotRun, run_selftest
+    from conformance.selftest.gates import GATE_VARIANTS
+    from conformance.selftest.variants import VARIANTS
 
     if not is_known(args.framework):
         raise unknown_framework(args.framework)

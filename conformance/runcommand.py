@@ -118,7 +118,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     needing: list[Result] | None = None if args.no_repro or args.resume else []
     marking = like is not None and like.marking
     feed = None if args.resume or marking else ReportFeed(Path(args.out), known, args.baseline, gates_of(args), like)
-    from conformance.repro import needs_reproducer
+    from conformance.repro.scripts import needs_reproducer
 
     def on_result(case: Case, result: Result) -> None:
         shown(case, result)
@@ -237,7 +237,7 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
     wrote them (None: read them back from `out`). They are written into a temporary directory, then moved
     into OUT/repro and recorded in run.json: a run killed meanwhile leaves only a temporary directory, which
     --resume and --force remove. False where they could not be written (a warning says why)."""
-    from conformance.repro import write_all
+    from conformance.repro.scripts import write_all
     from conformance.run.task import WorkerLost
 
     cache = cache_dir_of(args)

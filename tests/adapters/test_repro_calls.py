@@ -192,7 +192,7 @@ def _script_exit(adapter, spec, case, tmp_path, env=None) -> tuple[int, str, boo
     call diverges."""
     from conformance.judge.casejudge import expected_for
     from conformance.judge.compare import classify
-    from conformance.repro import write_script
+    from conformance.repro.scripts import write_script
 
     device = adapter.devices()[0]
     for api in adapter.apis:  # the first API that runs the case (MindSpore's mint APIs have no CPU kernel)

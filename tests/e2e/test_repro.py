@@ -140,17 +140,20 @@ def test_every_divergence_is_minimised_with_its_progress_shown(default_run, tmp_
 
     import numpy as np
 
-    import conformance.repro as repro
     from conformance.adapters.registry import get_adapter
+    from conformance.core.rundirs import script_name
     from conformance.core.specload import load_spec
     from conformance.judge.casejudge import expected_for
     from conformance.judge.compare import classify
+    from conformance.repro.minimise import MAX_CANDIDATES
+    from conformance.repro.scripts import write_all
+    from conformance.repro.source import CaseSource
 
     framework, out = default_run
     spec = load_spec()
     shown = []
-    written, whole = repro.write_all(str(out), spec, tmp_path / "repro", cache_dir=tmp_path / "cache",
-                                     progress=lambda done, total: shown.append((done, total)))
+    written, whole = write_all(str(out), spec, tmp_path / "repro", cache_dir=tmp_path / "cache",
+                               progress=lambda done, total: shown.append((done, total)))
     rows = [r for r in iter_results(out) if r.verdict.is_divergence and not r.documented
             and r.verdict.value not in ("crash", "timeout")]
     assert whole == 0 and written == len(rows) > 0  # every undocumented row's, not the run's one per defect
@@ -158,7 +161,7 @@ def test_every_divergence_is_minimised_with_its_progress_shown(default_run, tmp_
     adapter = get_adapter(framework)
     adapter.load()
     checked = 0
-    cases = repro.CaseSource(str(out), None, None)
+    cases = CaseSource(str(out), None, None)
     for r in rows:
         case = cases.get(r.case_id)
         if case.input.shape != case.target.shape or case.input.size <= 1 or checked >= 12:
@@ -170,9 +173,9 @@ def test_every_divergence_is_minimised_with_its_progress_shown(default_run, tmp_
             classify(expected_for(one, spec, r.part, api.dialect), adapter.run(one, api, r.device, r.part),
                      spec).verdict is r.verdict
             for one in (replace(case, input=np.full(shape, x), target=np.full(shape, t), layout="contiguous")
-                        for x, t in zip(case.input.reshape(-1)[:repro.MAX_CANDIDATES],
-                                        case.target.reshape(-1)[:repro.MAX_CANDIDATES])))
+                        for x, t in zip(case.input.reshape(-1)[:MAX_CANDIDATES],
+                                        case.target.reshape(-1)[:MAX_CANDIDATES])))
         suffix = ".R" if framework in R_FRAMEWORKS else ".py"
-        script = (tmp_path / "repro" / repro.script_name(r.case_id, r.api, r.device, r.part, suffix)).read_text()
+        script = (tmp_path / "repro" / script_name(r.case_id, r.api, r.device, r.part, suffix)).read_text()
         assert _holds_one_element(script, framework) == one_diverges, (r.case_id, r.api, r.part)
     assert checked

@@ -23,11 +23,11 @@ SUBSET = ["fwd/*/4x6/float32/*", "fwd/*/6:4x6/*", "fwd/*/integers/*", "fwd/*,inp
 
 def _subset() -> list[str]:
     """SUBSET, and the cases of the default suite that the crash and hang variants plant into (picked by id,
-    selftest._chosen): without them a framework whose dialect takes none of SUBSET's chosen cases (MLX's
+    selftest.variants._chosen): without them a framework whose dialect takes none of SUBSET's chosen cases (MLX's
     log-space targets, Keras' probabilities) would have nothing to crash or hang on."""
     from conformance.core.specload import load_spec
     from conformance.run.selection import CaseSelection, select_lazily
-    from conformance.selftest import _chosen
+    from conformance.selftest.variants import _chosen
 
     chosen = [case_id for case_id, _ in select_lazily(load_spec(), CaseSelection()) if _chosen(case_id)]
     assert chosen
@@ -46,7 +46,8 @@ def _ids(patterns: list[str]) -> list[str]:
 
 
 def _every_variant() -> list[str]:
-    from conformance.selftest import GATE_VARIANTS, VARIANTS
+    from conformance.selftest.gates import GATE_VARIANTS
+    from conformance.selftest.variants import VARIANTS
 
     return [*VARIANTS, *GATE_VARIANTS]
 
@@ -66,7 +67,7 @@ def test_every_planted_fault_is_flagged(framework, tmp_path):
     failed = {v["name"]: v["missed"] or v.get("misattributed") or v["disturbances"] or "planted nothing"
               for v in report["variants"] if not v["ok"]}
     assert not failed and code == 0, failed
-    from conformance.selftest import GATE_VARIANTS
+    from conformance.selftest.gates import GATE_VARIANTS
     assert [v["name"] for v in report["variants"]] == _every_variant()
     # the gates asked of a build that cannot import, and of one that lost a dtype, all failed
     gates = {v["name"]: sorted(v["verdicts"]) for v in report["variants"] if v["name"] in GATE_VARIANTS}
@@ -106,7 +107,7 @@ def test_every_planted_fault_is_flagged_through_a_compiled_mode(framework, tmp_p
     assert [v["name"] for v in report["variants"]] == _every_variant()
     assert all((v["planted"] > 0 or v["not_applicable"]) and v["flagged"] == v["planted"] and not v["disturbed"]
                for v in report["variants"])
-    from conformance.selftest import _chosen
+    from conformance.selftest.variants import _chosen
     assert any(_chosen(case_id) for case_id in _ids(MODE_SUBSET))  # the crash and hang variants have a case
     # the rows were made in the mode, none of them a fallback to eager
     rows = [r for r in iter_results(out / "control")]

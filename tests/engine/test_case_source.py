@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import conformance.repro as repro
+import conformance.repro.source as case_source
 from conformance.core.model import FORMAT_VERSION
 
 
@@ -19,9 +19,9 @@ def test_each_case_file_is_read_once_for_every_id(tmp_path, monkeypatch):
     (tmp_path / "run.json").write_text(json.dumps({"seed": 7, "format_version": FORMAT_VERSION,
                                                    "case_files_kept": ["cases/0-cases.yaml", "cases/1-later.yaml"]}))
     reads = []
-    load = repro.load_case_file
-    monkeypatch.setattr(repro, "load_case_file", lambda path: reads.append(path) or load(path))
-    source = repro.CaseSource(str(tmp_path), None, None)
+    load = case_source.load_case_file
+    monkeypatch.setattr(case_source, "load_case_file", lambda path: reads.append(path) or load(path))
+    source = case_source.CaseSource(str(tmp_path), None, None)
     found = [source.get(f"user-{i}") for i in range(40) for _ in range(3)]
     assert reads == [str(cases)]  # the later file is never needed, and the first is read once
     assert [c.id for c in found[::3]] == [f"user-{i}" for i in range(40)]

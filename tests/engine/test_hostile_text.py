@@ -185,7 +185,7 @@ def test_names_written_as_code_must_be_known(name, field):
 
 
 def test_reproducer_names_are_unique_bounded_and_plain():
-    from conformance.repro import script_name
+    from conformance.core.rundirs import script_name
 
     ids = ["col/x", "col_x", "col\\x", "a" * 300, "é" * 200 + "x", "é" * 200 + "y", "../../../etc/passwd", "..",
            ".hidden", "a\x00b", "a\ud800b", "a\nb", "fwd/sum/log_target=0/4x6/float32/softmax/s0"]

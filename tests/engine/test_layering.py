@@ -22,8 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"conformance": "conformance", "reference": "conformance.reference", "cases": "conformance.cases",
            "adapters": "conformance.adapters", "spec": "conformance.spec"}
 COMMANDS = {"conformance.cli", "conformance.arguments", "conformance.options", "conformance.runcommand",
-            "conformance.entry", "conformance.repro", "conformance.selftest", "conformance.__main__", "conformance.api",
-            "conformance.pytest_plugin", "conformance.pytest_items", "conformance.version"}
+            "conformance.entry", "conformance.__main__", "conformance.api", "conformance.pytest_plugin",
+            "conformance.pytest_items", "conformance.version",
+            # the reproducers and the self-test: a package each, on the commands' floor
+            "conformance.repro", "conformance.repro.source", "conformance.repro.minimise", "conformance.repro.scripts",
+            "conformance.selftest", "conformance.selftest.fault", "conformance.selftest.variants",
+            "conformance.selftest.planter", "conformance.selftest.replay", "conformance.selftest.gates",
+            "conformance.selftest.count", "conformance.selftest.command"}
 # wing -> the wings its modules may import (its own included)
 MAY_IMPORT = {
     "core": {"core"},

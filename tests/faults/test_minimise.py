@@ -9,7 +9,9 @@ from conformance.cli import main
 from conformance.core.model import Verdict
 from conformance.core.results import iter_results
 from conformance.core.specload import load_spec
-from conformance.repro import CaseSource, _Job, _minimise_all, expectations, in_process, within_budget
+from conformance.repro.minimise import Job, expectations, in_process, minimise_all
+from conformance.repro.scripts import within_budget
+from conformance.repro.source import CaseSource
 from conformance.run.selection import needs_mb
 from tests.faults.adapters import OffOnLateSinglesAdapter
 
@@ -30,8 +32,8 @@ def test_the_first_candidate_in_order_wins_in_a_few_rounds(tmp_path):
     def observe(calls):
         rounds.append(len(calls))
         return in_process(adapter)(calls)
-    job = _Job(case, adapter.api("numpy.kl_div"), "cpu", "forward", verdict=Verdict.VALUE)
-    _minimise_all([job], observe, expectations(spec), spec)
+    job = Job(case, adapter.api("numpy.kl_div"), "cpu", "forward", verdict=Verdict.VALUE)
+    minimise_all([job], observe, expectations(spec), spec)
     assert job.final.input.shape == (1,) and job.final.target.item() == targets[20]
     assert job.final.input.item() == inputs[20]
     assert [n for n in rounds if n] == [1, 1, 2, 4, 8, 16]  # the screen (one call of every element), then the widening rounds

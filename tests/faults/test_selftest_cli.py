@@ -49,7 +49,7 @@ def test_device_narrows_every_run_of_the_selftest(tmp_path):
         assert {row.device for row in iter_results(out / run)} == {"cpu"}
 
 
-# `crash-31` is one of the few cases the crash variant plants into (selftest._chosen picks them by id alone);
+# `crash-31` is one of the few cases the crash variant plants into (selftest.variants._chosen picks them by id alone);
 # `beside` runs after it, in flight when the worker dies
 CRASH_CASES = ("- {id: crash-31, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}\n"
                "- {id: beside, input: [[-0.5, -1.0]], target: [[0.5, 0.5]], reduction: sum, dtype: float64}\n")

@@ -1,0 +1,217 @@
+"""Writes reproducer scripts: one per undocumented divergence of a run (write_all), or one for a case (write_script).
+
+Each script needs only one framework (and NumPy, for Python ones): the adapter writes its text, for the case
+source.py finds, as minimise.py minimised it (a run's reproducers of a compiled mode keep their whole case:
+each candidate would compile again). Runs in the framework's environment.
+
+Writes scripts into a run's staging folder (the run's own reproducers), or into a folder of their own
+(`repro --all OUT`: core/generated.py, never a run's folder); never rewrites the results themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+import conformance
+from conformance.adapters.base import Adapter, in_mode, script_devices
+from conformance.adapters.registry import get_adapter, known_adapters
+from conformance.core.case import Case
+from conformance.core.errors import ResultsError, UsageError
+from conformance.core.generated import GeneratedFolder
+from conformance.core.model import EAGER, Result, Spec, Verdict
+from conformance.core.rundirs import script_name, snippet_name
+from conformance.report.defects import Defects
+from conformance.repro.minimise import Job, expectations, in_process, minimise_all, through_worker
+from conformance.repro.source import CaseSource, quoted, run_manifest
+from conformance.run.pool import WorkerPool
+from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, check_modes, needs_mb
+from conformance.run.task import WorkerUnavailable
+
+
+def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_dir: Path | None = None,
+              progress: Callable[[int, int], None] | None = None, pool: WorkerPool | None = None,
+              deadline: float | None = None, framework: str | None = None,
+              results: Iterable[Result] | None = None,
+              memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB, per_defect: bool = False) -> tuple[int, int]:
+    """Write a reproducer for every undocumented divergence of a run into `out_dir`, minimised where the row is
+    eager (a row of a compiled mode keeps its whole case: minimising it would compile each candidate's shape).
+    `per_defect`: one for each undocumented defect only, of its example (its simplest row), with the defect's
+    snippet beside it (rundirs.snippet_name), which its issue draft shows.
+
+    `out_dir` is a folder of the reproducers' own (`repro --all OUT`: checked before anything starts, each file
+    recorded there, those of an earlier `repro --all` not written again removed), or a plain folder the caller
+    owns (the run's staging folder). `framework` is the adapter as the run named it (a "module:Class" too); by
+    default the one the run's manifest names. The framework is called by `pool` (the run's worker), else by a
+    worker started here and always ended here. Expectations come from the reference cache in `cache_dir` (the
+    run's own are there already). `results` are the run's rows where the caller holds them already (the run that
+    just wrote them), else they are read from `run_dir`. A generated case over `memory_budget_mb` is refused
+    before its values are drawn. `progress(done, total)` follows the minimisation. Returns (reproducers written,
+    those left whole at `deadline`).
+
+    Raises
+    ------
+    UsageError
+        on bad input, the folder included, before the worker starts.
+    WriteFailed
+        when a reproducer cannot be written into a folder of their own (a full disk); every file there is whole.
+    """
+    from conformance.core.results import iter_results
+    from conformance.judge.refcache import ReferenceCache
+
+    folder = out_dir if isinstance(out_dir, GeneratedFolder) else None
+    if folder is not None:
+        folder.check()
+    rows = [r for r in (iter_results(run_dir) if results is None else results) if needs_reproducer(r)]
+    if per_defect:
+        rows = [d.example for d in Defects(rows).ordered()]
+    if not rows:
+        if folder is not None:
+            folder.finish()  # an earlier --all's reproducers are not this run's
+        return 0, 0
+    if framework is None:
+        # only a registered adapter is imported on a run directory's word ("module:Class" runs any module)
+        framework = run_manifest(run_dir).get("framework") or rows[0].framework
+        if framework not in known_adapters():
+            raise ResultsError(f"the run names the adapter {quoted(framework)}, which is not registered",
+                               file=str(Path(run_dir) / "run.json"), where="framework",
+                               fix="name the adapter with --framework (only then is a module:Class imported)")
+    adapter = get_adapter(framework)  # not loaded here: it names the APIs and writes the scripts' text
+    apis = {a.name: a for a in adapter.apis}
+    for r in rows:
+        if r.api not in apis or r.device not in adapter.known_devices or r.mode not in adapter.mode_names():
+            raise ResultsError(f"a row of case {quoted(r.case_id)} names api {quoted(r.api)} on device "
+                               f"{quoted(r.device)} in mode {quoted(r.mode)}, which adapter {framework} does not have",
+                               file=str(Path(run_dir) / "results.jsonl"), where=f"case {quoted(r.case_id)}",
+                               fix="write the reproducers with the adapter that made the run (--framework)")
+    if type(adapter).repro_source is Adapter.repro_source and type(adapter).repro_script is Adapter.repro_script:
+        raise UsageError(f"adapter {framework} writes no reproducers", where=type(adapter).__name__,
+                         fix="give the adapter a repro_source (adapters/base.py says what it returns)")
+    own_pool = pool is None
+    if own_pool:
+        pool = WorkerPool(framework, compile_cache_dir=cache_dir)
+    cache = None
+    written = whole = 0
+    try:  # a worker started here is ended whatever happens, so that the command's process can exit
+        if own_pool:
+            try:
+                pool.start()
+            except WorkerUnavailable as exc:
+                raise UsageError(f"{framework} cannot be loaded here: {exc}", file=str(run_dir), where="--from",
+                                 fix="write the reproducers in the environment that made the run") from None
+        unusable = {m: why for m in dict.fromkeys(r.mode for r in rows) if (why := pool.info.unusable_modes.get(m))}
+        if unusable:
+            mode, why = next(iter(unusable.items()))
+            raise UsageError(f"mode {mode} of {framework} cannot run here: {quoted(why, 200)}", file=str(run_dir),
+                             where="--from", fix="write the reproducers in the environment that made the run")
+        if folder is None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        cache = ReferenceCache(cache_dir) if cache_dir is not None else None
+        expect = expectations(spec, cache)
+        source = CaseSource(run_dir, None, None, memory_budget_mb)
+        for group in within_budget(rows, source.get, memory_budget_mb):
+            # a compiled mode's row keeps its whole case: each candidate would be a shape that mode compiles
+            # again; `repro CASE --mode M` minimises one on demand
+            jobs = [Job(case, apis[r.api], r.device, r.part, verdict=r.verdict, mode=r.mode, minimize=r.mode == EAGER)
+                    for r, case in group]
+            shown = None if progress is None else (lambda done, before=written: progress(before + done, len(rows)))
+            minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
+            scripts = {}
+            for (r, _), job in zip(group, jobs):
+                script, suffix = _render(adapter, job, spec)
+                scripts[script_name(r.case_id, r.api, r.device, r.part, suffix, r.mode)] = script
+                snippet = in_mode(adapter.snippet, job.mode, job.final, job.api, job.device, job.part,
+                                  job.judged[0]) if per_defect else None
+                if snippet is not None:
+                    scripts[snippet_name(r.defect)] = snippet
+            if folder is not None:
+                folder.write(scripts)
+            else:
+                for name, script in scripts.items():
+                    (out_dir / name).write_text(script, encoding="utf-8")
+            written += len(jobs)
+            whole += sum(1 for j in jobs if j.final is j.case and j.order)  # cut short by the deadline
+        if folder is not None:
+            folder.finish()
+        if progress is not None:
+            progress(written, len(rows))
+    finally:
+        if cache is not None:
+            cache.close()
+        if own_pool:
+            pool.close()
+    return written, whole
+
+
+def within_budget(rows: Sequence[Result], case_of: Callable[[str], Case],
+                  memory_budget_mb: float) -> Iterator[list[tuple[Result, Case]]]:
+    """The rows with their cases, in groups whose jobs together fit the memory budget: minimising holds each
+    job's observation and expectation until its script is written, so many cases each within the budget
+    must not be held at once. A group holds at least one row."""
+    group: list[tuple[Result, Case]] = []
+    cases: dict[str, Case] = {}
+    used_mb = 0.0
+    for r in rows:
+        case = cases.get(r.case_id) or case_of(r.case_id)
+        need_mb = needs_mb(case)
+        if group and used_mb + need_mb > memory_budget_mb:
+            yield group
+            group, cases, used_mb = [], {}, 0.0
+        cases[r.case_id] = case
+        group.append((r, case))
+        used_mb += need_mb
+    if group:
+        yield group
+
+
+def needs_reproducer(result: Result) -> bool:
+    """An undocumented divergence that a call can show again (a crash or a hang is the run's own record)."""
+    return result.verdict.is_divergence and result.verdict.is_answered and not result.documented
+
+
+def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, api_name: str | None = None,
+                 device: str = "cpu", part: str = "forward", *, minimize: bool = True, mode: str = EAGER) -> str:
+    """The reproducer's source text for the case `source` holds under `case_id`, its call made in `mode`."""
+    adapter = get_adapter(framework)
+    check_modes(framework, [mode], adapter.mode_names())
+    api_names = [a.name for a in adapter.apis]
+    if api_name is not None and api_name not in api_names:
+        raise UsageError(f"unknown api {api_name!r} for {framework!r}", where="--api", fix=f"use one of {api_names}")
+    api = adapter.api(api_name or api_names[0])
+    if device not in script_devices(adapter.known_devices):
+        raise UsageError(f"unknown device {device!r} for {framework!r}", where="--device",
+                         fix=f"use one of {list(script_devices(adapter.known_devices))}")
+    case = source.get(case_id)
+    why = adapter.unsupported_reason(case, api) or in_mode(adapter.unsupported_part, mode, api, part)
+    if why:
+        raise UsageError(f"{api.name} cannot express case {case_id!r} ({part}): {why}", where="CASE_ID",
+                         fix="pick a case and part the report shows for this API (its rows are not `unsupported`)")
+    adapter.load()
+    adapter.learn_release()  # the call the reproducer makes is the one this release takes
+    why = adapter.mode_unavailable(mode) if mode != EAGER else None
+    if why:
+        raise UsageError(f"mode {mode} of {framework} cannot run here: {quoted(why, 200)}", where="--mode",
+                         fix="write the reproducer where the mode's packages are installed, or pick another mode")
+    why = adapter.offer.missing_apis.get(api.name) or adapter.unsupported_reason(case, api)  # now with its release
+    if why:
+        raise UsageError(f"{api.name} cannot make case {case_id!r} here: {quoted(why, 200)}", where="--api",
+                         fix="write the reproducer where a release of the framework that has it is installed")
+    expect = expectations(spec)
+    job = Job(case, api, device, part, verdict=None, minimize=minimize, mode=mode)
+    minimise_all([job], in_process(adapter), expect, spec)
+    return _render(adapter, job, spec)[0]
+
+
+def _render(adapter, job: Job, spec: Spec) -> tuple[str, str]:
+    """The reproducer's text and file suffix for a minimised job (a Python script unless the adapter
+    writes its own)."""
+    case = job.final
+    expected, judgement = job.judged  # made when the job's observation was judged (the same case, the same answer)
+    where = ", ".join([job.device, *([] if job.mode == EAGER else [f"mode {job.mode}"]), job.part])
+    about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({where}).",
+             f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
+             f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
+    observed = job.observed
+    recorded = (f"raises {observed.exception_type}" if observed.raised else
+                "a value of another dtype" if judgement.verdict is Verdict.DTYPE else "a value")
+    return in_mode(adapter.repro_script, job.mode, case, job.api, job.device, job.part, about, expected, recorded)
