@@ -203,6 +203,9 @@ def test_a_profile_path_is_read_from_the_adapters_module_folder(tmp_path, spec):
     class FilePort(NumpyPort):
         profile = "profiles/port.yaml"
     assert FilePort().carried_profile() == Path(__file__).parent / "profiles" / "port.yaml"
+    # a subclass in another module (as the self-test plants one) reads the file its stating class names
+    planted = type("Planted__port__value", (FilePort,), {"__module__": "conformance.selftest.planter"})
+    assert planted().carried_profile() == Path(__file__).parent / "profiles" / "port.yaml"
     (tmp_path / "port.yaml").write_text(PROFILE.replace("numpy-test", "numpy-port").replace("numpy.kl_div",
                                                                                             "port.kl_div"))
     FilePort.profile = str(tmp_path / "port.yaml")
