@@ -48,9 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--strict", action="store_true",
                        help="exit 1 if a divergence is neither documented nor known; exit 3 (with any gate) if a "
                             "framework did not run, a run stopped early, or nothing was judged")
-        p.add_argument("--baseline", metavar="DIR|FILE",
-                       help="an earlier run or merged directory, or the file its --write-baseline wrote: report "
-                            "what is new, fixed and changed since")
+        OPTIONS["baseline"].add_to(p, help="an earlier run or merged directory, or the file its --write-baseline "
+                                           "wrote: report what is new, fixed and changed since")
         p.add_argument("--write-baseline", metavar="FILE",
                        help="also write these results as a compact baseline file (gzip'd JSON lines, the same "
                             "bytes for the same results) that --baseline reads: the file a CI job commits")
@@ -58,9 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --baseline: exit 1 if a divergence is new or changed since the baseline "
                             "(and neither documented nor known), or a result it judged is lost (unsupported, "
                             "crashed or missing now)")
-        p.add_argument("--known", metavar="FILE",
-                       help="known-findings file (YAML): divergences it matches are accepted; an entry that "
-                            "matches nothing is stale and fails the command")
+        OPTIONS["known"].add_to(p, help=OPTIONS["known"].help + " the command")
         p.add_argument("--force", action="store_true",
                        help="remove the files an earlier run or report recorded writing into --out (run.json or "
                             "runs.json: `written`), and nothing else; refused where no such record is, or where "
