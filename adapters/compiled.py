@@ -22,6 +22,10 @@ from conformance.adapters.base import ModeFallback
 from conformance.core.model import upstream_gradient
 
 
+# TorchCompiled's Dynamo limit per function, past which Dynamo runs it eagerly: one compile per signature
+RECOMPILE_LIMIT = 1 << 20
+
+
 def signature(args: tuple[Any, ...]) -> tuple[tuple[tuple[int, ...], str], ...]:
     """The arguments' shapes and dtypes: a new one is a signature every framework here must trace again (each
     keys its compiled functions by at least these)."""
@@ -185,14 +189,14 @@ class TorchCompiled:
     graph break or the recompile limit): ModeFallback. The recompile limit is raised so every signature of a
     run compiles, where with fullgraph=True it would raise."""
 
-    def __init__(self, torch, fn, recompile_limit: int) -> None:
+    def __init__(self, torch, fn) -> None:
         import torch._dynamo
         from torch._inductor.compile_fx import compile_fx
 
         for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
                      "accumulated_cache_size_limit"):
             if hasattr(torch._dynamo.config, name):
-                setattr(torch._dynamo.config, name, recompile_limit)
+                setattr(torch._dynamo.config, name, RECOMPILE_LIMIT)
         self.graph_runs = 0
 
         def backend(gm, example_inputs):

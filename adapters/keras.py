@@ -211,7 +211,7 @@ class KerasAdapter(Adapter):
             elif self.backend == "jax":
                 self._compiled[key] = jax_traced(module, body())
             else:
-                self._compiled[key] = TorchCompiled(module, body(), kerascode.RECOMPILE_LIMIT)
+                self._compiled[key] = TorchCompiled(module, body())
         return self._compiled[key]
 
     def gradient(self, case: Case, api: Api, device: str, part: str, mode: str = EAGER):

@@ -1,4 +1,4 @@
-"""The Python source of a Keras reproducer's call: the backend, the tensors, the call and the part, as the run made them.
+"""The Python source of a Keras reproducer's call: backend, tensors, call and part, as the run made them.
 
 Written from the case and the call alone, without Keras: a run's reproducers are written by the parent, which never
 imports a framework. adapters/keras.py makes the same calls in the run; adapters/reproducer.py wraps this body into a
@@ -8,12 +8,11 @@ script that judges its result as the run did.
 from __future__ import annotations
 
 from conformance.adapters.base import ApiCall, construction_source
-from conformance.adapters.compiled import jax_jit_repro_lines
+from conformance.adapters.compiled import RECOMPILE_LIMIT, jax_jit_repro_lines
 from conformance.core.case import Case
 from conformance.core.model import EAGER
 
 VIEWS = {"contiguous": "{}", "transposed": "keras.ops.swapaxes({}, -1, -2)", "strided": "{}[..., ::2]"}
-RECOMPILE_LIMIT = 1 << 20  # Dynamo's limit per function, past which it runs eagerly: one compile per signature
 
 
 def repro_source(case: Case, call: ApiCall, api_name: str, scope: str, backend: str, part: str,
