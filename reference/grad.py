@@ -15,6 +15,7 @@ from conformance.core.case import Case
 from conformance.core.model import GRAD_PARTS, Expected, Spec, upstream_gradient
 from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 from conformance.reference import dialect
+from conformance.reference.computation import cast_back, computed_case
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
                                            expected_error, expected_forward, expected_warnings, in_result_dtype,
                                            legacy_then_batchmean, own_terms_dtype, reduction_divisor)
@@ -62,6 +63,9 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
                         warnings=expected_warnings(case.params, spec, dialect_name), rules=(f"errors.{error_id}",))
     argument = GRAD_PARTS[part]
     arg_dtype = getattr(case.dtype, argument)
+    computed = computed_case(case, spec)
+    if computed is not None:  # spec: dtypes.computation -- the call made in that dtype, cast back to the argument's
+        return cast_back(expected_grad(computed, spec, part, dialect_name, upstream_of), arg_dtype, spec)
     result_dtype = spec.result_dtype(case.dtype.input, case.dtype.target)
     x, t, shape = broadcast_inputs(case, dialect_name, spec)
     xb, tb = x.astype(WIDE), t.astype(WIDE)

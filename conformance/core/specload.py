@@ -95,6 +95,7 @@ def _check_consistency(data: dict[str, Any], shown: str) -> None:
     check_choice_points(data, shown)
     _check_dtype_constants(data["dtypes"], shown)
     _check_promotion(data["dtypes"], shown)
+    _check_computation(data["dtypes"], shown)
     check_formulas(data, shown)
     check_tolerance_formulas(data, shown)
     stated = data["gradients"]["upstream"]
@@ -159,6 +160,17 @@ def _check_dtype_constants(dtypes: dict[str, Any], shown: str) -> None:
             if stated != value:
                 raise SpecError(f"{name} is stated as {stated!r}, but the format's is {value!r}", file=shown,
                                 where=f"dtypes.{field}.{name}", fix=f"write {value!r}")
+
+
+def _check_computation(dtypes: dict[str, Any], shown: str) -> None:
+    """dtypes.computation: every choice but one names the floating dtype a call is cast to (reference/computation.py
+    reads it so); the one left computes in the result dtype."""
+    in_result_dtype = [name for name in dtypes["computation"]["choices"] if name not in dtypes["floating"]]
+    if len(in_result_dtype) != 1:
+        raise SpecError(f"choices {in_result_dtype} name no floating dtype, where exactly one (the result dtype's) "
+                        f"may", file=shown, where="dtypes.computation.choices",
+                        fix=f"name each other choice after the dtype of dtypes.floating {dtypes['floating']} "
+                            "the arguments are cast to")
 
 
 def _check_promotion(dtypes: dict[str, Any], shown: str) -> None:

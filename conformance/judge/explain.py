@@ -31,7 +31,8 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
     An observation that raised is explained by a choice under which the spec
     expects that very exception type (its message aside): a choice that expects a
     TypeError does not explain an AttributeError. A choice whose answer no
-    observation can tell from the spec's (`indistinguishable`) explains nothing. Only alternatives whose
+    observation can tell from the spec's (`indistinguishable`) explains nothing, nor does a set with a member
+    whose answer the others' tell nothing from (`_each_tells`). Only alternatives whose
     choice points touch the case are tried. `expect(spec)` gives the case's
     expectation for `part` under a spec (the runner passes one that remembers), and
     `touched` the case's touched_paths, where the caller keeps them.
@@ -49,9 +50,20 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
         if observed.raised:
             if expected.error_id is not None and expected.error_type == observed.exception_type:
                 return alts
-        elif passes(expected, observed) and not indistinguishable(expected, canonical):
+        elif passes(expected, observed) and not indistinguishable(expected, canonical) \
+                and _each_tells(spec, alts, expected, expect):
             return alts
     return None
+
+
+def _each_tells(spec: Spec, alts: tuple[Alternative, ...], expected: Expected,
+                expect: Callable[[Spec], Expected]) -> bool:
+    """Whether every alternative of the set changes its answer beyond rounding: without any one of them, the set's
+    expectation is told apart from `expected` (indistinguishable). A member that only widens the bound (a float32
+    computation beside a NaN convention, for a float64 answer with float32's error) is no evidence of itself."""
+    return len(alts) < 2 or not any(
+        indistinguishable(expected, expect(_alternative_spec(spec, tuple(a for a in alts if a is not left_out))))
+        for left_out in alts)
 
 
 def indistinguishable(other: Expected, canonical: Expected) -> bool:

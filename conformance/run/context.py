@@ -15,7 +15,7 @@ from conformance.adapters.base import Adapter
 from conformance.core.case import Case
 from conformance.core.defects import defect_of, residual_cause
 from conformance.core.known import KnownFindings
-from conformance.core.model import Expected, Judgement, Observation, Result, Spec, Target, Verdict
+from conformance.core.model import UNEXPLAINED, Expected, Judgement, Observation, Result, Spec, Target, Verdict
 from conformance.judge.profiles import DeviationLedger
 from conformance.judge.refcache import ReferenceCache
 from conformance.run.outdir import OutDirLock
@@ -127,6 +127,9 @@ class RunContext:
         cause = judgement.cause
         if judgement.verdict.is_divergence and not documented_by:  # what the profile does not state
             cause = residual_cause(cause, frozenset(p for d in self.ledger.declared(api, mode) for p in d.set))
+        elif cause == UNEXPLAINED and documented_by:  # no alternative alone told it apart; what documents it does
+            cause = " + ".join(dict.fromkeys(p for d in self.ledger.declared(api, mode) if d.id in documented_by
+                                             for p in d.set)) or cause
         row = Result(
             case_id=case.id, case_digest=digest, seed=manifest.get("seed"), family=case.family,
             reduction=case.params.reduction, log_target=case.params.log_target, framework=self.adapter.name,

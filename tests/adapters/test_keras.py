@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from conformance.core.choices import Alternative, with_alternatives
 from conformance.core.model import Verdict, upstream_gradient
 from conformance.judge.compare import classify
 from conformance.judge.explain import explain
@@ -134,8 +135,10 @@ def test_function_keeps_float64(framework_adapter, spec):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
 def test_class_computes_in_floatx(framework_adapter, spec, dtype):
     """Documented ("dtype: The dtype of the loss's computations. Defaults to None, which means using
-    keras.backend.floatx()"), but no spec choice states it (spec/profiles/keras.yaml): by default the
-    class answers float32 whatever the arguments' dtype, a `dtype` divergence; with dtype= it does not."""
+    keras.backend.floatx()"), and the spec's choice dtypes.computation = float32 (spec/profiles/keras.yaml): by
+    default the class answers float32 whatever the arguments' dtype, a `dtype` divergence that the choice
+    reproduces in every part (each gradient the float32 call's, cast back to its argument's dtype); with dtype=
+    it computes in the arguments' own dtype."""
     keras = framework_adapter.keras
     assert keras.config.floatx() == "float32"
     rng = np.random.default_rng(5)
@@ -143,10 +146,36 @@ def test_class_computes_in_floatx(framework_adapter, spec, dtype):
     observed = _run(framework_adapter, case, CLASS)
     assert observed.dtype == "float32"
     assert classify(_expected(case, spec), observed, spec).verdict is Verdict.DTYPE
+    assert _judged(framework_adapter, spec, case, CLASS)[1] == ["dtypes.computation = float32"]
+    float32 = with_alternatives(spec, (Alternative("dtypes.computation", "float32"),))
+    for part in ("forward", "grad_input", "grad_target", "grad2_input"):
+        observed = _run(framework_adapter, case, CLASS, part)
+        assert observed.dtype == (dtype if part != "forward" else "float32"), part
+        assert classify(_expected(case, float32, part), observed, float32).verdict is Verdict.PASS, part
     x, t = framework_adapter.build(case, framework_adapter.devices()[0])
     with framework_adapter._scope(framework_adapter.devices()[0]):
         own = keras.losses.KLDivergence(reduction="sum", dtype=dtype)(t, x)
     assert keras.backend.standardize_dtype(own.dtype) == dtype
+
+
+def test_the_profile_documents_the_class_computing_in_floatx(framework_adapter, tmp_path):
+    """A run's float64 rows of the class are documented by the profile's entry, as one documented defect whose cause
+    is the spec's choice, where the function's float64 rows pass."""
+    from conformance.cli import main
+    from conformance.core.results import iter_results
+
+    case_id = "fwd/none/log_target=0,input=prob/4x6/float64/softmax/s0"
+    assert main(["run", "--framework", "keras", "--only", case_id, "--out", str(tmp_path / "out"), "--no-progress",
+                 "--no-repro", "--no-cache"]) == 0
+    rows = list(iter_results(tmp_path / "out"))
+    of_class = [r for r in rows if r.api == CLASS]
+    assert {r.part for r in of_class} == {"forward", "grad_input", "grad_target", "grad2_input"}
+    assert any(r.verdict is Verdict.DTYPE for r in of_class)
+    for row in of_class:
+        assert row.verdict is Verdict.PASS or (row.documented_by == ("the-class-computes-in-floatx",)
+                                               and row.cause == "dtypes.computation"), row.message
+    assert len({r.defect for r in of_class if r.verdict is not Verdict.PASS}) == 1
+    assert all(r.verdict is Verdict.PASS for r in rows if r.api == FUNCTION)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])

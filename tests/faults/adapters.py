@@ -544,6 +544,33 @@ class SameShapeProfileAdapter(NumpyAdapter):
          "basis": "docs", "reference": "https://example.org/docs"}]}
 
 
+class Float32ComputationAdapter(NumpyAdapter):
+    """Honest, but casts both arguments to float32 first whatever their dtypes, and answers in float32 (as Keras'
+    loss classes compute in keras.config.floatx())."""
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        narrowed = types.SimpleNamespace(input=case.input.astype(np.float32), target=case.target.astype(np.float32),
+                                         params=case.params)
+        return call_observed(lambda: np.asarray(self.compute(narrowed), dtype=np.float32),
+                             lambda v: (v.astype(np.float64), "float32", v.shape))
+
+
+class DeclaredFloat32ComputationAdapter(Float32ComputationAdapter):
+    """The same, carrying a profile that documents it: the spec's choice dtypes.computation = float32."""
+
+    profile = {"framework": "numpy-test", "deviations": [
+        {"id": "computes-in-float32", "apis": ["numpy.kl_div"], "set": {"dtypes.computation": "float32"},
+         "rationale": "r", "basis": "docs", "reference": "https://example.org/docs"}]}
+
+
+class WrongFloat32ComputationAdapter(DeclaredFloat32ComputationAdapter):
+    """Declares the float32 computation, and answers it off by one: what the profile documents is float32's answer,
+    not any answer in float32."""
+
+    def compute(self, case: Case) -> np.ndarray:
+        return super().compute(case) + 1
+
+
 class AcceleratorAdapter(NumpyAdapter):
     """Has a `gpu` beside the cpu, which one process claims whole (as JAX preallocates its memory): each worker
     that loads appends a line to the file named by $KL_TEST_LOADS."""

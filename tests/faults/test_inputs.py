@@ -214,7 +214,9 @@ def _poison(tmp_path, reseal: bool) -> int:
 @pytest.mark.parametrize("reseal", [False, True], ids=["edited", "edited-and-resealed"])
 def test_a_poisoned_cache_never_turns_a_divergence_into_a_pass(tmp_path, capsys, reseal):
     assert _cached_run(tmp_path, "first")["the-fault"] == "value"
-    assert _poison(tmp_path, reseal) == 1  # the two cases have one content, so one entry
+    # the two cases have one content: an entry for the spec's expectation, and one for each alternative spec the
+    # explanation of the fault asked (dtypes.computation's, for a float64 case)
+    assert _poison(tmp_path, reseal) >= 1
     capsys.readouterr()
     assert _cached_run(tmp_path, "second")["the-fault"] == "value"
     warnings = [line for line in capsys.readouterr().err.splitlines() if "reference cache" in line]
