@@ -73,12 +73,13 @@ def log_ratio(t: np.ndarray, q: np.ndarray) -> np.ndarray:
         return np.where(near, np.log1p((t - q) / q), np.log(t / q))
 
 
-def clip_slope(v: np.ndarray, low: float, high: float, boundary: str) -> np.ndarray:
+def clip_slope(v: np.ndarray, low: float, high: float, boundary: str, selects: bool = False) -> np.ndarray:
     """The clip's derivative at v: 1 inside (low, high), 0 outside, and at low or high 1 (inside) or
-    1/2 (half) (spec: dialects.keras.clip.boundary); NaN at NaN."""
+    1/2 (half) (spec: dialects.keras.clip.boundary); at NaN, NaN, or 0 where the clip's backward selects
+    (spec: dialects.keras.clip.nan)."""
     slope = np.where((v > low) & (v < high), 1.0, 0.0)
     slope = np.where((v == low) | (v == high), 1.0 if boundary == "inside" else 0.5, slope)
-    return np.where(np.isnan(v), np.nan, slope)
+    return slope if selects else np.where(np.isnan(v), np.nan, slope)
 
 
 def keras_gradient(q: np.ndarray, t: np.ndarray, which: str, result_dtype: str, spec: Spec):
@@ -87,28 +88,30 @@ def keras_gradient(q: np.ndarray, t: np.ndarray, which: str, result_dtype: str, 
     of its terms' magnitudes and the rule map."""
     keras = spec.data["dialects"]["keras"]
     low, high = clip_bounds(spec, result_dtype)
-    boundary = keras["clip"]["boundary"]["choice"]
+    boundary, selects = keras["clip"]["boundary"]["choice"], keras["clip"]["nan"]["choice"] == "zero"
     with np.errstate(invalid="ignore"):
         qc, tc = np.clip(q, low, high), np.clip(t, low, high)
     qw, tw = qc.astype(WIDE), tc.astype(WIDE)
-    slope_q, slope_t = clip_slope(q, low, high, boundary), clip_slope(t, low, high, boundary)
+    slope_q, slope_t = clip_slope(q, low, high, boundary, selects), clip_slope(t, low, high, boundary, selects)
     with np.errstate(all="ignore"):
         if which == "input":
-            d = -(tw / qw) * slope_q
+            d, slope = -(tw / qw) * slope_q, slope_q
         elif which == "target":
-            d = (log_ratio(tw, qw) + 1) * slope_t
+            d, slope = (log_ratio(tw, qw) + 1) * slope_t, slope_t
         else:
-            d = -(slope_t * slope_q) / qw
+            d, slope = -(slope_t * slope_q) / qw, slope_q * slope_t
+        if selects:  # spec: dialects.keras.clip.nan.choices.zero -- a select: 0 through a closed clip, NaN or not;
+            # d/dt of grad_input passes target's clip last, and input's (0 at NaN) is divided by the input first
+            d = np.where(slope_t == 0, 0.0, -slope_q / qw) if which == "second_order" else np.where(slope == 0, 0.0, d)
     d = np.asarray(d, dtype=WIDE)
     rule_map = np.full(q.shape, FORMULA, dtype=np.int8)
     with np.errstate(invalid="ignore"):
         rule_map[(qc != q) | (tc != t)] = CLIPPED
     magnitude = np.array(sum_of_abs(keras["gradients"]["terms"][which], NAMES, input=qw, target=tw), dtype=WIDE)
-    slope = slope_q if which == "input" else slope_t if which == "target" else slope_q * slope_t
     with np.errstate(invalid="ignore"):
         magnitude = magnitude * np.where(np.isnan(slope), 0, slope)
     nan = np.isnan(q) | np.isnan(t)
-    if spec.data["gradients"]["conventions"]["nan_propagation"]["choice"] == "propagate":
+    if not selects and spec.data["gradients"]["conventions"]["nan_propagation"]["choice"] == "propagate":
         d[nan] = np.nan
     rule_map[nan] = NAN
     magnitude[nan] = 0

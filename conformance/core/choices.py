@@ -80,6 +80,7 @@ TOUCHES = {
     # Keras' dialect: only a case in probability space reaches it
     "dialects.keras.clip.epsilon_dtype": lambda case, x, t: case.params.prob_input,
     "dialects.keras.clip.boundary": lambda case, x, t: case.params.prob_input,
+    "dialects.keras.clip.nan": lambda case, x, t: case.params.prob_input and bool(np.isnan(x).any() or np.isnan(t).any()),
     "dialects.keras.ratio": lambda case, x, t: case.params.prob_input,
 }
 

@@ -181,6 +181,26 @@ def test_keras_boundary_half_alternative(spec):
     np.testing.assert_allclose(halved, full / 2, rtol=1e-15)
 
 
+@pytest.mark.parametrize("which, q, t, want", [
+    ("grad_input", nan, 0.5, 0.0),      # -t/q through input's clip, which selects 0 at NaN
+    ("grad_input", 0.5, nan, nan),      # -t/q with t NaN passes input's open clip
+    ("grad_target", 0.5, nan, 0.0),     # log(t/q) + 1 through target's clip
+    ("grad_target", nan, 0.5, nan),     # log(t/NaN) + 1 passes target's open clip
+    ("grad2_input", 0.5, nan, 0.0),     # -1/q, selected away by target's clip, the last it passes
+    ("grad2_input", nan, 0.5, nan),     # input's clip selects 0, divided by q = NaN before target's clip
+    ("grad_input", 0.5, 0.25, -0.5),    # no NaN: as the spec's own choice
+])
+def test_keras_clip_nan_zero_alternative(spec, which, q, t, want):
+    """TensorFlow's and torch's clips select in their backward (spec: dialects.keras.clip.nan = zero)."""
+    from conformance.core.choices import Alternative, with_alternatives
+
+    zero = with_alternatives(spec, (Alternative("dialects.keras.clip.nan", "zero"),))
+    got = expected_grad(_prob_case([[q]], [[t]], reduction="sum", dtype="float64"), zero, which, "keras").value
+    np.testing.assert_allclose(got / 1.25 / (0.75 if which == "grad2_input" else 1), [[want]], rtol=1e-14)
+    canonical = expected_grad(_prob_case([[q]], [[t]], reduction="sum", dtype="float64"), spec, which, "keras").value
+    assert np.isnan(canonical).all() == (np.isnan(q) or np.isnan(t))  # the spec's own choice: NaN propagates
+
+
 def test_keras_terms_within_one_ulp_of_mpmath(spec):
     """The reference's Keras terms (float64, inside the clip) against t * log(t / q) at 50 digits, on
     probabilities across magnitudes, a fifth of them with q == t up to a few ulp (the ratio near 1)."""
