@@ -121,7 +121,6 @@ NOT_APPLICABLE = {
     # subset's float32 cases reach
     "optax": {"wrong_divisor": "no API of optax takes reduction mean or batchmean"},
     "mlx": {"garbage_where_documented": "the profile of mlx documents no deviation"},
-    "keras": {"garbage_where_documented": "the profile of keras documents no deviation"},
     # its one documented deviation (ops.kl_div's same shape) is reached only by the suite's broadcasting cases,
     # which are all of mixed dtypes, calls its profile's unsupported entries keep from running
     "mindspore": {"garbage_where_documented": "no call the suite sends reaches a documented deviation (the "
