@@ -109,7 +109,7 @@ def _check_construction(key: CaseKey, spec: Spec | None) -> None:
     if c.source == "numpy" and c.inferred and key.dtype.input not in NUMPY_FLOATS:
         raise ValueError(f"NumPy has no {key.dtype.input}: from=numpy,inferred takes one of {list(NUMPY_FLOATS)}")
     if c.source != "numpy" and c.inferred and spec is not None:
-        inferred = spec.data["dtypes"]["inferred"]["python_float"]
+        inferred = spec.data["dtypes"]["inferred"]["python_float"]["choice"]
         if key.dtype.input != inferred:
             raise ValueError(f"from={c.source},inferred makes {inferred} (spec: dtypes.inferred.python_float), "
                              f"not {key.dtype.input}")

@@ -195,7 +195,7 @@ def construction_keys(spec: Spec) -> Iterator[CaseKey]:
     Each in log space and in linear space, and with probabilities as input where a dialect takes those; the
     reduction `none` (every element judged) where the tensor has elements, `sum` on the empty one.
     """
-    python_float = spec.data["dtypes"]["inferred"]["python_float"]
+    python_float = spec.data["dtypes"]["inferred"]["python_float"]["choice"]
     explicit = [d for d in spec.floating_dtypes if d != python_float]
     builds = [(Construction(source), dtype) for source in ("list", "factory") for dtype in explicit]
     builds += [(Construction(source, inferred=True), python_float) for source in ("list", "factory")]

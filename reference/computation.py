@@ -1,7 +1,9 @@
-"""The dtype a call is computed in (spec: dtypes.computation): the result dtype, or one fixed dtype that the API
-casts both arguments to first, whatever the caller's dtypes.
+"""The dtypes a call is made and computed in: what the framework infers for values given without a dtype (spec:
+dtypes.inferred), and the dtype it computes in (spec: dtypes.computation), the result dtype or one fixed dtype
+that the API casts both arguments to first, whatever the caller's dtypes.
 
-Under a fixed dtype the call is the same call made with both arguments cast to it, so the forward's expectation
+An inferred dtype makes another call: its tensors have that dtype, and it is judged as that call. Under a fixed
+computation dtype the call is the same call made with both arguments cast to it, so the forward's expectation
 is that call's, and each gradient is that call's, cast back to its argument's dtype as the cast's derivative
 returns it. Never imports a framework.
 """
@@ -12,9 +14,27 @@ import dataclasses
 
 import numpy as np
 
-from conformance.core.case import Case, DtypePair
+from conformance.core.case import NUMPY_DEFAULT, Case, DtypePair
 from conformance.core.model import Expected, Spec
 from conformance.core.rounding import round_to_dtype
+
+def as_inferred(case: Case, spec: Spec) -> Case:
+    """The call as the framework makes it: for values given without a dtype, in the dtype the spec's choices infer
+    (spec: dtypes.inferred), which is the case's own under the spec's; the case itself otherwise."""
+    made = case.construction
+    if not made.inferred:
+        return case
+    inferred, floating = spec.data["dtypes"]["inferred"], spec.data["dtypes"]["floating"]
+    if made.source == "numpy":  # a floating choice narrows a wider array to it; the other keeps the array's dtype
+        dtype = inferred["numpy_array"]["choice"]
+        if dtype not in floating or spec.unit_roundoff(case.dtype.input) >= spec.unit_roundoff(dtype):
+            return case
+    else:
+        dtype = inferred["python_float"]["choice"]
+    if case.dtype == DtypePair(dtype, dtype):
+        return case
+    return dataclasses.replace(case, dtype=DtypePair(dtype, dtype), construction=NUMPY_DEFAULT)
+
 
 def computed_case(case: Case, spec: Spec) -> Case | None:
     """The call as the spec's computation dtype makes it: both arguments, in their own dtypes, cast to that dtype
@@ -25,7 +45,7 @@ def computed_case(case: Case, spec: Spec) -> Case | None:
     # each argument as the caller's dtype holds it, then cast
     cast = {name: round_to_dtype(round_to_dtype(getattr(case, name), getattr(case.dtype, name)), dtype)
             for name in ("input", "target")}
-    return dataclasses.replace(case, **cast, dtype=DtypePair(dtype, dtype))
+    return dataclasses.replace(case, **cast, dtype=DtypePair(dtype, dtype), construction=NUMPY_DEFAULT)
 
 
 def cast_back(computed: Expected, dtype: str, spec: Spec) -> Expected:

@@ -17,7 +17,7 @@ from conformance.core.model import RULE_NAMES, Expected, Spec
 from conformance.core.rounding import round_to_dtype
 from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bound
 from conformance.core.tolerance import reduction_bound, sensitivity
-from conformance.reference.computation import computed_case
+from conformance.reference.computation import as_inferred, computed_case
 from conformance.reference.dialect import keras_pointwise, operand_dtype, sum_distributions
 from conformance.reference.pointwise import FORMULA, SMALL, WIDE, pointwise
 from conformance.reference.statements import verify_formulas
@@ -45,6 +45,7 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         return Expected(result_dtype=None, error_id=error_id, error_type=spec.error_exception(error_id),
                         error_match=spec.error_match(error_id),
                         warnings=warnings, rules=(f"errors.{error_id}",))
+    case = as_inferred(case, spec)  # spec: dtypes.inferred -- the call the framework makes of values without a dtype
     computed = computed_case(case, spec)
     if computed is not None:  # spec: dtypes.computation -- the call made in that dtype
         return expected_forward(computed, spec, dialect)

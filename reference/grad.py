@@ -15,7 +15,7 @@ from conformance.core.case import Case
 from conformance.core.model import GRAD_PARTS, Expected, Spec, upstream_gradient
 from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 from conformance.reference import dialect
-from conformance.reference.computation import cast_back, computed_case
+from conformance.reference.computation import as_inferred, cast_back, computed_case
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
                                            expected_error, expected_forward, expected_warnings, in_result_dtype,
                                            legacy_then_batchmean, own_terms_dtype, reduction_divisor)
@@ -61,6 +61,7 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         return Expected(result_dtype=None, error_id=error_id, error_type=spec.error_exception(error_id),
                         error_match=spec.error_match(error_id),
                         warnings=expected_warnings(case.params, spec, dialect_name), rules=(f"errors.{error_id}",))
+    case = as_inferred(case, spec)  # spec: dtypes.inferred -- the call the framework makes of values without a dtype
     argument = GRAD_PARTS[part]
     arg_dtype = getattr(case.dtype, argument)
     computed = computed_case(case, spec)

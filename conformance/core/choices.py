@@ -58,6 +58,9 @@ TOUCHES = {
     # a fixed computation dtype: its alternative is float32 (spec: dtypes.computation.choices), which changes
     # every call but a float32 one
     "dtypes.computation": lambda case, x, t: case.dtype.is_mixed or case.dtype.input != "float32",
+    # values given without a dtype: the framework's inference decides the call's dtype
+    "dtypes.inferred.python_float": lambda case, x, t: case.construction.inferred and case.construction.source != "numpy",
+    "dtypes.inferred.numpy_array": lambda case, x, t: case.construction.inferred and case.construction.source == "numpy",
     "gradients.conventions.target_zero": _TARGET_ZERO,
     "gradients.conventions.target_negative": _TARGET_NEGATIVE,
     "gradients.conventions.log_target_neg_inf": _LOG_TARGET_NEG_INF,

@@ -4,7 +4,8 @@ A maintainer triages behaviours, not rows. Rows of one behaviour differ in what 
 of one implementation (a module and its functional form), the part, the dtype, the shape, the layout, the
 legacy arguments and the mode (a mode that answers as eager shows eager's defect; one that answers otherwise
 has a cause of its own). So a row's defect is named by what stays: the framework release, the implementation,
-whether the profile documents it (and by which deviations), and its root cause: the residual cause (what
+and either the profile's deviations that document it (a documented defect is one statement of the framework's)
+or, undocumented, its root cause: the residual cause (what
 remains once the profile is applied; the run records it as the row's cause), with the loss's and the gradients'
 convention at one edge as one, and a rule of the call's signature beside rules of the values left to the rows it
 explains alone (`root_cause`). An unexplained divergence has no cause to merge by, so it is named by what it shows: its
@@ -85,6 +86,8 @@ def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
         # less what the case puts in it (the reduction it names, 'avg' or 'SUM'): one refusal of an argument
         return (*head, "unsupported", row.part, reason if documented else _QUOTED.sub("", reason.split(":", 1)[0]))
     head += ("documented by " + ",".join(sorted(row.documented_by)),)
+    if row.documented_by:  # one statement of the framework's, whatever it reproduces at each edge it names
+        return head
     if row.cause and row.cause != UNEXPLAINED:
         return (*head, root_cause(row.cause))
     raised = raised_words(row.message) if row.verdict is Verdict.ERROR else None

@@ -96,6 +96,7 @@ def _check_consistency(data: dict[str, Any], shown: str) -> None:
     _check_dtype_constants(data["dtypes"], shown)
     _check_promotion(data["dtypes"], shown)
     _check_computation(data["dtypes"], shown)
+    _check_inferred(data["dtypes"], shown)
     check_formulas(data, shown)
     check_tolerance_formulas(data, shown)
     stated = data["gradients"]["upstream"]
@@ -171,6 +172,22 @@ def _check_computation(dtypes: dict[str, Any], shown: str) -> None:
                         f"may", file=shown, where="dtypes.computation.choices",
                         fix=f"name each other choice after the dtype of dtypes.floating {dtypes['floating']} "
                             "the arguments are cast to")
+
+
+def _check_inferred(dtypes: dict[str, Any], shown: str) -> None:
+    """dtypes.inferred: every choice of python_float is a floating dtype, and every choice of numpy_array but one
+    (an array keeps its dtype) is the floating dtype a wider array narrows to (reference/computation.py reads them
+    so)."""
+    inferred, floating = dtypes["inferred"], dtypes["floating"]
+    named = [name for name in inferred["python_float"]["choices"] if name not in floating]
+    if named:
+        raise SpecError(f"choices {named} are not floating dtypes {floating}", file=shown,
+                        where="dtypes.inferred.python_float.choices", fix="name each choice after the dtype inferred")
+    keeps = [name for name in inferred["numpy_array"]["choices"] if name not in floating]
+    if len(keeps) != 1:
+        raise SpecError(f"choices {keeps} name no floating dtype, where exactly one (the array's own dtype) may",
+                        file=shown, where="dtypes.inferred.numpy_array.choices",
+                        fix=f"name each other choice after the dtype of {floating} a wider array narrows to")
 
 
 def _check_promotion(dtypes: dict[str, Any], shown: str) -> None:

@@ -33,7 +33,7 @@ DEFAULT_MEMORY_BUDGET_MB = 8192.0
 # it at once. The harness judging it: the reference's float64 and extended-precision temporaries, the
 # expectation of every part, the observations, and the alternative expectations an explanation or a profile
 # reads (tests/faults/test_inputs.py measures the peak and holds it under this).
-JUDGE_BYTES_PER_ELEMENT = 640
+JUDGE_BYTES_PER_ELEMENT = 768
 # The worker: the case's float64 arrays and the framework's tensors, results and gradients.
 FRAMEWORK_BYTES_PER_ELEMENT = 128
 BYTES_PER_ELEMENT = JUDGE_BYTES_PER_ELEMENT + FRAMEWORK_BYTES_PER_ELEMENT
