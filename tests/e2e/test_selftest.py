@@ -18,7 +18,9 @@ from conformance.core.results import iter_results
 # and the integer-dtype error cases (the only errors an API without a reduction argument, optax's, meets).
 # Keras' clipped probabilities (spec: dialects.keras) expect an infinity only in float16, where a gradient
 # passes 65504: its float16 cases are in the subset too (other frameworks call them unsupported).
-SUBSET = ["fwd/*/4x6/float32/*", "fwd/*/6:4x6/*", "fwd/*/integers/*", "fwd/*,input=prob/4x6/float16/*"]
+# The float64 NumPy arrays given without a dtype are MLX's one documented deviation (dtypes.inferred.numpy_array).
+SUBSET = ["fwd/*/4x6/float32/*", "fwd/*/6:4x6/*", "fwd/*/integers/*", "fwd/*,input=prob/4x6/float16/*",
+          "fwd/*/4x6/float64,from=numpy,inferred/*"]
 
 
 def _subset() -> list[str]:
@@ -120,7 +122,6 @@ NOT_APPLICABLE = {
     # its profile documents kl_divergence's zero and negative targets (outside its documented domain), which the
     # subset's float32 cases reach
     "optax": {"wrong_divisor": "no API of optax takes reduction mean or batchmean"},
-    "mlx": {"garbage_where_documented": "the profile of mlx documents no deviation"},
     # its one documented deviation (ops.kl_div's same shape) is reached only by the suite's broadcasting cases,
     # which are all of mixed dtypes, calls its profile's unsupported entries keep from running
     "mindspore": {"garbage_where_documented": "no call the suite sends reaches a documented deviation (the "

@@ -137,6 +137,20 @@ def test_the_loss_and_its_gradients_at_one_edge_are_one_defect_and_a_signature_r
     assert root_cause("signature.legacy.precedence") == "signature.legacy.precedence"
 
 
+def test_the_rows_one_profile_statement_documents_are_one_defect_whatever_edge_or_cause_each_shows():
+    """optax's zero-target entry states a NaN loss at an infinite input and a NaN grad_target at t = 0: one
+    statement, one documented defect; rows another statement documents are another."""
+    loss = make_result(case_id="l", verdict="nonfinite", cause="pointwise.conventions.target_zero",
+                       documented=True, documented_by=("zero-target",))
+    gradient = make_result(case_id="g", verdict="nonfinite", part="grad_target", cause="unexplained",
+                           documented=True, documented_by=("zero-target",))
+    other = make_result(case_id="o", verdict="nonfinite", cause="pointwise.conventions.target_zero",
+                        documented=True, documented_by=("negative-target",))
+    assert loss.defect == gradient.defect != other.defect
+    assert [(d.status, d.rows) for d in Defects([loss, gradient, other]).ordered()] == \
+        [("documented", 2), ("documented", 1)]
+
+
 def test_an_accepted_defect_names_where_the_framework_states_it_and_its_upstream_issue():
     """Read from the shipped torch profile: grad_target NaN at a zero target, closed upstream as by design."""
     row = make_result(case_id="z", framework="torch", verdict="nonfinite", part="grad_target",

@@ -9,6 +9,7 @@ JAX and torch (docs/frameworks/keras.md).
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import mpmath
 import numpy as np
@@ -115,3 +116,49 @@ def test_each_argument_is_cast_from_the_value_its_own_dtype_holds(spec):
     held = [float(np.float16(v)) for v in (-1.1, -0.3)], [float(np.float16(v)) for v in (0.1, 0.9)]
     assert abs(fixed.value - _kl_sum(*held)) <= fixed.bound
     assert abs(fixed.value - _kl_sum(_f32(X), _f32(T))) > 100 * fixed.bound  # not the float64 value cast
+
+
+# -- dtypes.inferred: values given without a dtype -------------------------------------------------------------
+
+def _made(case, source: str):
+    from conformance.core.case import Construction
+
+    return dataclasses.replace(case, construction=Construction(source, inferred=True))
+
+
+def test_python_floats_inferred_as_float64_make_a_float64_call(spec):
+    """The case's dtype is the spec's inference, float32; JAX with x64 makes the same Python floats float64."""
+    case = _made(make_case(X, T, reduction="sum", dtype="float32"), "list")
+    x64 = with_alternatives(spec, (Alternative("dtypes.inferred.python_float", "float64"),))
+    canonical, inferred = expected_forward(case, spec), expected_forward(case, x64)
+    assert (canonical.result_dtype, inferred.result_dtype) == ("float32", "float64")
+    assert abs(inferred.value - _kl_sum(X, T)) <= inferred.bound
+    assert abs(canonical.value - _kl_sum(_f32(X), _f32(T))) <= canonical.bound
+    assert expected_grad(case, x64, "grad_input").result_dtype == "float64"
+    assert "dtypes.inferred.python_float" in touched_paths(case)
+    assert "dtypes.inferred.python_float" not in touched_paths(make_case(X, T, reduction="sum", dtype="float32"))
+
+
+def test_a_float64_numpy_array_inferred_as_float32_makes_a_float32_call(spec):
+    """MLX's conversion: the arrays are float32 before the call, so its gradients are float32 too (no cast back)."""
+    narrows = with_alternatives(spec, (Alternative("dtypes.inferred.numpy_array", "float32"),))
+    case = _made(make_case(X, T, reduction="sum", dtype="float64"), "numpy")
+    forward = expected_forward(case, narrows)
+    assert forward.result_dtype == "float32" and abs(forward.value - _kl_sum(_f32(X), _f32(T))) <= forward.bound
+    assert expected_grad(case, narrows, "grad_target").result_dtype == "float32"
+    assert expected_forward(case, spec).result_dtype == "float64"
+    # a narrower array keeps its dtype
+    half = _made(make_case(X, T, reduction="sum", dtype="float16"), "numpy")
+    assert expected_forward(half, narrows).result_dtype == "float16"
+    assert float(expected_forward(half, narrows).value) == float(expected_forward(half, spec).value)
+
+
+def test_the_loader_refuses_an_inferred_choice_that_names_no_dtype(spec):
+    data = copy.deepcopy(dict(spec.data))
+    data["dtypes"]["inferred"]["python_float"]["choices"]["default"] = "the framework's default dtype"
+    with pytest.raises(SpecError, match=r"dtypes\.inferred\.python_float\.choices"):
+        validate_spec_data(data, "kl_div.yaml")
+    data = copy.deepcopy(dict(spec.data))
+    data["dtypes"]["inferred"]["numpy_array"]["choices"]["wider"] = "widened"
+    with pytest.raises(SpecError, match=r"dtypes\.inferred\.numpy_array\.choices"):
+        validate_spec_data(data, "kl_div.yaml")
