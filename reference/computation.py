@@ -38,7 +38,8 @@ def as_inferred(case: Case, spec: Spec) -> Case:
 
 def computed_case(case: Case, spec: Spec) -> Case | None:
     """The call as the spec's computation dtype makes it: both arguments, in their own dtypes, cast to that dtype
-    (overflowing to +-inf as a cast does); None where the spec computes in the result dtype, or the arguments already have it."""
+    (overflowing to +-inf as a cast does); None where the spec computes in the result dtype, or the arguments
+    already have it."""
     dtype = spec.data["dtypes"]["computation"]["choice"]  # a floating dtype's name, or the result dtype's choice
     if dtype not in spec.data["dtypes"]["floating"] or case.dtype == DtypePair(dtype, dtype):
         return None

@@ -59,8 +59,10 @@ TOUCHES = {
     # every call but a float32 one
     "dtypes.computation": lambda case, x, t: case.dtype.is_mixed or case.dtype.input != "float32",
     # values given without a dtype: the framework's inference decides the call's dtype
-    "dtypes.inferred.python_float": lambda case, x, t: case.construction.inferred and case.construction.source != "numpy",
-    "dtypes.inferred.numpy_array": lambda case, x, t: case.construction.inferred and case.construction.source == "numpy",
+    "dtypes.inferred.python_float": lambda case, x, t: case.construction.inferred
+    and case.construction.source != "numpy",
+    "dtypes.inferred.numpy_array": lambda case, x, t: case.construction.inferred
+    and case.construction.source == "numpy",
     "gradients.conventions.target_zero": _TARGET_ZERO,
     "gradients.conventions.target_negative": _TARGET_NEGATIVE,
     "gradients.conventions.log_target_neg_inf": _LOG_TARGET_NEG_INF,
@@ -83,7 +85,8 @@ TOUCHES = {
     # Keras' dialect: only a case in probability space reaches it
     "dialects.keras.clip.epsilon_dtype": lambda case, x, t: case.params.prob_input,
     "dialects.keras.clip.boundary": lambda case, x, t: case.params.prob_input,
-    "dialects.keras.clip.nan": lambda case, x, t: case.params.prob_input and bool(np.isnan(x).any() or np.isnan(t).any()),
+    "dialects.keras.clip.nan": lambda case, x, t: case.params.prob_input and bool(np.isnan(x).any()
+                                                                                  or np.isnan(t).any()),
     "dialects.keras.ratio": lambda case, x, t: case.params.prob_input,
 }
 
