@@ -63,9 +63,14 @@ class Restriction:
     basis: str
     reference: str
     mode: str = "*"  # a glob over the modes it covers: a restriction of the API holds whatever compiles it
+    device: str = "*"  # a glob over the devices it covers: a backend's restriction (Keras on torch) holds on its own
 
-    def covers(self, case: Case, api: str, part: str, mode: str = EAGER) -> bool:
+    def covers(self, case: Case, api: str, part: str, mode: str = EAGER, device: str | None = None) -> bool:
+        """Whether the entry keeps this call from being sent; `device` None where the caller counts calls of every
+        device alike (the self-test's), so an entry covers it whatever device it names."""
         if api not in self.apis or (self.parts and part not in self.parts) or not fnmatch.fnmatchcase(mode, self.mode):
+            return False
+        if device is not None and not fnmatch.fnmatchcase(device, self.device):
             return False
         if not self.dtypes:
             return True
@@ -85,7 +90,8 @@ def load_restrictions(framework: str, spec: Spec, profiles_dir: Path | None = No
         return []
     data = _checked_profile(framework, spec, *found)
     return [Restriction(tuple(row["apis"]), tuple(row.get("parts", ())), tuple(row.get("dtypes", ())), row["reason"],
-                        row["basis"], row["reference"], row.get("mode", "*")) for row in data.get("unsupported", ())]
+                        row["basis"], row["reference"], row.get("mode", "*"), row.get("device", "*"))
+            for row in data.get("unsupported", ())]
 
 
 def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None,
@@ -306,10 +312,10 @@ class DeviationLedger:
         self.spec = spec
         self._specs: dict[tuple[str, ...], Spec] = {}
 
-    def unsupported(self, case: Case, api: str, part: str, mode: str = EAGER) -> str | None:
-        """Why the profile says `api` does not take or define this call in `mode` (the reason and its source), or
-        None."""
-        return next((r.message for r in self.restrictions if r.covers(case, api, part, mode)), None)
+    def unsupported(self, case: Case, api: str, part: str, mode: str = EAGER, device: str | None = None) -> str | None:
+        """Why the profile says `api` does not take or define this call in `mode` on `device` (the reason and its
+        source), or None."""
+        return next((r.message for r in self.restrictions if r.covers(case, api, part, mode, device)), None)
 
     def declared(self, api: str, mode: str = EAGER) -> tuple[Deviation, ...]:
         """The deviations declared for `api` that document calls made in `mode` (eager only, unless a deviation's

@@ -83,7 +83,7 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
                     # a call the profile documents the API does not take or define is not sent either
                     out.append(((t.api, t.device, t.mode, part),
                                 why_not or in_mode(adapter.unsupported_part, t.mode, api, part)
-                                or ctx.ledger.unsupported(case, t.api, part, t.mode)))
+                                or ctx.ledger.unsupported(case, t.api, part, t.mode, t.device)))
         return out
 
     def tasks() -> Iterator[Task]:

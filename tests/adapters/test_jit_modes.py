@@ -94,7 +94,7 @@ def test_mode_run_rows_carry_the_mode_and_are_judged(compiled, tmp_path):
     """`run --mode eager --mode M` on a float32 slice: every call has a row in each mode, the mode's rows are
     judged (none a fallback or an adapter error), and each has eager's verdict (the modes here change no
     float32 NaN/inf pattern: optax's and Keras' jitted sums differ from eager's only within the bound), but
-    for Keras on torch, whose compiled backward gives no second gradient."""
+    for Keras on torch, whose compiled backward gives no second gradient, which its profile states."""
     adapter, mode = compiled
     out = tmp_path / "run"
     code = main(["run", "--framework", adapter.name, "--mode", EAGER, "--mode", mode,
@@ -106,11 +106,15 @@ def test_mode_run_rows_carry_the_mode_and_are_judged(compiled, tmp_path):
                for m in (EAGER, mode)}
     assert by_mode[mode] and by_mode[mode].keys() == by_mode[EAGER].keys()
     judged = [r for r in by_mode[mode].values() if r["verdict"] != "unsupported"]
-    assert {r["part"] for r in judged} == set(PARTS), "each part is made in the mode"
+    # Keras on torch: its profile keeps grad2_input from torch.compile (pytorch#91469), and says why, where the
+    # adapter asked still gets no second gradient (test_a_call_run_eagerly_is_a_fallback)
+    refused = {r["part"] for r in by_mode[mode].values() if r["verdict"] == "unsupported"
+               and "(documented, maintainers: https://github.com/pytorch/pytorch/pull/92348)" in r["message"]}
+    assert refused == ({"grad2_input"} if _no_double_backward(adapter, "grad2_input") else set())
+    assert {r["part"] for r in judged} == set(PARTS) - refused, "each part is made in the mode"
     assert not [r for r in judged if r["verdict"] == "fallback" or "AdapterError" in r["message"]]
     differ = {k: (by_mode[EAGER][k]["verdict"], r["verdict"]) for k, r in by_mode[mode].items()
-              if r["verdict"] != by_mode[EAGER][k]["verdict"]
-              and not (_no_double_backward(adapter, k[3]) and "MissingGradient" in r["message"])}
+              if r["verdict"] != by_mode[EAGER][k]["verdict"] and k[3] not in refused}
     assert not differ, differ
 
 
@@ -149,7 +153,7 @@ def test_a_call_run_eagerly_is_a_fallback(compiled, spec, part):
 
 def _no_double_backward(adapter, part: str) -> bool:
     """Keras on torch: autograd cannot differentiate the backward Inductor compiled, so the second gradient is
-    None (MissingGradient), the finding the issue names for torch.compile."""
+    None (MissingGradient), as torch.compile's maintainers state (Keras' profile: unsupported)."""
     return adapter.name == "keras" and adapter.backend == "torch" and part == "grad2_input"
 
 

@@ -102,6 +102,21 @@ def test_a_mode_entry_covers_its_modes_only_and_an_entry_without_one_every_mode(
         assert ledger.unsupported(half, "numpy.kl_div", "forward", mode).startswith("float32 or float64")
 
 
+def test_a_device_entry_covers_its_devices_only(spec, tmp_path):
+    """Keras' jit is torch.compile on its torch backend only: an entry may name the devices it holds on (a glob), so
+    the same call on another backend is sent; a caller that counts every device alike (the self-test) sees it."""
+    (tmp_path / "numpy-test.yaml").write_text(
+        "framework: numpy-test\ndeviations: []\nunsupported:\n"
+        "- {apis: [numpy.kl_div], parts: [grad2_input], mode: jit, device: 'torch:*', reason: no double backward, "
+        "basis: maintainers, reference: 'https://x'}\n")
+    ledger = DeviationLedger(spec, "numpy-test", ["numpy.kl_div"], tmp_path)
+    case = make_case(np.zeros((2, 3)), np.full((2, 3), 0.5), reduction="sum")
+    assert ledger.unsupported(case, "numpy.kl_div", "grad2_input", "jit", "torch:cpu").startswith("no double")
+    assert ledger.unsupported(case, "numpy.kl_div", "grad2_input", "jit", "tensorflow:cpu") is None
+    assert ledger.unsupported(case, "numpy.kl_div", "grad2_input", "eager", "torch:cpu") is None
+    assert ledger.unsupported(case, "numpy.kl_div", "grad2_input", "jit").startswith("no double")
+
+
 @pytest.mark.parametrize("entry, words", [
     ("{apis: [numpy.kl_div], reason: r, basis: docs, reference: 'https://x'}", "is not valid under any"),
     ("{apis: [numpy.kl_div], dtypes: [float8], reason: r, basis: docs, reference: 'https://x'}", "'float8' is not one"),
