@@ -223,6 +223,7 @@ class Judgement:
     missing_warnings: tuple[str, ...] = ()
     rules: tuple[str, ...] = ()  # the spec rules the case touches where it diverges
     where: tuple[int, ...] | None = None  # the element a value or non-finite divergence is shown at
+    explained: bool = False  # whether spec alternatives (or a fault pattern) named the cause, not the verdict's rule
 
 
 # The major version of the files a run writes (results.jsonl rows, run.json, summary.json).

@@ -212,7 +212,8 @@ class CaseJudge:
                 explained = None
             if explained:
                 cause, said = explained
-                return dataclasses.replace(judgement, message=f"{judgement.message}; behaves as {said}", cause=cause)
+                return dataclasses.replace(judgement, message=f"{judgement.message}; behaves as {said}", cause=cause,
+                                           explained=True)
         return judgement
 
     def _explanation(self, part: str, dialect: str, observed: Observation) -> tuple[str, str] | None:

@@ -15,7 +15,7 @@ from typing import Iterator
 from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
 from conformance.core.case import Case
-from conformance.core.model import UNEXPLAINED, Judgement, Observation, Result, Verdict
+from conformance.core.model import Judgement, Observation, Result, Verdict
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions
@@ -148,7 +148,8 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
                 judgement = judge.judgement(part, dialect, observed)
             documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2])
                              if judgement.verdict.is_finding and failed is None else ())
-            if judgement.cause == UNEXPLAINED and failed is None and not documented_by:
+            # what no alternative explained (its cause `unexplained`, or the rule its verdict states: a dtype, a shape)
+            if judgement.verdict.is_finding and not judgement.explained and failed is None and not documented_by:
                 beyond = judge.beyond_profile(ctx.ledger, api_name, part, dialect, observed, call[2])
                 if beyond is not None:
                     judgement = dataclasses.replace(judgement, message=f"{judgement.message}; behaves as {beyond[1]}",

@@ -344,3 +344,26 @@ def test_float16_gradient_goes_through_the_rounded_ratio(framework_adapter, spec
     else:
         assert abs(observed.value[0, 0] - _expected(case, spec, "grad_input").value[0, 0]) > 2e-5
         assert _judged(framework_adapter, spec, case, part="grad_input")[0] is Verdict.VALUE
+
+
+def test_python_floats_under_x64_beside_the_class_computing_in_floatx(framework_adapter, tmp_path):
+    """JAX with x64 makes Python floats float64: the class computes in float32 (its profile's entry) and returns
+    gradients cast back to float64, a `dtype` row that only the profile beside dtypes.inferred.python_float
+    reproduces; it is named so, the function's rows (no profile entry) by the choice alone, one defect for both.
+    On the other backends Python floats are float32, as the spec infers, and these calls pass."""
+    from conformance.cli import main
+    from conformance.core.results import iter_results
+
+    case_id = "fwd/none/log_target=0,input=prob/4x6/float32,from=list,inferred/certain/s0"
+    assert main(["run", "--framework", "keras", "--only", case_id, "--out", str(tmp_path / "out"), "--no-progress",
+                 "--no-repro", "--no-cache"]) == 0
+    rows = [r for r in iter_results(tmp_path / "out") if r.verdict is not Verdict.PASS]
+    if framework_adapter.backend != "jax":
+        assert not rows
+        return
+    gradient = next(r for r in rows if r.api == CLASS and r.part == "grad_input")
+    assert gradient.verdict is Verdict.DTYPE and not gradient.documented
+    assert gradient.cause == "dtypes.inferred.python_float", gradient.message
+    assert "beside the profile (the-class-computes-in-floatx)" in gradient.message
+    function = next(r for r in rows if r.api == FUNCTION and r.part == "grad_input")
+    assert function.cause == "dtypes.inferred.python_float" and function.defect == gradient.defect
