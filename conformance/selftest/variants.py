@@ -182,6 +182,8 @@ class WrongDtype(Variant):
         obs = call.observed
         if obs.value is None or obs.dtype not in self.OTHER or call.expected.error_id is not None:
             return None
+        if call.case.construction.inferred:  # made without a dtype: another dtype is what the spec's alternative
+            return None                      # inference (dtypes.inferred) gives, where the values allow it
         return replace(obs, dtype=self.OTHER[obs.dtype])
 
     def rule(self, call):  # a gradient comes in its argument's dtype: only a forward result is promoted
@@ -277,8 +279,10 @@ class OtherConvention(Variant):
             other = expectation(call.case, alternative_spec(call.spec, alt), call.part, call.dialect)
             if other.error_id is not None or other.value is None or other.result_dtype != call.observed.dtype:
                 continue
-            planted = replace(call.observed, value=np.array(other.value), shape=tuple(other.shape))
-            if is_fault(planted, call):
+            # one an answer can tell from the spec's (a float32 computation of a float64 call cannot: its change is
+            # within its own bound, and the judge names none such, explain.indistinguishable)
+            planted = _distinct(call, other)
+            if planted is not None and is_fault(planted, call):
                 self.taken = alt.path
                 return planted
         return None
