@@ -18,16 +18,17 @@ from conformance.core.case import NUMPY_DEFAULT, Case, DtypePair
 from conformance.core.model import Expected, Spec
 from conformance.core.rounding import round_to_dtype
 
+
 def as_inferred(case: Case, spec: Spec) -> Case:
     """The call as the framework makes it: for values given without a dtype, in the dtype the spec's choices infer
     (spec: dtypes.inferred), which is the case's own under the spec's; the case itself otherwise."""
     made = case.construction
     if not made.inferred:
         return case
-    inferred, floating = spec.data["dtypes"]["inferred"], spec.data["dtypes"]["floating"]
+    inferred = spec.data["dtypes"]["inferred"]
     if made.source == "numpy":  # a floating choice narrows a wider array to it; the other keeps the array's dtype
         dtype = inferred["numpy_array"]["choice"]
-        if dtype not in floating or spec.unit_roundoff(case.dtype.input) >= spec.unit_roundoff(dtype):
+        if dtype not in spec.floating_dtypes or spec.unit_roundoff(case.dtype.input) >= spec.unit_roundoff(dtype):
             return case
     else:
         dtype = inferred["python_float"]["choice"]
@@ -41,7 +42,7 @@ def computed_case(case: Case, spec: Spec) -> Case | None:
     (overflowing to +-inf as a cast does); None where the spec computes in the result dtype, or the arguments
     already have it."""
     dtype = spec.data["dtypes"]["computation"]["choice"]  # a floating dtype's name, or the result dtype's choice
-    if dtype not in spec.data["dtypes"]["floating"] or case.dtype == DtypePair(dtype, dtype):
+    if dtype not in spec.floating_dtypes or case.dtype == DtypePair(dtype, dtype):
         return None
     # each argument as the caller's dtype holds it, then cast
     cast = {name: round_to_dtype(round_to_dtype(getattr(case, name), getattr(case.dtype, name)), dtype)
@@ -57,7 +58,7 @@ def cast_back(computed: Expected, dtype: str, spec: Spec) -> Expected:
         return computed
     wide = np.asarray(computed.value, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        value = np.where(np.isfinite(wide), round_to_dtype(wide, dtype), wide)
+        value = round_to_dtype(wide, dtype)  # NaN and +-inf as they are
         bound = np.asarray(computed.bound, dtype=np.float64)
         bound = bound * (1 + spec.unit_roundoff(dtype)) + 2 * spec.unit_roundoff(dtype) * np.abs(wide) \
             + spec.smallest_subnormal(dtype)

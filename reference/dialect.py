@@ -100,9 +100,9 @@ def keras_gradient(q: np.ndarray, t: np.ndarray, which: str, result_dtype: str, 
             d, slope = (log_ratio(tw, qw) + 1) * slope_t, slope_t
         else:
             d, slope = -(slope_t * slope_q) / qw, slope_q * slope_t
-        if selects:  # spec: dialects.keras.clip.nan.choices.zero -- a select: 0 through a closed clip, NaN or not;
-            # d/dt of grad_input passes target's clip last, and input's (0 at NaN) is divided by the input first
-            d = np.where(slope_t == 0, 0.0, -slope_q / qw) if which == "second_order" else np.where(slope == 0, 0.0, d)
+        if selects:  # spec: dialects.keras.clip.nan.choices.zero -- the clip passed last selects: 0 where it is
+            # closed, NaN or not (d/dt of grad_input passes target's clip last: input's 0 at NaN is divided by NaN)
+            d = np.where((slope_q if which == "input" else slope_t) == 0, 0.0, d)
     d = np.asarray(d, dtype=WIDE)
     rule_map = np.full(q.shape, FORMULA, dtype=np.int8)
     with np.errstate(invalid="ignore"):

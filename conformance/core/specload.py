@@ -164,30 +164,28 @@ def _check_dtype_constants(dtypes: dict[str, Any], shown: str) -> None:
 
 
 def _check_computation(dtypes: dict[str, Any], shown: str) -> None:
-    """dtypes.computation: every choice but one names the floating dtype a call is cast to (reference/computation.py
-    reads it so); the one left computes in the result dtype."""
-    in_result_dtype = [name for name in dtypes["computation"]["choices"] if name not in dtypes["floating"]]
-    if len(in_result_dtype) != 1:
-        raise SpecError(f"choices {in_result_dtype} name no floating dtype, where exactly one (the result dtype's) "
-                        f"may", file=shown, where="dtypes.computation.choices",
-                        fix=f"name each other choice after the dtype of dtypes.floating {dtypes['floating']} "
-                            "the arguments are cast to")
+    """dtypes.computation: every choice but one names the floating dtype a call is cast to; the one left computes
+    in the result dtype."""
+    _check_dtype_choices(dtypes["computation"], dtypes["floating"], 1, "dtypes.computation", shown)
 
 
 def _check_inferred(dtypes: dict[str, Any], shown: str) -> None:
-    """dtypes.inferred: every choice of python_float is a floating dtype, and every choice of numpy_array but one
-    (an array keeps its dtype) is the floating dtype a wider array narrows to (reference/computation.py reads them
-    so)."""
-    inferred, floating = dtypes["inferred"], dtypes["floating"]
-    named = [name for name in inferred["python_float"]["choices"] if name not in floating]
-    if named:
-        raise SpecError(f"choices {named} are not floating dtypes {floating}", file=shown,
-                        where="dtypes.inferred.python_float.choices", fix="name each choice after the dtype inferred")
-    keeps = [name for name in inferred["numpy_array"]["choices"] if name not in floating]
-    if len(keeps) != 1:
-        raise SpecError(f"choices {keeps} name no floating dtype, where exactly one (the array's own dtype) may",
-                        file=shown, where="dtypes.inferred.numpy_array.choices",
-                        fix=f"name each other choice after the dtype of {floating} a wider array narrows to")
+    """dtypes.inferred: every choice of python_float names the dtype Python floats become; every choice of
+    numpy_array but one (an array keeps its dtype) names the dtype a wider array narrows to."""
+    _check_dtype_choices(dtypes["inferred"]["python_float"], dtypes["floating"], 0, "dtypes.inferred.python_float",
+                         shown)
+    _check_dtype_choices(dtypes["inferred"]["numpy_array"], dtypes["floating"], 1, "dtypes.inferred.numpy_array",
+                         shown)
+
+
+def _check_dtype_choices(node: dict[str, Any], floating: list[str], others: int, path: str, shown: str) -> None:
+    """A choice point whose choices reference/computation.py reads as dtypes: all but `others` of them name a
+    floating dtype."""
+    named_otherwise = [name for name in node["choices"] if name not in floating]
+    if len(named_otherwise) != others:
+        raise SpecError(f"choices {named_otherwise} name no floating dtype, where {others} may", file=shown,
+                        where=f"{path}.choices",
+                        fix=f"name {'each other' if others else 'each'} choice after a dtype of {floating}")
 
 
 def _check_promotion(dtypes: dict[str, Any], shown: str) -> None:

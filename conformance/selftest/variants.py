@@ -182,8 +182,9 @@ class WrongDtype(Variant):
         obs = call.observed
         if obs.value is None or obs.dtype not in self.OTHER or call.expected.error_id is not None:
             return None
-        if call.case.construction.inferred:  # made without a dtype: another dtype is what the spec's alternative
-            return None                      # inference (dtypes.inferred) gives, where the values allow it
+        # made without a dtype, another dtype is what an alternative inference (dtypes.inferred) gives
+        if call.case.construction.inferred:
+            return None
         return replace(obs, dtype=self.OTHER[obs.dtype])
 
     def rule(self, call):  # a gradient comes in its argument's dtype: only a forward result is promoted

@@ -201,6 +201,18 @@ def test_keras_clip_nan_zero_alternative(spec, which, q, t, want):
     assert np.isnan(canonical).all() == (np.isnan(q) or np.isnan(t))  # the spec's own choice: NaN propagates
 
 
+def test_keras_clip_nan_zero_keeps_the_half_derivative_at_the_clips_end(spec):
+    """Both of JAX-like and TensorFlow-like clips at once (boundary half, nan zero): d/dt of grad_input at a target of
+    exactly 1 is -(1/2) / q, the half derivative of target's clip times -1/q, as without the select."""
+    from conformance.core.choices import Alternative, with_alternatives
+
+    both = with_alternatives(spec, (Alternative("dialects.keras.clip.boundary", "half"),
+                                    Alternative("dialects.keras.clip.nan", "zero")))
+    got = expected_grad(_prob_case([[0.5]], [[1.0]], reduction="sum", dtype="float64"), both, "grad2_input",
+                        "keras").value
+    np.testing.assert_allclose(got / 1.25 / 0.75, [[-0.5 / 0.5]], rtol=1e-14)
+
+
 def test_keras_terms_within_one_ulp_of_mpmath(spec):
     """The reference's Keras terms (float64, inside the clip) against t * log(t / q) at 50 digits, on
     probabilities across magnitudes, a fifth of them with q == t up to a few ulp (the ratio near 1)."""
