@@ -8,7 +8,8 @@ and either the profile's deviations that document it (a documented defect is one
 or, undocumented, its root cause: the residual cause (what
 remains once the profile is applied; the run records it as the row's cause), with the loss's and the gradients'
 convention at one edge as one, and a rule of the call's signature beside rules of the values left to the rows it
-explains alone (`root_cause`). An unexplained divergence has no cause to merge by, so it is named by what it shows: its
+explains alone; a row that shows two behaviours at once is the first's, the other also showing there
+(`root_cause`). An unexplained divergence has no cause to merge by, so it is named by what it shows: its
 verdict, its part, its dtype's width and the size of its error.
 
 The id is a digest of that signature, so a run, a shard, a merge and a baseline name one behaviour alike.
@@ -25,6 +26,8 @@ from conformance.core.model import UNEXPLAINED, Result, Verdict
 DEFECT_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{10}")  # "<framework>-<digest>": what defect_id gives
 NARROW_DTYPES = frozenset({"float16", "bfloat16"})
 _SIGNATURE = "signature."  # the spec's section of the call's arguments
+BESIDE_PROFILE = " (beside the profile; the spec alone: "  # a row's message shows what remains beside the profile
+# (run/judging.py), then what the spec alone shows
 _CONVENTION = re.compile(r"^(pointwise|gradients)\.conventions\.")  # the loss's and the gradients' edge conventions
 _RAISED = re.compile(r"raised ([A-Za-z_][A-Za-z0-9_.:]*)(?:: (.*?))?(?:; spec expects|$)", re.S)  # an error row's
 # message names what it raised, and the framework's words
@@ -52,13 +55,20 @@ def residual_cause(cause: str, documented_paths: frozenset[str]) -> str:
 
 
 def root_cause(cause: str) -> str:
-    """What a cause merges by. The spec states each edge convention twice, for the loss (`pointwise.conventions.X`)
-    and for its gradients (`gradients.conventions.X`), under one `applies`: the parts of one edge are one root
-    cause. A cause that joins a rule of the call's signature (how its arguments are read: legacy precedence) to
-    rules of the values is the values' defect: the signature's own rows show that defect apart."""
+    """What a cause merges by: its first behaviour (`behaviours`). A row that shows two behaviours at once (the
+    target's own terms in its dtype, and the product rule those terms then round) belongs to the first, in the
+    spec's order, which is the order explain names them in; the report lists the others as also showing there."""
+    return behaviours(cause)[0]
+
+
+def behaviours(cause: str) -> tuple[str, ...]:
+    """The distinct behaviours a cause names, in its order. The spec states each edge convention twice, for the
+    loss (`pointwise.conventions.X`) and for its gradients (`gradients.conventions.X`), under one `applies`: the
+    parts of one edge are one behaviour. A rule of the call's signature (how its arguments are read: legacy
+    precedence) beside rules of the values is the values' behaviour: the signature's own rows show it apart."""
     paths = cause_paths(cause)
     values = [p for p in paths if not p.startswith(_SIGNATURE)] or list(paths)
-    return " + ".join(dict.fromkeys(_CONVENTION.sub("conventions.", p) for p in values))
+    return tuple(dict.fromkeys(_CONVENTION.sub("conventions.", p) for p in values))
 
 
 def error_size(max_abs_err: float | None, bound: float | None) -> str:

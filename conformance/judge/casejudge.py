@@ -162,6 +162,25 @@ class CaseJudge:
                 self._beyond[key] = None
         return self._beyond[key]
 
+    def beside_profile(self, ledger: DeviationLedger, api: str, part: str, dialect: str, observed: Observation,
+                       mode: str = EAGER) -> Judgement | None:
+        """The observation judged against the spec with `api`'s declared deviations for `mode` applied, where that
+        shows another divergence than the spec alone does: what remains of one the profile does not document (a
+        value just outside the bound beside NaNs the profile states). None where the API declares nothing, the
+        profile changes nothing the judgement shows, or the answer passes beside it (it is then documented)."""
+        if not ledger.declared(api, mode):
+            return None
+        try:
+            base = ledger.spec_for(api, mode)
+            residual = inputs_at(classify(self.expected(base, part, dialect), observed, base), self.case.input,
+                                 self.case.target, tuple(observed.shape or ()))
+        except ExpectationOutOfMemory:
+            return None
+        alone = self.judgement(part, dialect, observed)
+        if not residual.verdict.is_finding or residual.message == alone.message.split("; behaves as ", 1)[0]:
+            return None
+        return residual
+
     def _touched_paths(self) -> frozenset[str]:
         """touched_paths of the case, computed once: every explanation of it reads them."""
         if self._touched is None:

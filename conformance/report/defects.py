@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from conformance.core.defects import NARROW_DTYPES, cause_paths, error_size, raised, width
+from conformance.core.defects import BESIDE_PROFILE, NARROW_DTYPES, behaviours, cause_paths, error_size, raised, width
 from conformance.core.errors import ConformanceError
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
@@ -52,9 +52,10 @@ class Defect:
     parts: set[str] = field(default_factory=set)
     dtypes: set[str] = field(default_factory=set)
     log_targets: set[bool] = field(default_factory=set)
-    example_key: tuple = ()  # simplicity(example), kept beside it: a pass over the rows compares each row with it
+    example_key: tuple = ()  # how simple the example is (add), kept beside it: each row is compared with it
     shared: int = 0  # rows a port shares with the recorded run of the framework it is judged like (--like-run)
     own: int = 0  # rows that are the port's own
+    also: set[str] = field(default_factory=set)  # other behaviours some undocumented rows show beside this one
 
     @property
     def status(self) -> str:
@@ -71,13 +72,15 @@ class Defect:
         return "own" if self.own else ("shared" if self.shared else None)
 
     def where(self) -> str:
-        """Where it shows, in one line: APIs, modes beside eager, parts and dtypes."""
+        """Where it shows, in one line: APIs, modes beside eager, parts, dtypes, and the behaviours some rows show
+        beside it."""
         modes = sorted(self.modes - {EAGER})
         return "; ".join([", ".join(sorted(self.apis)),
                           *([("eager and " if EAGER in self.modes else "") + "modes " + ", ".join(modes)]
                             if modes else []),
                           ", ".join(p for p in ("forward", "grad_input", "grad_target", "grad2_input")
-                                    if p in self.parts), ", ".join(sorted(self.dtypes))])
+                                    if p in self.parts), ", ".join(sorted(self.dtypes)),
+                          *(["some rows also show " + ", ".join(sorted(self.also))] if self.also else [])])
 
 
 class Defects:
@@ -131,7 +134,9 @@ class Defects:
         d.parts.add(r.part)
         d.dtypes.add(r.dtype)
         d.log_targets.add(r.log_target)
-        key = simplicity(r)
+        shows = behaviours(r.cause) if r.cause and not r.documented_by else ()
+        d.also.update(shows[1:])
+        key = (len(shows) > 1, *simplicity(r))  # an example shows the defect's behaviour alone where a row does
         if not d.example_key or key < d.example_key:
             d.example, d.example_key = r, key
 
@@ -148,7 +153,8 @@ class Defects:
 
 def simplicity(r: Result) -> tuple:
     """How hard a row is to read as an example, smallest first: an undocumented row before an accepted one, eager
-    before a mode, the forward before a gradient, float32/float64 before a narrow or mixed dtype, an element shown
+    before a mode, a row that shows the defect alone before one that shows it beside what the profile states (a
+    snippet shows the spec's answer only), the forward before a gradient, float32/float64 before a narrow or mixed dtype, an element shown
     inside the API's domain, reduction none, no legacy arguments, a contiguous layout, the smallest shape that
     holds an element (an empty one shows a reader of the snippet nothing), then the case id (one order in any
     merge) and a function before a module class. Read from the generated case id's pieces (cases/ids.py); a user
@@ -161,7 +167,8 @@ def simplicity(r: Result) -> tuple:
     elements = 1
     for n in sizes:
         elements *= n
-    return (r.is_accepted, r.mode != EAGER, r.part != "forward", ":" in dtype or dtype in NARROW_DTYPES,
+    return (r.is_accepted, r.mode != EAGER, BESIDE_PROFILE in r.message, r.part != "forward",
+            ":" in dtype or dtype in NARROW_DTYPES,
             _outside_domain(r), (pieces[1].split("(")[0] if generated else r.reduction) != "none",
             "(" in (pieces[1] if generated else ""), "." in shape, elements == 0, elements, r.case_id,
             _is_class(r.api), r.api)

@@ -15,6 +15,7 @@ from typing import Iterator
 from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
 from conformance.core.case import Case
+from conformance.core.defects import BESIDE_PROFILE
 from conformance.core.model import Judgement, Observation, Result, Verdict
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
@@ -148,16 +149,34 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
                 judgement = judge.judgement(part, dialect, observed)
             documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2])
                              if judgement.verdict.is_finding and failed is None else ())
-            # what no alternative explained (its cause `unexplained`, or the rule its verdict states: a dtype, a shape)
-            if judgement.verdict.is_finding and not judgement.explained and failed is None and not documented_by:
-                beyond = judge.beyond_profile(ctx.ledger, api_name, part, dialect, observed, call[2])
-                if beyond is not None:
-                    judgement = dataclasses.replace(judgement, message=f"{judgement.message}; behaves as {beyond[1]}",
-                                                    cause=beyond[0])
+            if judgement.verdict.is_finding and failed is None and not documented_by:
+                judgement = _beside_profile(ctx, judge, judgement, api_name, part, dialect, observed, call[2])
             result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
             rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1
         yield case, rows
+
+
+def _beside_profile(ctx: RunContext, judge: CaseJudge, judgement: Judgement, api: str, part: str, dialect: str,
+                    observed: Observation, mode: str) -> Judgement:
+    """An undocumented divergence as it shows beside the API's profile. What no alternative explained (its cause
+    `unexplained`, or the rule its verdict states: a dtype, a shape) is tried beside the profile (beyond_profile).
+    Where the profile changes what the divergence shows, the row shows what remains (its verdict, worst element
+    and error: the value just outside the bound, not the NaN the profile states), and says what the spec alone
+    shows."""
+    said = judgement.message.partition("; behaves as ")[2]
+    if not judgement.explained:
+        beyond = judge.beyond_profile(ctx.ledger, api, part, dialect, observed, mode)
+        if beyond is not None:
+            judgement = dataclasses.replace(judgement, cause=beyond[0])
+            said = beyond[1]
+    residual = judge.beside_profile(ctx.ledger, api, part, dialect, observed, mode)
+    message = judgement.message.partition("; behaves as ")[0]
+    if residual is not None:
+        judgement = dataclasses.replace(judgement, verdict=residual.verdict, max_abs_err=residual.max_abs_err,
+                                        bound=residual.bound, where=residual.where, rules=residual.rules)
+        message = f"{residual.message}{BESIDE_PROFILE}{message.split('; ', 1)[0]})"
+    return dataclasses.replace(judgement, message=message + (f"; behaves as {said}" if said else ""))
 
 
 def selected_parts(case: Case, options: RunOptions) -> list[str]:

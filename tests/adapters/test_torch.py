@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import numpy as np
 import pytest
 
 from conformance.cases.generate import DEFAULT_SEED, build_case
 from conformance.cases.ids import parse_id
+from conformance.core.defects import defect_of
 from conformance.core.model import Verdict
 from conformance.judge.compare import classify
 from conformance.judge.explain import explain
@@ -242,4 +246,11 @@ def test_pytorch_117034_at_a_subnormal_target_is_named_beyond_the_profile(framew
         assert row.verdict.is_divergence and not row.documented, row
         assert row.cause == "dtypes.argument_terms + gradients.target_product_rule", row.message
         assert "beside the profile (grad-target-nan-at-zero-target" in row.message
+        # what it shows is what remains beside the profile: a value at a subnormal target, not the NaN at a zero one
+        assert row.verdict.value == "value" and "(beside the profile; the spec alone: nonfinite" in row.message
+        target = float(re.search(r"; at input \S+, target ([^;\s]+)", row.message).group(1))
+        assert 0 < target < np.finfo(np.float32).tiny, row.message
     assert len({r.defect for r in rows}) == 1  # one implementation
+    # a maintainer who computes the target's terms in the result dtype fixes the row: it is pytorch#117034's defect
+    implementation = framework_adapter.implementations().get(rows[0].api, rows[0].api)
+    assert rows[0].defect == defect_of(dataclasses.replace(rows[0], cause="dtypes.argument_terms"), implementation)

@@ -137,6 +137,24 @@ def test_the_loss_and_its_gradients_at_one_edge_are_one_defect_and_a_signature_r
     assert root_cause("signature.legacy.precedence") == "signature.legacy.precedence"
 
 
+def test_a_row_that_shows_two_behaviours_is_the_first_ones_defect_and_the_report_says_it_also_shows_the_other():
+    """torch's mixed-dtype grad_target at a float32 subnormal target: the target's own terms in float32 (first in the
+    spec's order) and the product rule that float32 rounding then shows. A maintainer who fixes the first fixes the
+    row; the product rule alone is another defect."""
+    both = make_result(case_id="b", verdict="value", part="grad_target",
+                       cause="dtypes.argument_terms + gradients.target_product_rule")
+    own = make_result(case_id="o", verdict="value", cause="dtypes.argument_terms", dtype="float32:float16")
+    rule = make_result(case_id="r", verdict="value", part="grad_target", cause="gradients.target_product_rule")
+    assert root_cause(both.cause) == "dtypes.argument_terms"
+    assert both.defect == own.defect != rule.defect
+    defects = Defects([both, own, rule])
+    merged = defects.by_id[own.defect]
+    assert merged.rows == 2 and merged.also == {"gradients.target_product_rule"}
+    assert merged.example.case_id == "o", "the example shows the defect's behaviour alone, however simple the other"
+    assert merged.where().endswith("; some rows also show gradients.target_product_rule")
+    assert defects.by_id[rule.defect].also == set()
+
+
 def test_the_rows_one_profile_statement_documents_are_one_defect_whatever_edge_or_cause_each_shows():
     """optax's zero-target entry states a NaN loss at an infinite input and a NaN grad_target at t = 0: one
     statement, one documented defect; rows another statement documents are another."""
