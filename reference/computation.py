@@ -63,4 +63,4 @@ def cast_back(computed: Expected, dtype: str, spec: Spec) -> Expected:
         bound = bound * (1 + spec.unit_roundoff(dtype)) + 2 * spec.unit_roundoff(dtype) * np.abs(wide) \
             + spec.smallest_subnormal(dtype)
         bound = np.where(np.isfinite(value) | ~np.isfinite(wide), bound, 0.0)  # an overflow is judged by identity
-    return dataclasses.replace(computed, result_dtype=dtype, value=value, bound=bound)
+    return dataclasses.replace(computed, result_dtype=dtype, value=value, bound=bound, alternate=None)

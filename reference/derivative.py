@@ -14,7 +14,7 @@ import numpy as np
 from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import Spec
 from conformance.core.rounding import round_to_dtype
-from conformance.reference.pointwise import WIDE
+from conformance.reference.pointwise import WIDE, Rounding
 
 # Codes of a gradient's rule map, in the order of RULES.
 FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, INFINITE_INPUT, NAN_PROPAGATION = range(6)
@@ -24,11 +24,12 @@ RULES = ("gradients.formula", "gradients.conventions.target_zero", "gradients.co
 
 
 def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argument: str, spec: Spec,
-                         own_dtype: str | None = None, held_dtype: str | None = None):
+                         own_dtype: str | None = None, held_dtype: str | None = None,
+                         rounding: Rounding = round_to_dtype):
     """dL/d(argument) per element, the sum of its terms' magnitudes (for the bound), and the rule map.
 
     spec: gradients.log_target_false / log_target_true (the formula and its terms), gradients.conventions.
-    With `own_dtype`, exp(target) is rounded to that dtype first (spec: dtypes.argument_terms); with
+    With `own_dtype`, exp(target) is rounded to that dtype first, by `rounding` (spec: dtypes.argument_terms); with
     `held_dtype`, it is held in that dtype, +-inf where it overflows (spec: reductions.operand), and grad_target
     is the product rule's two terms added, exp(t) * (t - x) + exp(t), so an infinite exp(t) gives what IEEE
     arithmetic gives them (NaN where t < x: inf - inf).
@@ -39,7 +40,7 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
     by_formula = np.zeros(x.shape, dtype=bool)  # elements a convention hands to the formula (keep their bound)
     with np.errstate(all="ignore"):
         if log_target:
-            p = exp_target(t, own_dtype, held_dtype)
+            p = exp_target(t, own_dtype, held_dtype, rounding)
             d = -p if argument == "input" else p * (t - x) + p
         else:
             d = -t if argument == "input" else np.log(t) - x + 1
@@ -119,13 +120,14 @@ def xlogy_product_rule(contribution: np.ndarray, derivative: np.ndarray, scale: 
     return out
 
 
-def exp_target(t: np.ndarray, own_dtype: str | None, held_dtype: str | None = None):
+def exp_target(t: np.ndarray, own_dtype: str | None, held_dtype: str | None = None,
+               rounding: Rounding = round_to_dtype):
     """exp(target), rounded to `own_dtype` where the target's own terms are evaluated there (spec:
-    dtypes.argument_terms.choices.own_dtype), and +-inf where it overflows `held_dtype`, the dtype the
+    dtypes.argument_terms.choices.own_dtype; by `rounding`), and +-inf where it overflows `held_dtype`, the dtype the
     gradient's intermediates are held in (spec: reductions.operand); the wide value otherwise."""
     p = np.exp(t)
     if own_dtype is not None:
-        p = np.asarray(round_to_dtype(np.asarray(p, dtype=np.float64), own_dtype), dtype=p.dtype)
+        p = np.asarray(rounding(np.asarray(p, dtype=np.float64), own_dtype), dtype=p.dtype)
     if held_dtype is not None:
         with np.errstate(over="ignore"):
             overflow = np.isinf(round_to_dtype(np.asarray(p, dtype=np.float64), held_dtype)) & np.isfinite(p)
@@ -134,14 +136,14 @@ def exp_target(t: np.ndarray, own_dtype: str | None, held_dtype: str | None = No
 
 
 def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec, own_dtype: str | None = None,
-                            held_dtype: str | None = None):
+                            held_dtype: str | None = None, rounding: Rounding = round_to_dtype):
     """d/dt of dL/dx per element: -1, or -exp(t) in log space (spec: gradients.second_order); exp(t) as
     pointwise_derivative forms it."""
     second = spec.data["gradients"]["second_order"]
     space = f"log_target_{str(log_target).lower()}"
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     with np.errstate(all="ignore"):
-        d = np.array(-exp_target(t, own_dtype, held_dtype) if log_target else -np.ones_like(t), dtype=WIDE)
+        d = np.array(-exp_target(t, own_dtype, held_dtype, rounding) if log_target else -np.ones_like(t), dtype=WIDE)
     magnitude = np.array(np.broadcast_to(sum_of_abs(second["terms"][space],
                                                     VARIABLES["gradients.second_order.terms.*[]"],
                                                     input=x, target=t), x.shape), dtype=WIDE)

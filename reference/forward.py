@@ -14,7 +14,7 @@ import numpy as np
 
 from conformance.core.case import Case, Params
 from conformance.core.model import RULE_NAMES, Expected, Spec
-from conformance.core.rounding import round_to_dtype
+from conformance.core.rounding import round_other_way, round_to_dtype
 from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bound
 from conformance.core.tolerance import reduction_bound, sensitivity
 from conformance.reference.computation import as_inferred, computed_case
@@ -54,12 +54,17 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
     x, t, shape = broadcast_inputs(case, dialect, spec)
     u = spec.unit_roundoff(result_dtype)
     reduction = effective_reduction(case.params, spec)
+    alternate = None
     if rules_of["input_space"] == "probability":
         loss, magnitude, rule_map = keras_pointwise(x, t, result_dtype, spec)
     else:  # a value that is summed afterwards keeps extended precision
         summed = reduction != "none" or rules_of["axis_sum"] or legacy_then_batchmean(case, spec)
+        own_dtype = own_terms_dtype(case, result_dtype, spec)
         loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=summed,
-                                              own_dtype=own_terms_dtype(case, result_dtype, spec))
+                                              own_dtype=own_dtype)
+        if own_dtype is not None and not summed:  # each element's own term rounded the other way
+            alternate = pointwise(x, t, case.params.log_target, spec, extended=False, own_dtype=own_dtype,
+                                  rounding=round_other_way)[0]
     with np.errstate(invalid="ignore"):
         s = sensitivity(x, t, case.params.log_target, spec)
         if np.ndim(s) or s != 0:  # a constant 0 (spec: sensitivity without log_target) needs no mask
@@ -86,10 +91,20 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         with np.errstate(all="ignore"):
             value = np.asarray(value, dtype=WIDE) / WIDE(batch) if batch else np.full(np.shape(value), np.nan, dtype=WIDE)
             bound = np.asarray(bound, dtype=WIDE) / WIDE(batch or 1) + WIDE(u) * np.abs(value)
-    return Expected(result_dtype=result_dtype, shape=shape if reduction == "none" else (),
-                    value=in_result_dtype(np.asarray(value), result_dtype),
+    value = in_result_dtype(np.asarray(value), result_dtype)
+    return Expected(result_dtype=result_dtype, shape=shape if reduction == "none" else (), value=value,
                     bound=as_bound(bound), warnings=warnings, rules=rules,
-                    rule_map=rule_map if reduction == "none" else None)
+                    rule_map=rule_map if reduction == "none" else None,
+                    alternate=other_values(value, alternate, result_dtype))
+
+
+def other_values(value: np.ndarray, alternate: np.ndarray | None, result_dtype: str) -> np.ndarray | None:
+    """Expected.alternate: `alternate` in the result dtype where it differs from `value` anywhere, else None."""
+    if alternate is None:
+        return None
+    alternate = in_result_dtype(np.asarray(alternate), result_dtype)
+    same = (alternate == value) | (np.isnan(alternate) & np.isnan(value))
+    return None if same.all() else alternate
 
 
 def own_terms_dtype(case: Case, result_dtype: str, spec: Spec) -> str | None:

@@ -13,14 +13,16 @@ import numpy as np
 
 from conformance.core.case import Case
 from conformance.core.model import GRAD_PARTS, Expected, Spec, upstream_gradient
+from conformance.core.rounding import round_other_way, round_to_dtype
 from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 from conformance.reference import dialect
 from conformance.reference.computation import as_inferred, cast_back, computed_case
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
                                            expected_error, expected_forward, expected_warnings, in_result_dtype,
-                                           legacy_then_batchmean, own_terms_dtype, reduction_divisor)
+                                           legacy_then_batchmean, other_values, own_terms_dtype, reduction_divisor)
 from conformance.reference.derivative import (FORMULA, NAN_PROPAGATION, RULES, accepts_any,
                                               mixed_second_derivative, pointwise_derivative, xlogy_product_rule)
+from conformance.reference.pointwise import Rounding
 from conformance.reference.statements import verify_formulas
 
 
@@ -72,17 +74,20 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
     xb, tb = x.astype(WIDE), t.astype(WIDE)
 
     which = "second_order" if part == "grad2_input" else argument
+    own_dtype = own_terms_dtype(case, result_dtype, spec)
+
+    def derivative_of(rounding: Rounding):
+        if part == "grad2_input":
+            return mixed_second_derivative(xb, tb, case.params.log_target, spec, own_dtype,
+                                           dialect.operand_dtype(result_dtype, spec), rounding)
+        return pointwise_derivative(xb, tb, case.params.log_target, argument, spec, own_dtype,
+                                    dialect.operand_dtype(result_dtype, spec), rounding)
+
     if rules_of["input_space"] == "probability":
         derivative, magnitude, keras_map = dialect.keras_gradient(x, t, which, result_dtype, spec)
         rule_map = np.vectorize(KERAS_RULES.get, otypes=[np.int8])(keras_map) if keras_map.size else keras_map
-    elif part == "grad2_input":
-        derivative, magnitude, rule_map = mixed_second_derivative(xb, tb, case.params.log_target, spec,
-                                                                  own_terms_dtype(case, result_dtype, spec),
-                                                                  dialect.operand_dtype(result_dtype, spec))
     else:
-        derivative, magnitude, rule_map = pointwise_derivative(xb, tb, case.params.log_target, argument, spec,
-                                                               own_terms_dtype(case, result_dtype, spec),
-                                                               dialect.operand_dtype(result_dtype, spec))
+        derivative, magnitude, rule_map = derivative_of(round_to_dtype)
     reduction = effective_reduction(case.params, spec)
     out_shape = shape[:-1] if rules_of["axis_sum"] else shape  # spec: dialects.*.axis_sum
     divisor = 1 if reduction == "none" else reduction_divisor(reduction, int(np.prod(out_shape)),
@@ -96,11 +101,15 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         upstream = upstream * np.broadcast_to(upstream_of(case.input.shape), shape)
     with np.errstate(all="ignore"):
         scale = np.broadcast_to(upstream.astype(WIDE) / WIDE(divisor) if divisor else WIDE(np.nan), shape)
-        contribution = derivative * scale
-        if (part == "grad_target" and not case.params.log_target and rules_of["input_space"] == "log"
-                and spec.data["gradients"]["target_product_rule"]["choice"] == "xlogy"):
-            contribution = xlogy_product_rule(contribution, derivative, scale, tb, rule_map,
-                                              own_terms_dtype(case, result_dtype, spec) or result_dtype)
+
+        def contribution_of(derivative):
+            if (part == "grad_target" and not case.params.log_target and rules_of["input_space"] == "log"
+                    and spec.data["gradients"]["target_product_rule"]["choice"] == "xlogy"):
+                return xlogy_product_rule(derivative * scale, derivative, scale, tb, rule_map,
+                                          own_dtype or result_dtype)
+            return derivative * scale
+
+        contribution = contribution_of(derivative)
         u = max(spec.unit_roundoff(result_dtype), spec.unit_roundoff(arg_dtype))
         s = np.where(rule_map == FORMULA, gradient_sensitivity(xb, tb, case.params.log_target, which, spec), 0)
         bound = np.broadcast_to(gradient_bound(magnitude, scale, s, u, spec.smallest_subnormal(arg_dtype), spec),
@@ -111,15 +120,21 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         value, bound = sum_to_shape(contribution, arg_shape), sum_to_shape(bound, arg_shape)
         if summed > 1:  # spec: tolerance.gradient.summation -- summing back over broadcast elements
             bound = bound + gradient_summation(summed, sum_to_shape(np.abs(contribution), arg_shape), u, spec)
+        # each element's own term rounded the other way, where no element is summed with another
+        alternate = (contribution_of(derivative_of(round_other_way)[0]) if own_dtype is not None and summed == 1
+                     and rules_of["input_space"] == "log" else None)
     rules = tuple(conventions_applied(rule_map, RULE_NAMES, FORMULA))
     value, bound = in_result_dtype(value, arg_dtype), as_bound(bound)
     anything = accepts_any(rule_map, spec)
     if anything.any():  # a gradient that sums an unspecified element is unspecified (judge/compare.py: accepts_any)
         anything = sum_to_shape(anything.astype(np.float64), arg_shape) > 0
         value, bound = np.where(anything, np.nan, value), np.where(anything, np.inf, bound)
+        alternate = None if alternate is None else np.where(anything.reshape(np.shape(alternate)), np.nan, alternate)
     return Expected(result_dtype=arg_dtype, shape=tuple(arg_shape), value=value,
                     bound=bound, rules=rules,
-                    rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULE_NAMES)
+                    rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULE_NAMES,
+                    alternate=other_values(value, None if alternate is None else np.reshape(alternate, np.shape(value)),
+                                           arg_dtype))
 
 
 def sum_to_shape(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import decimal
 import functools
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -358,18 +358,20 @@ def exact_log_term(x: float, t: float) -> tuple[float, float]:
         digits *= 2
 
 
-def own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str) -> np.ndarray:
+def own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str,
+                   rounding: Callable[[np.ndarray, str], np.ndarray] = round_to_dtype) -> np.ndarray:
     """The pointwise term with the target's own term evaluated in `dtype` and only then promoted (spec:
     dtypes.argument_terms.choices.own_dtype), in long double, for finite x and t (t > 0 without log_target).
 
     Is equivalent to ``fl(t * fl(log(t))) - t * x`` without log_target and ``fl(exp(t)) * (t - x)`` with it,
     fl rounding to `dtype` (torch's ``xlogy(target, target) - target * input`` and ``exp(target) * (target -
     input)``). t * fl(log t) is exact in float64 (two significands of at most 24 bits), so it is rounded to
-    `dtype` once; the rest is formed in long double, within 2**-63 relative of each operation.
+    `dtype` once; the rest is formed in long double, within 2**-63 relative of each operation. `rounding` rounds
+    exp and log (round_other_way: their other faithful rounding); the product is rounded to nearest.
     """
     with np.errstate(all="ignore"):
         if log_target:
-            own = round_to_dtype(np.exp(t), dtype)
+            own = rounding(np.exp(t), dtype)
             return own.astype(WIDE) * (t.astype(WIDE) - x.astype(WIDE))
-        own = round_to_dtype(t * round_to_dtype(np.log(t), dtype), dtype)
+        own = round_to_dtype(t * rounding(np.log(t), dtype), dtype)
         return own.astype(WIDE) - t.astype(WIDE) * x.astype(WIDE)

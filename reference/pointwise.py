@@ -9,21 +9,26 @@ texts against it. Never imports a framework.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import Spec
+from conformance.core.rounding import round_to_dtype
 from conformance.reference.klterm import kl_term, own_dtype_term
 
 WIDE = np.longdouble
+Rounding = Callable[[np.ndarray, str], np.ndarray]  # float64 values to a dtype's: round_to_dtype or round_other_way
 SMALL = 1 << 12  # past this size, a whole-array test first decides whether the element-wise work is needed
 
 # Codes of Expected.rule_map, in the order of model.RULE_NAMES.
 FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, NAN_PROPAGATION, INFINITIES = range(6)
 
 
-def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
-              extended: bool = True, own_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec, extended: bool = True,
+              own_dtype: str | None = None, rounding: Rounding = round_to_dtype
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pointwise loss, |term_1| + |term_2| for the bound, and the rule map.
 
     spec: pointwise.log_target_false / log_target_true, pointwise.conventions.
@@ -31,12 +36,13 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
     returned in long double with the rest of the term added (what a reduction sums), else
     in float64. The masks are read off the float64 inputs, and the magnitude, which only
     scales the bound, is float64 (klterm computes it with the term, from the same log). With `own_dtype`,
-    the target's own term is evaluated in that dtype first (spec: dtypes.argument_terms).
+    the target's own term is evaluated in that dtype first (spec: dtypes.argument_terms), its exp or log
+    rounded there by `rounding`.
     """
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     loss, residual, magnitude, ordinary = kl_term(x, t, log_target, residual=extended)
     if own_dtype is not None:
-        loss, residual = _with_own_dtype_term(x, t, log_target, own_dtype, loss, residual)
+        loss, residual = _with_own_dtype_term(x, t, log_target, own_dtype, loss, residual, rounding)
     magnitude = term_magnitude(spec.data["pointwise"][f"log_target_{str(log_target).lower()}"]["terms"], x, t,
                                fused=magnitude, log_target=log_target)
     if ordinary:  # no convention applies (klterm's chunks saw every input finite, every t > 0 without log_target)
@@ -82,7 +88,7 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
 
 
 def _with_own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: np.ndarray,
-                         residual: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+                         residual: np.ndarray | None, rounding: Rounding) -> tuple[np.ndarray, np.ndarray | None]:
     """loss and residual with the formula's elements (finite arguments, t > 0 without log_target) replaced by
     the term whose target terms are evaluated in `dtype` (spec: dtypes.argument_terms.choices.own_dtype);
     elsewhere the conventions decide, as for the promoted terms."""
@@ -90,7 +96,7 @@ def _with_own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: 
         formula = np.isfinite(x) & np.isfinite(t) & (True if log_target else t > 0)
     if not formula.any():
         return loss, residual
-    wide = own_dtype_term(x[formula], t[formula], log_target, dtype)
+    wide = own_dtype_term(x[formula], t[formula], log_target, dtype, rounding)
     loss = np.array(loss, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         loss[formula] = hi = wide.astype(np.float64)

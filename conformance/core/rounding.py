@@ -45,6 +45,29 @@ def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     return out
 
 
+def round_other_way(values: np.ndarray, dtype: str) -> np.ndarray:
+    """The other faithful rounding of float64 values in a floating `dtype`: the neighbour on the other side of
+    each value from round_to_dtype's (+-inf past the largest finite value); the value itself where `dtype` holds
+    it. A function accurate to one unit in the last place (a float32 exp or log) returns one of the two.
+
+    Is equivalent to ``nextafter(r, values)`` in `dtype`, r = round_to_dtype(values, dtype), where r != values.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if dtype == "float64":
+        return x.copy()
+    precision, min_exp, largest = _FORMATS[dtype]
+    out = x.copy()
+    finite = np.isfinite(x) & (x != 0)
+    xf = x[finite]
+    _, exp = np.frexp(xf)
+    quantum_exp = np.maximum(exp - 1, min_exp) - (precision - 1)
+    scaled = np.ldexp(xf, -quantum_exp)  # in quanta of the value's binade: exact
+    nearest = np.rint(scaled)
+    other = np.ldexp(nearest + np.sign(scaled - nearest), quantum_exp)  # a step below 2**k is the lower binade's
+    out[finite] = np.where(np.abs(other) > largest, np.copysign(np.inf, xf), other)
+    return out
+
+
 def is_representable(values: np.ndarray, dtype: str) -> bool:
     """True when every value survives rounding to `dtype` unchanged (NaN counts as representable)."""
     x = np.asarray(values, dtype=np.float64)

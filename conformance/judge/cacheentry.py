@@ -51,7 +51,7 @@ def unpack(stored: bytes) -> bytes:
     return blob
 
 
-_ARRAY_FIELDS = ("value", "bound", "rule_map")
+_ARRAY_FIELDS = ("value", "bound", "rule_map", "alternate")
 _EXPECTED_FIELDS = tuple(f.name for f in dataclasses.fields(Expected))
 _ARRAY_DTYPES = ("<f8", "|i1")  # float64 values and bounds, int8 rule codes
 

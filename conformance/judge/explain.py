@@ -73,7 +73,8 @@ def indistinguishable(other: Expected, canonical: Expected) -> bool:
     error just outside its bound (a wide bfloat16 bound holds a divisor of 6 and one of 4 alike).
 
     Is equivalent to ``not any(pattern differs) and all(|other - spec| <= 2 * (other.bound + spec.bound))``
-    over the finite elements.
+    over the finite elements, the nearer of each side's values where either has an alternate (an element that
+    may round either way, Expected.alternate) taken.
     """
     if canonical.error_id is not None or other.error_id is not None or other.value is None or canonical.value is None:
         return False
@@ -84,7 +85,11 @@ def indistinguishable(other: Expected, canonical: Expected) -> bool:
         return False
     finite = np.isfinite(c)
     with np.errstate(invalid="ignore", over="ignore"):
-        return not (np.abs(o - c)[finite] > 2 * (np.asarray(other.bound) + np.asarray(canonical.bound))[finite]).any()
+        apart = np.abs(o - c)
+        for a, b in ((other.alternate, c), (o, canonical.alternate), (other.alternate, canonical.alternate)):
+            if a is not None and b is not None and np.shape(a) == np.shape(o) and np.shape(b) == np.shape(o):
+                apart = np.fmin(apart, np.where(np.isfinite(a) & np.isfinite(b), np.abs(np.asarray(a) - b), np.inf))
+        return not (apart[finite] > 2 * (np.asarray(other.bound) + np.asarray(canonical.bound))[finite]).any()
 
 
 def _candidate_sets(spec: Spec, max_combined: int) -> list[tuple[Alternative, ...]]:

@@ -76,7 +76,7 @@ def zero_gradient(canonical: Expected) -> Expected | None:
     if not (np.abs(value[finite]) > 2 * np.broadcast_to(canonical.bound, value.shape)[finite]).any():
         return None
     zeros = np.zeros(value.shape)
-    return dataclasses.replace(canonical, value=zeros, bound=np.zeros_like(zeros), rule_map=None)
+    return dataclasses.replace(canonical, value=zeros, bound=np.zeros_like(zeros), rule_map=None, alternate=None)
 
 
 def _wrong_divisors(case: Case, spec: Spec, part: str, dialect: str) -> Iterator[tuple[Fault, Expected]]:
@@ -130,5 +130,5 @@ def scaled(expected: Expected, factor: float, spec: Spec) -> Expected:
     with np.errstate(all="ignore"):
         value = expected.value * factor
         bound = np.where(np.isfinite(value), expected.bound * factor + u * np.abs(value), 0.0)
-    return dataclasses.replace(expected, value=value, bound=bound, rule_map=None)
+    return dataclasses.replace(expected, value=value, bound=bound, rule_map=None, alternate=None)
 

@@ -10,6 +10,7 @@ import pytest
 
 from conformance.cases.generate import DEFAULT_SEED, build_case
 from conformance.cases.ids import parse_id
+from conformance.core.choices import Alternative
 from conformance.core.defects import defect_of
 from conformance.core.model import Verdict
 from conformance.judge.compare import classify
@@ -254,3 +255,23 @@ def test_pytorch_117034_at_a_subnormal_target_is_named_beyond_the_profile(framew
     # a maintainer who computes the target's terms in the result dtype fixes the row: it is pytorch#117034's defect
     implementation = framework_adapter.implementations().get(rows[0].api, rows[0].api)
     assert rows[0].defect == defect_of(dataclasses.replace(rows[0], cause="dtypes.argument_terms"), implementation)
+
+
+def test_pytorch_117034_with_a_float32_exp_that_is_faithful_not_nearest_is_still_named(framework_adapter, spec):
+    """torch's float32 exp (SLEEF, within one ulp) is not always the nearest float32: on this case one target's
+    exp(t) is the other neighbour, checked here against mpmath. The target's terms in its own dtype accept either
+    rounding element by element (dtypes.argument_terms), so the call is pytorch#117034's, not `unexplained`."""
+    import mpmath
+    import torch
+
+    case = build_case(parse_id("fwd/none/log_target=1/4x6/float64:float32/large/s0"), DEFAULT_SEED)
+    t = np.asarray(case.target, dtype=np.float32)
+    mpmath.mp.prec = 100
+    nearest = np.array([np.float32(float(mpmath.exp(mpmath.mpf(float(v))))) for v in t.ravel()])
+    assert (torch.exp(torch.from_numpy(t)).numpy().ravel() != nearest).any(), "every exp is the nearest now"
+    api = framework_adapter.api("torch.nn.functional.kl_div")
+    for part in ("forward", "grad_input"):
+        observed = framework_adapter.run(case, api, "cpu", part)
+        expected = expected_forward(case, spec) if part == "forward" else expected_grad(case, spec, part)
+        assert classify(expected, observed, spec).verdict is Verdict.VALUE
+        assert explain(case, observed, spec, part) == (Alternative("dtypes.argument_terms", "own_dtype"),)

@@ -198,3 +198,27 @@ def test_the_nonfinite_pattern_is_its_definition(data, shape):
     assert np.array_equal(differs_in_nonfinite_pattern(got, want), definition)
     kinds = np.array([np.nan, np.inf, -np.inf, 1.0])  # each kind matches only itself
     assert np.array_equal(differs_in_nonfinite_pattern(kinds[:, None], kinds[None, :]), ~np.eye(4, dtype=bool))
+
+
+@settings(max_examples=300, deadline=None)
+@given(expectations(min_finite=1), st.data())
+def test_an_element_with_an_alternate_passes_within_its_bound_of_either_and_only_so(spec, expected, data):
+    """Expected.alternate (a term that may round either way): each finite element is judged against the nearer
+    of its two values; `passes` and `classify` agree, and the rule is the one restated here."""
+    want, bound = expected.value, expected.bound
+    finite = np.isfinite(want)
+    step = data.draw(arrays(np.float64, want.shape, elements=st.floats(-1e6, 1e6)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        alternate = np.where(finite, want + step * np.nan_to_num(bound) + step, want)
+    assume(np.isfinite(alternate[finite]).all())
+    expected = Expected(result_dtype=expected.result_dtype, shape=expected.shape, value=want, bound=bound,
+                        alternate=alternate)
+    pick = data.draw(arrays(np.bool_, want.shape))
+    fraction = data.draw(arrays(np.float64, want.shape, elements=st.floats(-3, 3)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        centre = np.where(pick, alternate, want)
+        got = np.where(finite, centre + fraction * np.nan_to_num(bound), want)
+        near = (np.abs(got - want) <= bound) | (np.abs(got - alternate) <= bound)
+    assume(np.isfinite(got[finite]).all())
+    judged = classify(expected, _observed(got, expected), spec).verdict
+    assert (judged is Verdict.PASS) == bool(near[finite].all()) == passes(expected, _observed(got, expected))

@@ -74,3 +74,43 @@ def test_explain_names_the_own_dtype_terms(spec, log_target, t, want):
     assert "dtypes.argument_terms" in touched_paths(case)
     observed = Observation(value=np.array([want(), want()]), dtype="float64", shape=(2,))
     assert explain(case, observed, spec) == OWN
+
+
+def _other_half(value) -> float:
+    """The float16 neighbour of `value` on the other side from round to nearest (a faithful rounding's other
+    answer), found by stepping from the nearest with NumPy."""
+    near = np.float16(float(value))
+    toward = np.float16(np.inf) if mpmath.mpf(float(near)) < value else np.float16(-np.inf)
+    return float(np.nextafter(near, toward))
+
+
+def test_each_unreduced_element_may_take_its_terms_other_faithful_rounding(spec):
+    """A float32 exp or log accurate to one ulp (torch's SLEEF kernels) is not always the nearest: the alternative
+    accepts, element by element, the target's term rounded the other way, worked out here in mpmath."""
+    mpmath.mp.prec = 200
+    case = make_case([X, X], [LOG_T, 0.0], log_target=True, dtype=("float64", "float16"))
+    own = expected_forward(case, with_alternatives(spec, OWN))
+    want = float(_other_half(mpmath.exp(LOG_T)) * (mpmath.mpf(LOG_T) - X))
+    assert own.alternate[0] == pytest.approx(want, rel=2**-52) and own.alternate[0] != own.value[0]
+    assert own.alternate[1] == own.value[1]  # exp(0) = 1 is a float16: one answer only
+    # grad_input is -fl16(exp t) * scale, elementwise: the same other answer
+    grad = expected_grad(case, with_alternatives(spec, OWN), "grad_input")
+    scale = (0.75, 0.875)  # spec: gradients.upstream, unreduced
+    assert grad.alternate[0] == pytest.approx(-_other_half(mpmath.exp(LOG_T)) * scale[0], rel=2**-52)
+    # the spec's own choice and a summed result take one value only
+    assert expected_forward(case, spec).alternate is None
+    summed = make_case([X, X], [LOG_T, 0.0], log_target=True, reduction="sum", dtype=("float64", "float16"))
+    assert expected_forward(summed, with_alternatives(spec, OWN)).alternate is None
+
+
+def test_an_answer_with_one_element_rounded_the_other_way_is_explained_and_one_between_is_not(spec):
+    """Per element, the answer must be one of the two roundings: an answer half way between them (the exact
+    term, off the spec's float64 bound by far less than either) is no rounding of the target's term."""
+    mpmath.mp.prec = 200
+    case = make_case([X, X], [LOG_T, LOG_T], log_target=True, dtype=("float64", "float16"))
+    other = float(_other_half(mpmath.exp(LOG_T)) * (mpmath.mpf(LOG_T) - X))
+    observed = Observation(value=np.array([_own_dtype_log_term(), other]), dtype="float64", shape=(2,))
+    assert explain(case, observed, spec) == OWN
+    between = (_own_dtype_log_term() + other) / 2
+    observed = Observation(value=np.array([_own_dtype_log_term(), between]), dtype="float64", shape=(2,))
+    assert explain(case, observed, spec) is None
