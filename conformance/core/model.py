@@ -213,6 +213,7 @@ class Target:
 
 
 UNEXPLAINED = "unexplained"  # the cause of a divergence that no spec choice or fault pattern reproduces
+CLAIM = "; behaves as "  # how a divergence's message goes on to state the choices (or fault) that reproduce it
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import numpy as np
 from conformance.core.case import Case
 from conformance.core.choices import touched_paths, with_alternatives
 from conformance.core.errors import UsageError
-from conformance.core.model import EAGER, Expected, Judgement, Observation, Spec, Verdict
+from conformance.core.model import CLAIM, EAGER, Expected, Judgement, Observation, Spec, Verdict
 from conformance.core.details import array_detail, encoded_fields
 from conformance.judge.compare import classify, inputs_at, passes
 from conformance.judge.explain import explain
@@ -177,7 +177,7 @@ class CaseJudge:
         except ExpectationOutOfMemory:
             return None
         alone = self.judgement(part, dialect, observed)
-        if not residual.verdict.is_finding or residual.message == alone.message.split("; behaves as ", 1)[0]:
+        if not residual.verdict.is_finding or residual.message == alone.message.partition(CLAIM)[0]:
             return None
         return residual
 
@@ -231,7 +231,7 @@ class CaseJudge:
                 explained = None
             if explained:
                 cause, said = explained
-                return dataclasses.replace(judgement, message=f"{judgement.message}; behaves as {said}", cause=cause,
+                return dataclasses.replace(judgement, message=f"{judgement.message}{CLAIM}{said}", cause=cause,
                                            explained=True)
         return judgement
 

@@ -16,13 +16,13 @@ from typing import Any, Iterable
 
 from conformance.core.defects import BESIDE_PROFILE, NARROW_DTYPES, behaviours, cause_paths, error_size, raised, width
 from conformance.core.errors import ConformanceError
-from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec, Verdict
+from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
 from conformance.core.upstream import UpstreamIssue, upstream_issues
 
 UNDOCUMENTED, DOCUMENTED, KNOWN, UNSUPPORTED = "undocumented", "documented", "known", "unsupported"
 STATUSES = (UNDOCUMENTED, KNOWN, DOCUMENTED, UNSUPPORTED)  # the order the reports list them in
-_BEHAVES = re.compile(r"; behaves as (.+)$")
+_BEHAVES = re.compile(re.escape(CLAIM) + "(.+)$")
 _AT = re.compile(r"; at input (\S+), target ([^;\s]+)")  # judge/compare.py: inputs_at
 _STATED = re.compile(r"\(documented, (docs|maintainers|domain): [^()]*\)$")  # an unsupported row the profile states
 _FAULT = re.compile(r"^fault (.+) \(breaks [A-Za-z0-9_.]+\)$")  # a fault pattern's words (judge/faults.py: Fault)
@@ -154,10 +154,10 @@ class Defects:
 def simplicity(r: Result) -> tuple:
     """How hard a row is to read as an example, smallest first: an undocumented row before an accepted one, eager
     before a mode, a row that shows the defect alone before one that shows it beside what the profile states (a
-    snippet shows the spec's answer only), the forward before a gradient, float32/float64 before a narrow or mixed dtype, an element shown
-    inside the API's domain, reduction none, no legacy arguments, a contiguous layout, the smallest shape that
-    holds an element (an empty one shows a reader of the snippet nothing), then the case id (one order in any
-    merge) and a function before a module class. Read from the generated case id's pieces (cases/ids.py); a user
+    snippet shows the spec's answer only), the forward before a gradient, float32/float64 before a narrow or mixed
+    dtype, an element shown inside the API's domain, reduction none, no legacy arguments, a contiguous layout, the
+    smallest shape that holds an element (an empty one shows a reader of the snippet nothing), then the case id
+    (one order in any merge) and a function before a module class. Read from the generated case id's pieces (cases/ids.py); a user
     case's id only orders by name."""
     pieces = r.case_id.split("/")
     generated = len(pieces) >= 6

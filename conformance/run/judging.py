@@ -16,7 +16,7 @@ from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
 from conformance.core.case import Case
 from conformance.core.defects import BESIDE_PROFILE
-from conformance.core.model import Judgement, Observation, Result, Verdict
+from conformance.core.model import CLAIM, Judgement, Observation, Result, Verdict
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions
@@ -164,19 +164,19 @@ def _beside_profile(ctx: RunContext, judge: CaseJudge, judgement: Judgement, api
     Where the profile changes what the divergence shows, the row shows what remains (its verdict, worst element
     and error: the value just outside the bound, not the NaN the profile states), and says what the spec alone
     shows."""
-    said = judgement.message.partition("; behaves as ")[2]
+    said = judgement.message.partition(CLAIM)[2]
     if not judgement.explained:
         beyond = judge.beyond_profile(ctx.ledger, api, part, dialect, observed, mode)
         if beyond is not None:
             judgement = dataclasses.replace(judgement, cause=beyond[0])
             said = beyond[1]
     residual = judge.beside_profile(ctx.ledger, api, part, dialect, observed, mode)
-    message = judgement.message.partition("; behaves as ")[0]
+    message = judgement.message.partition(CLAIM)[0]
     if residual is not None:
         judgement = dataclasses.replace(judgement, verdict=residual.verdict, max_abs_err=residual.max_abs_err,
                                         bound=residual.bound, where=residual.where, rules=residual.rules)
         message = f"{residual.message}{BESIDE_PROFILE}{message.split('; ', 1)[0]})"
-    return dataclasses.replace(judgement, message=message + (f"; behaves as {said}" if said else ""))
+    return dataclasses.replace(judgement, message=message + (f"{CLAIM}{said}" if said else ""))
 
 
 def selected_parts(case: Case, options: RunOptions) -> list[str]:

@@ -22,7 +22,7 @@ from conformance.adapters.base import in_mode
 from conformance.core.case import Case
 from conformance.core.choices import alternatives, with_alternatives
 from conformance.core.details import iter_details
-from conformance.core.model import EAGER, UNEXPLAINED, Observation, Spec
+from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, Observation, Spec
 from conformance.core.results import iter_results
 from conformance.judge.profiles import DeviationLedger, apply_deviations
 from conformance.reference.grad import expected_for
@@ -122,7 +122,6 @@ def _mode_word(mode: str) -> str:
 
 
 FORMULAS = ("pointwise.formula", "gradients.formula")  # what a fault that breaks no rule of its own may be called
-CLAIM = "; behaves as "  # how the judge's message states the choices that reproduce an observation
 BESIDE = " beside the profile ("  # and the profile entries a residual cause is named beside (judge/casejudge.py)
 
 
