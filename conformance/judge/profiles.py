@@ -317,6 +317,11 @@ class DeviationLedger:
         source), or None."""
         return next((r.message for r in self.restrictions if r.covers(case, api, part, mode, device)), None)
 
+    def bases(self) -> dict[str, str]:
+        """Each deviation id a row may name in documented_by, to its basis: what the run records (run.json's
+        `deviation_bases`), so a report names the basis of a profile an adapter carries, which it cannot read."""
+        return {d.id: d.basis for deviations in self.by_api.values() for d in deviations}
+
     def declared(self, api: str, mode: str = EAGER) -> tuple[Deviation, ...]:
         """The deviations declared for `api` that document calls made in `mode` (eager only, unless a deviation's
         `mode:` says more)."""

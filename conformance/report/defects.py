@@ -93,9 +93,20 @@ class Defects:
         for r in rows:
             self.add(r)
 
+    def record_bases(self, manifests: Iterable[dict]) -> None:
+        """The bases of each framework's profile entries as its runs recorded them (run.json's `deviation_bases`):
+        a port's carried profile is not among the shipped ones `basis` reads otherwise."""
+        for manifest in manifests:
+            recorded = manifest.get("deviation_bases")
+            for framework, bases in (recorded.items() if isinstance(recorded, dict) else ()):
+                if isinstance(bases, dict):
+                    self._bases.setdefault(str(framework), {}).update(
+                        {str(k): str(v) for k, v in bases.items() if isinstance(v, str)})
+
     def basis(self, d: Defect) -> str | None:
         """Where the framework states an accepted defect: its profile entries' basis (docs, maintainers,
-        domain), read from the shipped profiles; None for an undocumented or known one."""
+        domain), as its runs recorded them (record_bases), else read from the shipped profiles; None for an
+        undocumented or known one."""
         if d.status == UNSUPPORTED:
             found = _STATED.search(d.example.message)
             return found.group(1) if found else None

@@ -81,6 +81,7 @@ def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]],
                  shared_drafts: bool = False) -> list[dict[str, Any]]:
     """summary.json's `defects`: each defect once, as the reports list them, with its draft where one is written."""
     spec = tally.spec()
+    tally.defects.record_bases(manifests)
     found = []
     for d in tally.defects.ordered():
         r = d.example

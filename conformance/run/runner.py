@@ -140,7 +140,8 @@ def _context(spec: Spec, framework: str, out_dir: str | Path, options: RunOption
     before = read_resumed(out, spec, framework, run_info, profiles, options.profiles_dir) if options.resume else None
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **run_info,
-                "profiles_digest": profiles, **({"like": options.like} if options.like else {})}
+                "profiles_digest": profiles, "deviation_bases": {adapter.name: ledger.bases()},
+                **({"like": options.like} if options.like else {})}
     own_lock, own_pool = lock is None, pool is None
     lock = OutDirLock() if own_lock else lock
     pool = WorkerPool(framework, timeout_s=options.timeout_s, compile_cache_dir=options.cache_dir) if own_pool else pool

@@ -175,6 +175,9 @@ def test_an_adapter_carries_its_own_profile(tmp_path):
     assert _run(tmp_path, HERE + "CarryingPort", "carried") == 0
     documented = {r.documented_by for r in iter_results(tmp_path / "carried") if r.documented}
     assert documented == {("negative-target-gives-zero",)}
+    # summary.json names where the port states it: the basis its carried profile gives, which no shipped one has
+    summary = json.loads((tmp_path / "carried" / "summary.json").read_text())
+    assert {d["basis"] for d in summary["defects"] if d["status"] == "documented"} == {"docs"}
 
 
 def test_an_entry_point_adapter_runs_by_name_with_its_profile(tmp_path, monkeypatch):
