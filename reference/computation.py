@@ -1,6 +1,7 @@
 """The dtypes a call is made and computed in: what the framework infers for values given without a dtype (spec:
-dtypes.inferred), and the dtype it computes in (spec: dtypes.computation), the result dtype or one fixed dtype
-that the API casts both arguments to first, whatever the caller's dtypes.
+dtypes.inferred), the dtype it computes in (spec: dtypes.computation), the result dtype or one fixed dtype
+that the API casts both arguments to first, whatever the caller's dtypes, and whether that arithmetic keeps
+subnormals (spec: dtypes.subnormals).
 
 An inferred dtype makes another call: its tensors have that dtype, and it is judged as that call. Under a fixed
 computation dtype the call is the same call made with both arguments cast to it, so the forward's expectation
@@ -16,7 +17,7 @@ import numpy as np
 
 from conformance.core.case import NUMPY_DEFAULT, Case, DtypePair
 from conformance.core.model import Expected, Spec
-from conformance.core.rounding import round_to_dtype
+from conformance.core.rounding import round_to_dtype, smallest_normal
 
 
 def as_inferred(case: Case, spec: Spec) -> Case:
@@ -48,6 +49,38 @@ def computed_case(case: Case, spec: Spec) -> Case | None:
     cast = {name: round_to_dtype(round_to_dtype(getattr(case, name), getattr(case.dtype, name)), dtype)
             for name in ("input", "target")}
     return dataclasses.replace(case, **cast, dtype=DtypePair(dtype, dtype), construction=NUMPY_DEFAULT)
+
+
+def read_flushed(case: Case, spec: Spec) -> Case:
+    """The call as arithmetic that flushes subnormals reads it (spec: dtypes.subnormals = flushed): each argument
+    below the smallest normal of the dtype it is computed in is a zero of its sign; the case itself under the
+    spec's choice, or where no argument is."""
+    if spec.data["dtypes"]["subnormals"]["choice"] != "flushed":
+        return case
+    read = {name: _flushed(getattr(case, name), getattr(case.dtype, name)) for name in ("input", "target")}
+    if all(np.array_equal(read[name], getattr(case, name), equal_nan=True) for name in read):
+        return case
+    return dataclasses.replace(case, **read)
+
+
+def flushed_result(expected: Expected, spec: Spec) -> Expected:
+    """The expectation as arithmetic that flushes subnormals returns it (spec: dtypes.subnormals = flushed): each
+    element below the smallest normal of the dtype its result is computed in is a zero of its sign, within the
+    bound it had; `expected` itself under the spec's choice."""
+    if spec.data["dtypes"]["subnormals"]["choice"] != "flushed" or expected.value is None:
+        return expected
+    dtype = expected.result_dtype
+    return dataclasses.replace(expected, value=_flushed(expected.value, dtype),
+                               alternate=None if expected.alternate is None else _flushed(expected.alternate, dtype))
+
+
+def _flushed(values, dtype: str) -> np.ndarray:
+    """`values` with those below the smallest normal of the dtype a CPU computes `dtype` in (float64 for float64,
+    float32 for the narrower ones, so a float16 subnormal is not one there) made zeros of their signs."""
+    v = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(v) < smallest_normal("float64" if dtype == "float64" else "float32"),
+                        np.copysign(0.0, v), v)
 
 
 def cast_back(computed: Expected, dtype: str, spec: Spec) -> Expected:

@@ -17,7 +17,7 @@ from conformance.core.model import RULE_NAMES, Expected, Spec
 from conformance.core.rounding import round_other_way, round_to_dtype
 from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bound
 from conformance.core.tolerance import reduction_bound, sensitivity
-from conformance.reference.computation import as_inferred, computed_case
+from conformance.reference.computation import as_inferred, computed_case, flushed_result, read_flushed
 from conformance.reference.dialect import keras_pointwise, operand_dtype, sum_distributions
 from conformance.reference.pointwise import FORMULA, SMALL, WIDE, pointwise
 from conformance.reference.statements import verify_formulas
@@ -46,6 +46,7 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
                         error_match=spec.error_match(error_id),
                         warnings=warnings, rules=(f"errors.{error_id}",))
     case = as_inferred(case, spec)  # spec: dtypes.inferred -- the call the framework makes of values without a dtype
+    case = read_flushed(case, spec)  # spec: dtypes.subnormals -- the arguments as the arithmetic reads them
     computed = computed_case(case, spec)
     if computed is not None:  # spec: dtypes.computation -- the call made in that dtype
         return expected_forward(computed, spec, dialect)
@@ -92,10 +93,10 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
             value = np.asarray(value, dtype=WIDE) / WIDE(batch) if batch else np.full(np.shape(value), np.nan, dtype=WIDE)
             bound = np.asarray(bound, dtype=WIDE) / WIDE(batch or 1) + WIDE(u) * np.abs(value)
     value = in_result_dtype(np.asarray(value), result_dtype)
-    return Expected(result_dtype=result_dtype, shape=shape if reduction == "none" else (), value=value,
-                    bound=as_bound(bound), warnings=warnings, rules=rules,
-                    rule_map=rule_map if reduction == "none" else None,
-                    alternate=other_values(value, alternate, result_dtype))
+    return flushed_result(Expected(result_dtype=result_dtype, shape=shape if reduction == "none" else (), value=value,
+                                   bound=as_bound(bound), warnings=warnings, rules=rules,
+                                   rule_map=rule_map if reduction == "none" else None,
+                                   alternate=other_values(value, alternate, result_dtype)), spec)
 
 
 def other_values(value: np.ndarray, alternate: np.ndarray | None, result_dtype: str) -> np.ndarray | None:

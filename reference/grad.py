@@ -16,7 +16,7 @@ from conformance.core.model import GRAD_PARTS, Expected, Spec, upstream_gradient
 from conformance.core.rounding import round_other_way, round_to_dtype
 from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 from conformance.reference import dialect
-from conformance.reference.computation import as_inferred, cast_back, computed_case
+from conformance.reference.computation import as_inferred, cast_back, computed_case, flushed_result, read_flushed
 from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, conventions_applied, effective_reduction,
                                            expected_error, expected_forward, expected_warnings, in_result_dtype,
                                            legacy_then_batchmean, other_values, own_terms_dtype, reduction_divisor)
@@ -64,6 +64,7 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
                         error_match=spec.error_match(error_id),
                         warnings=expected_warnings(case.params, spec, dialect_name), rules=(f"errors.{error_id}",))
     case = as_inferred(case, spec)  # spec: dtypes.inferred -- the call the framework makes of values without a dtype
+    case = read_flushed(case, spec)  # spec: dtypes.subnormals -- the arguments as the arithmetic reads them
     argument = GRAD_PARTS[part]
     arg_dtype = getattr(case.dtype, argument)
     computed = computed_case(case, spec)
@@ -130,11 +131,11 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         anything = sum_to_shape(anything.astype(np.float64), arg_shape) > 0
         value, bound = np.where(anything, np.nan, value), np.where(anything, np.inf, bound)
         alternate = None if alternate is None else np.where(anything.reshape(np.shape(alternate)), np.nan, alternate)
-    return Expected(result_dtype=arg_dtype, shape=tuple(arg_shape), value=value,
-                    bound=bound, rules=rules,
-                    rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULE_NAMES,
-                    alternate=other_values(value, None if alternate is None else np.reshape(alternate, np.shape(value)),
-                                           arg_dtype))
+    return flushed_result(Expected(
+        result_dtype=arg_dtype, shape=tuple(arg_shape), value=value, bound=bound, rules=rules,
+        rule_map=rule_map if tuple(arg_shape) == shape else None, rule_names=RULE_NAMES,
+        alternate=other_values(value, None if alternate is None else np.reshape(alternate, np.shape(value)),
+                               arg_dtype)), spec)
 
 
 def sum_to_shape(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -16,8 +16,8 @@ import numpy as np
 
 from conformance.core.case import Case
 from conformance.core.errors import SpecError
-from conformance.core.model import Spec, spec_hash
-from conformance.core.rounding import round_to_dtype
+from conformance.core.model import FLOAT_FORMATS, Spec, spec_hash
+from conformance.core.rounding import round_to_dtype, smallest_normal
 
 
 def _has(test):
@@ -34,7 +34,22 @@ _TARGET_ZERO = _target_has(lambda t: t == 0, log_target=False)
 _TARGET_NEGATIVE = _target_has(lambda t: t < 0, log_target=False)
 _LOG_TARGET_NEG_INF = _target_has(lambda t: t == -np.inf, log_target=True)
 _NAN = _has(np.isnan)
-_SMALLEST_NORMAL = {"float16": 2.0**-14, "bfloat16": 2.0**-126, "float32": 2.0**-126, "float64": 2.0**-1022}
+
+
+def _smallest_normal(dtype: str) -> float:
+    """A floating dtype's smallest normal; 0 for another (an integral case's dtype)."""
+    return smallest_normal(dtype) if dtype in FLOAT_FORMATS else 0.0
+
+
+def _may_be_subnormal(case: Case, x: np.ndarray, t: np.ndarray) -> bool:
+    """`touches` for dtypes.subnormals: a nonzero value of an argument (or, in log space, of exp(target)) within
+    2**40 * numel**2 of the smallest normal of the dtype it is computed in (float64 where both are float64, else
+    float32's, the larger)."""
+    wide = "float64" if case.dtype.input == case.dtype.target == "float64" else "float32"
+    reach = smallest_normal(wide) * 2.0**40 * max(x.size, t.size, 1) ** 2
+    with np.errstate(all="ignore"):
+        values = (x, t, np.exp(t)) if case.params.log_target else (x, t)
+        return any(bool(((v != 0) & (np.abs(v) < reach)).any()) for v in values)
 
 # Which cases each choice point (a {choice, choices} node of the spec, by its dotted path) can
 # touch. `touches` is a cheap test on the case's values (rounded to their dtypes): an alternative
@@ -58,6 +73,9 @@ TOUCHES = {
     # a fixed computation dtype: its alternative is float32 (spec: dtypes.computation.choices), which changes
     # every call but a float32 one
     "dtypes.computation": lambda case, x, t: case.dtype.is_mixed or case.dtype.input != "float32",
+    # a subnormal argument, or one whose products with the others and the gradient's scale may be (the scale is at
+    # least 0.5 / numel**2), or whose exp may be, where the dtype it is computed in has subnormals to flush
+    "dtypes.subnormals": lambda case, x, t: _may_be_subnormal(case, x, t),
     # values given without a dtype: the framework's inference decides the call's dtype
     "dtypes.inferred.python_float": lambda case, x, t: case.construction.inferred
     and case.construction.source != "numpy",
@@ -76,7 +94,7 @@ TOUCHES = {
     "gradients.target_product_rule":
         lambda case, x, t: not case.params.log_target and bool(
             ((t == np.inf) | ((t > 0) & (t * 0.5 / max(t.size, x.size, 1) ** 2 < max(
-                _SMALLEST_NORMAL.get(case.dtype.input, 0.0), _SMALLEST_NORMAL.get(case.dtype.target, 0.0))))).any()),
+                _smallest_normal(case.dtype.input), _smallest_normal(case.dtype.target))))).any()),
     "reductions.batchmean.divisor": lambda case, x, t: case.params.reduction == "batchmean" and x.shape != t.shape,
     "signature.legacy.precedence": lambda case, x, t: case.params.has_legacy,
     # a reduction that is not one: the spec's values are the generated suite's, and an alias is none of them

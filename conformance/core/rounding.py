@@ -45,6 +45,11 @@ def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     return out
 
 
+def smallest_normal(dtype: str) -> float:
+    """The smallest positive normal value of a floating `dtype` (2**-126 for float32 and bfloat16)."""
+    return 2.0 ** FLOAT_FORMATS[dtype][1]
+
+
 def round_other_way(values: np.ndarray, dtype: str) -> np.ndarray:
     """The other faithful rounding of float64 values in a floating `dtype`: the neighbour on the other side of
     each value from round_to_dtype's (+-inf past the largest finite value); the value itself where `dtype` holds

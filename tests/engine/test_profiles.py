@@ -146,14 +146,15 @@ def test_the_ports_guide_profile_loads(tmp_path, spec):
 def test_optax_documents_targets_outside_kl_divergences_domain_in_every_mode(spec):
     """optax documents kl_divergence's targets as "Expected to be strictly positive": zero and negative targets
     are outside that domain in eager and jit alike; kl_divergence_with_log_targets states no such domain. JAX's
-    X64 flag makes both functions' Python floats float64, as JAX documents."""
+    X64 flag makes both functions' Python floats float64, and XLA's CPU arithmetic flushes subnormals, as JAX
+    documents."""
     probs, logs = "optax.losses.kl_divergence", "optax.losses.kl_divergence_with_log_targets"
     ledger = DeviationLedger(spec, "optax", [probs, logs])
     for mode in ("eager", "jit"):
         declared = ledger.declared(probs, mode)
         assert {d.id for d in declared} == {"zero-target-outside-the-documented-domain",
                                             "negative-target-outside-the-documented-domain",
-                                            "python-floats-are-float64-under-x64"}, mode
+                                            "python-floats-are-float64-under-x64", "xla-flushes-subnormals"}, mode
         assert {d.basis for d in declared if d.id.endswith("-domain")} == {"domain"}
         changed = apply_deviations(spec, list(declared))
         conventions = changed.data["pointwise"]["conventions"], changed.data["gradients"]["conventions"]
@@ -162,9 +163,12 @@ def test_optax_documents_targets_outside_kl_divergences_domain_in_every_mode(spe
         assert conventions[1]["target_negative"]["choice"] == "formula"
         assert conventions[0]["log_target_neg_inf"]["choice"] == spec.data["pointwise"]["conventions"][
             "log_target_neg_inf"]["choice"]
-        # JAX's X64 flag is both functions'; the log-space one states no domain
-        assert {d.id for d in ledger.declared(logs, mode)} == {"python-floats-are-float64-under-x64"}
+        # JAX's X64 flag and XLA's flush-to-zero are both functions'; the log-space one states no domain
+        assert {d.id for d in ledger.declared(logs, mode)} == {"python-floats-are-float64-under-x64",
+                                                               "xla-flushes-subnormals"}
         assert changed.data["dtypes"]["inferred"]["python_float"]["choice"] == "float64"
+        assert changed.data["dtypes"]["subnormals"]["choice"] == "flushed"
+        assert {d.basis for d in declared if d.id == "xla-flushes-subnormals"} == {"docs"}
 
 
 def test_an_exception_type_may_be_namespaced_as_r_torch_raises_it():
