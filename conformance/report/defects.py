@@ -147,9 +147,11 @@ class Defects:
         d.log_targets.add(r.log_target)
         shows = behaviours(r.cause) if r.cause and not r.documented_by else ()
         d.also.update(shows[1:])
-        key = (len(shows) > 1, *simplicity(r))  # an example shows the defect's behaviour alone where a row does
+        # an example shows the defect's behaviour alone where a row does (no other behaviour, no rule of the call's
+        # signature beside it), and the defect's cause is its example's: the one an upstream issue names
+        key = (len(cause_paths(r.cause)) > 1 if shows else False, *simplicity(r))
         if not d.example_key or key < d.example_key:
-            d.example, d.example_key = r, key
+            d.example, d.example_key, d.cause = r, key, r.cause
 
     def ordered(self, status: str | None = None) -> list[Defect]:
         """The defects (of one status), as the reports list them: by status, the most rows first."""

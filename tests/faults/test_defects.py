@@ -151,6 +151,7 @@ def test_a_row_that_shows_two_behaviours_is_the_first_ones_defect_and_the_report
     merged = defects.by_id[own.defect]
     assert merged.rows == 2 and merged.also == {"gradients.target_product_rule"}
     assert merged.example.case_id == "o", "the example shows the defect's behaviour alone, however simple the other"
+    assert merged.cause == "dtypes.argument_terms", "the defect's cause is its example's, not its first row's"
     assert merged.where().endswith("; some rows also show gradients.target_product_rule")
     assert defects.by_id[rule.defect].also == set()
 
