@@ -57,7 +57,8 @@ def residual_cause(cause: str, documented_paths: frozenset[str]) -> str:
 def root_cause(cause: str) -> str:
     """What a cause merges by: its first behaviour (`behaviours`). A row that shows two behaviours at once (the
     target's own terms in its dtype, and the product rule those terms then round) belongs to the first, in the
-    spec's order, which is the order explain names them in; the report lists the others as also showing there."""
+    order explain names them in (core/choices.py: TOUCHES, where a call's dtypes come before its gradients'
+    conventions); the report lists the others as also showing there."""
     return behaviours(cause)[0]
 
 

@@ -214,6 +214,7 @@ class Target:
 
 UNEXPLAINED = "unexplained"  # the cause of a divergence that no spec choice or fault pattern reproduces
 CLAIM = "; behaves as "  # how a divergence's message goes on to state the choices (or fault) that reproduce it
+WITHIN = "; within rounding of "  # and, unexplained, the choices its answer lies within rounding of (no cause)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from conformance.core.errors import UsageError
 from conformance.core.model import CLAIM, EAGER, Expected, Judgement, Observation, Spec, Verdict
 from conformance.core.details import array_detail, encoded_fields
 from conformance.judge.compare import classify, inputs_at, passes
-from conformance.judge.explain import explain
+from conformance.judge.explain import explain, within_rounding
 from conformance.judge.faults import find_fault
 from conformance.judge.profiles import DeviationLedger
 from conformance.judge.refcache import ReferenceCache
@@ -48,6 +48,7 @@ class CaseJudge:
         self._explained: dict[tuple, tuple | None] = {}
         self._documented: dict[tuple, tuple[str, ...]] = {}
         self._beyond: dict[tuple, tuple[str, str] | None] = {}
+        self._within: dict[tuple, str | None] = {}
         self._case_detail: str | None = None
         self._touched: frozenset[str] | None = None  # explain's touched_paths, once per case
         self._expected_detail: dict[int, str] = {}
@@ -180,6 +181,25 @@ class CaseJudge:
         if not residual.verdict.is_finding or residual.message == alone.message.partition(CLAIM)[0]:
             return None
         return residual
+
+    def within_rounding(self, ledger: DeviationLedger, api: str, part: str, dialect: str, observed: Observation,
+                        mode: str = EAGER) -> str | None:
+        """The alternatives an unexplained divergence lies within rounding of (explain.within_rounding), beside
+        `api`'s profile where it declares deviations, as a message states them; None where no set does. Decided
+        once for the APIs of the case that declare the same deviations and observed the same (warnings aside)."""
+        key = (ledger.fingerprint(api, mode), part, dialect, *without_warnings(self._key(observed)))
+        if key not in self._within:
+            def found():
+                base = ledger.spec_for(api, mode) if ledger.declared(api, mode) else self.spec
+                alts = within_rounding(self.case, observed, base, part,
+                                       expect=lambda s: self.expected(s, part, dialect), touched=self._touched_paths())
+                return [", ".join(map(str, alts))] if alts else []
+            try:
+                said = self._remembered(part, dialect, b"within " + repr(key).encode(), found, list, list)
+            except ExpectationOutOfMemory:
+                said = []
+            self._within[key] = said[0] if said and isinstance(said[0], str) else None
+        return self._within[key]
 
     def _touched_paths(self) -> frozenset[str]:
         """touched_paths of the case, computed once: every explanation of it reads them."""

@@ -56,6 +56,34 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
     return None
 
 
+def within_rounding(case: Case, observed: Observation, spec: Spec, part: str = "forward", max_combined: int = 2,
+                    expect: Callable[[Spec], Expected] | None = None, dialect: str = "canonical",
+                    touched: frozenset[str] | None = None) -> tuple[Alternative, ...] | None:
+    """For a divergence `explain` leaves unexplained: the smallest set of alternatives under which `observed`
+    passes with the spec's own bound (the set moves values, it widens no tolerance), or None. Such a set is no
+    evidence (explain refuses it: its answer is within rounding of the spec's, or a member changes nothing
+    beyond rounding), so it is never a cause; a maintainer reads it as where the answer lies, "within rounding
+    of" a behaviour a row elsewhere shows beyond it."""
+    if observed.raised or observed.unsupported is not None or observed.value is None:
+        return None
+    if expect is None:
+        expect = lambda s: expected_for(case, s, part, dialect)  # noqa: E731
+    canonical = expect(spec)
+    if canonical.error_id is not None or canonical.value is None:
+        return None
+    touched = touched_paths(case) if touched is None else touched
+    limit = np.asarray(canonical.bound, dtype=np.float64) * (1 + 2.0**-20)  # the spec's bound, to its rounding
+    for alts in _touched_candidates(spec, max_combined, touched):
+        expected = expect(_alternative_spec(spec, alts))
+        if expected.error_id is not None or expected.value is None or np.shape(expected.bound) != np.shape(limit):
+            continue
+        with np.errstate(invalid="ignore"):
+            wider = np.asarray(expected.bound, dtype=np.float64) > limit
+        if not wider[np.isfinite(expected.value)].any() and passes(expected, observed):
+            return alts
+    return None
+
+
 def _each_tells(spec: Spec, alts: tuple[Alternative, ...], expected: Expected,
                 expect: Callable[[Spec], Expected]) -> bool:
     """Whether every alternative of the set changes its answer beyond rounding: without any one of them, the set's

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from conformance.core.defects import BESIDE_PROFILE, NARROW_DTYPES, behaviours, cause_paths, error_size, raised, width
 from conformance.core.errors import ConformanceError
-from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, Result, Spec, Verdict
+from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, WITHIN, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
 from conformance.core.upstream import UpstreamIssue, upstream_issues
 
@@ -225,8 +225,9 @@ def title(d: Defect, spec: Spec | None) -> str:
             return f"{head}: raises {kind}" + (f" ({said[:160]})" if said else "") \
                    + " where the spec expects a value (no spec choice reproduces it)"
         size = f", error {error_size(r.max_abs_err, r.bound)}" if r.verdict is Verdict.VALUE else ""
+        near = r.message.partition(WITHIN)[2].partition(CLAIM)[0]  # run/judging.py: where its answer lies
         return f"{head}: {r.verdict.words} ({width(r.dtype)} dtypes{size}; " \
-               f"no spec choice reproduces it)"
+               f"no spec choice reproduces it{f' beyond rounding; within rounding of {near}' if near else ''})"
     behaves = _BEHAVES.search(r.message)
     fault = _FAULT.match(behaves.group(1)) if behaves else None
     if fault:

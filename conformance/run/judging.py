@@ -16,7 +16,7 @@ from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
 from conformance.core.case import Case
 from conformance.core.defects import BESIDE_PROFILE
-from conformance.core.model import CLAIM, Judgement, Observation, Result, Verdict
+from conformance.core.model import CLAIM, UNEXPLAINED, WITHIN, Judgement, Observation, Result, Verdict
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions
@@ -163,7 +163,7 @@ def _beside_profile(ctx: RunContext, judge: CaseJudge, judgement: Judgement, api
     `unexplained`, or the rule its verdict states: a dtype, a shape) is tried beside the profile (beyond_profile).
     Where the profile changes what the divergence shows, the row shows what remains (its verdict, worst element
     and error: the value just outside the bound, not the NaN the profile states), and says what the spec alone
-    shows."""
+    shows. What stays unexplained says which alternatives its answer lies within rounding of, where any do."""
     said = judgement.message.partition(CLAIM)[2]
     if not judgement.explained:
         beyond = judge.beyond_profile(ctx.ledger, api, part, dialect, observed, mode)
@@ -176,6 +176,9 @@ def _beside_profile(ctx: RunContext, judge: CaseJudge, judgement: Judgement, api
         judgement = dataclasses.replace(judgement, verdict=residual.verdict, max_abs_err=residual.max_abs_err,
                                         bound=residual.bound, where=residual.where, rules=residual.rules)
         message = f"{residual.message}{BESIDE_PROFILE}{message.split('; ', 1)[0]})"
+    if judgement.cause == UNEXPLAINED:  # where its answer lies, for a maintainer: never a cause
+        near = judge.within_rounding(ctx.ledger, api, part, dialect, observed, mode)
+        message += f"{WITHIN}{near}" if near else ""
     return dataclasses.replace(judgement, message=message + (f"{CLAIM}{said}" if said else ""))
 
 

@@ -114,3 +114,26 @@ def test_an_answer_with_one_element_rounded_the_other_way_is_explained_and_one_b
     between = (_own_dtype_log_term() + other) / 2
     observed = Observation(value=np.array([_own_dtype_log_term(), between]), dtype="float64", shape=(2,))
     assert explain(case, observed, spec) is None
+
+
+def test_an_answer_within_rounding_of_the_own_terms_is_no_cause_but_is_said(spec):
+    """torch's float32:bfloat16 sum: the target's terms in bfloat16 move the sum by 1.1 of its bounds, so an answer
+    there is no evidence of them (explain refuses it), yet that is where it lies (within_rounding says so). An
+    answer just outside the bound on the other side lies within rounding of nothing; nor does one that only a
+    wider bound (the float32 computation's) holds."""
+    from conformance.cases.generate import DEFAULT_SEED, build_case
+    from conformance.cases.ids import parse_id
+    from conformance.judge.explain import within_rounding
+
+    case = build_case(parse_id("fwd/sum/log_target=0/4x6/float32:bfloat16/large/s0"), DEFAULT_SEED)
+    canonical, own = expected_forward(case, spec), expected_forward(case, with_alternatives(spec, OWN))
+    c, o, b = float(canonical.value), float(own.value), float(canonical.bound)
+    assert b < abs(o - c) < 2 * b  # outside the spec's bound, within twice it: no evidence either way
+    at_own = Observation(value=np.array(o), dtype="float32", shape=())
+    assert explain(case, at_own, spec) is None
+    assert within_rounding(case, at_own, spec) == OWN
+    other_side = Observation(value=np.array(c - np.sign(o - c) * 1.01 * b), dtype="float32", shape=())
+    assert within_rounding(case, other_side, spec) is None
+    float64 = make_case([X, X], [T, T], dtype="float64")
+    off = expected_forward(float64, spec).value + 1e-9  # float32's rounding size, far outside float64's bound
+    assert within_rounding(float64, Observation(value=off, dtype="float64", shape=(2,)), spec) is None
