@@ -14,12 +14,12 @@ import numpy as np
 
 from conformance.core.case import Case, Params
 from conformance.core.model import RULE_NAMES, Expected, Spec
-from conformance.core.rounding import round_other_way, round_to_dtype
+from conformance.core.rounding import round_to_dtype
 from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bound
 from conformance.core.tolerance import reduction_bound, sensitivity
 from conformance.reference.computation import as_inferred, computed_case, flushed_result, read_flushed
 from conformance.reference.dialect import keras_pointwise, operand_dtype, sum_distributions
-from conformance.reference.pointwise import FORMULA, SMALL, WIDE, pointwise
+from conformance.reference.pointwise import FORMULA, SMALL, WIDE, other_way, pointwise
 from conformance.reference.statements import verify_formulas
 
 
@@ -64,8 +64,7 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=summed,
                                               own_dtype=own_dtype)
         if own_dtype is not None and not summed:  # each element's own term rounded the other way
-            alternate = pointwise(x, t, case.params.log_target, spec, extended=False, own_dtype=own_dtype,
-                                  rounding=round_other_way)[0]
+            alternate = other_way(x, t, case.params.log_target, own_dtype, loss)
     with np.errstate(invalid="ignore"):
         s = sensitivity(x, t, case.params.log_target, spec)
         if np.ndim(s) or s != 0:  # a constant 0 (spec: sensitivity without log_target) needs no mask

@@ -15,7 +15,7 @@ import numpy as np
 
 from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import Spec
-from conformance.core.rounding import round_to_dtype
+from conformance.core.rounding import round_other_way, round_to_dtype
 from conformance.reference.klterm import kl_term, own_dtype_term
 
 WIDE = np.longdouble
@@ -26,9 +26,8 @@ SMALL = 1 << 12  # past this size, a whole-array test first decides whether the 
 FORMULA, TARGET_ZERO, TARGET_NEGATIVE, LOG_TARGET_NEG_INF, NAN_PROPAGATION, INFINITIES = range(6)
 
 
-def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec, extended: bool = True,
-              own_dtype: str | None = None, rounding: Rounding = round_to_dtype
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
+              extended: bool = True, own_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pointwise loss, |term_1| + |term_2| for the bound, and the rule map.
 
     spec: pointwise.log_target_false / log_target_true, pointwise.conventions.
@@ -36,13 +35,12 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec, extend
     returned in long double with the rest of the term added (what a reduction sums), else
     in float64. The masks are read off the float64 inputs, and the magnitude, which only
     scales the bound, is float64 (klterm computes it with the term, from the same log). With `own_dtype`,
-    the target's own term is evaluated in that dtype first (spec: dtypes.argument_terms), its exp or log
-    rounded there by `rounding`.
+    the target's own term is evaluated in that dtype first (spec: dtypes.argument_terms).
     """
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     loss, residual, magnitude, ordinary = kl_term(x, t, log_target, residual=extended)
     if own_dtype is not None:
-        loss, residual = _with_own_dtype_term(x, t, log_target, own_dtype, loss, residual, rounding)
+        loss, residual = _with_own_dtype_term(x, t, log_target, own_dtype, loss, residual, round_to_dtype)
     magnitude = term_magnitude(spec.data["pointwise"][f"log_target_{str(log_target).lower()}"]["terms"], x, t,
                                fused=magnitude, log_target=log_target)
     if ordinary:  # no convention applies (klterm's chunks saw every input finite, every t > 0 without log_target)
@@ -85,6 +83,12 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec, extend
     loss[nan_in] = np.nan
     magnitude[rule_map != FORMULA] = 0  # convention values are exact: no rounding error to allow
     return _with_residual(loss, residual, rule_map, extended), magnitude, rule_map
+
+
+def other_way(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: np.ndarray) -> np.ndarray:
+    """The float64 pointwise `loss` (pointwise's, with `own_dtype`) with the target's own term rounded the other
+    way (round_other_way) at each element the formula decides; the conventions' elements are the same."""
+    return _with_own_dtype_term(x, t, log_target, dtype, loss, None, round_other_way)[0]
 
 
 def _with_own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: np.ndarray,

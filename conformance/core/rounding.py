@@ -30,18 +30,23 @@ def round_to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
         return (x != 0).astype(np.float64)
     if dtype in INTEGER_DTYPES:
         return np.trunc(x)
-    try:
-        precision, min_exp, largest = _FORMATS[dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_FORMATS) + ['float64']}") from None
+    if dtype not in _FORMATS:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_FORMATS) + ['float64']}")
+    return _to_quantum(x, dtype, np.rint)
+
+
+def _to_quantum(x: np.ndarray, dtype: str, choose) -> np.ndarray:
+    """float64 values `x` as values of a floating `dtype`: each finite nonzero one scaled to the quantum of its
+    binade in `dtype` (exact), given to `choose` (which picks an integer number of quanta), scaled back, and
+    +-inf past the largest finite value; zeros, NaN and infinities as they are."""
+    precision, min_exp, largest = _FORMATS[dtype]
     out = x.copy()
     finite = np.isfinite(x) & (x != 0)
     xf = x[finite]
     _, exp = np.frexp(xf)  # xf = m * 2**exp with 0.5 <= |m| < 1, so the leading bit is 2**(exp - 1)
     quantum_exp = np.maximum(exp - 1, min_exp) - (precision - 1)
-    rounded = np.ldexp(np.rint(np.ldexp(xf, -quantum_exp)), quantum_exp)
-    rounded = np.where(np.abs(rounded) > largest, np.copysign(np.inf, xf), rounded)
-    out[finite] = rounded
+    rounded = np.ldexp(choose(np.ldexp(xf, -quantum_exp)), quantum_exp)
+    out[finite] = np.where(np.abs(rounded) > largest, np.copysign(np.inf, xf), rounded)
     return out
 
 
@@ -60,17 +65,8 @@ def round_other_way(values: np.ndarray, dtype: str) -> np.ndarray:
     x = np.asarray(values, dtype=np.float64)
     if dtype == "float64":
         return x.copy()
-    precision, min_exp, largest = _FORMATS[dtype]
-    out = x.copy()
-    finite = np.isfinite(x) & (x != 0)
-    xf = x[finite]
-    _, exp = np.frexp(xf)
-    quantum_exp = np.maximum(exp - 1, min_exp) - (precision - 1)
-    scaled = np.ldexp(xf, -quantum_exp)  # in quanta of the value's binade: exact
-    nearest = np.rint(scaled)
-    other = np.ldexp(nearest + np.sign(scaled - nearest), quantum_exp)  # a step below 2**k is the lower binade's
-    out[finite] = np.where(np.abs(other) > largest, np.copysign(np.inf, xf), other)
-    return out
+    # one quantum past the nearest, away from the value (a step below 2**k is the lower binade's quantum)
+    return _to_quantum(x, dtype, lambda scaled: np.rint(scaled) + np.sign(scaled - np.rint(scaled)))
 
 
 def is_representable(values: np.ndarray, dtype: str) -> bool:

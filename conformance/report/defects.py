@@ -170,8 +170,8 @@ def simplicity(r: Result) -> tuple:
     snippet shows the spec's answer only), the forward before a gradient, float32/float64 before a narrow or mixed
     dtype, an element shown inside the API's domain, reduction none, no legacy arguments, a contiguous layout, the
     smallest shape that holds an element (an empty one shows a reader of the snippet nothing), then the case id
-    (one order in any merge) and a function before a module class. Read from the generated case id's pieces (cases/ids.py); a user
-    case's id only orders by name."""
+    (one order in any merge) and a function before a module class. Read from the generated case id's pieces
+    (cases/ids.py); a user case's id only orders by name."""
     pieces = r.case_id.split("/")
     generated = len(pieces) >= 6
     shape = pieces[3] if generated else ""
