@@ -9,8 +9,10 @@ or, undocumented, its root cause: the residual cause (what
 remains once the profile is applied; the run records it as the row's cause), with the loss's and the gradients'
 convention at one edge as one, and a rule of the call's signature beside rules of the values left to the rows it
 explains alone; a row that shows two behaviours at once is the first's, the other also showing there
-(`root_cause`). An unexplained divergence has no cause to merge by, so it is named by what it shows: its
-verdict, its part, its dtype's width and the size of its error.
+(`root_cause`). An unexplained divergence has no cause, but where its answer lies within rounding of a behaviour
+(run/judging.py says which) it is that behaviour's row: the rows that show the behaviour beyond rounding are its
+evidence, and the report counts those that lie only within rounding of it (`within_behaviour`). Else it is named
+by what it shows: its verdict, its part, its dtype's width and the size of its error.
 
 The id is a digest of that signature, so a run, a shard, a merge and a baseline name one behaviour alike.
 """
@@ -21,7 +23,7 @@ import hashlib
 import math
 import re
 
-from conformance.core.model import UNEXPLAINED, Result, Verdict
+from conformance.core.model import CLAIM, UNEXPLAINED, WITHIN, Result, Verdict
 
 DEFECT_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{10}")  # "<framework>-<digest>": what defect_id gives
 NARROW_DTYPES = frozenset({"float16", "bfloat16"})
@@ -37,6 +39,7 @@ _SENTENCE_END = re.compile(r"\.\s|\n|\s\(|\.$")
 _QUOTED = re.compile(r"(?<!\w)'[^']*'|(?<!\w)\"[^\"]*\"")
 _WORD = re.compile(r"[A-Za-z_]([A-Za-z_-]*[A-Za-z_])?[:,;.]?")
 _WORDS = 8
+_CHOSEN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) = [A-Za-z_][A-Za-z0-9_]*")  # "path = choice", as messages say it
 _ERROR_SIZES = ((16.0, "within 16 bounds"), (1e4, "within 10^4 bounds"))  # else "larger"
 
 
@@ -72,6 +75,15 @@ def behaviours(cause: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_CONVENTION.sub("conventions.", p) for p in values))
 
 
+def within_behaviour(row: Result) -> str | None:
+    """The behaviour an unexplained divergence lies within rounding of, as `root_cause` names it: its message's
+    "within rounding of a = x, b = y" (run/judging.py) read as the cause "a + b"; None where it says none."""
+    if row.cause != UNEXPLAINED:
+        return None
+    paths = _CHOSEN.findall(row.message.partition(WITHIN)[2].partition(CLAIM)[0])
+    return root_cause(" + ".join(paths)) if paths else None
+
+
 def error_size(max_abs_err: float | None, bound: float | None) -> str:
     """How far outside its bound a value divergence is, in three classes: an error a few bounds out is another
     behaviour than one that loses every digit."""
@@ -101,6 +113,9 @@ def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
         return head
     if row.cause and row.cause != UNEXPLAINED:
         return (*head, root_cause(row.cause))
+    near = within_behaviour(row)
+    if near:  # the behaviour its answer lies within rounding of: that behaviour's defect, not one of its own
+        return (*head, near)
     raised = raised_words(row.message) if row.verdict is Verdict.ERROR else None
     if raised:  # one refusal, whatever part or dtype meets it: by what it raised and the framework's words
         return (*head, UNEXPLAINED, row.verdict.value, raised)

@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from conformance.core.defects import BESIDE_PROFILE, NARROW_DTYPES, behaviours, cause_paths, error_size, raised, width
+from conformance.core.defects import (BESIDE_PROFILE, NARROW_DTYPES, behaviours, cause_paths, error_size, raised,
+                                      width, within_behaviour)
 from conformance.core.errors import ConformanceError
 from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, WITHIN, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
@@ -56,6 +57,7 @@ class Defect:
     shared: int = 0  # rows a port shares with the recorded run of the framework it is judged like (--like-run)
     own: int = 0  # rows that are the port's own
     also: set[str] = field(default_factory=set)  # other behaviours some undocumented rows show beside this one
+    within: int = 0  # unexplained rows whose answers lie only within rounding of this behaviour
 
     @property
     def status(self) -> str:
@@ -72,15 +74,17 @@ class Defect:
         return "own" if self.own else ("shared" if self.shared else None)
 
     def where(self) -> str:
-        """Where it shows, in one line: APIs, modes beside eager, parts, dtypes, and the behaviours some rows show
-        beside it."""
+        """Where it shows, in one line: APIs, modes beside eager, parts, dtypes, the behaviours some rows show
+        beside it, and how many rows lie only within rounding of it (where others show it beyond)."""
         modes = sorted(self.modes - {EAGER})
         return "; ".join([", ".join(sorted(self.apis)),
                           *([("eager and " if EAGER in self.modes else "") + "modes " + ", ".join(modes)]
                             if modes else []),
                           ", ".join(p for p in ("forward", "grad_input", "grad_target", "grad2_input")
                                     if p in self.parts), ", ".join(sorted(self.dtypes)),
-                          *(["some rows also show " + ", ".join(sorted(self.also))] if self.also else [])])
+                          *(["some rows also show " + ", ".join(sorted(self.also))] if self.also else []),
+                          *([f"{self.within} of its {self.rows} rows lie only within rounding of it"]
+                            if 0 < self.within < self.rows else [])])
 
 
 class Defects:
@@ -145,11 +149,14 @@ class Defects:
         d.parts.add(r.part)
         d.dtypes.add(r.dtype)
         d.log_targets.add(r.log_target)
-        shows = behaviours(r.cause) if r.cause and not r.documented_by else ()
+        within = within_behaviour(r) is not None
+        d.within += within
+        shows = behaviours(r.cause) if r.cause and not r.documented_by and not within else ()
         d.also.update(shows[1:])
-        # an example shows the defect's behaviour alone where a row does (no other behaviour, no rule of the call's
-        # signature beside it), and the defect's cause is its example's: the one an upstream issue names
-        key = (len(cause_paths(r.cause)) > 1 if shows else False, *simplicity(r))
+        # an example shows the defect's behaviour beyond rounding and alone where a row does (no other behaviour,
+        # no rule of the call's signature beside it), and the defect's cause is its example's: the one an upstream
+        # issue names
+        key = (within, len(cause_paths(r.cause)) > 1 if shows else False, *simplicity(r))
         if not d.example_key or key < d.example_key:
             d.example, d.example_key, d.cause = r, key, r.cause
 
