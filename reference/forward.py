@@ -19,7 +19,7 @@ from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bo
 from conformance.core.tolerance import reduction_bound, sensitivity
 from conformance.reference.computation import as_inferred, computed_case, flushed_result, read_flushed
 from conformance.reference.dialect import keras_pointwise, operand_dtype, sum_distributions
-from conformance.reference.pointwise import FORMULA, SMALL, WIDE, other_way, pointwise
+from conformance.reference.pointwise import FORMULA, SMALL, WIDE, other_way, other_way_deltas, pointwise
 from conformance.reference.statements import verify_formulas
 
 
@@ -55,7 +55,7 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
     x, t, shape = broadcast_inputs(case, dialect, spec)
     u = spec.unit_roundoff(result_dtype)
     reduction = effective_reduction(case.params, spec)
-    alternate = None
+    alternate = moves = None
     if rules_of["input_space"] == "probability":
         loss, magnitude, rule_map = keras_pointwise(x, t, result_dtype, spec)
     else:  # a value that is summed afterwards keeps extended precision
@@ -65,6 +65,8 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
                                               own_dtype=own_dtype)
         if own_dtype is not None and not summed:  # each element's own term rounded the other way
             alternate = other_way(x, t, case.params.log_target, own_dtype, loss)
+        elif own_dtype is not None and reduction != "none" and not rules_of["axis_sum"]:
+            moves = other_way_deltas(x, t, case.params.log_target, own_dtype)  # a sum: one element the other way
     with np.errstate(invalid="ignore"):
         s = sensitivity(x, t, case.params.log_target, spec)
         if np.ndim(s) or s != 0:  # a constant 0 (spec: sensitivity without log_target) needs no mask
@@ -85,12 +87,16 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         divisor = reduction_divisor(reduction, loss.size, case.input.shape, shape, spec)
         value = reduce_operand(operand, reduction, divisor, spec)
         bound = reduction_bound(pointwise_bound, operand, divisor, value, u, spec)
+        if moves is not None and moves.size and divisor and np.isfinite(value):
+            with np.errstate(all="ignore"):
+                alternate = (operand.sum(dtype=WIDE) + moves) / WIDE(divisor)
     if legacy_then_batchmean(case, spec):
         # spec: signature.legacy.precedence.choices.legacy_then_batchmean
         batch = case.input.shape[0] if case.input.ndim else 1
         with np.errstate(all="ignore"):
             value = np.asarray(value, dtype=WIDE) / WIDE(batch) if batch else np.full(np.shape(value), np.nan, dtype=WIDE)
             bound = np.asarray(bound, dtype=WIDE) / WIDE(batch or 1) + WIDE(u) * np.abs(value)
+            alternate = None if alternate is None or not batch else np.asarray(alternate, dtype=WIDE) / WIDE(batch)
     value = in_result_dtype(np.asarray(value), result_dtype)
     return flushed_result(Expected(result_dtype=result_dtype, shape=shape if reduction == "none" else (), value=value,
                                    bound=as_bound(bound), warnings=warnings, rules=rules,
@@ -99,11 +105,14 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
 
 
 def other_values(value: np.ndarray, alternate: np.ndarray | None, result_dtype: str) -> np.ndarray | None:
-    """Expected.alternate: `alternate` in the result dtype where it differs from `value` anywhere, else None."""
+    """Expected.alternate: `alternate` in the result dtype where it differs from `value` anywhere, else None. A
+    reduced (0-d) value's alternates are its candidates, each once: the values that differ from it, sorted."""
     if alternate is None:
         return None
     alternate = in_result_dtype(np.asarray(alternate), result_dtype)
     same = (alternate == value) | (np.isnan(alternate) & np.isnan(value))
+    if np.ndim(value) == 0 and np.ndim(alternate) == 1:
+        return np.unique(alternate[~same & np.isfinite(alternate)]) if not same.all() else None
     return None if same.all() else alternate
 
 

@@ -91,6 +91,20 @@ def other_way(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: 
     return _with_own_dtype_term(x, t, log_target, dtype, loss, None, round_other_way)[0]
 
 
+def other_way_deltas(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str) -> np.ndarray:
+    """What each formula element's term moves by, in long double, where the target's own term is rounded the other
+    way (round_other_way) instead of to nearest: a 1-d array of the finite, non-zero moves. A sum that takes one
+    element the other way is the nearest sum plus one of them."""
+    with np.errstate(invalid="ignore"):
+        formula = np.isfinite(x) & np.isfinite(t) & (True if log_target else t > 0)
+    if not formula.any():
+        return np.zeros(0, dtype=WIDE)
+    xs, ts = x[formula], t[formula]
+    with np.errstate(all="ignore"):
+        moves = own_dtype_term(xs, ts, log_target, dtype, round_other_way) - own_dtype_term(xs, ts, log_target, dtype)
+    return moves[np.isfinite(moves) & (moves != 0)]
+
+
 def _with_own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: np.ndarray,
                          residual: np.ndarray | None, rounding: Rounding) -> tuple[np.ndarray, np.ndarray | None]:
     """loss and residual with the formula's elements (finite arguments, t > 0 without log_target) replaced by

@@ -157,8 +157,9 @@ class Expected:
     rule_map: np.ndarray | None = field(default=None, repr=False)
     rule_names: tuple[str, ...] = RULE_NAMES  # what the codes in rule_map stand for
     # the value each element may take instead, within the same bound: a term evaluated in a narrower dtype by a
-    # function accurate to one unit in its last place rounds either way (dtypes.argument_terms); None where no
-    # element may (a reduced result sums each element's choice, which no one alternate states)
+    # function accurate to one unit in its last place rounds either way (dtypes.argument_terms); for a reduced
+    # (0-d) value, the candidates, each the sum with one element the other way (every element's choice would make
+    # a window that holds the promoted answer); None where no element may
     alternate: np.ndarray | None = field(default=None, repr=False)
 
 

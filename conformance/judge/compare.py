@@ -146,13 +146,21 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
 
 def nearer(expected: Expected, got: np.ndarray) -> np.ndarray:
     """The value each element is judged against: the expected one, or its alternate (Expected.alternate) where
-    the answer lies nearer that. An element then passes within its bound of either, and fails outside both.
+    the answer lies nearer that. An element then passes within its bound of either, and fails outside both. A
+    reduced value's alternates are candidates (a sum that took one element the other way): the nearest is its.
 
     Is equivalent to ``where(isfinite(value) & isfinite(alternate) & (|got - alternate| < |got - value|),
     alternate, value)``.
     """
     want, other = expected.value, expected.alternate
-    if other is None or np.shape(other) != np.shape(want) or np.shape(got) != np.shape(want):
+    if other is None or np.shape(got) != np.shape(want):
+        return want
+    if np.ndim(want) == 0 and np.ndim(other) == 1 and other.size:  # a sum's candidates: the one nearest the answer
+        if not np.isfinite(got):
+            return want
+        with np.errstate(invalid="ignore", over="ignore"):
+            other = other[np.argmin(np.abs(got - other))]
+    elif np.shape(other) != np.shape(want):
         return want
     with np.errstate(invalid="ignore", over="ignore"):
         return np.where(np.isfinite(want) & np.isfinite(other) & (np.abs(got - other) < np.abs(got - want)),

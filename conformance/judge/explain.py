@@ -11,6 +11,7 @@ Asks the reference for expectations under alternative specs; never imports a fra
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Callable
 
@@ -19,7 +20,7 @@ import numpy as np
 from conformance.core.case import Case
 from conformance.core.choices import Alternative, alternatives, touched_paths, with_alternatives
 from conformance.core.model import Expected, Observation, Spec
-from conformance.judge.compare import differs_in_nonfinite_pattern, passes
+from conformance.judge.compare import differs_in_nonfinite_pattern, nearer, passes
 from conformance.reference.grad import expected_for
 
 
@@ -50,10 +51,21 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
         if observed.raised:
             if expected.error_id is not None and expected.error_type == observed.exception_type:
                 return alts
-        elif passes(expected, observed) and not indistinguishable(expected, canonical) \
+        elif passes(expected, observed) and not indistinguishable(as_answered(expected, observed), canonical) \
                 and _each_tells(spec, alts, expected, expect):
             return alts
     return None
+
+
+def as_answered(expected: Expected, observed: Observation) -> Expected:
+    """`expected` as the answer was judged against it: a reduced value's candidate nearest the answer (a sum with
+    one element's term the other way, Expected.alternate) in place of its candidates. What tells an answer from
+    the spec's is the candidate it matched: one far from the spec's answer is evidence, one near it is not."""
+    if np.ndim(expected.value) != 0 or expected.alternate is None or np.ndim(expected.alternate) != 1 \
+            or observed.value is None or np.shape(observed.value) != ():
+        return expected
+    return dataclasses.replace(expected, value=np.asarray(nearer(expected, np.asarray(observed.value, np.float64))),
+                               alternate=None)
 
 
 def within_rounding(case: Case, observed: Observation, spec: Spec, part: str = "forward", max_combined: int = 2,
@@ -103,7 +115,8 @@ def indistinguishable(other: Expected, canonical: Expected) -> bool:
 
     Is equivalent to ``not any(pattern differs) and all(|other - spec| <= 2 * (other.bound + spec.bound))``
     over the finite elements, the nearer of each side's values where either has an alternate (an element that
-    may round either way, Expected.alternate) taken.
+    may round either way, Expected.alternate) taken; a reduced value's candidates (a sum with one element the
+    other way) likewise, so explain passes the candidate an answer matched (`as_answered`).
     """
     if canonical.error_id is not None or other.error_id is not None or other.value is None or canonical.value is None:
         return False
@@ -118,6 +131,10 @@ def indistinguishable(other: Expected, canonical: Expected) -> bool:
         for a, b in ((other.alternate, c), (o, canonical.alternate), (other.alternate, canonical.alternate)):
             if a is not None and b is not None and np.shape(a) == np.shape(o) and np.shape(b) == np.shape(o):
                 apart = np.fmin(apart, np.where(np.isfinite(a) & np.isfinite(b), np.abs(np.asarray(a) - b), np.inf))
+        if np.ndim(o) == 0:  # a reduced value: its candidates and the other side's, each pair
+            ours, theirs = (np.append(v, a if a is not None and np.ndim(a) == 1 else [])
+                            for v, a in ((o, other.alternate), (c, canonical.alternate)))
+            apart = np.min(np.abs(ours[:, None] - theirs[None, :]), initial=apart)
         return not (apart[finite] > 2 * (np.asarray(other.bound) + np.asarray(canonical.bound))[finite]).any()
 
 

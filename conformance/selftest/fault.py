@@ -24,6 +24,7 @@ import numpy as np
 from conformance.core.case import Case
 from conformance.core.choices import with_alternatives
 from conformance.core.model import EAGER, Expected, Observation, Spec
+from conformance.judge.compare import nearer
 from conformance.judge.profiles import DeviationLedger
 from conformance.reference.grad import expected_for
 
@@ -136,7 +137,7 @@ def accepted(observed: Observation, expected: Expected) -> bool:
     with np.errstate(invalid="ignore", over="ignore"):
         near = np.abs(got - want) <= bound
         if expected.alternate is not None:  # an element that may round either way: within its bound of either
-            near |= np.abs(got - expected.alternate) <= bound
+            near |= np.abs(got - nearer(expected, got)) <= bound
     return bool(np.all(near[finite]))
 
 

@@ -278,10 +278,28 @@ def test_pytorch_117034_with_a_float32_exp_that_is_faithful_not_nearest_is_still
         assert explain(case, observed, spec, part) == (Alternative("dtypes.argument_terms", "own_dtype"),)
 
 
+def test_a_float64_sum_of_float32_log_targets_with_one_faithful_exp_is_pytorch_117034(framework_adapter, spec):
+    """The same target's terms, summed: torch's answer is the float64 sum of its float32 terms, one of which took
+    SLEEF's other neighbour (checked here against mpmath). A sum may take one element the other way (a candidate
+    each), so the call is pytorch#117034's; before, it was `unexplained`, a defect of its own."""
+    import mpmath
+    import torch
+
+    case = build_case(parse_id("fwd/sum/log_target=1/4x6/float64:float32/large/s0"), DEFAULT_SEED)
+    t = np.asarray(case.target, dtype=np.float32)
+    mpmath.mp.prec = 100
+    nearest = np.array([np.float32(float(mpmath.exp(mpmath.mpf(float(v))))) for v in t.ravel()])
+    assert (torch.exp(torch.from_numpy(t)).numpy().ravel() != nearest).sum() >= 1, "every exp is the nearest now"
+    observed = framework_adapter.run(case, framework_adapter.api("torch.nn.functional.kl_div"), "cpu", "forward")
+    assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.VALUE
+    assert explain(case, observed, spec, "forward") == (Alternative("dtypes.argument_terms", "own_dtype"),)
+
+
 def test_an_unexplained_sum_says_what_it_lies_within_rounding_of(framework_adapter, tmp_path):
     """torch's float32:bfloat16 sum is 1.1 bounds out, 0.14 from what the target's terms in bfloat16 give: no
     evidence of pytorch#117034 (the model moves the sum by less than twice the bounds), so the row stays
-    `unexplained`, and its message and its defect's title say where its answer lies."""
+    `unexplained`, and its message and its defect's title say where its answer lies. Its defect is pytorch#117034's,
+    which other rows show beyond rounding: one behaviour, shown once."""
     from conformance.cli import main
     from conformance.core.results import iter_results
 
@@ -294,3 +312,6 @@ def test_an_unexplained_sum_says_what_it_lies_within_rounding_of(framework_adapt
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     (defect,) = [d for d in summary["defects"] if d["status"] == "undocumented"]
     assert defect["title"].endswith("within rounding of dtypes.argument_terms = own_dtype)")
+    implementation = framework_adapter.implementations().get(rows[0].api, rows[0].api)
+    assert {r.defect for r in rows} == {defect_of(dataclasses.replace(rows[0], cause="dtypes.argument_terms"),
+                                                  implementation)}

@@ -145,3 +145,35 @@ def test_explain_never_names_arbitrary(spec, path):
     got[0] = 123.0
     assert Alternative(path, "arbitrary") not in alternatives(spec)
     assert explain(case, Observation(value=got, dtype="float32", shape=(3,)), spec, part="grad_input") is None
+
+
+def test_a_sum_whose_candidate_lies_near_the_specs_answer_is_no_evidence():
+    """A reduced value's alternates are candidates (the sum with one element's term the other way): an alternative
+    whose nearest answer is far from the spec's, but one of whose candidates lies within rounding of it, cannot
+    be told from the spec's answer by what a framework returns, so it explains nothing."""
+    from conformance.core.model import Expected
+
+    def summed(value, alternate=None):
+        return Expected(result_dtype="float64", shape=(), value=np.array(value), bound=np.array(1.0),
+                        alternate=None if alternate is None else np.array(alternate))
+
+    spec_answer = summed(100.0)
+    assert not indistinguishable(summed(110.0), spec_answer)
+    assert not indistinguishable(summed(110.0, [95.0, 120.0]), spec_answer)  # every candidate 5 bounds away
+    assert indistinguishable(summed(110.0, [120.0, 101.5]), spec_answer)  # one within twice the bounds together
+    assert indistinguishable(summed(110.0), summed(100.0, [108.0]))  # and the spec's own, where it has them
+
+
+def test_an_answer_is_evidence_of_a_sum_by_the_candidate_it_matched():
+    """What tells an answer from the spec's is the candidate it matched: the nearest sum far from the spec's answer
+    is evidence, though another candidate lies near it; a candidate near it is not."""
+    from conformance.core.model import Expected
+    from conformance.judge.explain import as_answered
+
+    summed = Expected(result_dtype="float64", shape=(), value=np.array(110.0), bound=np.array(1.0),
+                      alternate=np.array([101.5, 120.0]))
+    spec_answer = Expected(result_dtype="float64", shape=(), value=np.array(100.0), bound=np.array(1.0))
+    at = {got: as_answered(summed, Observation(value=np.array(got), dtype="float64", shape=())) for got in
+          (110.2, 119.5, 101.0)}
+    assert [float(e.value) for e in at.values()] == [110.0, 120.0, 101.5]
+    assert [indistinguishable(e, spec_answer) for e in at.values()] == [False, False, True]

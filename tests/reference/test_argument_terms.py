@@ -97,10 +97,28 @@ def test_each_unreduced_element_may_take_its_terms_other_faithful_rounding(spec)
     grad = expected_grad(case, with_alternatives(spec, OWN), "grad_input")
     scale = (0.75, 0.875)  # spec: gradients.upstream, unreduced
     assert grad.alternate[0] == pytest.approx(-_other_half(mpmath.exp(LOG_T)) * scale[0], rel=2**-52)
-    # the spec's own choice and a summed result take one value only
+    # the spec's own choice takes one value only
     assert expected_forward(case, spec).alternate is None
-    summed = make_case([X, X], [LOG_T, 0.0], log_target=True, reduction="sum", dtype=("float64", "float16"))
-    assert expected_forward(summed, with_alternatives(spec, OWN)).alternate is None
+
+
+def test_a_sum_may_take_one_elements_term_the_other_way_and_no_more(spec):
+    """torch's float64 sum of float32 log-space targets: one of 24 exp(t) was SLEEF's other neighbour, and a reduced
+    result cannot take each element's choice (that window always holds the promoted sum). A sum with exactly one
+    element's term rounded the other way is a candidate; the sum with two is not. Worked out here in mpmath."""
+    mpmath.mp.prec = 200
+    t = [LOG_T, float(np.float16(-0.7)), float(np.float16(-2.1))]
+    case = make_case([X, X, X], t, log_target=True, reduction="sum", dtype=("float64", "float16"))
+    own = expected_forward(case, with_alternatives(spec, OWN))
+    near = [_half(mpmath.exp(v)) * (mpmath.mpf(v) - X) for v in t]
+    moved = [_other_half(mpmath.exp(v)) * (mpmath.mpf(v) - X) - n for v, n in zip(t, near)]
+    assert float(own.value) == pytest.approx(float(sum(near)), rel=2**-52)
+    want = sorted(float(sum(near) + m) for m in moved)
+    assert own.alternate == pytest.approx(want, rel=2**-52)
+    flipped = Observation(value=np.array(want[1]), dtype="float64", shape=())
+    assert explain(case, flipped, spec) == OWN
+    two = Observation(value=np.array(float(sum(near) + moved[0] + moved[2])), dtype="float64", shape=())
+    assert explain(case, two, spec) is None
+    assert expected_forward(case, spec).alternate is None  # the spec's own choice: one value
 
 
 def test_an_answer_with_one_element_rounded_the_other_way_is_explained_and_one_between_is_not(spec):
@@ -119,8 +137,9 @@ def test_an_answer_with_one_element_rounded_the_other_way_is_explained_and_one_b
 def test_an_answer_within_rounding_of_the_own_terms_is_no_cause_but_is_said(spec):
     """torch's float32:bfloat16 sum: the target's terms in bfloat16 move the sum by 1.1 of its bounds, so an answer
     there is no evidence of them (explain refuses it), yet that is where it lies (within_rounding says so). An
-    answer just outside the bound on the other side lies within rounding of nothing; nor does one that only a
-    wider bound (the float32 computation's) holds."""
+    answer outside the bound on the other side lies within rounding of nothing once it is past every candidate
+    (the sum with one element's term the other way: the nearest lies inside the spec's bound, so no answer there is
+    evidence either); nor does one that only a wider bound (the float32 computation's) holds."""
     from conformance.cases.generate import DEFAULT_SEED, build_case
     from conformance.cases.ids import parse_id
     from conformance.judge.explain import within_rounding
@@ -132,7 +151,12 @@ def test_an_answer_within_rounding_of_the_own_terms_is_no_cause_but_is_said(spec
     at_own = Observation(value=np.array(o), dtype="float32", shape=())
     assert explain(case, at_own, spec) is None
     assert within_rounding(case, at_own, spec) == OWN
-    other_side = Observation(value=np.array(c - np.sign(o - c) * 1.01 * b), dtype="float32", shape=())
+    away = -np.sign(o - c)
+    reach = max(away * (np.asarray(own.alternate) - c)) / b  # the farthest candidate on the other side, in bounds
+    assert 0 < reach < 1, "a candidate on that side lies inside the spec's bound"
+    assert within_rounding(case, Observation(value=np.array(c + away * (reach + 0.9) * b), dtype="float32",
+                                             shape=()), spec) == OWN
+    other_side = Observation(value=np.array(c + away * (reach + 1.1) * b), dtype="float32", shape=())
     assert within_rounding(case, other_side, spec) is None
     float64 = make_case([X, X], [T, T], dtype="float64")
     off = expected_forward(float64, spec).value + 1e-9  # float32's rounding size, far outside float64's bound
