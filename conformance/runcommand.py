@@ -159,7 +159,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
                     spec, args, summary.out_dir, pool, show_progress=progress is not None,
                     results=needing):
                 record_stage(summary.out_dir, "reproducers")
-        _write_drafts(summary.out_dir, known, shared=args.draft_shared)
+        _write_drafts(summary.out_dir, known, shared=args.draft_shared, defects=written.defects)
         if "rows" in summary.stages:
             record_stage(summary.out_dir, "drafts")
         wrote_baseline = _write_baseline(args, summary)
@@ -208,14 +208,14 @@ def _write_baseline(args: argparse.Namespace, summary) -> str:
     return baseline_written(write_baseline(summary.out_dir, args.write_baseline), args.write_baseline)
 
 
-def _write_drafts(out: Path, known, shared: bool = False) -> None:
+def _write_drafts(out: Path, known, shared: bool = False, defects=None) -> None:
     """The run's issue drafts, written once its reproducers exist, so that each quotes its example's script;
     then recorded in run.json, so that --force removes them. `shared` (--draft-shared): also the defects a port
-    shares with the recorded run of the framework it is judged like."""
+    shares with the recorded run of the framework it is judged like. `defects`: those its report gathered."""
     from conformance.core.rundirs import load_manifests
     from conformance.report.drafts import ISSUES_DIR, iter_drafts, write_drafts
 
-    write_drafts(out, [out], load_manifests([out])[1], known, shared=shared)
+    write_drafts(out, [out], load_manifests([out])[1], known, shared=shared, defects=defects)
     names = [f"{ISSUES_DIR}/{p.name}" for p in iter_drafts(out)]
     add_written(out, names + ([f"{ISSUES_DIR}/"] if names else []))
 

@@ -50,12 +50,14 @@ class _Draft:
 
 
 def write_drafts(out_dir: Path, run_dirs: Sequence[Path], manifests: Sequence[dict[str, Any]],
-                 known: KnownFindings | None = None, shared: bool = False) -> list[Path]:
+                 known: KnownFindings | None = None, shared: bool = False, defects: Defects | None = None) -> list[Path]:
     """Write one draft per undocumented defect into `out_dir`/issues (drafts an earlier report left there are
     replaced); `known` (a known-findings file) marks the rows it accepts. A port's defect shared with the
     recorded run of the framework it is judged like (Defect.like, from --like-run) is that framework's to
-    report: it has a draft only with `shared`. Returns the files."""
-    defects = Defects(known.mark(row) if known is not None else row for row in iter_rows(run_dirs))
+    report: it has a draft only with `shared`. `defects`: the rows' defects where a report just gathered them
+    from the rows as marked (a run's own report), so that no row is read again. Returns the files."""
+    if defects is None:
+        defects = Defects(known.mark(row) if known is not None else row for row in iter_rows(run_dirs))
     drafted = [d for d in defects.ordered(UNDOCUMENTED) if shared or d.like != "shared"]
     upstream = {d.id: defects.upstream(d) for d in drafted}
     with_scripts = [d for d in run_dirs if (d / REPRO_DIR).is_dir()]  # those with reproducers (a merge has none)

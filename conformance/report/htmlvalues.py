@@ -132,7 +132,9 @@ def array_html(a: dict, marks: set[int], cls: str) -> str:
         return f"<p class='note'>no elements (shape {escape(shape_text(shape))})</p>"
     note = (f"<p class='note'>the first {len(values)} of {size} elements (the run keeps no more; the reproducer "
             "computes them all)</p>") if a["truncated"] or len(values) < size else ""
-    cell = lambda i: (f"<td class={cls}>" if i in marks else "<td>") + escape(values[i]) + "</td>"  # noqa: E731
+    # a value's text is _fmt's (digits, a sign, '.', 'e', NaN, inf): nothing in it needs escaping
+    marked, plain = f"<td class={cls}>", "<td>"
+    cell = lambda i: (marked if i in marks else plain) + values[i] + "</td>"  # noqa: E731
     if len(shape) == 0:
         return f"<table class='arr'><tr>{cell(0)}</tr></table>"
     rows, cols = (1, shape[0]) if len(shape) == 1 else (shape[-2], shape[-1])

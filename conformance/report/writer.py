@@ -23,6 +23,7 @@ from conformance.core.rundirs import (DIVERGENCES_FILE, REPORT_FILE, REPORT_FILE
                                       released)
 from conformance.core.scope import Scope
 from conformance.report.baseline import BaselineComparison, BaselineDiff, render_baseline_markdown
+from conformance.report.defects import Defects
 from conformance.report.drafts import write_drafts
 from conformance.report.gate import Decision, Gates, decide, junit_view
 from conformance.report.html import render_html
@@ -47,6 +48,7 @@ class Written:
     decision: Decision = dataclass_field(default_factory=Decision)
     summary: list[str] = dataclass_field(default_factory=list)
     counts: str = ""
+    defects: Defects | None = None  # the rows' defects, as the reports show them: a run's drafts reuse them
 
 
 def write_report(out_dir: Path, run_dirs: Sequence[str | Path], allow_missing: bool = False,
@@ -153,8 +155,15 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     divergences.md, report.md (with the details of its worked examples) and, with a baseline, baseline.json."""
     summary = render_summary(tally, manifests, decision.to_json(), shared_drafts)
     write_atomic(out_dir / "summary.json", summary_json(summary, like))
+    wanted = wanted_details(tally)  # report.md's worked examples, picked up as the page reads the details
+    match, examples = detail_matcher(wanted) if wanted else None, {}
+
+    def example(d: dict[str, Any]) -> None:
+        key = match(d) if match is not None else None
+        if key is not None and key not in examples:
+            examples[key] = d
     details = (d for run_dir in present for d in iter_details(run_dir))
-    page = render_html(tally, manifests, details)
+    page = render_html(tally, manifests, _feeding(example, details))
     if like is not None:  # the port's marks, before the page's end
         head, end, tail = page.rpartition("</body>")
         page = head + like.html() + end + tail if end else page + like.html()
@@ -164,7 +173,7 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     write_atomic(out_dir / DIVERGENCES_FILE,
                  render_divergences(tally, manifests, render_baseline_markdown(diff) if diff is not None else ()))
     markdown = render_markdown(tally, manifests, known.audit() if known is not None else None,
-                               examples=_examples(tally, present),
+                               examples=examples if len(examples) == len(wanted) else _examples(tally, present),
                                baseline=render_baseline_markdown(diff, listed=10) if diff is not None else ())
     if like is not None:
         markdown = markdown.rstrip("\n") + "\n" + "\n".join(like.markdown()) + "\n"
@@ -173,7 +182,7 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     if drafts:
         write_drafts(out_dir, present, manifests, known, shared=shared_drafts)
     lines = short_summary(tally) + ([like.terminal_line()] if like is not None else [])
-    return Written(path, diff, tally.total, decision, lines, divergence_counts(tally))
+    return Written(path, diff, tally.total, decision, lines, divergence_counts(tally), tally.defects)
 
 
 def _examples(tally: Tally, present: Sequence[Path]) -> dict[tuple, dict[str, Any]]:

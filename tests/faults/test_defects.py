@@ -75,6 +75,23 @@ def test_a_defects_snippet_is_short_and_runs_standalone(tmp_path):
         assert snippet.read_text().rstrip("\n") in draft
 
 
+def test_a_runs_drafts_are_those_its_rows_give_read_back(tmp_path):
+    """A run drafts from the defects its report gathered as it wrote the rows; `report` reads the rows back. Both
+    give the same drafts, a known entry's marks included."""
+    from conformance.core.known import load_known
+    from conformance.core.rundirs import load_manifests
+    from conformance.report.drafts import write_drafts
+
+    (tmp_path / "known.yaml").write_text("- {id: small, case_id: fault-small, verdict: value, reason: accepted}\n")
+    out = _run(tmp_path, "TwoFormsAdapter", "--known", str(tmp_path / "known.yaml"))
+    again = tmp_path / "again"
+    again.mkdir()
+    write_drafts(again, [out], load_manifests([out])[1], load_known(str(tmp_path / "known.yaml")))
+    drafted = sorted(p.name for p in (out / "issues").iterdir())
+    assert drafted and drafted == sorted(p.name for p in (again / "issues").iterdir())
+    assert all((out / "issues" / n).read_text() == (again / "issues" / n).read_text() for n in drafted)
+
+
 def test_a_known_entry_may_name_a_defect_and_accepts_exactly_its_rows(tmp_path):
     out = _run(tmp_path)
     rows = [r for r in iter_results(out) if r.verdict.is_divergence]

@@ -107,11 +107,22 @@ def test_a_known_divergence_xfails_and_a_stale_entry_fails_the_session(project):
     assert code == 0, output
 
 
-def test_a_framework_that_cannot_load_fails_the_session_in_one_line(project):
-    code, output, outcomes = _pytest(project, "--kl-framework", "tests.faults.adapters:UnloadableAdapter")
-    assert code == 3
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")])
+def test_a_framework_that_cannot_load_fails_the_session_in_one_line(project, xdist):
+    """Under xdist the controller decides it before any item is scheduled, as one process does before any runs."""
+    code, output, outcomes = _pytest(project, "--kl-framework", "tests.faults.adapters:UnloadableAdapter", *xdist)
+    assert code == 3, output
     assert "did not run" in output and "No module named 'numpy_kl'" in output and "Traceback" not in output
     assert outcomes == {}
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")])
+def test_a_device_this_machine_lacks_is_a_usage_error_before_any_item(project, xdist):
+    code, output, outcomes = _pytest(project, "--kl-framework", "tests.faults.adapters:CpuOnlyAdapter",
+                                     "--kl-device", "cuda", "--kl-cases", "cases.yaml", "--kl-suite", "none", *xdist)
+    assert code == 4, output
+    assert "device 'cuda' is not present" in output and "Traceback" not in output, output
+    assert not any(name.endswith("-forward]") for name in outcomes)
 
 
 def test_bad_options_are_one_line_naming_the_plugin_option(project):
