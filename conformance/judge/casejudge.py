@@ -112,46 +112,50 @@ class CaseJudge:
         return self._judged[key]
 
     def documented(self, ledger: DeviationLedger, api: str, part: str, dialect: str,
-                   observed: Observation, mode: str = EAGER) -> tuple[str, ...]:
+                   observed: Observation, mode: str = EAGER, device: str | None = None) -> tuple[str, ...]:
         """The profile deviations that document this divergence (DeviationLedger.documented), decided once
         for the APIs of the case that declare the same deviations and observed the same (warnings aside:
         passing reads none)."""
-        declared = tuple(d.id for d in ledger.declared(api, mode))
+        declared = tuple(d.id for d in ledger.declared(api, mode, device, self.case, part))
         if not declared:
             return ()
         key = (declared, part, dialect, *without_warnings(self._key(observed)))
         if key not in self._documented:
             try:
+                fingerprint = ledger.fingerprint(api, mode, device, self.case, part)
                 self._documented[key] = self._remembered(
-                    part, dialect, b"documented " + repr((ledger.fingerprint(api, mode), key[1:])).encode(),
-                    lambda: ledger.documented(api, observed, lambda s: self.expected(s, part, dialect), mode), list,
-                    tuple)
+                    part, dialect, b"documented " + repr((fingerprint, key[1:])).encode(),
+                    lambda: ledger.documented(api, observed, lambda s: self.expected(s, part, dialect), mode, device,
+                                              self.case, part), list, tuple)
             except ExpectationOutOfMemory:  # what cannot be checked documents nothing: the divergence stays
                 self._documented[key] = ()
         return self._documented[key]
 
     def beyond_profile(self, ledger: DeviationLedger, api: str, part: str, dialect: str, observed: Observation,
-                       mode: str = EAGER) -> tuple[str, str] | None:
+                       mode: str = EAGER, device: str | None = None) -> tuple[str, str] | None:
         """(cause, what it behaves as) for a divergence the spec's alternatives do not explain and the profile
         does not document: the smallest set of alternatives that reproduces it once `api`'s declared deviations
         for `mode` are applied (explain, on the profile's spec), so the cause names only what remains beyond what
         the framework states; None where the API declares nothing or that finds nothing either. Decided once for
         the APIs of the case that declare the same deviations and observed the same (warnings aside)."""
-        declared = ledger.declared(api, mode)
+        declared = ledger.declared(api, mode, device, self.case, part)
         if not declared:
             return None
-        key = (ledger.fingerprint(api, mode), part, dialect, *without_warnings(self._key(observed)))
+        fingerprint = ledger.fingerprint(api, mode, device, self.case, part)
+        key = (fingerprint, part, dialect, *without_warnings(self._key(observed)))
         if key not in self._beyond:
             def explained():
                 expect = lambda s: self.expected(s, part, dialect)  # noqa: E731
-                base = ledger.spec_for(api, mode)
+                base = ledger.spec_for(api, mode, device=device, case=self.case, part=part)
                 alts = explain(self.case, observed, base, part, expect=expect, touched=self._touched_paths())
                 # a raise is explained by its type alone (explain); beside the profile it must also be the message
                 # the profile's entry states (its `match`), or the profile states nothing of it
                 if not alts or not passes(expect(with_alternatives(base, alts)), observed):
                     return None
+                def without(entry: str) -> Spec:
+                    return ledger.spec_for(api, mode, entry, device, self.case, part)
                 needed = [d.id for d in declared  # the entries it needs: without any one, it no longer passes
-                          if not passes(expect(with_alternatives(ledger.spec_for(api, mode, d.id), alts)), observed)
+                          if not passes(expect(with_alternatives(without(d.id), alts)), observed)
                           ] or [d.id for d in declared]  # entries that stand in for one another: all of them
                 return (" + ".join(a.path for a in alts),
                         f"{', '.join(map(str, alts))} beside the profile ({', '.join(needed)})")
@@ -164,15 +168,15 @@ class CaseJudge:
         return self._beyond[key]
 
     def beside_profile(self, ledger: DeviationLedger, api: str, part: str, dialect: str, observed: Observation,
-                       mode: str = EAGER) -> Judgement | None:
+                       mode: str = EAGER, device: str | None = None) -> Judgement | None:
         """The observation judged against the spec with `api`'s declared deviations for `mode` applied, where that
         shows another divergence than the spec alone does: what remains of one the profile does not document (a
         value just outside the bound beside NaNs the profile states). None where the API declares nothing, the
         profile changes nothing the judgement shows, or the answer passes beside it (it is then documented)."""
-        if not ledger.declared(api, mode):
+        if not ledger.declared(api, mode, device, self.case, part):
             return None
         try:
-            base = ledger.spec_for(api, mode)
+            base = ledger.spec_for(api, mode, device=device, case=self.case, part=part)
             residual = inputs_at(classify(self.expected(base, part, dialect), observed, base), self.case.input,
                                  self.case.target, tuple(observed.shape or ()))
         except ExpectationOutOfMemory:
@@ -183,14 +187,16 @@ class CaseJudge:
         return residual
 
     def within_rounding(self, ledger: DeviationLedger, api: str, part: str, dialect: str, observed: Observation,
-                        mode: str = EAGER) -> str | None:
+                        mode: str = EAGER, device: str | None = None) -> str | None:
         """The alternatives an unexplained divergence lies within rounding of (explain.within_rounding), beside
         `api`'s profile where it declares deviations, as a message states them; None where no set does. Decided
         once for the APIs of the case that declare the same deviations and observed the same (warnings aside)."""
-        key = (ledger.fingerprint(api, mode), part, dialect, *without_warnings(self._key(observed)))
+        fingerprint = ledger.fingerprint(api, mode, device, self.case, part)
+        key = (fingerprint, part, dialect, *without_warnings(self._key(observed)))
         if key not in self._within:
             def found():
-                base = ledger.spec_for(api, mode) if ledger.declared(api, mode) else self.spec
+                declared = ledger.declared(api, mode, device, self.case, part)
+                base = ledger.spec_for(api, mode, device=device, case=self.case, part=part) if declared else self.spec
                 alts = within_rounding(self.case, observed, base, part,
                                        expect=lambda s: self.expected(s, part, dialect), touched=self._touched_paths())
                 return [", ".join(map(str, alts))] if alts else []

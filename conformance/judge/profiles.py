@@ -45,9 +45,22 @@ class Deviation:
     basis: str  # docs, maintainers or domain (the module's docstring): what a maintainer points at to close a report
     of: str = ""  # the framework whose APIs `apis` names: "" for the profile's own, else the one inherited from
     mode: str = EAGER  # a glob over the modes it documents; eager only unless the profile says otherwise
+    device: str = "*"  # a glob over the devices it documents: a backend's behaviour (Keras on torch) holds on its own
+    dtypes: tuple[str, ...] = ()  # the calls it documents: both arguments' dtypes among these; () every call
+    parts: tuple[str, ...] = ()  # the parts it documents; () every part
 
     def documents_mode(self, mode: str) -> bool:
         return fnmatch.fnmatchcase(mode, self.mode)
+
+    def documents(self, mode: str, device: str | None = None, case: Case | None = None,
+                  part: str | None = None) -> bool:
+        """Whether it documents a call made in `mode` on `device` of `case`'s `part`; `device`, `case` or `part`
+        None where the caller has none to name (every device, dtype or part)."""
+        if not self.documents_mode(mode) or (device is not None and not fnmatch.fnmatchcase(device, self.device)):
+            return False
+        if self.parts and part is not None and part not in self.parts:
+            return False
+        return not self.dtypes or case is None or (case.dtype.input in self.dtypes and case.dtype.target in self.dtypes)
 
 
 @dataclass(frozen=True)
@@ -221,7 +234,9 @@ def _deviations(data: dict, spec: Spec, shown: str) -> list[Deviation]:
                       for error_id, raised in row.get("exceptions", {}).items()}
         deviations.append(Deviation(row["id"], tuple(row["apis"]), dict(row.get("set", {})), exceptions,
                                     tuple(row["floating"]) if "floating" in row else None,
-                                    row["rationale"], row["reference"], row["basis"], mode=row.get("mode", EAGER)))
+                                    row["rationale"], row["reference"], row["basis"], mode=row.get("mode", EAGER),
+                                    device=row.get("device", "*"), dtypes=tuple(row.get("dtypes", ())),
+                                    parts=tuple(row.get("parts", ()))))
     return deviations
 
 
@@ -262,7 +277,9 @@ def inherited(framework: str, deviations: list[Deviation]) -> list[Deviation]:
     """`framework`'s deviations as a port takes them: each named "<framework>:<id>" and applied by mirrored API
     (those it inherited in turn keep their names and the framework whose APIs they name)."""
     return [d if d.of else Deviation(f"{framework}:{d.id}", d.apis, d.set, d.exceptions, d.floating, d.rationale,
-                                     d.reference, d.basis, of=framework, mode=d.mode) for d in deviations]
+                                     d.reference, d.basis, of=framework, mode=d.mode, device=d.device, dtypes=d.dtypes,
+                                     parts=d.parts)
+            for d in deviations]
 
 
 def apply_deviations(spec: Spec, deviations: list[Deviation]) -> Spec:
@@ -322,20 +339,23 @@ class DeviationLedger:
         `deviation_bases`), so a report names the basis of a profile an adapter carries, which it cannot read."""
         return {d.id: d.basis for deviations in self.by_api.values() for d in deviations}
 
-    def declared(self, api: str, mode: str = EAGER) -> tuple[Deviation, ...]:
+    def declared(self, api: str, mode: str = EAGER, device: str | None = None, case: Case | None = None,
+                 part: str | None = None) -> tuple[Deviation, ...]:
         """The deviations declared for `api` that document calls made in `mode` (eager only, unless a deviation's
-        `mode:` says more)."""
-        return tuple(d for d in self.by_api.get(api, ()) if d.documents_mode(mode))
+        `mode:` says more) on `device` of `case`'s `part` (Deviation.documents)."""
+        return tuple(d for d in self.by_api.get(api, ()) if d.documents(mode, device, case, part))
 
-    def fingerprint(self, api: str, mode: str = EAGER) -> str:
-        """Everything of `api`'s deviations for `mode` that `documented` reads, as text (for the reference
+    def fingerprint(self, api: str, mode: str = EAGER, device: str | None = None, case: Case | None = None,
+                    part: str | None = None) -> str:
+        """Everything of `api`'s deviations for the call that `documented` reads, as text (for the reference
         cache's key of a documented divergence)."""
-        return repr(self.declared(api, mode))
+        return repr(self.declared(api, mode, device, case, part))
 
-    def spec_for(self, api: str, mode: str = EAGER, without: str | None = None) -> Spec:
-        """The spec with every deviation `api` declares for `mode` applied (but the one whose id is `without`):
+    def spec_for(self, api: str, mode: str = EAGER, without: str | None = None, device: str | None = None,
+                 case: Case | None = None, part: str | None = None) -> Spec:
+        """The spec with every deviation `api` declares for the call applied (but the one whose id is `without`):
         what the framework states it does."""
-        return self._spec_with(tuple(d for d in self.declared(api, mode) if d.id != without))
+        return self._spec_with(tuple(d for d in self.declared(api, mode, device, case, part) if d.id != without))
 
     def _spec_with(self, deviations: tuple[Deviation, ...]) -> Spec:
         key = tuple(d.id for d in deviations)
@@ -344,14 +364,15 @@ class DeviationLedger:
         return self._specs[key]
 
     def documented(self, api: str, observed: Observation, expect: Callable[[Spec], Expected],
-                   mode: str = EAGER) -> tuple[str, ...]:
+                   mode: str = EAGER, device: str | None = None, case: Case | None = None,
+                   part: str | None = None) -> tuple[str, ...]:
         """Ids of the deviations that document this divergence, or () when it is undocumented.
 
         Documented means: the observation passes under the spec with all of this API's
         declared deviations for the call's `mode` applied. The ids returned are those it needs: without any one
         of them, it would no longer pass.
         """
-        declared = self.declared(api, mode)
+        declared = self.declared(api, mode, device, case, part)
         if not declared or not self._passes(declared, observed, expect):
             return ()
         needed = tuple(d.id for d in declared

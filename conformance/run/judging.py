@@ -147,10 +147,10 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
             else:
                 observed = outcome.observations[call]
                 judgement = judge.judgement(part, dialect, observed)
-            documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2])
+            documented_by = (judge.documented(ctx.ledger, api_name, part, dialect, observed, call[2], device)
                              if judgement.verdict.is_finding and failed is None else ())
             if judgement.verdict.is_finding and failed is None and not documented_by:
-                judgement = _beside_profile(ctx, judge, judgement, api_name, part, dialect, observed, call[2])
+                judgement = _beside_profile(ctx, judge, judgement, api_name, part, dialect, observed, call[2], device)
             result = ctx.row(case, digest, call, expected, judgement, observed, documented_by)
             rows.append((result, judge.detail(expected, observed) if judgement.verdict.is_divergence else None))
         summary.cases += 1
@@ -158,7 +158,7 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
 
 
 def _beside_profile(ctx: RunContext, judge: CaseJudge, judgement: Judgement, api: str, part: str, dialect: str,
-                    observed: Observation, mode: str) -> Judgement:
+                    observed: Observation, mode: str, device: str) -> Judgement:
     """An undocumented divergence as it shows beside the API's profile. What no alternative explained (its cause
     `unexplained`, or the rule its verdict states: a dtype, a shape) is tried beside the profile (beyond_profile).
     Where the profile changes what the divergence shows, the row shows what remains (its verdict, worst element
@@ -166,18 +166,18 @@ def _beside_profile(ctx: RunContext, judge: CaseJudge, judgement: Judgement, api
     shows. What stays unexplained says which alternatives its answer lies within rounding of, where any do."""
     said = judgement.message.partition(CLAIM)[2]
     if not judgement.explained:
-        beyond = judge.beyond_profile(ctx.ledger, api, part, dialect, observed, mode)
+        beyond = judge.beyond_profile(ctx.ledger, api, part, dialect, observed, mode, device)
         if beyond is not None:
             judgement = dataclasses.replace(judgement, cause=beyond[0])
             said = beyond[1]
-    residual = judge.beside_profile(ctx.ledger, api, part, dialect, observed, mode)
+    residual = judge.beside_profile(ctx.ledger, api, part, dialect, observed, mode, device)
     message = judgement.message.partition(CLAIM)[0]
     if residual is not None:
         judgement = dataclasses.replace(judgement, verdict=residual.verdict, max_abs_err=residual.max_abs_err,
                                         bound=residual.bound, where=residual.where, rules=residual.rules)
         message = f"{residual.message}{BESIDE_PROFILE}{message.split('; ', 1)[0]})"
     if judgement.cause == UNEXPLAINED:  # where its answer lies, for a maintainer: never a cause
-        near = judge.within_rounding(ctx.ledger, api, part, dialect, observed, mode)
+        near = judge.within_rounding(ctx.ledger, api, part, dialect, observed, mode, device)
         message += f"{WITHIN}{near}" if near else ""
     return dataclasses.replace(judgement, message=message + (f"{CLAIM}{said}" if said else ""))
 

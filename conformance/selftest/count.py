@@ -136,7 +136,7 @@ def _reproduced_by_claim(row, detail: dict | None, case: Case, adapter, spec: Sp
     said, base = row.message.rsplit(CLAIM, 1)[1], spec
     if said.endswith(")") and BESIDE in said:
         said, ids = said[:-1].split(BESIDE, 1)
-        declared = {d.id: d for d in ledger.by_api.get(row.api, ()) if d.documents_mode(row.mode)}
+        declared = {d.id: d for d in ledger.declared(row.api, row.mode, row.device, case, row.part)}
         if not ids or any(i not in declared for i in ids.split(", ")):
             return False
         base = apply_deviations(spec, [declared[i] for i in ids.split(", ")])

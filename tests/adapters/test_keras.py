@@ -178,6 +178,28 @@ def test_the_profile_documents_the_class_computing_in_floatx(framework_adapter, 
     assert all(r.verdict is Verdict.PASS for r in rows if r.api == FUNCTION)
 
 
+def test_the_profile_documents_inductors_float32_gradients_under_jit_on_torch_only(framework_adapter, tmp_path):
+    """Under jit on the torch backend (torch.compile), the function's float16 gradients are computed in float32, as
+    Inductor does and PyTorch's maintainers state: the profile's entry, limited to that backend, those dtypes and
+    those parts, documents them. Its loss and its float64 calls it leaves alone, and on another backend it
+    documents nothing."""
+    from conformance.cli import main
+    from conformance.core.results import iter_results
+
+    entry = "torch-compile-keeps-half-precision-in-float32"
+    ids = ["fwd/none/log_target=0,input=prob/4x6/float16/tiny/s0", "fwd/none/log_target=0,input=prob/4x6/float64/tiny/s0"]
+    argv = ["run", "--framework", "keras", "--suite", "modes", "--mode", "jit", "--api", FUNCTION, "--out",
+            str(tmp_path / "out"), "--no-progress", "--no-repro", "--no-cache"]
+    assert main(argv + [a for i in ids for a in ("--only", i)]) in (0, 1)
+    rows = list(iter_results(tmp_path / "out"))
+    named = {(r.dtype, r.part) for r in rows if entry in r.documented_by}
+    if not framework_adapter.devices()[0].startswith("torch:"):
+        assert not named
+        return
+    assert named == {("float16", "grad_input"), ("float16", "grad_target")}
+    assert all(r.cause == "dtypes.computation" for r in rows if entry in r.documented_by)
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
 @pytest.mark.parametrize("part", ["forward", "grad_input", "grad_target", "grad2_input"])
 @pytest.mark.parametrize("api, dtype, reduction", [(CLASS, "float32", "mean"), (CLASS, "float64", "none"),

@@ -186,3 +186,39 @@ def test_an_exception_type_may_be_namespaced_as_r_torch_raises_it():
     entry["deviations"][0]["exceptions"]["integral_dtype"]["type"] = "Rcpp::"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(entry, schema)
+
+
+def test_a_deviation_limited_to_devices_dtypes_and_parts_documents_those_calls_only(tmp_path, spec):
+    """Keras on torch under jit: Inductor's float32 gradients of float16 calls are torch's statement, not Keras' on
+    another backend, nor of its float64 calls or its loss. An entry says so with `device`, `dtypes` and `parts`;
+    an inherited one keeps them."""
+    from tests.helpers import make_case
+
+    (tmp_path / "port.yaml").write_text(
+        "framework: port\ndeviations:\n- {id: narrow, apis: [port.kl_div], set: {dtypes.computation: float32}, "
+        "rationale: r, basis: maintainers, reference: 'https://x', mode: jit, device: 'torch:*', "
+        "dtypes: [float16, bfloat16], parts: [grad_input, grad_target]}\n")
+    ledger = DeviationLedger(spec, "port", ["port.kl_div"], tmp_path)
+    half, wide = make_case([-1.0], [0.5], dtype="float16"), make_case([-1.0], [0.5], dtype="float64")
+    mixed = make_case([-1.0], [0.5], dtype=("float64", "float16"))
+
+    def ids(mode="jit", device="torch:cpu", case=half, part="grad_input"):
+        return [d.id for d in ledger.declared("port.kl_div", mode, device, case, part)]
+    assert ids() == ids(part="grad_target") == ids(case=make_case([-1.0], [0.5], dtype="bfloat16")) == ["narrow"]
+    assert ids(mode="eager") == ids(device="jax:cpu") == ids(case=wide) == ids(case=mixed) == ids(part="forward") == []
+    assert ledger.spec_for("port.kl_div", "jit", device="jax:cpu", case=half, part="grad_input").hash == spec.hash
+    (tmp_path / "heir.yaml").write_text("framework: heir\nextends: port\ndeviations: []\n")
+    (inherited,) = load_profile("heir", spec, tmp_path)
+    assert (inherited.device, inherited.dtypes, inherited.parts) == ("torch:*", ("float16", "bfloat16"),
+                                                                     ("grad_input", "grad_target"))
+
+
+@pytest.mark.parametrize("field, value", [("device", "''"), ("dtypes", "[float8]"), ("parts", "[grad3]"),
+                                          ("dtypes", "[]")])
+def test_a_deviations_limits_are_checked(tmp_path, spec, field, value):
+    (tmp_path / "port.yaml").write_text(
+        f"framework: port\ndeviations:\n- {{id: x, apis: [port.kl_div], set: {{dtypes.computation: float32}}, "
+        f"rationale: r, basis: docs, reference: 'https://x', {field}: {value}}}\n")
+    with pytest.raises(SpecError) as info:
+        load_profile("port", spec, tmp_path)
+    assert str(info.value).startswith(str(tmp_path / "port.yaml")) and field in str(info.value)
