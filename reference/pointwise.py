@@ -95,8 +95,7 @@ def other_way_deltas(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str)
     """What each formula element's term moves by, in long double, where the target's own term is rounded the other
     way (round_other_way) instead of to nearest: a 1-d array of the finite, non-zero moves. A sum that takes one
     element the other way is the nearest sum plus one of them."""
-    with np.errstate(invalid="ignore"):
-        formula = np.isfinite(x) & np.isfinite(t) & (True if log_target else t > 0)
+    formula = _formula_elements(x, t, log_target)
     if not formula.any():
         return np.zeros(0, dtype=WIDE)
     xs, ts = x[formula], t[formula]
@@ -105,13 +104,18 @@ def other_way_deltas(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str)
     return moves[np.isfinite(moves) & (moves != 0)]
 
 
+def _formula_elements(x: np.ndarray, t: np.ndarray, log_target: bool) -> np.ndarray:
+    """Where the formula decides the term, not a convention: finite arguments, and t > 0 without log_target."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(x) & np.isfinite(t) & (True if log_target else t > 0)
+
+
 def _with_own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: np.ndarray,
                          residual: np.ndarray | None, rounding: Rounding) -> tuple[np.ndarray, np.ndarray | None]:
     """loss and residual with the formula's elements (finite arguments, t > 0 without log_target) replaced by
     the term whose target terms are evaluated in `dtype` (spec: dtypes.argument_terms.choices.own_dtype);
     elsewhere the conventions decide, as for the promoted terms."""
-    with np.errstate(invalid="ignore"):
-        formula = np.isfinite(x) & np.isfinite(t) & (True if log_target else t > 0)
+    formula = _formula_elements(x, t, log_target)
     if not formula.any():
         return loss, residual
     wide = own_dtype_term(x[formula], t[formula], log_target, dtype, rounding)

@@ -39,7 +39,7 @@ _SENTENCE_END = re.compile(r"\.\s|\n|\s\(|\.$")
 _QUOTED = re.compile(r"(?<!\w)'[^']*'|(?<!\w)\"[^\"]*\"")
 _WORD = re.compile(r"[A-Za-z_]([A-Za-z_-]*[A-Za-z_])?[:,;.]?")
 _WORDS = 8
-_CHOSEN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) = [A-Za-z_][A-Za-z0-9_]*")  # "path = choice", as messages say it
+CHOSEN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) = ([A-Za-z_][A-Za-z0-9_]*)")  # "path = choice", as messages say it
 _ERROR_SIZES = ((16.0, "within 16 bounds"), (1e4, "within 10^4 bounds"))  # else "larger"
 
 
@@ -75,12 +75,18 @@ def behaviours(cause: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_CONVENTION.sub("conventions.", p) for p in values))
 
 
+def within_text(message: str) -> str:
+    """What a row's message says its answer lies within rounding of ("a = x, b = y", run/judging.py); "" if
+    nothing."""
+    return message.partition(WITHIN)[2].partition(CLAIM)[0]
+
+
 def within_behaviour(row: Result) -> str | None:
     """The behaviour an unexplained divergence lies within rounding of, as `root_cause` names it: its message's
-    "within rounding of a = x, b = y" (run/judging.py) read as the cause "a + b"; None where it says none."""
+    "within rounding of a = x, b = y" read as the cause "a + b"; None where it says none."""
     if row.cause != UNEXPLAINED:
         return None
-    paths = _CHOSEN.findall(row.message.partition(WITHIN)[2].partition(CLAIM)[0])
+    paths = [path for path, _ in CHOSEN.findall(within_text(row.message))]
     return root_cause(" + ".join(paths)) if paths else None
 
 

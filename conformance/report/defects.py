@@ -14,10 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from conformance.core.defects import (BESIDE_PROFILE, NARROW_DTYPES, behaviours, cause_paths, error_size, raised,
-                                      width, within_behaviour)
+from conformance.core.defects import (BESIDE_PROFILE, CHOSEN, NARROW_DTYPES, behaviours, cause_paths, error_size,
+                                      raised, width, within_behaviour, within_text)
 from conformance.core.errors import ConformanceError
-from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, WITHIN, Result, Spec, Verdict
+from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
 from conformance.core.upstream import UpstreamIssue, upstream_issues
 
@@ -27,7 +27,6 @@ _BEHAVES = re.compile(re.escape(CLAIM) + "(.+)$")
 _AT = re.compile(r"; at input (\S+), target ([^;\s]+)")  # judge/compare.py: inputs_at
 _STATED = re.compile(r"\(documented, (docs|maintainers|domain): [^()]*\)$")  # an unsupported row the profile states
 _FAULT = re.compile(r"^fault (.+) \(breaks [A-Za-z0-9_.]+\)$")  # a fault pattern's words (judge/faults.py: Fault)
-_CHOSEN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*) = ([A-Za-z_][A-Za-z0-9_]*)")
 _SHAPE = re.compile(r"^\d+(x\d+)*(:\d+(x\d+)*)?")
 _PART_WORDS = {"forward": "loss", "grad_input": "gradient with respect to input",
                "grad_target": "gradient with respect to target",
@@ -232,7 +231,7 @@ def title(d: Defect, spec: Spec | None) -> str:
             return f"{head}: raises {kind}" + (f" ({said[:160]})" if said else "") \
                    + " where the spec expects a value (no spec choice reproduces it)"
         size = f", error {error_size(r.max_abs_err, r.bound)}" if r.verdict is Verdict.VALUE else ""
-        near = r.message.partition(WITHIN)[2].partition(CLAIM)[0]  # run/judging.py: where its answer lies
+        near = within_text(r.message)  # where its answer lies
         return f"{head}: {r.verdict.words} ({width(r.dtype)} dtypes{size}; " \
                f"no spec choice reproduces it{f' beyond rounding; within rounding of {near}' if near else ''})"
     behaves = _BEHAVES.search(r.message)
@@ -266,7 +265,7 @@ def shown(row: Result) -> str:
 def _chosen(message: str) -> list[tuple[str, str]]:
     """The alternatives a row's message says it behaves as ("...; behaves as a.b = x, c.d = y")."""
     found = _BEHAVES.search(message)
-    return _CHOSEN.findall(found.group(1)) if found else []
+    return CHOSEN.findall(found.group(1)) if found else []
 
 
 def _choice_words(path: str, choice: str, spec: Spec | None) -> str:

@@ -155,15 +155,9 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     divergences.md, report.md (with the details of its worked examples) and, with a baseline, baseline.json."""
     summary = render_summary(tally, manifests, decision.to_json(), shared_drafts)
     write_atomic(out_dir / "summary.json", summary_json(summary, like))
-    wanted = wanted_details(tally)  # report.md's worked examples, picked up as the page reads the details
-    match, examples = detail_matcher(wanted) if wanted else None, {}
-
-    def example(d: dict[str, Any]) -> None:
-        key = match(d) if match is not None else None
-        if key is not None and key not in examples:
-            examples[key] = d
+    pick, examples, wanted = _example_picker(tally)  # report.md's worked examples, as the page reads the details
     details = (d for run_dir in present for d in iter_details(run_dir))
-    page = render_html(tally, manifests, _feeding(example, details))
+    page = render_html(tally, manifests, _feeding(pick, details))
     if like is not None:  # the port's marks, before the page's end
         head, end, tail = page.rpartition("</body>")
         page = head + like.html() + end + tail if end else page + like.html()
@@ -173,7 +167,7 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     write_atomic(out_dir / DIVERGENCES_FILE,
                  render_divergences(tally, manifests, render_baseline_markdown(diff) if diff is not None else ()))
     markdown = render_markdown(tally, manifests, known.audit() if known is not None else None,
-                               examples=examples if len(examples) == len(wanted) else _examples(tally, present),
+                               examples=examples if len(examples) == wanted else _examples(tally, present),
                                baseline=render_baseline_markdown(diff, listed=10) if diff is not None else ())
     if like is not None:
         markdown = markdown.rstrip("\n") + "\n" + "\n".join(like.markdown()) + "\n"
@@ -185,17 +179,27 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     return Written(path, diff, tally.total, decision, lines, divergence_counts(tally), tally.defects)
 
 
-def _examples(tally: Tally, present: Sequence[Path]) -> dict[tuple, dict[str, Any]]:
-    """The details of report.md's worked examples, read from details.jsonl until each is found."""
+def _example_picker(tally: Tally) -> tuple[Callable[[dict[str, Any]], None], dict[tuple, dict[str, Any]], int]:
+    """(pick, found, wanted): `pick` keeps in `found` each detail that is one of report.md's `wanted` worked
+    examples, the first of each."""
     wanted = wanted_details(tally)
+    match = detail_matcher(wanted) if wanted else None
     found: dict[tuple, dict[str, Any]] = {}
-    match = detail_matcher(wanted)
-    for d in (d for run_dir in present for d in iter_details(run_dir)) if wanted else ():
-        key = match(d)
+
+    def pick(d: dict[str, Any]) -> None:
+        key = match(d) if match is not None else None
         if key is not None and key not in found:
             found[key] = d
-            if len(found) == len(wanted):
-                break
+    return pick, found, len(wanted)
+
+
+def _examples(tally: Tally, present: Sequence[Path]) -> dict[tuple, dict[str, Any]]:
+    """The details of report.md's worked examples, read from details.jsonl until each is found."""
+    pick, found, wanted = _example_picker(tally)
+    for d in (d for run_dir in present for d in iter_details(run_dir)) if wanted else ():
+        pick(d)
+        if len(found) == wanted:
+            break
     return found
 
 

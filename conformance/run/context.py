@@ -125,10 +125,11 @@ class RunContext:
         api, device, mode, part = call
         info, manifest = self.info, self.manifest
         cause = judgement.cause
-        declared = self.ledger.declared(api, mode, device, case, part)
         if judgement.verdict.is_divergence and not documented_by:  # what the profile does not state
+            declared = self.ledger.declared(api, mode, device, case, part)
             cause = residual_cause(cause, frozenset(p for d in declared for p in d.set))
         elif cause == UNEXPLAINED and documented_by:  # no alternative alone told it apart; what documents it does
+            declared = self.ledger.declared(api, mode, device, case, part)
             cause = " + ".join(dict.fromkeys(p for d in declared if d.id in documented_by
                                              for p in d.set)) or cause
         row = Result(
