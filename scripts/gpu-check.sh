@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The checks of a lent GPU machine, in one run: torch on cpu and cuda, torch's Inductor on cuda over the mode
-# suite, the planted-bug self-test on cuda, optax eager and jit on cpu and gpu, and the merged report. Each step
-# has its own time limit and its own log, so a step that fails or runs out of time loses none of the others, and
-# the self-test, the longest, takes what is left of KL_GPU_DEADLINE_S. Everything is packed into
-# $OUT/gpu-check.tar.gz, with the steps' summary in $OUT/steps.log.
+# The checks of a lent GPU machine, in one run: torch eager on cpu and cuda, every torch mode over the mode slice
+# on cpu and cuda, optax eager and jit on cpu and gpu, Inductor and its emulated casts over the whole mode suite
+# on cuda, and the merged report; beside them, on a core of its own, the planted-bug self-test on cuda (one
+# process). Each step has its own time limit and log, so a step that fails or runs out of time loses none of the
+# others (an interrupted run keeps its rows and the report merges them); the whole mode suite and the self-test
+# take what is left of KL_GPU_DEADLINE_S. Everything is packed
+# into $OUT/gpu-check.tar.gz, with the steps' summary in $OUT/steps.log.
 #
 #   OUT=/tmp/gpu bash scripts/gpu-check.sh            # the machine's python3 holds torch, JAX and optax
 #   KL_GPU_SELFTEST_ONLY="fwd/*/4x6/*" ...             # narrow the self-test's cases (glob, repeatable by space)
@@ -18,6 +20,7 @@ rm -rf "$work"
 mkdir -p "$work/logs"
 export PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1 KL_CACHE_DIR="$work/kl-cache"
 log="$work/logs/steps.log"
+jobs=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))  # the self-test keeps a core of its own
 
 step() {  # step NAME LIMIT_S COMMAND...: run one step, record its exit status and duration
     local name=$1 limit=$2
@@ -31,11 +34,13 @@ step() {  # step NAME LIMIT_S COMMAND...: run one step, record its exit status a
 
 {
     date -u
-    git log -1 --format='commit %H'
+    git log -1 --format='commit %H' 2>/dev/null || echo "commit: not a git checkout"
+    echo "cores $jobs"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     nvidia-smi | grep -o 'CUDA Version: [0-9.]*'
     python3 -c 'import sys, numpy; print("python", sys.version.split()[0], "numpy", numpy.__version__)'
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
+    python3 -c 'import triton, onnx, onnxruntime, onnxscript; print("triton", triton.__version__, "onnx", onnx.__version__, "onnxruntime", onnxruntime.__version__, "onnxscript", onnxscript.__version__)'
     python3 -c 'import jax, jaxlib, optax; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "optax", optax.__version__, jax.devices())'
 } >"$work/logs/machine.log" 2>&1
 
@@ -45,25 +50,45 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 step install 60 python3 -m pip install -q --no-deps --no-build-isolation -e .
 kl=(python3 -m conformance)
+runs=()
 
-step torch "${KL_GPU_TORCH_S:-120}" "${kl[@]}" run --framework torch --out "$work/torch" --no-progress --force
-step modes 30 "${kl[@]}" modes
-# torch's compiled modes on cuda, where Inductor compiles with Triton: one compile per signature, so the mode
-# suite, on one API (the ONNX modes run on CPU only, checked on the CPU machines); Inductor first, then the
-# emulated casts on the pinned cases only
-step torch-inductor "${KL_GPU_MODES_S:-200}" "${kl[@]}" run --framework torch --suite modes --mode inductor \
-    --device cuda --api torch.nn.functional.kl_div --out "$work/torch-inductor" --no-progress --force
-step torch-emulated 60 "${kl[@]}" run --framework torch --suite modes --family pinned --mode inductor \
-    --mode inductor-emulated --out "$work/torch-emulated" --no-progress --force
-JAX_ENABLE_X64=1 step optax "${KL_GPU_OPTAX_S:-100}" "${kl[@]}" run --framework optax --mode eager --mode jit \
-    --out "$work/optax" --no-progress --force
-step report 30 "${kl[@]}" report "$work/torch" "$work/torch-inductor" "$work/torch-emulated" "$work/optax" \
-    --out "$work/all" --allow-missing --force
+deadline=${KL_GPU_DEADLINE_S:-480}
 only=()
 for pattern in ${KL_GPU_SELFTEST_ONLY:-}; do only+=(--only "$pattern"); done
-left=$(( ${KL_GPU_DEADLINE_S:-450} - SECONDS - 20 ))
-step selftest-cuda "$(( left > 30 ? left : 30 ))" "${kl[@]}" selftest --framework torch --device cuda \
-    --out "$work/selftest-cuda" --force "${only[@]}"
+step selftest-cuda $(( deadline - SECONDS - 20 )) "${kl[@]}" selftest --framework torch --device cuda \
+    --out "$work/selftest-cuda" --force "${only[@]}" &
+selftest=$!
+step torch "${KL_GPU_TORCH_S:-90}" "${kl[@]}" run --framework torch --jobs "$jobs" --out "$work/torch" --no-progress --force
+runs+=("$work/torch")
+step modes 30 "${kl[@]}" modes
+# every torch mode over the slice on cpu and cuda (the ONNX modes run on CPU), so that the cuda column of Inductor
+# (Triton) stands beside its cpu column from the same build
+step torch-modes "${KL_GPU_MODES_S:-110}" "${kl[@]}" run --framework torch --suite mode-slice --mode inductor \
+    --mode inductor-emulated --mode onnx-torchscript --mode onnx-dynamo --jobs "$jobs" --out "$work/torch-modes" \
+    --no-progress --force
+runs+=("$work/torch-modes")
+# what the JAX adapters' workers would meet without adapters/jaxmemory.py: three JAX clients started together on
+# one GPU, each preallocating as JAX does by default
+step jax-preallocate 60 bash -c 'for i in 1 2 3; do env -u XLA_PYTHON_CLIENT_PREALLOCATE python3 -c "
+import time, jax, jax.numpy as jnp
+x = jnp.ones(3, device=jax.devices(\"gpu\")[0]); print(\"client\", $i, float(x.sum())); time.sleep(5)" & done; wait'
+JAX_ENABLE_X64=1 step optax "${KL_GPU_OPTAX_S:-80}" "${kl[@]}" run --framework optax --mode eager --mode jit \
+    --jobs "$jobs" --out "$work/optax" --no-progress --force
+runs+=("$work/optax")
+# what is left, less the report's share, goes to the whole mode suite under Inductor on cuda
+left=$(( deadline - SECONDS - 45 ))
+if (( left > 30 )); then
+    step torch-modes-cuda "$left" "${kl[@]}" run --framework torch --suite modes --mode inductor \
+        --mode inductor-emulated --device cuda --jobs "$jobs" --out "$work/torch-modes-cuda" --no-progress --force
+    runs+=("$work/torch-modes-cuda")
+fi
+step report 40 "${kl[@]}" report "${runs[@]}" --out "$work/all" --allow-missing --force
+wait "$selftest"
 
-tar -czf "$OUT/gpu-check.tar.gz" --exclude=kl-cache -C "$(dirname "$work")" gpu-check
+# the self-test's variant runs stay behind (its verdict is selftest.md and selftest.json, the planted rows beside
+# them), so that the archive fits what comes back from the machine
+tar -czf "$OUT/gpu-check.tar.gz" --exclude=kl-cache --exclude='gpu-check/selftest-cuda/*/*' \
+    -C "$(dirname "$work")" gpu-check
 cp "$log" "$OUT/steps.log"
+cp "$work/selftest-cuda/selftest.md" "$OUT/selftest.md" 2>/dev/null
+cp "$work/all/report.md" "$OUT/report.md" 2>/dev/null
