@@ -41,7 +41,7 @@ import platform
 
 import numpy as np
 
-from conformance.adapters import jaxcache, jaxmemory, kerascode
+from conformance.adapters import jaxcache, kerascode
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, fill_value, layout_buffer,
                                        numpy_source)
 from conformance.adapters.compiled import TorchCompiled, Traced, jax_jit_gradient, jax_traced, keep_inductor_cache
@@ -78,7 +78,6 @@ class KerasAdapter(Adapter):
         self._compiled: dict = {}
 
     def load(self) -> None:
-        jaxmemory.allocate_on_demand()  # the JAX backend's; read only where JAX starts a GPU client
         jax_first = os.environ.get("KERAS_BACKEND") == "jax"  # then JAX is set up before Keras imports it
         if jax_first:
             try:

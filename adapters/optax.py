@@ -37,7 +37,7 @@ import platform
 
 import numpy as np
 
-from conformance.adapters import jaxcache, jaxmemory
+from conformance.adapters import jaxcache
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, construction_source,
                                        fill_value, layout_buffer, layout_buffer_source, numpy_source)
 from conformance.adapters.compiled import jax_jit_gradient, jax_jit_repro_lines, jax_traced
@@ -63,7 +63,6 @@ class OptaxAdapter(Adapter):
         self._compiled: dict = {}
 
     def load(self) -> None:
-        jaxmemory.allocate_on_demand()
         try:
             import jax
             import jax.numpy as jnp

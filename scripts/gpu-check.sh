@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The checks of a lent GPU machine, in one run: torch eager on cpu and cuda, every torch mode over the mode slice
-# on cpu and cuda, optax eager and jit on cpu and gpu, Inductor and its emulated casts over the whole mode suite
-# on cuda, and the merged report; beside them, on a core of its own, the planted-bug self-test on cuda (one
-# process). Each step has its own time limit and log, so a step that fails or runs out of time loses none of the
-# others (an interrupted run keeps its rows and the report merges them); the whole mode suite and the self-test
-# take what is left of KL_GPU_DEADLINE_S. Everything is packed
+# The checks of a lent GPU machine, in one run: torch eager on cpu and cuda, Inductor and its emulated casts over
+# the whole mode suite on cuda, optax eager and jit on cpu and gpu, every torch mode over the mode slice on cpu, and
+# the merged report; beside them, on a core of its own, the planted-bug self-test on cuda (one process). Each step
+# has its own time limit and log, so a step that fails or runs out of time loses none of the others (an
+# interrupted run keeps its rows and the report merges them); the last mode step and the self-test take what is
+# left of KL_GPU_DEADLINE_S. Everything is packed
 # into $OUT/gpu-check.tar.gz, with the steps' summary in $OUT/steps.log.
 #
 #   OUT=/tmp/gpu bash scripts/gpu-check.sh            # the machine's python3 holds torch, JAX and optax
@@ -61,26 +61,20 @@ selftest=$!
 step torch "${KL_GPU_TORCH_S:-90}" "${kl[@]}" run --framework torch --jobs "$jobs" --out "$work/torch" --no-progress --force
 runs+=("$work/torch")
 step modes 30 "${kl[@]}" modes
-# every torch mode over the slice on cpu and cuda (the ONNX modes run on CPU), so that the cuda column of Inductor
-# (Triton) stands beside its cpu column from the same build
-step torch-modes "${KL_GPU_MODES_S:-110}" "${kl[@]}" run --framework torch --suite mode-slice --mode inductor \
-    --mode inductor-emulated --mode onnx-torchscript --mode onnx-dynamo --jobs "$jobs" --out "$work/torch-modes" \
-    --no-progress --force
-runs+=("$work/torch-modes")
-# what the JAX adapters' workers would meet without adapters/jaxmemory.py: three JAX clients started together on
-# one GPU, each preallocating as JAX does by default
-step jax-preallocate 60 bash -c 'for i in 1 2 3; do env -u XLA_PYTHON_CLIENT_PREALLOCATE python3 -c "
-import time, jax, jax.numpy as jnp
-x = jnp.ones(3, device=jax.devices(\"gpu\")[0]); print(\"client\", $i, float(x.sum())); time.sleep(5)" & done; wait'
-JAX_ENABLE_X64=1 step optax "${KL_GPU_OPTAX_S:-80}" "${kl[@]}" run --framework optax --mode eager --mode jit \
+# Inductor (Triton) and its emulated casts over the whole mode suite on cuda; the CPU's Inductor compiles C++ far
+# slower, so its column and the ONNX modes (which run on CPU) take the slice, last, with what time is left
+step torch-modes-cuda "${KL_GPU_MODES_S:-150}" "${kl[@]}" run --framework torch --suite modes --mode inductor \
+    --mode inductor-emulated --device cuda --jobs "$jobs" --out "$work/torch-modes-cuda" --no-progress --force
+runs+=("$work/torch-modes-cuda")
+JAX_ENABLE_X64=1 step optax "${KL_GPU_OPTAX_S:-120}" "${kl[@]}" run --framework optax --mode eager --mode jit \
     --jobs "$jobs" --out "$work/optax" --no-progress --force
 runs+=("$work/optax")
-# what is left, less the report's share, goes to the whole mode suite under Inductor on cuda
 left=$(( deadline - SECONDS - 45 ))
 if (( left > 30 )); then
-    step torch-modes-cuda "$left" "${kl[@]}" run --framework torch --suite modes --mode inductor \
-        --mode inductor-emulated --device cuda --jobs "$jobs" --out "$work/torch-modes-cuda" --no-progress --force
-    runs+=("$work/torch-modes-cuda")
+    step torch-modes-cpu "$left" "${kl[@]}" run --framework torch --suite mode-slice --mode inductor \
+        --mode inductor-emulated --mode onnx-torchscript --mode onnx-dynamo --device cpu --jobs "$jobs" \
+        --out "$work/torch-modes-cpu" --no-progress --force
+    runs+=("$work/torch-modes-cpu")
 fi
 step report 40 "${kl[@]}" report "${runs[@]}" --out "$work/all" --allow-missing --force
 wait "$selftest"
