@@ -63,10 +63,10 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         own_dtype = own_terms_dtype(case, result_dtype, spec)
         loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=summed,
                                               own_dtype=own_dtype)
-        if own_dtype is not None and not summed:  # each element's own term rounded the other way
+        if own_dtype is not None and not summed:  # each element's own term rounded the second way
             alternate = other_way(x, t, case.params.log_target, own_dtype, loss)
         elif own_dtype is not None and reduction != "none" and not rules_of["axis_sum"]:
-            moves = other_way_deltas(x, t, case.params.log_target, own_dtype)  # a sum: one element the other way
+            moves = other_way_deltas(x, t, case.params.log_target, own_dtype)  # a sum's candidates
     with np.errstate(invalid="ignore"):
         s = sensitivity(x, t, case.params.log_target, spec)
         if np.ndim(s) or s != 0:  # a constant 0 (spec: sensitivity without log_target) needs no mask

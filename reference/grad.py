@@ -13,7 +13,7 @@ import numpy as np
 
 from conformance.core.case import Case
 from conformance.core.model import GRAD_PARTS, Expected, Spec, upstream_gradient
-from conformance.core.rounding import round_other_way, round_to_dtype
+from conformance.core.rounding import round_to_dtype, second_rounding
 from conformance.core.tolerance import gradient_bound, gradient_sensitivity, gradient_summation
 from conformance.reference import dialect
 from conformance.reference.computation import as_inferred, cast_back, computed_case, flushed_result, read_flushed
@@ -121,9 +121,9 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
         value, bound = sum_to_shape(contribution, arg_shape), sum_to_shape(bound, arg_shape)
         if summed > 1:  # spec: tolerance.gradient.summation -- summing back over broadcast elements
             bound = bound + gradient_summation(summed, sum_to_shape(np.abs(contribution), arg_shape), u, spec)
-        # each element's own term rounded the other way, where no element is summed with another
-        alternate = (contribution_of(derivative_of(round_other_way)[0]) if own_dtype is not None and summed == 1
-                     and rules_of["input_space"] == "log" else None)
+        # each element's own term rounded the second way, where no element is summed with another
+        alternate = (contribution_of(derivative_of(second_rounding(own_dtype, case.params.log_target))[0])
+                     if own_dtype is not None and summed == 1 and rules_of["input_space"] == "log" else None)
     rules = tuple(conventions_applied(rule_map, RULE_NAMES, FORMULA))
     value, bound = in_result_dtype(value, arg_dtype), as_bound(bound)
     anything = accepts_any(rule_map, spec)

@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from conformance.core.rounding import round_to_dtype
+from conformance.core.rounding import round_through_float32, round_to_dtype
 from conformance.reference.doubledouble import (PRODUCT_MAX, PRODUCT_MIN, SPLIT_LIMIT, truncation_split, two_prod,
                                                 two_sum)
 from conformance.reference.logexp import TIER_A_MIN, exp_parts, fast_log_diff, precise_log_diff
@@ -367,11 +367,16 @@ def own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str,
     fl rounding to `dtype` (torch's ``xlogy(target, target) - target * input`` and ``exp(target) * (target -
     input)``). t * fl(log t) is exact in float64 (two significands of at most 24 bits), so it is rounded to
     `dtype` once; the rest is formed in long double, within 2**-63 relative of each operation. `rounding` rounds
-    exp and log (round_other_way: their other faithful rounding); the product is rounded to nearest.
+    exp and log (round_other_way: their other faithful rounding); the product is rounded to nearest. With
+    round_through_float32, the target's term is float32's, rounded once more to `dtype`: ``fl(fl32(t * fl32(log
+    t)))`` and ``fl(fl32(exp(t)))`` (t * fl32(log t) is exact in float64 too, for a float16 or bfloat16 t).
     """
     with np.errstate(all="ignore"):
         if log_target:
             own = rounding(np.exp(t), dtype)
             return own.astype(WIDE) * (t.astype(WIDE) - x.astype(WIDE))
-        own = round_to_dtype(t * rounding(np.log(t), dtype), dtype)
+        if rounding is round_through_float32:  # t * log(t) in float32, each operation rounded there, then to dtype
+            own = round_through_float32(t * round_to_dtype(np.log(t), "float32"), dtype)
+        else:
+            own = round_to_dtype(t * rounding(np.log(t), dtype), dtype)
         return own.astype(WIDE) - t.astype(WIDE) * x.astype(WIDE)

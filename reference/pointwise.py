@@ -15,11 +15,11 @@ import numpy as np
 
 from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import Spec
-from conformance.core.rounding import round_other_way, round_to_dtype
+from conformance.core.rounding import round_through_float32, round_to_dtype, second_rounding
 from conformance.reference.klterm import kl_term, own_dtype_term
 
 WIDE = np.longdouble
-Rounding = Callable[[np.ndarray, str], np.ndarray]  # float64 values to a dtype's: round_to_dtype or round_other_way
+Rounding = Callable[[np.ndarray, str], np.ndarray]  # float64 values to a dtype's: round_to_dtype or second_rounding's
 SMALL = 1 << 12  # past this size, a whole-array test first decides whether the element-wise work is needed
 
 # Codes of Expected.rule_map, in the order of model.RULE_NAMES.
@@ -86,21 +86,26 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
 
 
 def other_way(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: np.ndarray) -> np.ndarray:
-    """The float64 pointwise `loss` (pointwise's, with `own_dtype`) with the target's own term rounded the other
-    way (round_other_way) at each element the formula decides; the conventions' elements are the same."""
-    return _with_own_dtype_term(x, t, log_target, dtype, loss, None, round_other_way)[0]
+    """The float64 pointwise `loss` (pointwise's, with `own_dtype`) with the target's own term rounded the second
+    way (core/rounding.py: second_rounding) at each element the formula decides; the conventions' elements are the
+    same."""
+    return _with_own_dtype_term(x, t, log_target, dtype, loss, None, second_rounding(dtype, log_target))[0]
 
 
 def other_way_deltas(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str) -> np.ndarray:
-    """What each formula element's term moves by, in long double, where the target's own term is rounded the other
-    way (round_other_way) instead of to nearest: a 1-d array of the finite, non-zero moves. A sum that takes one
-    element the other way is the nearest sum plus one of them."""
+    """What a sum moves by where its elements' own terms are rounded the second way (second_rounding) instead of to
+    nearest, in long double: a 1-d array of the finite, non-zero moves, each a candidate. An exp's or log's other
+    neighbour is one element's choice, so each element's move is one (a sum takes at most one); a half-precision
+    t * log(t) computed in float32 is the kernel's, so every element moves alike, and their total is the one move."""
     formula = _formula_elements(x, t, log_target)
     if not formula.any():
         return np.zeros(0, dtype=WIDE)
     xs, ts = x[formula], t[formula]
+    rounding = second_rounding(dtype, log_target)
     with np.errstate(all="ignore"):
-        moves = own_dtype_term(xs, ts, log_target, dtype, round_other_way) - own_dtype_term(xs, ts, log_target, dtype)
+        moves = own_dtype_term(xs, ts, log_target, dtype, rounding) - own_dtype_term(xs, ts, log_target, dtype)
+        if rounding is round_through_float32:
+            moves = np.atleast_1d(moves.sum(dtype=WIDE))
     return moves[np.isfinite(moves) & (moves != 0)]
 
 

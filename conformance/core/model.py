@@ -156,10 +156,10 @@ class Expected:
     rules: tuple[str, ...] = ()
     rule_map: np.ndarray | None = field(default=None, repr=False)
     rule_names: tuple[str, ...] = RULE_NAMES  # what the codes in rule_map stand for
-    # the value each element may take instead, within the same bound: a term evaluated in a narrower dtype by a
-    # function accurate to one unit in its last place rounds either way (dtypes.argument_terms); for a reduced
-    # (0-d) value, the candidates, each the sum with one element the other way (every element's choice would make
-    # a window that holds the promoted answer); None where no element may
+    # the value each element may take instead, within the same bound: a term evaluated in a narrower dtype the
+    # second way the spec names (dtypes.argument_terms; core/rounding.py: second_rounding); for a reduced (0-d)
+    # value, the candidates, each the sum with one element the other way or with every element computed in float32
+    # (every element's own choice would make a window that holds the promoted answer); None where no element may
     alternate: np.ndarray | None = field(default=None, repr=False)
 
 

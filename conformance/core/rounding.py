@@ -69,6 +69,22 @@ def round_other_way(values: np.ndarray, dtype: str) -> np.ndarray:
     return _to_quantum(x, dtype, lambda scaled: np.rint(scaled) + np.sign(scaled - np.rint(scaled)))
 
 
+def round_through_float32(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values rounded to float32 and then to `dtype`: a float16 or bfloat16 result computed in float32 and
+    rounded once more, as kernels that compute half precision in float32 return it. Where a value lies near the
+    midpoint of two `dtype` neighbours, the first rounding may carry it to the other one."""
+    return round_to_dtype(round_to_dtype(values, "float32"), dtype)
+
+
+def second_rounding(dtype: str, log_target: bool):
+    """The other way an implementation rounds the target's term evaluated in `dtype` (spec: dtypes.argument_terms.
+    choices.own_dtype): a float16 or bfloat16 t * log(t) computed in float32 and rounded once more
+    (round_through_float32); else exp or log's other neighbour (round_other_way), which also holds an exp(t)
+    computed in float32 and rounded once more, since that lands on one of the two."""
+    narrower = dtype in _FORMATS and _FORMATS[dtype][0] < _FORMATS["float32"][0]  # fewer significand bits
+    return round_through_float32 if narrower and not log_target else round_other_way
+
+
 def is_representable(values: np.ndarray, dtype: str) -> bool:
     """True when every value survives rounding to `dtype` unchanged (NaN counts as representable)."""
     x = np.asarray(values, dtype=np.float64)

@@ -147,7 +147,7 @@ def _judge_values(expected: Expected, got: np.ndarray) -> Judgement:
 def nearer(expected: Expected, got: np.ndarray) -> np.ndarray:
     """The value each element is judged against: the expected one, or its alternate (Expected.alternate) where
     the answer lies nearer that. An element then passes within its bound of either, and fails outside both. A
-    reduced value's alternates are candidates (a sum that took one element the other way): the nearest is its.
+    reduced value's alternates are candidates (a sum that took its terms the second way): the nearest is its.
 
     Is equivalent to ``where(isfinite(value) & isfinite(alternate) & (|got - alternate| < |got - value|),
     alternate, value)``.

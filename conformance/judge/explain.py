@@ -59,7 +59,7 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
 
 def as_answered(expected: Expected, observed: Observation) -> Expected:
     """`expected` as the answer was judged against it: a reduced value's candidate nearest the answer (a sum with
-    one element's term the other way, Expected.alternate) in place of its candidates. What tells an answer from
+    its terms the second way, Expected.alternate) in place of its candidates. What tells an answer from
     the spec's is the candidate it matched: one far from the spec's answer is evidence, one near it is not."""
     if np.ndim(expected.value) != 0 or expected.alternate is None or np.ndim(expected.alternate) != 1 \
             or observed.value is None or np.shape(observed.value) != ():
@@ -115,8 +115,8 @@ def indistinguishable(other: Expected, canonical: Expected) -> bool:
 
     Is equivalent to ``not any(pattern differs) and all(|other - spec| <= 2 * (other.bound + spec.bound))``
     over the finite elements, the nearer of each side's values where either has an alternate (an element that
-    may round either way, Expected.alternate) taken; a reduced value's candidates (a sum with one element the
-    other way) likewise, so explain passes the candidate an answer matched (`as_answered`).
+    may round either way, Expected.alternate) taken; a reduced value's candidates (a sum with its terms the
+    second way) likewise, so explain passes the candidate an answer matched (`as_answered`).
     """
     if canonical.error_id is not None or other.error_id is not None or other.value is None or canonical.value is None:
         return False

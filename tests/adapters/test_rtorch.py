@@ -189,3 +189,34 @@ def test_r_killed_between_calls_is_restarted(framework_adapter):
     session._process.wait()
     observed = _run(framework_adapter, case)
     assert observed.value is not None and session.restarts == 1
+
+
+@pytest.mark.parametrize("case_id", ["fwd/none/log_target=0/4x6/float32:float16/softmax/s0",
+                                     "fwd/sum/log_target=0/4x6/float64:float16/unnormalized/s0"])
+def test_libtorch_1_13_computes_a_float16_targets_term_in_float32_and_it_is_pytorch_117034(framework_adapter, spec,
+                                                                                            case_id):
+    """libtorch 1.13.1's CPU xlogy of a float16 target is computed in float32 and rounded once to float16 (checked
+    here in mpmath on these targets), where torch 2's rounds log(t) to float16 first: the spec's own_dtype takes
+    both (a sum every element alike), so the call is pytorch#117034's, not `unexplained`."""
+    import mpmath
+
+    from conformance.cases.generate import DEFAULT_SEED, build_case
+    from conformance.cases.ids import parse_id
+    from conformance.core.choices import Alternative, with_alternatives
+
+    case = build_case(parse_id(case_id), DEFAULT_SEED)
+    zero = make_case(np.zeros(np.shape(case.target)), case.target, dtype=("float32", "float16"))
+    terms = _run(framework_adapter, zero).value.ravel()  # xlogy(t, t) - t * 0: the target's term, promoted
+    t = np.asarray(case.target, dtype=np.float64).ravel()
+    with mpmath.workprec(100):
+        through = [float(np.float16(np.float32(float(mpmath.mpf(v) * float(np.float32(float(mpmath.log(v))))))))
+                   for v in t]
+        two_roundings = [float(np.float16(float(mpmath.mpf(v) * float(np.float16(float(mpmath.log(v)))))))
+                         for v in t]
+    assert terms.tolist() == through
+    assert terms.tolist() != two_roundings  # the forms differ on these targets
+    observed = _run(framework_adapter, case)
+    assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.VALUE
+    own = (Alternative("dtypes.argument_terms", "own_dtype"),)
+    assert classify(expected_forward(case, with_alternatives(spec, own)), observed, spec).verdict is Verdict.PASS
+    assert explain(case, observed, spec) == own

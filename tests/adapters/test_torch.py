@@ -278,6 +278,20 @@ def test_pytorch_117034_with_a_float32_exp_that_is_faithful_not_nearest_is_still
         assert explain(case, observed, spec, part) == (Alternative("dtypes.argument_terms", "own_dtype"),)
 
 
+@pytest.mark.parametrize("case_id", ["fwd/none/log_target=0/4x6/float64:bfloat16/softmax/s0",
+                                     "fwd/sum/log_target=0/4x6/float32:float16/softmax/s0"])
+def test_on_cuda_a_half_precision_targets_term_computed_in_float32_is_pytorch_117034(framework_adapter, spec, case_id):
+    """torch's CUDA kernels compute xlogy(t, t) of a float16 or bfloat16 target in float32 and round it once, where
+    its CPU kernels round log(t) first (docs/guide/devices.md, 2026-11-29; tests/data/cuda-own-dtype.json holds
+    these answers for CI, which has no GPU): either is the target's terms in its own dtype."""
+    if "cuda" not in framework_adapter.devices():
+        pytest.skip("no CUDA device here")
+    case = build_case(parse_id(case_id), DEFAULT_SEED)
+    observed = framework_adapter.run(case, framework_adapter.api("torch.nn.functional.kl_div"), "cuda", "forward")
+    assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.VALUE
+    assert explain(case, observed, spec, "forward") == (Alternative("dtypes.argument_terms", "own_dtype"),)
+
+
 def test_a_float64_sum_of_float32_log_targets_with_one_faithful_exp_is_pytorch_117034(framework_adapter, spec):
     """The same target's terms, summed: torch's answer is the float64 sum of its float32 terms, one of which took
     SLEEF's other neighbour (checked here against mpmath). A sum may take one element the other way (a candidate

@@ -1,8 +1,9 @@
 """dtypes.argument_terms: the target's own terms evaluated in its dtype before promotion (pytorch#117034).
 
-The expected numbers are worked out here by hand, in mpmath at 200 bits with NumPy's float16 for the
-roundings the alternative names; torch 2.13 on CPU gives the same float64 values for these calls
-(kl_div(float64 input, float16 target)).
+The expected numbers are worked out here by hand, in mpmath at 200 bits with NumPy's float16 and float32 for the
+roundings the alternative names; torch 2.13 on CPU gives the same float64 values for the two-rounding calls
+(kl_div(float64 input, float16 target)), and torch's CUDA kernels and libtorch 1.13.1's CPU kernels the
+float32-computed ones (docs/guide/devices.md).
 """
 
 from __future__ import annotations
@@ -76,11 +77,19 @@ def test_explain_names_the_own_dtype_terms(spec, log_target, t, want):
     assert explain(case, observed, spec) == OWN
 
 
-def _other_half(value) -> float:
-    """The float16 neighbour of `value` on the other side from round to nearest (a faithful rounding's other
+LOG_T32 = float(np.float32(-1.3))
+
+
+def _single(value) -> float:
+    """A value rounded to float32 (through float64, decisive for these inputs)."""
+    return float(np.float32(float(value)))
+
+
+def _other_single(value) -> float:
+    """The float32 neighbour of `value` on the other side from round to nearest (a faithful rounding's other
     answer), found by stepping from the nearest with NumPy."""
-    near = np.float16(float(value))
-    toward = np.float16(np.inf) if mpmath.mpf(float(near)) < value else np.float16(-np.inf)
+    near = np.float32(float(value))
+    toward = np.float32(np.inf) if mpmath.mpf(float(near)) < value else np.float32(-np.inf)
     return float(np.nextafter(near, toward))
 
 
@@ -88,15 +97,15 @@ def test_each_unreduced_element_may_take_its_terms_other_faithful_rounding(spec)
     """A float32 exp or log accurate to one ulp (torch's SLEEF kernels) is not always the nearest: the alternative
     accepts, element by element, the target's term rounded the other way, worked out here in mpmath."""
     mpmath.mp.prec = 200
-    case = make_case([X, X], [LOG_T, 0.0], log_target=True, dtype=("float64", "float16"))
+    case = make_case([X, X], [LOG_T32, 0.0], log_target=True, dtype=("float64", "float32"))
     own = expected_forward(case, with_alternatives(spec, OWN))
-    want = float(_other_half(mpmath.exp(LOG_T)) * (mpmath.mpf(LOG_T) - X))
+    want = float(_other_single(mpmath.exp(LOG_T32)) * (mpmath.mpf(LOG_T32) - X))
     assert own.alternate[0] == pytest.approx(want, rel=2**-52) and own.alternate[0] != own.value[0]
-    assert own.alternate[1] == own.value[1]  # exp(0) = 1 is a float16: one answer only
-    # grad_input is -fl16(exp t) * scale, elementwise: the same other answer
+    assert own.alternate[1] == own.value[1]  # exp(0) = 1 is a float32: one answer only
+    # grad_input is -fl32(exp t) * scale, elementwise: the same other answer
     grad = expected_grad(case, with_alternatives(spec, OWN), "grad_input")
     scale = (0.75, 0.875)  # spec: gradients.upstream, unreduced
-    assert grad.alternate[0] == pytest.approx(-_other_half(mpmath.exp(LOG_T)) * scale[0], rel=2**-52)
+    assert grad.alternate[0] == pytest.approx(-_other_single(mpmath.exp(LOG_T32)) * scale[0], rel=2**-52)
     # the spec's own choice takes one value only
     assert expected_forward(case, spec).alternate is None
 
@@ -106,11 +115,11 @@ def test_a_sum_may_take_one_elements_term_the_other_way_and_no_more(spec):
     result cannot take each element's choice (that window always holds the promoted sum). A sum with exactly one
     element's term rounded the other way is a candidate; the sum with two is not. Worked out here in mpmath."""
     mpmath.mp.prec = 200
-    t = [LOG_T, float(np.float16(-0.7)), float(np.float16(-2.1))]
-    case = make_case([X, X, X], t, log_target=True, reduction="sum", dtype=("float64", "float16"))
+    t = [LOG_T32, _single(-0.7), _single(-2.1)]
+    case = make_case([X, X, X], t, log_target=True, reduction="sum", dtype=("float64", "float32"))
     own = expected_forward(case, with_alternatives(spec, OWN))
-    near = [_half(mpmath.exp(v)) * (mpmath.mpf(v) - X) for v in t]
-    moved = [_other_half(mpmath.exp(v)) * (mpmath.mpf(v) - X) - n for v, n in zip(t, near)]
+    near = [_single(mpmath.exp(v)) * (mpmath.mpf(v) - X) for v in t]
+    moved = [_other_single(mpmath.exp(v)) * (mpmath.mpf(v) - X) - n for v, n in zip(t, near)]
     assert float(own.value) == pytest.approx(float(sum(near)), rel=2**-52)
     want = sorted(float(sum(near) + m) for m in moved)
     assert own.alternate == pytest.approx(want, rel=2**-52)
@@ -125,13 +134,63 @@ def test_an_answer_with_one_element_rounded_the_other_way_is_explained_and_one_b
     """Per element, the answer must be one of the two roundings: an answer half way between them (the exact
     term, off the spec's float64 bound by far less than either) is no rounding of the target's term."""
     mpmath.mp.prec = 200
-    case = make_case([X, X], [LOG_T, LOG_T], log_target=True, dtype=("float64", "float16"))
-    other = float(_other_half(mpmath.exp(LOG_T)) * (mpmath.mpf(LOG_T) - X))
-    observed = Observation(value=np.array([_own_dtype_log_term(), other]), dtype="float64", shape=(2,))
+    case = make_case([X, X], [LOG_T32, LOG_T32], log_target=True, dtype=("float64", "float32"))
+    near = float(_single(mpmath.exp(LOG_T32)) * (mpmath.mpf(LOG_T32) - X))
+    other = float(_other_single(mpmath.exp(LOG_T32)) * (mpmath.mpf(LOG_T32) - X))
+    observed = Observation(value=np.array([near, other]), dtype="float64", shape=(2,))
     assert explain(case, observed, spec) == OWN
-    between = (_own_dtype_log_term() + other) / 2
-    observed = Observation(value=np.array([_own_dtype_log_term(), between]), dtype="float64", shape=(2,))
+    between = (near + other) / 2
+    observed = Observation(value=np.array([near, between]), dtype="float64", shape=(2,))
     assert explain(case, observed, spec) is None
+
+
+# a float16 target whose term computed in float32 and rounded once differs from fl16(t * fl16(log t))
+T_THROUGH = float(np.float16(0.0626220703125))
+
+
+def _through_float32_term(t: float) -> float:
+    """fl16(fl32(t * fl32(log t))) - t * x, the rest exact: a half-precision term computed in float32 (torch's
+    CUDA kernels and libtorch 1.13's CPU kernels)."""
+    mpmath.mp.prec = 200
+    own = _half(_single(mpmath.mpf(t) * _single(mpmath.log(t))))
+    return float(mpmath.mpf(own) - mpmath.mpf(t) * X)
+
+
+def _own_dtype_term_at(t: float) -> float:
+    mpmath.mp.prec = 200
+    return float(mpmath.mpf(_half(mpmath.mpf(t) * _half(mpmath.log(t)))) - mpmath.mpf(t) * X)
+
+
+def test_a_half_precision_term_may_be_computed_in_float32_and_rounded_once(spec):
+    """torch's CUDA kernels (and libtorch 1.13.1's CPU kernels, which R torch 0.11.0 runs) compute xlogy(t, t) of a
+    float16 target in float32 and round it once to float16, where torch 2's CPU kernels round log(t) to float16
+    first: both are the target's terms in its own dtype. Worked out here in mpmath; element by element either."""
+    through, two_roundings = _through_float32_term(T_THROUGH), _own_dtype_term_at(T_THROUGH)
+    assert abs(through - two_roundings) > 1e-5  # a float16 unit apart: the forms are told apart
+    case = make_case([X, X], [T_THROUGH, T], dtype=("float64", "float16"))
+    own = expected_forward(case, with_alternatives(spec, OWN))
+    assert own.value[0] == pytest.approx(two_roundings, rel=2**-52)
+    assert own.alternate[0] == pytest.approx(through, rel=2**-52)
+    observed = Observation(value=np.array([through, _own_dtype_term()]), dtype="float64", shape=(2,))
+    assert explain(case, observed, spec) == OWN
+
+
+def test_a_sum_computed_in_float32_takes_every_elements_term_that_way(spec):
+    """The kernel decides how a half-precision term is rounded, so a sum takes every element's the same way: the
+    sum of the float32-computed terms is a candidate; a sum with one element computed that way, of two that
+    differ, is not."""
+    t = [T_THROUGH, float(np.float16(0.05419921875))]  # both move the same way, so the sums differ
+    case = make_case([X, X], t, reduction="sum", dtype=("float64", "float16"))
+    own = expected_forward(case, with_alternatives(spec, OWN))
+    through = [_through_float32_term(v) for v in t]
+    two_roundings = [_own_dtype_term_at(v) for v in t]
+    assert all(abs(a - b) > 1e-5 for a, b in zip(through, two_roundings))
+    assert float(own.value) == pytest.approx(sum(two_roundings), rel=2**-50)
+    assert own.alternate == pytest.approx([sum(through)], rel=2**-50)
+    every = Observation(value=np.array(sum(through)), dtype="float64", shape=())
+    assert explain(case, every, spec) == OWN
+    one = Observation(value=np.array(through[0] + two_roundings[1]), dtype="float64", shape=())
+    assert explain(case, one, spec) is None
 
 
 def test_an_answer_within_rounding_of_the_own_terms_is_no_cause_but_is_said(spec):
@@ -161,3 +220,62 @@ def test_an_answer_within_rounding_of_the_own_terms_is_no_cause_but_is_said(spec
     float64 = make_case([X, X], [T, T], dtype="float64")
     off = expected_forward(float64, spec).value + 1e-9  # float32's rounding size, far outside float64's bound
     assert within_rounding(float64, Observation(value=off, dtype="float64", shape=(2,)), spec) is None
+
+
+def test_a_half_precision_exp_keeps_its_other_neighbour(spec):
+    """exp(target) of a float16 log-target may be either neighbour (computed in float32 and rounded once more, it
+    lands on one of them): the alternate is the other neighbour, worked out here in mpmath, not a float32 form."""
+    mpmath.mp.prec = 200
+    case = make_case([X], [LOG_T], log_target=True, dtype=("float64", "float16"))
+    own = expected_forward(case, with_alternatives(spec, OWN))
+    other = float(_other_half(mpmath.exp(LOG_T)) * (mpmath.mpf(LOG_T) - X))
+    assert own.alternate[0] == pytest.approx(other, rel=2**-52) and own.alternate[0] != own.value[0]
+    grad = expected_grad(case, with_alternatives(spec, OWN), "grad_input")
+    assert grad.alternate[0] == pytest.approx(-_other_half(mpmath.exp(LOG_T)) * 0.75, rel=2**-52)
+
+
+def _other_half(value) -> float:
+    """The float16 neighbour of `value` on the other side from round to nearest, found by stepping with NumPy."""
+    near = np.float16(float(value))
+    toward = np.float16(np.inf) if mpmath.mpf(float(near)) < value else np.float16(-np.inf)
+    return float(np.nextafter(near, toward))
+
+
+def test_the_float32_form_rounds_the_product_in_float32_before_the_targets_dtype(spec):
+    """At float16 t = 1 - 2**-11, t * fl32(log t) rounds to -2**-11 in float32 and stays there in float16, while the
+    same product rounded once to float16 (or t * fl16(log t)) is -0.000488042...: the float32 step is the form's."""
+    mpmath.mp.prec = 200
+    t = float(np.float16(1 - 2**-11))
+    through = _half(_single(mpmath.mpf(t) * _single(mpmath.log(t))))
+    once = _half(mpmath.mpf(t) * _single(mpmath.log(t)))
+    assert through == -2.0**-11 and once != through
+    case = make_case([X], [t], dtype=("float64", "float16"))
+    own = expected_forward(case, with_alternatives(spec, OWN))
+    assert own.alternate[0] == pytest.approx(float(mpmath.mpf(through) - mpmath.mpf(t) * X), rel=2**-52)
+
+
+def test_torch_on_cuda_recorded_is_pytorch_117034_through_float32(spec):
+    """torch's CUDA kernels, recorded on a lent GPU (tests/data/cuda-own-dtype.json; CI has none): the target's
+    terms computed in float32 and rounded once to its half-precision dtype. The spec's answer is far off, the
+    two-rounding form alone does not hold the answers, and the float32-computed one does."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from conformance.cases.generate import DEFAULT_SEED, build_case
+    from conformance.cases.ids import parse_id
+    from conformance.core.model import Verdict
+    from conformance.judge.compare import classify
+
+    recorded = json.loads((Path(__file__).parents[1] / "data" / "cuda-own-dtype.json").read_text(encoding="utf-8"))
+    assert len(recorded["rows"]) == 2
+    for row in recorded["rows"]:
+        case = build_case(parse_id(row["case_id"]), DEFAULT_SEED)
+        got = np.array([float.fromhex(v) for v in row["got"]]).reshape(row["shape"])
+        observed = Observation(value=got, dtype=row["result_dtype"], shape=tuple(row["shape"]))
+        own = expected_forward(case, with_alternatives(spec, OWN))
+        assert classify(expected_forward(case, spec), observed, spec).verdict is Verdict.VALUE, row["case_id"]
+        two_roundings = dataclasses.replace(own, alternate=None)
+        assert classify(two_roundings, observed, spec).verdict is Verdict.VALUE, row["case_id"]
+        assert classify(own, observed, spec).verdict is Verdict.PASS, row["case_id"]
+        assert explain(case, observed, spec) == OWN, row["case_id"]
