@@ -85,11 +85,11 @@ def _single(value) -> float:
     return float(np.float32(float(value)))
 
 
-def _other_single(value) -> float:
-    """The float32 neighbour of `value` on the other side from round to nearest (a faithful rounding's other
-    answer), found by stepping from the nearest with NumPy."""
-    near = np.float32(float(value))
-    toward = np.float32(np.inf) if mpmath.mpf(float(near)) < value else np.float32(-np.inf)
+def _other(value, kind=np.float32) -> float:
+    """The `kind` (NumPy float32 or float16) neighbour of `value` on the other side from round to nearest (a
+    faithful rounding's other answer), found by stepping from the nearest with NumPy."""
+    near = kind(float(value))
+    toward = kind(np.inf) if mpmath.mpf(float(near)) < value else kind(-np.inf)
     return float(np.nextafter(near, toward))
 
 
@@ -99,13 +99,13 @@ def test_each_unreduced_element_may_take_its_terms_other_faithful_rounding(spec)
     mpmath.mp.prec = 200
     case = make_case([X, X], [LOG_T32, 0.0], log_target=True, dtype=("float64", "float32"))
     own = expected_forward(case, with_alternatives(spec, OWN))
-    want = float(_other_single(mpmath.exp(LOG_T32)) * (mpmath.mpf(LOG_T32) - X))
+    want = float(_other(mpmath.exp(LOG_T32)) * (mpmath.mpf(LOG_T32) - X))
     assert own.alternate[0] == pytest.approx(want, rel=2**-52) and own.alternate[0] != own.value[0]
     assert own.alternate[1] == own.value[1]  # exp(0) = 1 is a float32: one answer only
     # grad_input is -fl32(exp t) * scale, elementwise: the same other answer
     grad = expected_grad(case, with_alternatives(spec, OWN), "grad_input")
     scale = (0.75, 0.875)  # spec: gradients.upstream, unreduced
-    assert grad.alternate[0] == pytest.approx(-_other_single(mpmath.exp(LOG_T32)) * scale[0], rel=2**-52)
+    assert grad.alternate[0] == pytest.approx(-_other(mpmath.exp(LOG_T32)) * scale[0], rel=2**-52)
     # the spec's own choice takes one value only
     assert expected_forward(case, spec).alternate is None
 
@@ -119,7 +119,7 @@ def test_a_sum_may_take_one_elements_term_the_other_way_and_no_more(spec):
     case = make_case([X, X, X], t, log_target=True, reduction="sum", dtype=("float64", "float32"))
     own = expected_forward(case, with_alternatives(spec, OWN))
     near = [_single(mpmath.exp(v)) * (mpmath.mpf(v) - X) for v in t]
-    moved = [_other_single(mpmath.exp(v)) * (mpmath.mpf(v) - X) - n for v, n in zip(t, near)]
+    moved = [_other(mpmath.exp(v)) * (mpmath.mpf(v) - X) - n for v, n in zip(t, near)]
     assert float(own.value) == pytest.approx(float(sum(near)), rel=2**-52)
     want = sorted(float(sum(near) + m) for m in moved)
     assert own.alternate == pytest.approx(want, rel=2**-52)
@@ -136,7 +136,7 @@ def test_an_answer_with_one_element_rounded_the_other_way_is_explained_and_one_b
     mpmath.mp.prec = 200
     case = make_case([X, X], [LOG_T32, LOG_T32], log_target=True, dtype=("float64", "float32"))
     near = float(_single(mpmath.exp(LOG_T32)) * (mpmath.mpf(LOG_T32) - X))
-    other = float(_other_single(mpmath.exp(LOG_T32)) * (mpmath.mpf(LOG_T32) - X))
+    other = float(_other(mpmath.exp(LOG_T32)) * (mpmath.mpf(LOG_T32) - X))
     observed = Observation(value=np.array([near, other]), dtype="float64", shape=(2,))
     assert explain(case, observed, spec) == OWN
     between = (near + other) / 2
@@ -228,17 +228,10 @@ def test_a_half_precision_exp_keeps_its_other_neighbour(spec):
     mpmath.mp.prec = 200
     case = make_case([X], [LOG_T], log_target=True, dtype=("float64", "float16"))
     own = expected_forward(case, with_alternatives(spec, OWN))
-    other = float(_other_half(mpmath.exp(LOG_T)) * (mpmath.mpf(LOG_T) - X))
+    other = float(_other(mpmath.exp(LOG_T), np.float16) * (mpmath.mpf(LOG_T) - X))
     assert own.alternate[0] == pytest.approx(other, rel=2**-52) and own.alternate[0] != own.value[0]
     grad = expected_grad(case, with_alternatives(spec, OWN), "grad_input")
-    assert grad.alternate[0] == pytest.approx(-_other_half(mpmath.exp(LOG_T)) * 0.75, rel=2**-52)
-
-
-def _other_half(value) -> float:
-    """The float16 neighbour of `value` on the other side from round to nearest, found by stepping with NumPy."""
-    near = np.float16(float(value))
-    toward = np.float16(np.inf) if mpmath.mpf(float(near)) < value else np.float16(-np.inf)
-    return float(np.nextafter(near, toward))
+    assert grad.alternate[0] == pytest.approx(-_other(mpmath.exp(LOG_T), np.float16) * 0.75, rel=2**-52)
 
 
 def test_the_float32_form_rounds_the_product_in_float32_before_the_targets_dtype(spec):
