@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.pytest_items import SHARES_PER_WORKER, Call, FrameworkItems, deal_shares, share_scheduling
+from conformance.pytest_items import (SHARES_PER_WORKER, Call, FrameworkItems, deal_shares, lean_protocol,
+                                     share_scheduling)
 
 _WORKER_INPUT = "kl_conformance"
 _DESELECTED = "deselected"  # a file in the shared directory: some items of the suite did not run
@@ -123,6 +124,8 @@ class _Suite:
                              "--kl-reduction / --kl-log-target / --kl-dtype / --kl-family",
                              fix="check the ids with `kl-conformance cases`")
         self.marks = self._like_marks()
+        # the cases collection makes items of, drawn while the framework's worker still imports it
+        self.chosen = api.cases(self.selection, spec=self.spec)
         self.rows: dict = {}  # (framework, case id) -> {(api, device, mode, part): Result}
         self.shares: dict = {}  # (framework, case id) -> the cases judged with it, in one run
         self.runs = 0
@@ -201,11 +204,9 @@ class _Suite:
 
     @pytest.hookimpl(tryfirst=True)  # before -k and -m choose among the items
     def pytest_collection_modifyitems(self, session, config, items) -> None:
-        from conformance.api import cases
         from conformance.core.model import EAGER
         from conformance.reference.forward import takes_input_space
 
-        chosen = cases(self.selection, spec=self.spec)
         for name in self.frameworks:
             adapter = self.adapters[name]
             label = f"kl-conformance[{adapter.name}]"
@@ -213,7 +214,7 @@ class _Suite:
             devices = [d for d in (self.devices or self.present[name]) if d in self.present[name]]
             apis = [a for a in adapter.apis if not self.apis or a.name in self.apis]
             made = []
-            for case in chosen:
+            for case in self.chosen:
                 for api in apis:
                     if not takes_input_space(case, api.dialect, self.spec):
                         continue  # no row: the API's dialect does not speak the case's input space
@@ -227,6 +228,10 @@ class _Suite:
             # as a collector's report, so that the terminal counts them as collected
             config.hook.pytest_collectreport(report=pytest.CollectReport(label, "passed", None, made))
             items.extend(made)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item):
+        return True if lean_protocol(item) else None
 
     def pytest_deselected(self, items) -> None:
         if any(isinstance(item, Call) for item in items):

@@ -215,3 +215,58 @@ def test_under_xdist_every_row_is_judged_once_and_the_decision_is_the_clis(proje
         assert sorted(log.read_text().splitlines()) == once, extra  # every row judged once, whoever judged it
         assert f"kl-conformance: {decision[0]}" in output, (extra, decision, output)
         assert len([o for o in outcomes.values() if o == "failure"]) == 6  # fault-4, -8, -12 on two APIs
+
+
+# a maintainer's conftest: wraps each item's call (as Hypothesis's plugin does), and under KL_TEST_MARK marks the
+# suite's items, with a marker of their own or with pytest's skip or xfail
+WRAPPING_CONFTEST = """
+import os, pytest
+def pytest_configure(config):
+    config.addinivalue_line("markers", "own: a maintainer's own marker")
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    print(f"wrapped call of {item.name}")
+    yield
+def pytest_collection_modifyitems(items):
+    mark = os.environ.get("KL_TEST_MARK")
+    for item in items:
+        if mark and "numpy" in item.name:
+            item.add_marker({"own": pytest.mark.own, "skip": pytest.mark.skip(reason="the user skips it"),
+                             "xfail": pytest.mark.xfail(reason="the user expects it to fail")}[mark])
+"""
+
+
+def test_the_suites_items_report_as_pytests_own_protocol_would(project):
+    """The suite's items skip pytest's per-phase hooks (pytest_items.lean_protocol); an item a user marked runs
+    through pytest's own protocol. Both give each item the same outcome, failure text and summary line, in the
+    terminal and in junit.xml, and a user's skip or xfail mark is kept."""
+    (project / "conftest.py").write_text((project / "conftest.py").read_text() + WRAPPING_CONFTEST)
+    (project / "known.yaml").write_text("- {id: off, case_id: known-fault, verdict: value, reason: tracked}\n")
+    (project / "cases.yaml").write_text(CASES + "- {id: known-fault, input: [[-1.0]], target: [[0.5]], "
+                                                "reduction: sum, dtype: float64}\n")
+    args = ("--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml", "--kl-suite", "none", "-s")
+
+    def session(mark=None, known=("--kl-known", "known.yaml")):
+        code, output, outcomes = _pytest(project, *args, *known, env={"KL_TEST_MARK": mark} if mark else None)
+        summary = sorted(line for line in output.splitlines() if re.match(r"(PASSED|FAILED|SKIPPED|XFAIL) ", line))
+        failures = output[output.find("= FAILURES ="):output.find("short test summary")]
+        return code, output, outcomes, summary, failures
+
+    code, output, outcomes, summary, failures = session()
+    assert code == 1, output
+    assert outcomes == {"test_own": "passed", "ok-before[numpy.kl_div-cpu-forward]": "passed",
+                        "the-fault[numpy.kl_div-cpu-forward]": "failure",
+                        "known-fault[numpy.kl_div-cpu-forward]": "xfailed"}
+    assert "wrapped call of test_own" in output and "wrapped call of the-fault" not in output  # the lean protocol
+    full = session("own")
+    assert "wrapped call of the-fault" in full[1]  # pytest's own protocol
+    assert (full[0], full[2], full[3], full[4]) == (code, outcomes, summary, failures)
+    assert "verdict: value" in failures and "reproduce: kl-conformance repro" in failures
+    code, output, outcomes = _pytest(project, *args, "-x")  # pytest's -x sees the lean protocol's failure
+    assert code == 1 and "known-fault[numpy.kl_div-cpu-forward]" not in outcomes, output
+    code, output, outcomes, *_ = session("skip", known=())
+    assert code == 0 and set(outcomes.values()) == {"passed", "skipped"}, output  # test_own, and the suite skipped
+    assert "the user skips it" in output
+    code, output, outcomes, *_ = session("xfail", known=())
+    assert outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "xfailed"
+    assert re.search(r"XPASS .*ok-before\[numpy.kl_div-cpu-forward\]", output), output  # marked, and it passed
