@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import decimal
 import functools
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from conformance.core.rounding import round_through_float32, round_to_dtype
+from conformance.core.rounding import round_through_float32, round_to_dtype, second_rounding, term_through_float32
 from conformance.reference.doubledouble import (PRODUCT_MAX, PRODUCT_MIN, SPLIT_LIMIT, truncation_split, two_prod,
                                                 two_sum)
 from conformance.reference.logexp import TIER_A_MIN, exp_parts, fast_log_diff, precise_log_diff
@@ -358,24 +358,24 @@ def exact_log_term(x: float, t: float) -> tuple[float, float]:
         digits *= 2
 
 
-def own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str,
-                   rounding: Callable[[np.ndarray, str], np.ndarray] = round_to_dtype) -> np.ndarray:
+def own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, second: bool = False) -> np.ndarray:
     """The pointwise term with the target's own term evaluated in `dtype` and only then promoted (spec:
     dtypes.argument_terms.choices.own_dtype), in long double, for finite x and t (t > 0 without log_target).
 
     Is equivalent to ``fl(t * fl(log(t))) - t * x`` without log_target and ``fl(exp(t)) * (t - x)`` with it,
     fl rounding to `dtype` (torch's ``xlogy(target, target) - target * input`` and ``exp(target) * (target -
     input)``). t * fl(log t) is exact in float64 (two significands of at most 24 bits), so it is rounded to
-    `dtype` once; the rest is formed in long double, within 2**-63 relative of each operation. `rounding` rounds
-    exp and log (round_other_way: their other faithful rounding); the product is rounded to nearest. With
-    round_through_float32, the target's term is float32's, rounded once more to `dtype`: ``fl(fl32(t * fl32(log
-    t)))`` and ``fl(fl32(exp(t)))`` (t * fl32(log t) is exact in float64 too, for a float16 or bfloat16 t).
+    `dtype` once; the rest is formed in long double, within 2**-63 relative of each operation. `second` rounds the
+    target's term the second way (core/rounding.py: second_rounding): exp or log to its other neighbour, the
+    product to nearest; or, for a float16 or bfloat16 t * log(t) (term_through_float32), float32's term rounded
+    once more to `dtype`, ``fl(fl32(t * fl32(log t)))`` (t * fl32(log t) is exact in float64 too).
     """
+    rounding = second_rounding(dtype, log_target) if second else round_to_dtype
     with np.errstate(all="ignore"):
         if log_target:
             own = rounding(np.exp(t), dtype)
             return own.astype(WIDE) * (t.astype(WIDE) - x.astype(WIDE))
-        if rounding is round_through_float32:  # t * log(t) in float32, each operation rounded there, then to dtype
+        if second and term_through_float32(dtype, log_target):  # each operation rounded in float32, then to dtype
             own = round_through_float32(t * round_to_dtype(np.log(t), "float32"), dtype)
         else:
             own = round_to_dtype(t * rounding(np.log(t), dtype), dtype)

@@ -15,7 +15,7 @@ import numpy as np
 
 from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import Spec
-from conformance.core.rounding import round_through_float32, round_to_dtype, second_rounding
+from conformance.core.rounding import term_through_float32
 from conformance.reference.klterm import kl_term, own_dtype_term
 
 WIDE = np.longdouble
@@ -40,7 +40,7 @@ def pointwise(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec,
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     loss, residual, magnitude, ordinary = kl_term(x, t, log_target, residual=extended)
     if own_dtype is not None:
-        loss, residual = _with_own_dtype_term(x, t, log_target, own_dtype, loss, residual, round_to_dtype)
+        loss, residual = _with_own_dtype_term(x, t, log_target, own_dtype, loss, residual)
     magnitude = term_magnitude(spec.data["pointwise"][f"log_target_{str(log_target).lower()}"]["terms"], x, t,
                                fused=magnitude, log_target=log_target)
     if ordinary:  # no convention applies (klterm's chunks saw every input finite, every t > 0 without log_target)
@@ -89,7 +89,7 @@ def other_way(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: 
     """The float64 pointwise `loss` (pointwise's, with `own_dtype`) with the target's own term rounded the second
     way (core/rounding.py: second_rounding) at each element the formula decides; the conventions' elements are the
     same."""
-    return _with_own_dtype_term(x, t, log_target, dtype, loss, None, second_rounding(dtype, log_target))[0]
+    return _with_own_dtype_term(x, t, log_target, dtype, loss, None, second=True)[0]
 
 
 def other_way_deltas(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str) -> np.ndarray:
@@ -101,10 +101,9 @@ def other_way_deltas(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str)
     if not formula.any():
         return np.zeros(0, dtype=WIDE)
     xs, ts = x[formula], t[formula]
-    rounding = second_rounding(dtype, log_target)
     with np.errstate(all="ignore"):
-        moves = own_dtype_term(xs, ts, log_target, dtype, rounding) - own_dtype_term(xs, ts, log_target, dtype)
-        if rounding is round_through_float32:
+        moves = own_dtype_term(xs, ts, log_target, dtype, second=True) - own_dtype_term(xs, ts, log_target, dtype)
+        if term_through_float32(dtype, log_target):
             moves = np.atleast_1d(moves.sum(dtype=WIDE))
     return moves[np.isfinite(moves) & (moves != 0)]
 
@@ -116,14 +115,14 @@ def _formula_elements(x: np.ndarray, t: np.ndarray, log_target: bool) -> np.ndar
 
 
 def _with_own_dtype_term(x: np.ndarray, t: np.ndarray, log_target: bool, dtype: str, loss: np.ndarray,
-                         residual: np.ndarray | None, rounding: Rounding) -> tuple[np.ndarray, np.ndarray | None]:
+                         residual: np.ndarray | None, second: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """loss and residual with the formula's elements (finite arguments, t > 0 without log_target) replaced by
-    the term whose target terms are evaluated in `dtype` (spec: dtypes.argument_terms.choices.own_dtype);
-    elsewhere the conventions decide, as for the promoted terms."""
+    the term whose target terms are evaluated in `dtype` (spec: dtypes.argument_terms.choices.own_dtype), rounded
+    the second way where `second`; elsewhere the conventions decide, as for the promoted terms."""
     formula = _formula_elements(x, t, log_target)
     if not formula.any():
         return loss, residual
-    wide = own_dtype_term(x[formula], t[formula], log_target, dtype, rounding)
+    wide = own_dtype_term(x[formula], t[formula], log_target, dtype, second)
     loss = np.array(loss, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         loss[formula] = hi = wide.astype(np.float64)

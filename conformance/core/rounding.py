@@ -76,13 +76,20 @@ def round_through_float32(values: np.ndarray, dtype: str) -> np.ndarray:
     return round_to_dtype(round_to_dtype(values, "float32"), dtype)
 
 
+def term_through_float32(dtype: str, log_target: bool) -> bool:
+    """Whether the second way the target's term evaluated in `dtype` is rounded (spec: dtypes.argument_terms.
+    choices.own_dtype) is the whole t * log(t) computed in float32 and rounded once more: a float16 or bfloat16
+    target without log_target. The kernel decides it, so a sum takes it at every element."""
+    narrower = dtype in _FORMATS and _FORMATS[dtype][0] < _FORMATS["float32"][0]  # fewer significand bits
+    return narrower and not log_target
+
+
 def second_rounding(dtype: str, log_target: bool):
     """The other way an implementation rounds the target's term evaluated in `dtype` (spec: dtypes.argument_terms.
     choices.own_dtype): a float16 or bfloat16 t * log(t) computed in float32 and rounded once more
-    (round_through_float32); else exp or log's other neighbour (round_other_way), which also holds an exp(t)
-    computed in float32 and rounded once more, since that lands on one of the two."""
-    narrower = dtype in _FORMATS and _FORMATS[dtype][0] < _FORMATS["float32"][0]  # fewer significand bits
-    return round_through_float32 if narrower and not log_target else round_other_way
+    (round_through_float32, term_through_float32); else exp or log's other neighbour (round_other_way), which also
+    holds an exp(t) computed in float32 and rounded once more, since that lands on one of the two."""
+    return round_through_float32 if term_through_float32(dtype, log_target) else round_other_way
 
 
 def is_representable(values: np.ndarray, dtype: str) -> bool:
