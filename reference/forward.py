@@ -58,12 +58,14 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
     alternate = moves = None
     if rules_of["input_space"] == "probability":
         loss, magnitude, rule_map = keras_pointwise(x, t, result_dtype, spec)
-    else:  # a value that is summed afterwards keeps extended precision
-        summed = reduction != "none" or rules_of["axis_sum"] or legacy_then_batchmean(case, spec)
+    else:
+        apart = reduction == "none" and not rules_of["axis_sum"]  # no element is summed with another
+        # a value that is summed or divided afterwards keeps extended precision
+        extended = not apart or legacy_then_batchmean(case, spec)
         own_dtype = own_terms_dtype(case, result_dtype, spec)
-        loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=summed,
+        loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=extended,
                                               own_dtype=own_dtype)
-        if own_dtype is not None and not summed:  # each element's own term rounded the second way
+        if own_dtype is not None and apart:  # each element's own term rounded the second way (divided below)
             alternate = other_way(x, t, case.params.log_target, own_dtype, loss)
         elif own_dtype is not None and reduction != "none" and not rules_of["axis_sum"]:
             moves = other_way_deltas(x, t, case.params.log_target, own_dtype)  # a sum's candidates

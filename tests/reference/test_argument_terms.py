@@ -272,3 +272,22 @@ def test_torch_on_cuda_recorded_is_pytorch_117034_through_float32(spec):
         assert classify(two_roundings, observed, spec).verdict is Verdict.VALUE, row["case_id"]
         assert classify(own, observed, spec).verdict is Verdict.PASS, row["case_id"]
         assert explain(case, observed, spec) == OWN, row["case_id"]
+
+
+LEGACY_THEN_BATCHMEAN = Alternative("signature.legacy.precedence", "legacy_then_batchmean")
+
+
+def test_legacy_arguments_dividing_each_element_keep_either_form_of_its_term(spec):
+    """reduction='batchmean' with size_average=False and reduce=False: torch computes each element and then divides
+    by the batch (signature.legacy.precedence = legacy_then_batchmean). No element is summed with another, so each
+    keeps either form of its own term, divided alike: torch's CUDA kernels gave such a row on the lent H200
+    (docs/guide/devices.md, 2026-11-29), which the reference had left without the second form."""
+    case = make_case([[X], [X]], [[T_THROUGH], [T]], reduction="batchmean", size_average=False, reduce=False,
+                     dtype=("float64", "float16"))
+    both = (*OWN, LEGACY_THEN_BATCHMEAN)
+    through, two_roundings = _through_float32_term(T_THROUGH), _own_dtype_term_at(T_THROUGH)
+    expected = expected_forward(case, with_alternatives(spec, both))
+    assert expected.value[0, 0] == pytest.approx(two_roundings / 2, rel=2**-52)
+    assert expected.alternate[0, 0] == pytest.approx(through / 2, rel=2**-52)
+    observed = Observation(value=np.array([[through / 2], [_own_dtype_term() / 2]]), dtype="float64", shape=(2, 1))
+    assert explain(case, observed, spec) == both
