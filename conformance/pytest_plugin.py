@@ -94,7 +94,7 @@ class _Suite:
         from conformance.options import OPTIONS, PLUGIN_OPTIONS
         from conformance.run.context import DEFAULT_TIMEOUT_S
         from conformance.run.runner import select
-        from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_lazily
+        from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, select_cases
 
         given = {name: OPTIONS[name].from_plugin(config) for name in PLUGIN_OPTIONS}  # checked as the CLI checks
         self.spec = api.load_spec()
@@ -119,13 +119,14 @@ class _Suite:
         self.like, self.like_run = given["like"], given["like_run"]
         self.fail_on_own = config.getoption("kl_fail_on_own")
         self.baseline_rows = self._baseline_rows() if self.baseline else {}
-        if not any(True for _ in select_lazily(self.spec, self.selection)):  # validates files, ids and values
+        # the cases collection makes items of (validating files, ids and values), drawn while the framework's
+        # worker still imports it
+        self.chosen = list(select_cases(self.spec, self.selection))
+        if not self.chosen:
             raise UsageError("no case matches the selection", where="--kl-only / --kl-cases / --kl-suite / "
                              "--kl-reduction / --kl-log-target / --kl-dtype / --kl-family",
                              fix="check the ids with `kl-conformance cases`")
         self.marks = self._like_marks()
-        # the cases collection makes items of, drawn while the framework's worker still imports it
-        self.chosen = api.cases(self.selection, spec=self.spec)
         self.rows: dict = {}  # (framework, case id) -> {(api, device, mode, part): Result}
         self.shares: dict = {}  # (framework, case id) -> the cases judged with it, in one run
         self.runs = 0
