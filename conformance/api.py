@@ -315,6 +315,8 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
         if marks is not None and marks.marking:  # the rows as a run with --like-run writes them: marked
             for row in _chained([o.rows for o in outcomes] + [iter_rows(present)]):
                 marks.add(row)
+            for gone in (o for o in outcomes if o.out_dir is None):  # no details to compare again: as its run marked
+                marks.keep(gone.rows)
             marks.finish([*present, *(o.out_dir for o in outcomes if o.out_dir is not None)])
         for row in _chained([o.rows for o in outcomes] + [iter_rows(present)]):
             row = marks.mark(row) if marks is not None else row

@@ -28,6 +28,9 @@ from conformance.core.rundirs import iter_rows
 from conformance.core.text import terminal_line
 
 
+MARKS = ("shared", "own")
+
+
 class LikeMarks:
     """Marks a port's rows: `add` each row (adding a row again is harmless), then `finish` compares the
     divergences with the recorded run once; `mark` gives a row carrying its mark (`like`)."""
@@ -49,6 +52,11 @@ class LikeMarks:
         if row.framework != self.framework and row.verdict.is_divergence:
             self._candidates[row.key] = row
 
+    def keep(self, rows: Iterable[Result]) -> None:
+        """Take the marks rows carry as their run gave them: the rows of a run whose details are gone (an API
+        run without an output directory), which could not be compared again."""
+        self.marks.update((row.key, row.like) for row in rows if row.like in MARKS and row.framework != self.framework)
+
     def mirrored(self, row: Result) -> tuple[str, str, str, str, str]:
         """The call of the framework it is judged like that a port's row mirrors: (case, api, device, mode, part)."""
         return (row.case_id, self.mirrors.get(row.framework, {}).get(row.api, row.api), row.device, row.mode,
@@ -64,7 +72,7 @@ class LikeMarks:
         if self.like_run is None:
             return
         self._compare(port_dirs, [r for key, r in self._candidates.items() if key not in self.marks])
-        for mark in ("shared", "own"):
+        for mark in MARKS:
             self.counts[mark] = sum(self.marks[key] == mark for key in self._candidates)
             self.counts[f"{mark}_undocumented"] = sum(self.marks[key] == mark and not r.is_accepted
                                                       for key, r in self._candidates.items())
@@ -185,9 +193,10 @@ def _details(run_dirs: Iterable[Path], wanted: set[tuple]) -> dict[tuple, dict[s
 def _same_observation(ours: dict[str, Any] | None, theirs: dict[str, Any] | None) -> bool:
     """Whether two divergences' details show the same observation: the same exception type, or values of one
     shape whose NaN and infinity pattern is the same and whose finite values agree within the port's bound
-    (compared on what details.jsonl keeps of each). Without the details of both, verdict and cause decide."""
+    (compared on what details.jsonl keeps of each). Without the details of either, nothing shows the observation
+    is the same: not the same (the divergence is the port's own, and --fail-on-own fails closed)."""
     if ours is None or theirs is None:
-        return True
+        return False
     raised = [(d.get("raised") or "").split(":")[0] for d in (ours, theirs)]
     if raised[0] or raised[1]:
         return raised[0] == raised[1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -42,6 +43,16 @@ class TorchOwnSum(TorchCopy):
         if part == "forward" and case.params.reduction == "sum" and seen.value is not None:
             return dataclasses.replace(seen, value=seen.value * 2)
         return seen
+
+
+class TorchOwnError(TorchCopy):
+    """A copy of torch that refuses integral inputs with a ValueError of its own where torch raises a RuntimeError:
+    the same verdict and cause as torch's row (errors.integral_dtype), another exception, so its own."""
+
+    def invoke(self, case, api, inputs, mode="eager"):
+        if not inputs[0].dtype.is_floating_point:
+            raise ValueError("integral inputs are refused")
+        return super().invoke(case, api, inputs, mode)
 
 
 def _undocumented(out: Path) -> list[tuple]:
@@ -129,3 +140,18 @@ def test_the_plugin_marks_and_gates_a_port_as_run_does(framework, tmp_path, caps
     assert failed == shown, (failed, shown)
     assert "like:    own (not in torch's recorded run" in output  # a failing item says the divergence is own
     assert "shared with torch's recorded run" in output  # -rx: a shared one xfails, naming the recorded run
+    # own where only the observation differs (torch's row has the same verdict and cause): the session's gate
+    # reads the rows as their run marked them, as `run` decides, with a baseline that accepts every row too
+    integral = ["--only", "fwd/sum/*/4x6/int64*"]
+    port = ["--framework", f"{__name__}:TorchOwnError", *integral, *like, "--no-progress", "--no-repro"]
+    capsys.readouterr()
+    assert main(["run", *port, "--out", str(tmp_path / "raise")]) == 1
+    decision = [line for line in capsys.readouterr().err.splitlines() if "gate failed" in line]
+    assert len(decision) == 1 and "own: 0 undocumented" not in decision[0], decision
+    for extra in ([], ["--kl-baseline", str(tmp_path / "raise")]):
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                               *[f"--kl-{arg[2:]}" if arg.startswith("--") else arg for arg in port[:-2]], *extra],
+                              cwd=project, capture_output=True, text=True, timeout=900)
+        output = done.stdout + done.stderr
+        counted = re.search(r"own: \d+ undocumented; shared: \d+ undocumented", decision[0]).group()
+        assert done.returncode == 1 and f"{counted}; gate failed" in output, output

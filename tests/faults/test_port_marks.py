@@ -183,3 +183,34 @@ def test_the_api_marks_rows_and_gates_on_own_findings(runs):
                    fail_on_own=True).code == kl.EXIT_GATE
     with pytest.raises(kl.ConformanceError, match="fail_on_own: --fail-on-own needs"):
         kl.gate(outcome, fail_on_own=True)
+
+
+class OwnValuesPort(NumpyPort):
+    """The stand-in's copy whose float32 findings (float64 results, which the stand-in shares) carry values of
+    their own: twice the stand-in's. Each such row has the stand-in's verdict and cause, so only the observations,
+    which details.jsonl keeps, tell it is the port's own."""
+
+    def compute(self, case):
+        value = super().compute(case)
+        return value * 2 if case.id.split("/")[4] == "float32" else value
+
+
+def test_the_api_gate_keeps_the_marks_a_run_gave_its_rows(runs, tmp_path):
+    """A RunOutcome's rows are gated as the run marked them: its details are gone with its temporary directory,
+    and a divergence with the recorded run's verdict and cause is not shared for that alone (the CLI, which
+    reads the details, says own)."""
+    import conformance.api as kl
+
+    selection = kl.Selection(only=("fwd/sum/*/*/float32/*",))
+    outcome = kl.run(HERE + "OwnValuesPort", selection=selection, profiles=runs / "profiles", like="numpy-test",
+                     like_run=runs / "framework", cache=False)
+    assert outcome.out_dir is None
+    own = [r for r in outcome.divergences if r.like == "own" and not r.is_accepted]
+    assert own
+    decision = kl.gate(outcome, like="numpy-test", like_run=runs / "framework", fail_on_own=True)
+    assert decision.code == kl.EXIT_GATE and decision.counts["own"] == {"undocumented": len(own)}
+    kept = kl.run(HERE + "OwnValuesPort", selection=selection, profiles=runs / "profiles", like="numpy-test",
+                  like_run=runs / "framework", cache=False, out=tmp_path / "kept")
+    assert kl.gate(tmp_path / "kept", like="numpy-test", like_run=runs / "framework",
+                   fail_on_own=True).counts == decision.counts
+    assert kl.gate(kept, like="numpy-test", like_run=runs / "framework", fail_on_own=True).counts == decision.counts
