@@ -33,6 +33,7 @@ from conformance.pytest_items import (SHARES_PER_WORKER, Call, FrameworkItems, d
 
 _WORKER_INPUT = "kl_conformance"
 _DESELECTED = "deselected"  # a file in the shared directory: some items of the suite did not run
+_SUITE_PREFIX = "kl-conformance["  # the suite's node ids (FrameworkItems' names)
 
 
 def pytest_addoption(parser) -> None:
@@ -127,6 +128,8 @@ class _Suite:
                              "--kl-reduction / --kl-log-target / --kl-dtype / --kl-family",
                              fix="check the ids with `kl-conformance cases`")
         self.marks = self._like_marks()
+        self.selected: set[str] = set()  # the suite's items this session runs (after -k, --deselect, --lf)
+        self.finished: set[str] = set()  # those that ran to their end (a stop at -x or --maxfail leaves some out)
         self.rows: dict = {}  # (framework, case id) -> {(api, device, mode, part): Result}
         self.shares: dict = {}  # (framework, case id) -> the cases judged with it, in one run
         self.runs = 0
@@ -210,7 +213,7 @@ class _Suite:
 
         for name in self.frameworks:
             adapter = self.adapters[name]
-            label = f"kl-conformance[{adapter.name}]"
+            label = f"{_SUITE_PREFIX}{adapter.name}]"
             collector = FrameworkItems.from_parent(session, name=label, nodeid=label)
             devices = [d for d in (self.devices or self.present[name]) if d in self.present[name]]
             apis = [a for a in adapter.apis if not self.apis or a.name in self.apis]
@@ -234,6 +237,15 @@ class _Suite:
     def pytest_runtest_protocol(self, item):
         return True if lean_protocol(item) else None
 
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.when == "teardown" and report.nodeid in self.selected:
+            self.finished.add(report.nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        """Under xdist the controller collects nothing: each worker says which items it collected (after -k)."""
+        self.selected.update(nodeid for nodeid in ids if nodeid.startswith(_SUITE_PREFIX))
+
     def pytest_deselected(self, items) -> None:
         if any(isinstance(item, Call) for item in items):
             (self.dir / _DESELECTED).touch()
@@ -241,6 +253,7 @@ class _Suite:
     def pytest_collection_finish(self, session) -> None:
         """Deal the collected cases into this process's shares (`deal_shares`), as the xdist scheduler deals them."""
         calls = [item for item in session.items if isinstance(item, Call)]
+        self.selected = {item.nodeid for item in calls}
         workers = getattr(self.config, "workerinput", {}).get("workercount")
         shares = deal_shares([item.nodeid for item in calls], workers * SHARES_PER_WORKER if workers else 1)
         grouped: dict[str, dict] = {}
@@ -330,12 +343,13 @@ class _Suite:
         from conformance.core.manifest import read_manifest
         from conformance.core.results import RESULTS_FILE, iter_results
 
-        partial = (self.dir / _DESELECTED).exists() or self.config.getoption("exitfirst", False) \
-            or bool(self.config.getoption("maxfail", 0))
+        # some items left out (-k, --lf) or not run (a stop at -x or --maxfail): the known entries about them are
+        # not exercised; -x alone, in a session that ran every item, narrows nothing
+        partial = (self.dir / _DESELECTED).exists() or bool(self.selected - self.finished)
         outcomes, seen = [], set()
         for run in sorted(p for p in self.dir.iterdir() if (p / RESULTS_FILE).is_file()):
             manifest = read_manifest(run)
-            if partial:  # items left out (-k, -x, --lf): the known entries about them are not exercised
+            if partial:
                 selection = manifest.setdefault("selection", {})
                 selection["narrowed_by"] = sorted(set(selection.get("narrowed_by", [])) | {"--only"})
             # under xdist, a case whose items two workers ran was judged by each: its rows count once, and so

@@ -24,7 +24,8 @@ CALLED_FROM_OUTSIDE = {
     "pytest_addoption": "pytest", "pytest_configure": "pytest", "pytest_configure_node": "pytest-xdist",
     "pytest_collection_modifyitems": "pytest", "pytest_deselected": "pytest", "pytest_collection_finish": "pytest",
     "pytest_xdist_make_scheduler": "pytest-xdist", "pytest_sessionfinish": "pytest", "pytest_unconfigure": "pytest",
-    "pytest_runtest_protocol": "pytest",
+    "pytest_runtest_protocol": "pytest", "pytest_runtest_logreport": "pytest",
+    "pytest_xdist_node_collection_finished": "pytest-xdist",
     "_split_scope": "pytest-xdist's LoadScopeScheduling", "collect": "pytest", "runtest": "pytest",
     "reportinfo": "pytest", "style": "pytest's repr_failure signature",
     # mkdocs's hooks (docs/hooks.py) and tox's (toxfile.py)

@@ -105,6 +105,24 @@ def test_a_known_divergence_xfails_and_a_stale_entry_fails_the_session(project):
     # the stale entry's case left out by -k: not exercised, so not stale
     code, output, _ = _pytest(project, *args, "-k", "the-fault")
     assert code == 0, output
+    # -x or --maxfail in a session that ran every item (no item failed) leaves nothing out: still stale
+    for stop in (["-x"], ["--maxfail", "2"], ["-x", "-n", "2"]):
+        code, output, _ = _pytest(project, *args, *stop)
+        assert code == 1 and "0 not exercised, 1 stale" in output, (stop, output)
+
+
+def test_a_session_stopped_early_does_not_call_the_entries_of_items_it_never_ran_stale(project):
+    """-x stops at the first failure: a known entry about an item after it was not exercised, as under -k."""
+    (project / "cases.yaml").write_text(CASES + "- {id: ok-after, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], "
+                                                "reduction: sum, dtype: float64}\n")
+    (project / "known.yaml").write_text("- {id: gone, case_id: ok-after, verdict: value, reason: fixed since}\n")
+    args = ("--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml", "--kl-suite", "none", "--kl-known", "known.yaml")
+    code, output, outcomes = _pytest(project, *args, "-x")
+    assert outcomes.get("the-fault[numpy.kl_div-cpu-forward]") == "failure" and code == 1, output
+    assert "ok-after[numpy.kl_div-cpu-forward]" not in outcomes
+    assert "1 not exercised, 0 stale" in output, output
+    code, output, _ = _pytest(project, *args)
+    assert code == 1 and "0 not exercised, 1 stale" in output, output
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")])
