@@ -226,8 +226,11 @@ class _Suite:
                         for part in case.parts:
                             if not self.parts or part in self.parts:
                                 shown = "-".join([api.name, device, *([] if mode == EAGER else [mode]), part])
+                                item = f"{case.id}[{shown}]"
+                                # the node id given whole, so that pytest parses it as it parses the ids its
+                                # cache keeps (--lf, --ff): the case's name, then its call as the parameters
                                 made.append(Call.from_parent(
-                                    collector, name=f"{case.id}[{shown}]", framework=name,
+                                    collector, name=item, nodeid=f"{label}::{item}", framework=name,
                                     case=case, call=(api.name, device, mode, part)))
             # as a collector's report, so that the terminal counts them as collected
             config.hook.pytest_collectreport(report=pytest.CollectReport(label, "passed", None, made))

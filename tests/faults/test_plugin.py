@@ -125,6 +125,24 @@ def test_a_session_stopped_early_does_not_call_the_entries_of_items_it_never_ran
     assert code == 1 and "0 not exercised, 1 stale" in output, output
 
 
+def test_last_failed_reruns_the_suites_failed_items(project):
+    """--lf and --ff find the suite's items in pytest's cache: a rerun with --lf runs the failed item alone."""
+    args = ["--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml", "--kl-suite", "none"]
+
+    def session(*more: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", *args, *more], cwd=project,
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        return done.stdout + done.stderr
+    first = session()
+    assert "FAILED kl-conformance[numpy-test]::the-fault[numpy.kl_div-cpu-forward]" in first, first
+    again = session("--lf")
+    assert "1 failed, 2 deselected" in again, again
+    assert "PASSED" not in again, again
+    ordered = session("--ff")
+    assert ordered.index("the-fault[numpy.kl_div-cpu-forward]") < ordered.index("ok-before["), ordered
+
+
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")])
 def test_a_framework_that_cannot_load_fails_the_session_in_one_line(project, xdist):
     """Under xdist the controller decides it before any item is scheduled, as one process does before any runs."""
