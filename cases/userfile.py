@@ -51,7 +51,7 @@ def load_case_file(path: str | Path) -> list[Case]:
         naming the file, the case id (or entry index) and the field.
     """
     shown = str(path)
-    text = read_text(path, shown, CaseFileError, fix="pass --cases with the path of a readable YAML file",
+    text = read_text(path, shown, CaseFileError, fix="give --cases the path of a readable YAML file",
                      max_bytes=MAX_FILE_BYTES)
     data = parse_yaml(text, shown, CaseFileError, max_values=MAX_FILE_VALUES)
     if not isinstance(data, list) or not data:

@@ -22,7 +22,6 @@ Never imports a framework: a run calls the framework in the harness's worker pro
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import shutil
 import tempfile
@@ -34,20 +33,23 @@ import numpy as np
 
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter, is_known, unknown_framework
+from conformance.apiargs import (RUNS_FIX, flags, given_spec, in_api_words, known_findings, listed,
+                                 path_or_none)
 from conformance.arguments import check_gate_options, like_marks
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.case import Case
-from conformance.core.errors import ConformanceError, UsageError
+from conformance.core.errors import ConformanceError, ResultsError, UsageError
 from conformance.core.manifest import read_manifest
 from conformance.core.model import Expected, Judgement, Observation, Result, Spec, Verdict
-from conformance.core.results import iter_results
+from conformance.core.results import RESULTS_FILE, iter_results
+from conformance.core.runfile import is_present
 from conformance.core.rundirs import iter_rows, load_manifests
 from conformance.core.scratch import make_scratch
-from conformance.core.specload import load_spec
+from conformance.core.specload import load_spec as _load_spec
 from conformance.judge.casejudge import CaseJudge
-from conformance.core.known import KnownFindings, load_known
+from conformance.core.known import KnownFindings
 from conformance.judge.refcache import default_cache_dir
-from conformance.options import API, OPTIONS, check_selection, spelled
+from conformance.options import API, OPTIONS, check_selection
 from conformance.report.gate import (EXIT_GATE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, LISTED_IN_BASELINE_JSON,
                                      Decision, Gates)
 from conformance.report.like import LikeMarks
@@ -68,21 +70,6 @@ __all__ = [
 Selection = CaseSelection  # which cases: seed, suite, samples, case_files, only, shard, reduction, log_target, ...
 FrameworkLike = Union[str, Adapter, type]
 RunLike = Union["RunOutcome", str, Path]
-
-
-def _in_api_words(function):
-    """Raise a ConformanceError from the layers below naming the argument as this API calls it (`dtype`,
-    `apis`), not as the command line does (`--dtype`, `--api`)."""
-    @functools.wraps(function)
-    def checked(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except ConformanceError as exc:
-            if exc.where:
-                exc.where = spelled(exc.where, API)
-                exc.args = (exc.render(),)
-            raise
-    return checked
 
 
 @dataclass
@@ -108,7 +95,14 @@ class RunOutcome:
         return [r for r in self.rows if r.verdict.is_divergence and not r.is_accepted]
 
 
-@_in_api_words
+@in_api_words
+def load_spec(path: str | Path | None = None) -> Spec:
+    """The spec at `path`, read and checked as --spec reads it; the spec the harness ships without one."""
+    path_or_none(path, "path")
+    return _load_spec(path)
+
+
+@in_api_words
 def framework_name(framework: FrameworkLike) -> str:
     """The name a run knows an adapter by: a registered name as given, an adapter class or instance as
     "package.module:Class". The run builds its own instance in the worker process, so the class must be
@@ -127,13 +121,13 @@ def framework_name(framework: FrameworkLike) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-@_in_api_words
+@in_api_words
 def cases(selection: CaseSelection | None = None, *, spec: Spec | None = None) -> list[Case]:
     """The cases a run of `selection` would judge, in its order (as `kl-conformance cases` lists them)."""
-    return list(select_cases(spec or load_spec(), check_selection(selection or CaseSelection())))
+    return list(select_cases(given_spec(spec), check_selection(selection or CaseSelection())))
 
 
-@_in_api_words
+@in_api_words
 def case(case_id: str, *, seed: int = DEFAULT_SEED, case_files: Sequence[str] = (), spec: Spec | None = None) -> Case:
     """One case by its id: a generated id (drawn with `seed`), or an id of one of `case_files`."""
     if not isinstance(case_id, str):
@@ -142,7 +136,7 @@ def case(case_id: str, *, seed: int = DEFAULT_SEED, case_files: Sequence[str] = 
     seed = OPTIONS["seed"].check(seed, API)
     files = OPTIONS["cases"].check_each(case_files, API)
     try:
-        found = list(select_cases(spec or load_spec(), CaseSelection(seed=seed, only=(case_id,), case_files=files)))
+        found = list(select_cases(given_spec(spec), CaseSelection(seed=seed, only=(case_id,), case_files=files)))
     except UsageError as exc:
         if exc.where == "--only":  # the id given, checked as --only checks it
             exc.where = "case_id"
@@ -153,7 +147,7 @@ def case(case_id: str, *, seed: int = DEFAULT_SEED, case_files: Sequence[str] = 
     return found[0]
 
 
-@_in_api_words
+@in_api_words
 def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out: str | Path | None = None,
         apis: Sequence[str] = (), devices: Sequence[str] = (), parts: Sequence[str] = (), modes: Sequence[str] = (),
         known: str | Path | KnownFindings | None = None, profiles: str | Path | None = None,
@@ -173,17 +167,17 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     ConformanceError (a UsageError, ...) for bad input, before anything
     is written; a framework that cannot load is no exception: `not_run` says why.
     """
-    spec = spec or load_spec()
+    spec = given_spec(spec)
     name = framework_name(framework)
     selection = check_selection(selection or CaseSelection())
     timeout_s = OPTIONS["timeout_s"].check(timeout_s, API)
     jobs = None if jobs is None else OPTIONS["jobs"].check(jobs, API)
     apis, devices, parts, modes = (OPTIONS[option].check_each(given, API) for option, given in
                                    (("api", apis), ("device", devices), ("part", parts), ("mode", modes)))
-    _flags(cache=cache, force=force)
-    known = _known(known)
+    flags(cache=cache, force=force)
+    known = known_findings(known)
     for keyword, path in (("out", out), ("profiles", profiles), ("cache_dir", cache_dir), ("like_run", like_run)):
-        _path_or_none(path, keyword)
+        path_or_none(path, keyword)
     port = get_adapter(name)
     where = Path(out) if out is not None else None
     marks = _like_marks(spec, like, like_run, where, profiles=profiles,
@@ -216,15 +210,15 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
                       dict(summary.counts))
 
 
-@_in_api_words
+@in_api_words
 def expected(case: Case, part: str = "forward", *, dialect: str = "canonical", spec: Spec | None = None) -> Expected:
     """What the spec predicts for one part of a case: a value with its error bound, or an error."""
-    spec = spec or load_spec()
+    spec = given_spec(spec)
     _check_call(case, part, dialect, spec)
     return CaseJudge(case, spec).expected(spec, part, dialect)
 
 
-@_in_api_words
+@in_api_words
 def judge(case: Case, observed: Any, part: str = "forward", *, dialect: str = "canonical",
           dtype: str | None = None, warnings: Sequence[str] = (), spec: Spec | None = None) -> Judgement:
     """Judge one observation of `case` against the spec, as a run judges it: the verdict, its message, the
@@ -236,7 +230,7 @@ def judge(case: Case, observed: Any, part: str = "forward", *, dialect: str = "c
     it raised, or an Observation. `dialect` is the API's dialect in the spec (dialects:), canonical for
     torch's convention. Profiles and known findings are not applied here: a run applies them.
     """
-    spec = spec or load_spec()
+    spec = given_spec(spec)
     _check_call(case, part, dialect, spec)
     if dtype is not None and not isinstance(dtype, str):
         raise UsageError(f"expected a dtype's name, got {dtype!r}", where="dtype", fix="write it as text, e.g. "
@@ -281,7 +275,7 @@ def _observation(observed: Any, dtype: str | None, warnings: tuple[str, ...]) ->
                        shape=tuple(array.shape), warnings=warnings)
 
 
-@_in_api_words
+@in_api_words
 def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new: bool = False,
          baseline: str | Path | None = None, known: str | Path | KnownFindings | None = None,
          like: str | None = None, like_run: str | Path | None = None, fail_on_own: bool = False,
@@ -290,15 +284,15 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
     --fail-on-new, --baseline, --known, --like, --like-run, --fail-on-own): `code` (EXIT_OK, EXIT_GATE,
     EXIT_INCOMPLETE), the `lines` that say why a gate failed, and the `notes` that inform without failing.
     `runs` are RunOutcomes or run (or merged) directories. Writes nothing."""
-    _flags(strict=strict, fail_on_new=fail_on_new, fail_on_own=fail_on_own)
-    spec = spec or load_spec()
-    given = [runs] if isinstance(runs, (RunOutcome, str, Path)) else _listed(runs)
+    flags(strict=strict, fail_on_new=fail_on_new, fail_on_own=fail_on_own)
+    spec = given_spec(spec)
+    given = [runs] if isinstance(runs, (RunOutcome, str, Path)) else listed(runs)
     wrong = [r for r in given if not isinstance(r, (RunOutcome, str, Path))]
     if wrong:
         raise UsageError(f"expected RunOutcomes or run directories, got {type(wrong[0]).__name__}", where="runs",
-                         fix="pass what conformance.api.run returned, or the --out directory of a run")
-    _path_or_none(baseline, "baseline")
-    _path_or_none(like_run, "like_run")
+                         fix=RUNS_FIX)
+    path_or_none(baseline, "baseline")
+    path_or_none(like_run, "like_run")
     dirs = [Path(r) for r in given if not isinstance(r, RunOutcome)]
     scratch = make_scratch("kl-conformance-gate-")
     try:
@@ -306,7 +300,11 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
         outcomes = [r for r in given if isinstance(r, RunOutcome)]
         marks = _like_marks(spec, like, like_run, dirs[0] if dirs else scratch, runs=dirs, fail_on_own=fail_on_own,
                             manifests=[o.manifest for o in outcomes])
-        known = _known(known)  # read after the options are checked, as the CLI reads it
+        known = known_findings(known)  # read after the options are checked, as the CLI reads it
+        for run_dir in dirs:  # as load_manifests refuses one, less the CLI's --allow-missing, which gate has not
+            if not is_present(run_dir, directory=True) or not is_present(run_dir / RESULTS_FILE):
+                raise ResultsError("no results.jsonl here", file=str(run_dir),
+                                   fix="pass the directory of a finished run (its out, `kl-conformance run --out`)")
         if dirs:
             check_runs(dirs, spec.hash, baseline=baseline)
         present, manifests = load_manifests(dirs) if dirs else ([], [])
@@ -347,36 +345,6 @@ def _written_nowhere(decision: Decision) -> Decision:
     details = {line.replace(LISTED_IN_BASELINE_JSON, ""): more for line, more in decision.details.items()}
     names = {line.replace(LISTED_IN_BASELINE_JSON, ""): name for line, name in decision.names.items()}
     return Decision(decision.code, lines, decision.notes, details, decision.gates, decision.counts, names)
-
-
-def _known(known: "str | Path | KnownFindings | None") -> KnownFindings | None:
-    """A known-findings file (a path) read and checked, or KnownFindings as they are."""
-    if known is None or isinstance(known, KnownFindings):
-        return known
-    _path_or_none(known, "known")
-    return load_known(known)
-
-
-def _path_or_none(path: Any, keyword: str) -> None:
-    if path is not None and not isinstance(path, (str, Path)):
-        raise UsageError(f"expected a path, got {type(path).__name__} {path!r}", where=keyword,
-                         fix="pass a str or a pathlib.Path, or None")
-
-
-def _listed(runs: Any) -> list:
-    try:
-        return list(runs)
-    except TypeError:
-        raise UsageError(f"expected a run or a list of runs, got {type(runs).__name__}", where="runs",
-                         fix="pass what conformance.api.run returned, or the --out directory of a run") from None
-
-
-def _flags(**given: Any) -> None:
-    """Each switch is True or False: `force="no"` would otherwise read as True (and replace a run)."""
-    for keyword, value in given.items():
-        if type(value) is not bool:
-            raise UsageError(f"expected True or False, got {value!r}", where=keyword,
-                             fix=f"pass {keyword}=True or {keyword}=False")
 
 
 def _gate_args(fail_on_new: bool, baseline, known, dirs: list[Path], scratch: Path) -> argparse.Namespace:

@@ -44,7 +44,8 @@ def check_gate_options(spec: Spec, args: argparse.Namespace, seed: int | None = 
     """--baseline, --fail-on-new and --known, checked before anything is written; returns the known findings."""
     if args.fail_on_new and args.baseline is None:
         raise UsageError("--fail-on-new needs --baseline DIR|FILE", where="--fail-on-new",
-                         fix="pass the accepted run's directory, or the file its --write-baseline wrote, with --baseline")
+                         fix="pass the accepted run's directory, or the file `run --write-baseline` wrote, "
+                             "with --baseline")
     check_write_baseline(args)
     if args.baseline is not None:
         baseline = Path(args.baseline)

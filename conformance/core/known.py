@@ -182,7 +182,7 @@ def load_known(path: str | Path) -> KnownFindings:
         naming the file, the entry (counted from 1) and the field, with the fix.
     """
     shown = str(path)
-    text = read_text(path, shown, KnownFileError, fix="pass --known with the path of a readable YAML file")
+    text = read_text(path, shown, KnownFileError, fix="give --known the path of a readable YAML file")
     data = parse_yaml(text, shown, KnownFileError)
     if not isinstance(data, list):
         raise KnownFileError(f"expected a YAML list of entries, got {type(data).__name__}", file=shown,

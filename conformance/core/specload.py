@@ -47,7 +47,7 @@ def load_spec(path: str | Path | None = None) -> Spec:
     """
     path = Path(path) if path is not None else default_spec_path()
     shown = str(path)
-    text = read_text(path, shown, SpecError, fix="pass --spec with the path of a readable spec file")
+    text = read_text(path, shown, SpecError, fix="give --spec the path of a readable spec file")
     data = parse_yaml(text, shown, SpecError)
     check_finite(data, shown)
     validate_spec_data(data, shown)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"conformance": "conformance", "reference": "conformance.reference", "cases": "conformance.cases",
            "adapters": "conformance.adapters", "spec": "conformance.spec"}
 COMMANDS = {"conformance.cli", "conformance.arguments", "conformance.options", "conformance.runcommand",
-            "conformance.entry", "conformance.parser", "conformance.__main__", "conformance.api",
+            "conformance.entry", "conformance.parser", "conformance.__main__", "conformance.api", "conformance.apiargs",
             "conformance.pytest_plugin", "conformance.pytest_items", "conformance.version",
             # the reproducers and the self-test: a package each, on the commands' floor
             "conformance.repro", "conformance.repro.source", "conformance.repro.minimise", "conformance.repro.scripts",

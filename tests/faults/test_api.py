@@ -78,7 +78,7 @@ def test_gate_fails_closed_when_the_framework_did_not_run(case_file):
     assert kl.gate(outcome).code == kl.EXIT_OK
     decision = kl.gate(outcome, strict=True)
     assert decision.code == kl.EXIT_INCOMPLETE and any("did not run" in line for line in decision.lines)
-    with pytest.raises(kl.ConformanceError, match="--fail-on-new needs --baseline"):
+    with pytest.raises(kl.ConformanceError, match="fail_on_new needs baseline"):
         kl.gate(outcome, fail_on_new=True)
 
 

@@ -181,7 +181,7 @@ def test_the_api_marks_rows_and_gates_on_own_findings(runs):
     assert decision.code == kl.EXIT_GATE and decision.gates == ("--fail-on-own",)
     assert kl.gate(runs / "port", strict=True, like="numpy-test", like_run=runs / "framework",
                    fail_on_own=True).code == kl.EXIT_GATE
-    with pytest.raises(kl.ConformanceError, match="fail_on_own: --fail-on-own needs"):
+    with pytest.raises(kl.ConformanceError, match="fail_on_own: fail_on_own needs"):
         kl.gate(outcome, fail_on_own=True)
 
 

@@ -167,12 +167,32 @@ def test_a_framework_that_cannot_load_leaves_no_temporary_directory(project):
     (lambda c: kl.judge(kl.case(_ID), None), "observed", "not an array of numbers"),  # was a dtype verdict
     (lambda c: kl.judge(kl.case(_ID), 1.0, warnings="careful"), "warnings", "list"),
     (lambda c: kl.gate(3), "runs", "list of runs"),  # was a TypeError
+    (lambda c: kl.run(OFF_BY_ONE, selection=_cases(c), spec="x.yaml"), "spec", "expected a Spec"),  # AttributeError
+    (lambda c: kl.cases(spec="x.yaml"), "spec", "expected a Spec"),  # was an AttributeError
+    (lambda c: kl.expected(kl.case(_ID), spec={}), "spec", "expected a Spec"),  # was an AttributeError
+    (lambda c: kl.load_spec(5), "path", "expected a path"),  # was pathlib's TypeError
+    (lambda c: kl.gate(c.parent, fail_on_new=True), "fail_on_new", "fail_on_new needs baseline"),  # --fail-on-new
 ])
 def test_the_api_refuses_a_bad_argument_in_one_line(project, call, where, words):
     with pytest.raises(kl.ConformanceError) as raised:
         call(project / "cases.yaml")
     assert raised.value.where == where and words in raised.value.problem and raised.value.fix, raised.value
     assert len(str(raised.value).splitlines()) == 1
+    said = re.sub(r"`[^`]*`", "", f"{raised.value.problem} {raised.value.fix}")  # a command quoted may name one
+    assert not re.search(r"(^|\s)--[a-z]", said), raised.value  # the API's own words: no command-line option
+
+
+def test_the_api_names_its_own_arguments_for_a_file_it_cannot_read(project):
+    """A file the API cannot read is named with the argument that gave it, never a command-line option (the API
+    has no --allow-missing)."""
+    for call, words in [(lambda: kl.load_spec(project / "no.yaml"), "give load_spec the path"),
+                        (lambda: kl.gate(project, known=project / "no.yaml"), "give known the path"),
+                        (lambda: kl.cases(kl.Selection(case_files=(str(project / "no.yaml"),))),
+                         "give case_files the path"),
+                        (lambda: kl.gate(project / "nodir"), "the directory of a finished run")]:
+        with pytest.raises(kl.ConformanceError) as raised:
+            call()
+        assert words in raised.value.fix and "--allow-missing" not in str(raised.value), raised.value
 
 
 _ID = "fwd/sum/log_target=0/4x6/float64/softmax/s0"
