@@ -207,6 +207,9 @@ def _from_file(path: Path, where: str) -> Baseline:
         raise refuse(f"not a baseline file {BASELINE_FORMAT!r} ({type(exc).__name__}: {exc})") from None
     if number == 0:
         raise refuse("an empty file, not a baseline")
+    if held.states and not held.spec_hashes:  # what --write-baseline writes of any result names its spec
+        number = 1
+        raise refuse("a header without the spec's hash (spec_hash) for a baseline of results")
     return held
 
 

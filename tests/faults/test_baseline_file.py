@@ -119,6 +119,20 @@ def test_a_file_that_is_not_a_baseline_is_refused_in_one_line(runs, capsys, cont
     assert "not a baseline file" in capsys.readouterr().err and not (runs / "refused").exists()
 
 
+def test_a_baseline_file_whose_header_lost_its_spec_is_refused(runs, capsys):
+    """Results without the spec's hash would be compared with another spec's (the spec check had nothing to check):
+    refused, as a file of another spec is."""
+    lines = gzip.decompress((runs / "baseline" / "numpy.jsonl.gz").read_bytes()).splitlines(keepends=True)
+    header = json.loads(lines[0])
+    for tampered in ({k: v for k, v in header.items() if k != "spec_hash"}, {**header, "spec_hash": None}):
+        bad = runs / "no-spec.jsonl.gz"
+        bad.write_bytes(gzip.compress(json.dumps(tampered).encode() + b"\n" + b"".join(lines[1:]), mtime=0))
+        assert _run(runs, "MixedFaultAdapter", FIRST, "refused", "--baseline", str(bad), "--fail-on-new") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "line 1" in err[0] and "spec_hash" in err[0], err
+        assert not (runs / "refused").exists()
+
+
 def test_write_baseline_inside_the_output_directory_is_refused(runs, capsys):
     assert _run(runs, "MixedFaultAdapter", FIRST, "inside", "--write-baseline", str(runs / "inside" / "b.gz")) == 2
     err = capsys.readouterr().err
