@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 from pathlib import Path
 from typing import Sequence
 
@@ -72,6 +73,17 @@ def check_write_baseline(args: argparse.Namespace) -> None:
     if path.is_dir():
         raise UsageError("a directory, not a file", file=target, where="--write-baseline",
                          fix="name the file to write, e.g. baseline/torch.jsonl.gz")
+    if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode):
+        raise UsageError("not a regular file (a link, a device or a FIFO), which writing it would replace",
+                         file=target, where="--write-baseline", fix="name a regular file, e.g. baseline/torch.jsonl.gz")
+    for option, given in inputs_of(args, *(("a run to merge", run) for run in getattr(args, "runs", ()))):
+        read = Path(given).resolve()
+        if option == "--baseline" and read == path:
+            continue  # a baseline refreshed in place: written only where the gates pass (runcommand)
+        if read == path or read in path.parents:
+            raise UsageError(f"the baseline file would replace what this command reads ({option} {given})",
+                             file=target, where="--write-baseline",
+                             fix="write it to a file of its own, e.g. baseline/torch.jsonl.gz")
     folder = next(parent for parent in path.parents if parent.exists())  # the folders below it are made
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"cannot be written: {folder} is not a folder this user may write in", file=target,

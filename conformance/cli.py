@@ -32,7 +32,6 @@ from conformance.core.text import terminal_line
 from conformance.judge.refcache import default_cache_dir
 from conformance.parser import build_parser
 from conformance.reference.statements import verify_formulas
-from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_GATE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from conformance.report.provenance import check_runs
 from conformance.report.writer import check_modes, check_out_outside, merge_runs
@@ -41,7 +40,7 @@ from conformance.run.record import Terminated
 from conformance.run.pool import WorkerPool
 from conformance.run.runner import RunOptions, select
 from conformance.run.selection import select_cases
-from conformance.runcommand import cmd_run
+from conformance.runcommand import cmd_run, write_accepted_baseline
 
 EXIT_TERMINATED = 143  # SIGTERM, as a shell reports it
 
@@ -116,9 +115,12 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
         prepare_out_dir(out, force=args.force, lock=lock, inputs=inputs)
         written = merge_runs(args.runs, out, allow_missing=args.allow_missing, baseline=args.baseline, known=known,
                              gates=gates_of(args), like=like, modes=args.modes, shared_drafts=args.draft_shared)
-    if args.write_baseline:
-        print(baseline_written(write_baseline(out, args.write_baseline), args.write_baseline))
     _, manifests = load_manifests(args.runs, allow_missing=args.allow_missing)
+    if args.write_baseline:
+        unfinished = [terminal_line(str(m.get("framework", "?"))) for m in manifests if m.get("status") != "complete"]
+        wrote = write_accepted_baseline(out, args.write_baseline, written.decision.code, unfinished)
+        if wrote:
+            print(wrote)
     not_run = [m.get("framework", "?") for m in manifests if m.get("status") == "not_run"]
     for line in written.summary:  # the undocumented causes, largest first, then the counts as the last line
         print(line)

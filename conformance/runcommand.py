@@ -162,7 +162,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
         _write_drafts(summary.out_dir, known, shared=args.draft_shared, defects=written.defects)
         if "rows" in summary.stages:
             record_stage(summary.out_dir, "drafts")
-        wrote_baseline = _write_baseline(args, summary)
+        wrote_baseline = _write_baseline(args, summary, written.decision.code)
     except (KeyboardInterrupt, Terminated) as exc:  # the rows are complete; --resume writes the reports again
         record_end(summary.out_dir, "interrupted", interruption(exc) + " while writing the reports")
         raise
@@ -196,16 +196,30 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     return written.decision.print()
 
 
-def _write_baseline(args: argparse.Namespace, summary) -> str:
+def _write_baseline(args: argparse.Namespace, summary, code: int) -> str:
     """--write-baseline: the compact baseline of a run that judged every selected case (one that did not run or
-    stopped early would drop rows a later gate then calls added); returns the line that says it was written."""
+    stopped early would drop rows a later gate then calls added) and that its gates passed (`code`, the decision's
+    exit code: a failed gate's rows written as the baseline would pass the same build next time); returns the line
+    that says it was written."""
     if not args.write_baseline:
         return ""
     if summary.not_run or summary.stopped:
         print(f"kl-conformance: --write-baseline: {terminal_line(args.write_baseline)} not written: the run did "
               "not judge every selected case", file=sys.stderr)
         return ""
-    return baseline_written(write_baseline(summary.out_dir, args.write_baseline), args.write_baseline)
+    return write_accepted_baseline(summary.out_dir, args.write_baseline, code)
+
+
+def write_accepted_baseline(run_dir: Path, path: str, code: int, unfinished: Sequence[str] = ()) -> str:
+    """The compact baseline of `run_dir` written to `path`, where the command's gates passed (`code`, its exit
+    code) and every run it holds finished (`unfinished` names those that did not); else one line saying why not.
+    Returns the line that says it was written, or ""."""
+    why = (f"a gate failed (exit {code}), and a baseline records an accepted build" if code else
+           f"the {unfinished[0]} run did not judge every selected case" if unfinished else "")
+    if why:
+        print(f"kl-conformance: --write-baseline: {terminal_line(path)} not written: {why}", file=sys.stderr)
+        return ""
+    return baseline_written(write_baseline(run_dir, path), path)
 
 
 def _write_drafts(out: Path, known, shared: bool = False, defects=None) -> None:

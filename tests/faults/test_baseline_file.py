@@ -145,3 +145,50 @@ def test_write_baseline_in_a_folder_that_cannot_be_made_is_refused_before_the_ru
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--write-baseline" in err[0] and "cannot be written" in err[0], err
     assert not (runs / "blocked").exists()
+
+
+def test_write_baseline_never_replaces_what_the_command_reads_nor_a_file_that_is_not_one(runs, capsys):
+    """Its target is renamed into place: one of the command's inputs (a run it merges, its known findings, its case
+    file), a link, a device or a FIFO would be replaced by a baseline. Each is refused in one line, nothing written."""
+    import os
+
+    results = runs / "now" / "results.jsonl"
+    before = results.read_bytes()
+    known = runs / "known.yaml"
+    known.write_text("- {id: k, case_id: ok-same, verdict: value, reason: r}\n")
+    fifo = runs / "fifo"
+    os.mkfifo(fifo)
+    (runs / "link").symlink_to(runs / "elsewhere.gz")
+    for target, extra in ((results, ()), (known, ("--known", str(known))), (fifo, ()), (runs / "link", ())):
+        code = main(["report", str(runs / "now"), "--out", str(runs / "merged"), "--write-baseline", str(target),
+                     *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "--write-baseline" in err[0], (target, err)
+        assert not (runs / "merged").exists()
+    assert results.read_bytes() == before and known.read_text().startswith("- {id: k")
+    assert _run(runs, "MixedFaultAdapter", FIRST, "own-cases", "--write-baseline", str(runs / "own-cases.yaml")) == 2
+    assert "what this command reads (--cases" in capsys.readouterr().err and not (runs / "own-cases").exists()
+
+
+def test_a_failed_gate_or_an_unfinished_run_writes_no_baseline(runs, capsys):
+    """A baseline records an accepted build: written over the baseline a gate just failed on, the same build
+    would pass next time. And a run that did not finish would drop rows a later gate then calls added."""
+    baseline = runs / "baseline" / "numpy.jsonl.gz"
+    before = baseline.read_bytes()
+    assert _run(runs, "MixedFaultAdapter", FIRST, "gated", "--baseline", str(baseline), "--fail-on-new",
+                "--write-baseline", str(baseline)) == 1
+    assert "not written: a gate failed (exit 1)" in capsys.readouterr().err
+    assert baseline.read_bytes() == before
+    assert main(["report", str(runs / "now"), "--out", str(runs / "merged"), "--baseline", str(baseline),
+                 "--fail-on-new", "--write-baseline", str(runs / "refreshed.gz")]) == 1
+    assert "not written: a gate failed" in capsys.readouterr().err and not (runs / "refreshed.gz").exists()
+    # an interrupted run, merged: its rows are not every selected case's
+    manifest = json.loads((runs / "now" / "run.json").read_text())
+    (runs / "now" / "run.json").write_text(json.dumps({**manifest, "status": "interrupted"}))
+    main(["report", str(runs / "now"), "--out", str(runs / "merged-cut"), "--write-baseline", str(runs / "cut.gz")])
+    assert "MixedFaultAdapter run did not judge every selected case" in capsys.readouterr().err
+    assert not (runs / "cut.gz").exists()
+    # a gate that passes writes it, over the baseline it read
+    assert _run(runs, "PlantedBugsAdapter", FIRST + LAST, "again", "--baseline", str(baseline), "--fail-on-new",
+                "--write-baseline", str(baseline)) == 0
+    assert "Baseline: " in capsys.readouterr().out
