@@ -19,7 +19,7 @@ from conformance.core.errors import ResultsError
 from conformance.core.model import Result, Verdict, key_label
 from conformance.core.scope import Scope
 from conformance.report.baselinefile import BaselineRow, Key, check_baseline_draw, load_baseline, row_state
-from conformance.report.mdtext import cell, code  # the same escaping as the rest of report.md
+from conformance.report.mdtext import cell, code, code_cell  # the same escaping as the rest of report.md
 
 
 def _checked(state: tuple[str, str]) -> bool:
@@ -173,9 +173,9 @@ def render_baseline_markdown(diff: BaselineDiff, listed: int = 200) -> list[str]
         out += [f"### {title} ({len(items)})", "", "| case | framework / api / device / part | before | after |",
                 "|---|---|---|---|"]
         for key, old, now, accepted in items[:listed]:
-            fmt = lambda s: cell(s[0]) + (f" ({code(s[1])})" if s and s[1] else "") if s else "-"
+            fmt = lambda s: cell(s[0]) + (f" ({code_cell(s[1])})" if s and s[1] else "") if s else "-"
             tag = " (documented or known)" if accepted and now and Verdict(now[0]).is_divergence else ""
-            out.append(f"| {code(key[0])} | {cell(key_label(key))} | {fmt(old)} | {fmt(now)}{tag} |")
+            out.append(f"| {code_cell(key[0])} | {cell(key_label(key))} | {fmt(old)} | {fmt(now)}{tag} |")
         if len(items) > listed:
             out.append(f"\n{len(items) - listed} more in baseline.json.")
         out.append("")

@@ -23,7 +23,7 @@ from conformance.report.example import MESSAGE, VALUES, render_example
 from conformance.report.gaps import mode_gaps, release_gaps
 from conformance.report.matrices import family_matrix, fitted, summary_matrix
 from conformance.report.mdbudget import BUDGET, LINK, LISTED_CELL, PART_BUDGETS, fit, size_of
-from conformance.report.mdtext import CELL as _CELL, cell as _cell, code as _code, cut as _cut
+from conformance.report.mdtext import CELL as _CELL, cell as _cell, code as _code, code_cell as _code_cell, cut as _cut
 from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
 from conformance.report.reprocommand import repro_command
 from conformance.report.tally import SPANS, Tally, framework_label
@@ -74,8 +74,8 @@ def _defects(tally: Tally) -> list[str]:
                 "whatever their API, part, dtype, shape, layout, legacy arguments or mode. Each has an issue "
                 "draft in `issues/` and a reproducer; the example is its simplest row.", "",
                 "| defect | what it does | rows | where it shows | example |", "|---|---|---:|---|---|"]
-        out += [f"| {_code(d.id)} | {_cell(title(d, spec), 400)} | {d.rows} | {_cell(d.where(), 300)} | "
-                f"{_code(d.example.case_id)} ({_cell(d.example.api)}, {_cell(d.example.part)}): "
+        out += [f"| {_code_cell(d.id)} | {_cell(title(d, spec), 400)} | {d.rows} | {_cell(d.where(), 300)} | "
+                f"{_code_cell(d.example.case_id)} ({_cell(d.example.api)}, {_cell(d.example.part)}): "
                 f"{_cell(shown(d.example), 300)} |" for d in undocumented]
         out.append("")
     for status, heading in ((KNOWN, "Known (accepted by a known-findings file)"),
@@ -85,7 +85,7 @@ def _defects(tally: Tally) -> list[str]:
         if found:
             out += [f"## {heading}: {len(found)} defect{'' if len(found) == 1 else 's'}", "",
                     "| defect | what it does | rows | by |", "|---|---|---:|---|"]
-            out += [f"| {_code(d.id)} | {_cell(title(d, spec), 300)} | {d.rows} | "
+            out += [f"| {_code_cell(d.id)} | {_cell(title(d, spec), 300)} | {d.rows} | "
                     f"{_cell(', '.join(d.documented_by) or ', '.join(sorted(d.apis)))} |" for d in found]
             out.append("")
     return out
@@ -109,12 +109,12 @@ def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseli
         for r in sorted(members, key=lambda r: (r.case_id, r.api, r.device, r.mode, r.framework_version)):
             tags = (f" **documented** ({_cell(', '.join(r.documented_by))})" if r.documented else "") + \
                 (f" **known** ({_cell(', '.join(r.known_by))})" if r.known_by else "")
-            out.append(f"| {_code(r.case_id)} | {_cell(r.api)} / {_cell(r.device)}"
+            out.append(f"| {_code_cell(r.case_id)} | {_cell(r.api)} / {_cell(r.device)}"
                        f"{'' if r.mode == EAGER else ' / ' + _cell(r.mode)}"
                        f"{'' if r.part == 'forward' else ' / ' + _cell(r.part)}"
                        f"{', release ' + _cell(r.framework_version) if r.framework in tally.released else ''}"
                        f" | {_cell(r.message, LISTED_CELL)}"
-                       f"{tags} | {_code(repro_command(r, run_info.get(r.framework, {})))} |")
+                       f"{tags} | {_code_cell(repro_command(r, run_info.get(r.framework, {})))} |")
         if size > len(members):
             out.append(f"\n{size - len(members)} more in results.jsonl (cause {_code(cause)}, verdict "
                        f"{_code(verdict)}).")
@@ -232,7 +232,7 @@ def _releases(pairs: list[ReleasePair], listed: int) -> list[str]:
             if not calls:
                 continue
             out += [f"| {kind} | api / device / part | {_cell(p.older)} | {_cell(p.newer)} |", "|---|---|---|---|"]
-            out += [f"| {_code(_cut(call[0], _CELL))} | {_cell(call_text(call))} | {_cell(seen_text(old))} | "
+            out += [f"| {_code_cell(_cut(call[0], _CELL))} | {_cell(call_text(call))} | {_cell(seen_text(old))} | "
                     f"{_cell(seen_text(now))} |" for call, old, now in calls[:listed]]
             if len(calls) > listed:
                 out.append(f"\nAnd {len(calls) - listed} more {kind}"
@@ -326,7 +326,7 @@ def _known(audit: Sequence[EntryAudit]) -> list[str]:
     for a in audit:
         e = a.entry
         status = f"**{a.status}**" if a.status == "stale" else a.status
-        out.append(f"| {_code(_cut(e.id, _CELL))} | {a.accepted} | {a.concerned} | {status} | {_cell(e.reason)} | "
+        out.append(f"| {_code_cell(_cut(e.id, _CELL))} | {a.accepted} | {a.concerned} | {status} | {_cell(e.reason)} | "
                    f"{_cell(e.link or '-')} |")
     return out + [""]
 

@@ -32,8 +32,15 @@ def cell(text: object, limit: int = CELL) -> str:
 
 
 def code(text: object) -> str:
-    """Text as one code span in a table cell, whatever backticks, bars or line breaks it holds."""
-    body = _LINE_BREAKS.sub(" ", str(text)).replace("|", "\\|")
+    """Text as one code span in prose (a heading, a paragraph, a list item), whatever backticks or line breaks it
+    holds: what it shows is the text, so a command in it runs as written."""
+    body = _LINE_BREAKS.sub(" ", str(text))
     fence = "`" * (max((len(run) for run in re.findall("`+", body)), default=0) + 1)
     pad = " " if body.startswith("`") or body.endswith("`") or body.startswith(" ") else ""
     return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def code_cell(text: object) -> str:
+    """Text as one code span in a table cell: a bar is escaped there, or it would end the cell (GitHub's tables
+    take the escape before the span does; outside a table the backslash would show)."""
+    return code(str(text).replace("|", "\\|"))

@@ -72,6 +72,20 @@ def test_hostile_row_text_stays_in_its_cell():
     assert assert_row_text_stays_in_cells(render_markdown(Tally(_rows()), [])), "the hostile row is in the report"
 
 
+def test_a_code_span_outside_a_table_shows_its_text_as_written():
+    """GitHub's Markdown takes a backslash in a code span literally outside a table: a bar escaped there would show
+    as \\| and name another case in the reproduce command a maintainer copies. In a table cell it is escaped."""
+    case_id = "my| a |case"
+    text = render_markdown(Tally([make_result(case_id=case_id, verdict="value", max_abs_err=1.0, bound=1e-6,
+                                              cause="pointwise.x|y", documented_by=(), known_by=())]), [])
+    prose = [line for line in text.splitlines() if case_id in line and not line.startswith("|")]
+    table = [line for line in text.splitlines() if line.startswith("|") and "my\\| a \\|case" in line]
+    assert prose and table, text
+    assert all("\\|" not in line for line in prose), prose
+    assert any(line.startswith("- reproduce: `") and f"-- '{case_id}'" in line for line in prose), prose
+    assert any("`pointwise.x|y`" in line for line in text.splitlines() if line.startswith("#")), text
+
+
 def test_r_torch_rows_reproduce_with_rscript():
     row = make_result(framework="rtorch", api="torch::nnf_kl_div", verdict="value", max_abs_err=1.0, bound=1e-6,
                       message="m")
