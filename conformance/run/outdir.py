@@ -66,6 +66,9 @@ def check_out_dir(path: str | Path, *, resume: bool = False, force: bool = False
     if out.exists() and not out.is_dir():
         raise UsageError("exists and is not a directory", file=str(out), where="--out",
                          fix="choose a directory path for --out")
+    if resume and not out.exists():  # refused before the lock or anything else makes the directory
+        raise UsageError("no such directory to resume", file=str(out), where="--resume",
+                         fix="pass the --out directory of the run to continue, or leave out --resume to start one")
     if out.is_dir():
         entries = _entries(out)
         if not locked:

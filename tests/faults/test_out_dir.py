@@ -44,6 +44,14 @@ def test_a_device_that_is_absent_writes_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_resuming_a_directory_that_does_not_exist_is_refused_and_makes_none(tmp_path, capsys):
+    out = tmp_path / "never-ran"
+    assert _run(tmp_path, "--resume", out=out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--resume: no such directory to resume" in err[0], err
+    assert not out.exists()
+
+
 def test_a_non_empty_output_directory_needs_force_or_resume(tmp_path, capsys):
     out = tmp_path / "out"
     assert _run(tmp_path) == 0
