@@ -210,6 +210,9 @@ def _deviations(data: dict, spec: Spec, shown: str) -> list[Deviation]:
     """The deviations a checked profile declares itself, each checked against the spec."""
     deviations = []
     for i, row in enumerate(data["deviations"]):
+        if any(d.id == row["id"] for d in deviations):  # rows name a deviation by its id: one id, one deviation
+            raise SpecError(f"duplicate deviation id {row['id']!r}", file=shown, where=f"deviations[{i}].id",
+                            fix="give every deviation of the profile an id of its own")
         points = choice_points(spec.data)
         for dotted, choice in row.get("set", {}).items():
             if dotted not in points:

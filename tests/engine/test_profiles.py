@@ -31,6 +31,10 @@ def test_shipped_profiles_are_valid(spec, name):
      "reference: 'https://x'}\n", "unknown error id 'typo'"),
     ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {shapes.broadcasting: none}, rationale: r, basis: docs}\n",
      "'reference' is a required property"),
+    # rows name a deviation by its id (documented_by): two with one id would make that ambiguous
+    ("framework: torch\ndeviations:\n- {id: x, apis: [a], set: {shapes.broadcasting: none}, rationale: r, basis: docs, "
+     "reference: 'https://x'}\n- {id: x, apis: [b], set: {shapes.broadcasting: none}, rationale: r, basis: docs, "
+     "reference: 'https://x'}\n", "deviations[1].id: duplicate deviation id 'x'"),
 ])
 def test_bad_profiles_name_file_and_field(tmp_path, spec, body, words):
     (tmp_path / "torch.yaml").write_text(body)
