@@ -22,8 +22,16 @@ CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls and DEL
 _BREAKS = re.compile(r"[\t\n\r\x85\u2028\u2029]+")
 # C1 controls (\x9b starts a CSI on some terminals) and the bidirectional overrides that reorder what is shown
 _INVISIBLE = re.compile(r"[\x80-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SHOWN_AS_ESCAPES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _ENTRY = re.compile(r"^\s*(\w+) of \w+: \S+\s*$")  # a map's entry an op is described by: "<what> of <key>: <value>"
 ZWJ = "\u200d"  # a zero-width joiner: invisible, and GitHub links no @mention or #reference it splits
+
+
+def visible(text: str) -> str:
+    """`text` with each control character but tab and line breaks, each C1 control and each direction override
+    written as its escape (``\\x1b``, ``\\u202e``): a page or draft shows what the text holds, and nothing in it
+    moves a terminal that prints the file or reorders the line it is on."""
+    return _SHOWN_AS_ESCAPES.sub(lambda found: ascii(found.group())[1:-1], text)
 
 
 def without_escapes(text: str) -> str:

@@ -22,7 +22,7 @@ from conformance.core.known import KnownFindings
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec
 from conformance.core.atomicfile import write_atomic
 from conformance.core.rundirs import REPRO_DIR, iter_rows, script_name, snippet_name
-from conformance.core.text import without_mentions
+from conformance.core.text import visible, without_mentions
 from conformance.core.upstream import UpstreamIssue
 from conformance.report.defects import UNDOCUMENTED, Defect, Defects, expected_words, spec_of, title
 from conformance.report.reprocommand import repro_command
@@ -260,13 +260,12 @@ def _spec_node(data: Any, path: str) -> tuple[Any, tuple[str, str] | None, list[
 # would make an autolink. A backslash makes each literal (CommonMark escapes any ASCII punctuation).
 _PUNCTUATION = re.compile(r"([\\`*_{}\[\]()<>#.!|~&:$])")
 _BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]+")
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 
 
 def plain(text: object) -> str:
     """Outside text as plain Markdown text on one line: every markup character escaped (no link, image, HTML,
     emphasis or autolink), and a zero-width joiner after each @ and #, so no mention or issue reference is live."""
-    text = _CONTROL.sub("", _BREAKS.sub(" ", str(text)))
+    text = visible(_BREAKS.sub(" ", str(text)))
     # and the slashes after a colon, so that no "://" is left for an autolink to start from
     return without_mentions(_PUNCTUATION.sub(r"\\\1", text).replace("\\://", "\\:\\/\\/"))
 
@@ -274,7 +273,7 @@ def plain(text: object) -> str:
 def fenced(text: str, language: str = "") -> list[str]:
     """Text as a fenced code block whose fence is longer than any run of backticks inside it: the text
     cannot close it, and nothing in it is markup."""
-    text = _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = visible(text.replace("\r\n", "\n").replace("\r", "\n"))
     fence = "`" * max(3, max((len(run) for run in re.findall("`+", text)), default=0) + 1)
     return [fence + language, *text.rstrip("\n").split("\n"), fence]
 

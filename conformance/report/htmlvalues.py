@@ -12,11 +12,13 @@ from itertools import product
 from typing import Any
 
 from conformance.core.model import Result, Verdict
+from conformance.core.text import visible
 
 
 def escape(text: Any) -> str:
-    """Text as HTML that shows it literally, in an element or an attribute."""
-    return html.escape(str(text), quote=True)
+    """Text as HTML that shows it literally, in an element or an attribute (a control character or a direction
+    override as its escape)."""
+    return html.escape(visible(str(text)), quote=True)
 
 
 def _value(v: Any) -> float:

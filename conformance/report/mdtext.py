@@ -1,6 +1,6 @@
 """report.md's text escaping (GitHub's Markdown, where a backslash makes any punctuation literal): text from a row,
 a spec or a known file reads as written in report.md, divergences.md and the issue drafts, and never becomes
-markup, a link, a mention, HTML or a new table row.
+markup, a link, a mention, HTML, a new table row or a terminal's escape (a control character shows as its escape).
 
 Text only: imports nothing of the project but the core's text helpers.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from conformance.core.text import without_mentions
+from conformance.core.text import visible, without_mentions
 
 CELL = 160  # characters of a row's text shown in one cell of report.md
 
@@ -28,13 +28,13 @@ def cut(text: object, limit: int) -> str:
 def cell(text: object, limit: int = CELL) -> str:
     """Text from a row, spec or known file as plain text in one table cell: no markup, no link, no mention, no
     new row; cut to `limit` characters."""
-    return without_mentions(_MARKUP.sub(r"\\\1", _LINE_BREAKS.sub(" ", cut(text, limit))))
+    return without_mentions(_MARKUP.sub(r"\\\1", visible(_LINE_BREAKS.sub(" ", cut(text, limit)))))
 
 
 def code(text: object) -> str:
     """Text as one code span in prose (a heading, a paragraph, a list item), whatever backticks or line breaks it
     holds: what it shows is the text, so a command in it runs as written."""
-    body = _LINE_BREAKS.sub(" ", str(text))
+    body = visible(_LINE_BREAKS.sub(" ", str(text)))
     fence = "`" * (max((len(run) for run in re.findall("`+", body)), default=0) + 1)
     pad = " " if body.startswith("`") or body.endswith("`") or body.startswith(" ") else ""
     return f"{fence}{pad}{body}{pad}{fence}"

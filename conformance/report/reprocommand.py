@@ -29,7 +29,9 @@ def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = N
     return " ".join(map(shell_word, words)) + " > repro.py && python repro.py"
 
 
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # what a one-line command cannot hold as is
+# what a one-line command cannot hold as is: control characters, line breaks, and the direction overrides that
+# would show it in another order than the shell reads it
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def shell_word(word: str) -> str:

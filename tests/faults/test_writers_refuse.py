@@ -265,3 +265,24 @@ def test_no_mention_or_issue_reference_from_a_row_is_live(hostile_run):
         plain = _outside_code(text)
         assert "octocat" in plain, name  # the message is shown as text, not only as code
         assert not re.search(r"@octocat|#12", plain), name
+
+
+def test_control_characters_of_a_case_id_show_as_escapes_in_every_page(tmp_path):
+    """A case file's id with an escape sequence, NUL, a C1 control and a direction override reached report.md,
+    divergences.md, report.html and the drafts raw: `cat report.md` ran the sequence, and the override reordered
+    the line. Each shows as its escape; the reproduce command quotes it so the shell reads the id back."""
+    case_id = "raise-\x1b[31mX\x9b31m\u202eY\x00Z"
+    cases = ('- {id: "raise-\\e[31mX\\x9b31m\\u202eY\\0Z", input: [[-1.0, -2.0]], target: [[0.25, 0.75]], '
+             'reduction: sum, dtype: float64}\n')
+    out = _run(tmp_path, "run", PLANTED, cases)
+    pages = {p.name: p.read_text() for p in [out / "report.md", out / "divergences.md", out / "report.html",
+                                             *(out / "issues").glob("*.md")]}
+    assert len(pages) >= 4 and all("raise-" in text for text in pages.values()), sorted(pages)
+    for name, text in pages.items():
+        assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e]", text), name
+        assert "x1b" in text and "u202e" in text, name  # the id as its escapes show it
+    command = [line for line in pages["report.md"].splitlines() if line.startswith("- reproduce:")][0]
+    quoted = re.search(r" -- (\$'.*?') > repro", command).group(1)
+    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + quoted], capture_output=True, check=True).stdout
+    assert words.split(b"\0")[0].decode() == case_id.split("\x00")[0] and quoted.endswith("\\u0000Z'")  # no
+    # shell word holds a NUL: bash reads the id up to it, and the command shows it escaped
