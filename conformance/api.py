@@ -75,8 +75,9 @@ RunLike = Union["RunOutcome", str, Path]
 @dataclass
 class RunOutcome:
     """What `run` gives back: the judged rows, the run's record (run.json's content), why the framework did not
-    run or the run stopped early (None when it ran to its end), and the directory the rows are in (None when
-    `run` was given no `out`: its temporary directory is gone)."""
+    run or the run stopped early (None when it ran to its end), the directory the rows are in (None when
+    `run` was given no `out`: its temporary directory is gone), and the recorded run its rows' `like` marks were
+    made against (`like_run`; None without one)."""
 
     rows: list[Result]
     manifest: dict[str, Any]
@@ -84,6 +85,7 @@ class RunOutcome:
     not_run: str | None = None
     stopped: str | None = None
     counts: dict[str, int] = field(default_factory=dict)  # verdict -> results
+    like_run: Path | None = None
 
     @property
     def divergences(self) -> list[Result]:
@@ -207,7 +209,7 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
         if out is None:
             shutil.rmtree(where.parent, ignore_errors=True)
     return RunOutcome(rows, manifest, where if out is not None else None, summary.not_run, summary.stopped,
-                      dict(summary.counts))
+                      dict(summary.counts), Path(like_run) if like_run is not None else None)
 
 
 @in_api_words
@@ -298,13 +300,13 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
     try:
         check_gate_options(spec, _gate_args(fail_on_new, baseline, None, dirs, scratch))
         outcomes = [r for r in given if isinstance(r, RunOutcome)]
-        marks = _like_marks(spec, like, like_run, dirs[0] if dirs else scratch, runs=dirs, fail_on_own=fail_on_own,
-                            manifests=[o.manifest for o in outcomes])
-        known = known_findings(known)  # read after the options are checked, as the CLI reads it
         for run_dir in dirs:  # as load_manifests refuses one, less the CLI's --allow-missing, which gate has not
             if not is_present(run_dir, directory=True) or not is_present(run_dir / RESULTS_FILE):
                 raise ResultsError("no results.jsonl here", file=str(run_dir),
                                    fix="pass the directory of a finished run (its out, `kl-conformance run --out`)")
+        marks = _like_marks(spec, like, like_run, dirs[0] if dirs else scratch, runs=dirs, fail_on_own=fail_on_own,
+                            manifests=[o.manifest for o in outcomes])
+        known = known_findings(known)  # read after the options are checked, as the CLI reads it
         if dirs:
             check_runs(dirs, spec.hash, baseline=baseline)
         present, manifests = load_manifests(dirs) if dirs else ([], [])
@@ -313,8 +315,9 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
         if marks is not None and marks.marking:  # the rows as a run with --like-run writes them: marked
             for row in _chained([o.rows for o in outcomes] + [iter_rows(present)]):
                 marks.add(row)
-            for gone in (o for o in outcomes if o.out_dir is None):  # no details to compare again: as its run marked
-                marks.keep(gone.rows)
+            for gone in outcomes:  # no details to compare again: as its run marked them, against this recorded run
+                if gone.out_dir is None and _same_path(gone.like_run, like_run):
+                    marks.keep(gone.rows)
             marks.finish([*present, *(o.out_dir for o in outcomes if o.out_dir is not None)])
         for row in _chained([o.rows for o in outcomes] + [iter_rows(present)]):
             row = marks.mark(row) if marks is not None else row
@@ -336,6 +339,14 @@ def _like_marks(spec: Spec, like: Any, like_run: Any, out: Path | None, profiles
                               profiles=None if profiles is None else str(profiles),
                               out=str(out) if out is not None else os.devnull)  # no output directory yet
     return like_marks(spec, args, runs=[str(r) for r in runs], mirrors=mirrors, manifests=manifests)
+
+
+def _same_path(made: Path | None, given: Any) -> bool:
+    """Whether the recorded run a RunOutcome's marks were made against is the one given to gate."""
+    try:
+        return made is not None and given is not None and Path(made).resolve() == Path(given).resolve()
+    except (OSError, RuntimeError):  # a path that cannot be resolved (a loop) is no match
+        return False
 
 
 def _written_nowhere(decision: Decision) -> Decision:

@@ -364,7 +364,7 @@ class _Suite:
                 continue  # another worker's run of the same case holds every row
             if len(rows) < len(written) and isinstance(manifest.get("counts"), dict):
                 manifest["counts"] = dict(Counter(r.verdict.value for r in rows))
-            outcomes.append(api.RunOutcome(rows, manifest))
+            outcomes.append(api.RunOutcome(rows, manifest, like_run=Path(self.like_run) if self.like_run else None))
         return api.gate(outcomes, known=self.known, baseline=self.baseline, fail_on_new=self.baseline is not None,
                         like=self.like, like_run=self.like_run, fail_on_own=self.fail_on_own,
                         spec=self.spec)

@@ -214,3 +214,14 @@ def test_the_api_gate_keeps_the_marks_a_run_gave_its_rows(runs, tmp_path):
     assert kl.gate(tmp_path / "kept", like="numpy-test", like_run=runs / "framework",
                    fail_on_own=True).counts == decision.counts
     assert kl.gate(kept, like="numpy-test", like_run=runs / "framework", fail_on_own=True).counts == decision.counts
+    # marks made against one recorded run say nothing of another: a copy's rows, shared with the first, are own
+    # beside a recorded run that never ran their cases
+    copy = kl.run(HERE + "NumpyPort", selection=selection, profiles=runs / "profiles", like="numpy-test",
+                  like_run=runs / "framework", cache=False)
+    assert copy.divergences and all(r.like == "shared" for r in copy.divergences)
+    assert kl.gate(copy, like="numpy-test", like_run=runs / "framework", fail_on_own=True).code == kl.EXIT_OK
+    assert main(["run", "--framework", FRAMEWORK, "--only", "fwd/sum/*/*/float64/*", "--samples", "2", "--out",
+                 str(tmp_path / "float64-only"), "--no-progress", "--no-repro", "--no-cache", "--profiles",
+                 str(runs / "profiles")]) == 0
+    elsewhere = kl.gate(copy, like="numpy-test", like_run=tmp_path / "float64-only", fail_on_own=True)
+    assert elsewhere.code == kl.EXIT_GATE and elsewhere.counts["own"]["undocumented"] == len(copy.divergences)
