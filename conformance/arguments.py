@@ -164,7 +164,7 @@ def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), m
         ran = {row.framework for row in iter_results(like_run)}
         if like not in ran:
             raise UsageError(f"a run of {sorted(ran) or 'no framework'}, not of {like!r}", file=like_run,
-                             where="--like-run", fix=f"pass a run of {like} (kl-conformance run --framework {like})")
+                             where="--like-run", fix=f"pass a run of {like} (`kl-conformance run --framework {like}`)")
     if runs or manifests:
         mirrors = {}
         given = [(None, list(manifests))] if manifests else []  # runs held in memory have no directory

@@ -255,6 +255,7 @@ def check_selection(selection: Any, surface: str = API):
 
 
 _CLI_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+_QUOTED = re.compile(r"(`[^`]*`)")  # a backticked span, kept whole by the split
 # what the API calls the options outside the table that checks below the commands name
 _API_KEYWORDS = {"--framework": "framework", "--profiles": "profiles", "--cache-dir": "cache_dir",
                  "--fail-on-own": "fail_on_own", "--fail-on-new": "fail_on_new", "--strict": "strict",
@@ -273,4 +274,6 @@ def spelled(where: str, surface: str) -> str:
         by_flag.update(_API_KEYWORDS)
     if where in by_flag:
         return by_flag[where]
-    return _CLI_FLAG.sub(lambda m: by_flag.get(m.group(0), m.group(0)), where)
+    # a command quoted in backticks keeps its options as the command line spells them
+    return "".join(part if part.startswith("`") else _CLI_FLAG.sub(lambda m: by_flag.get(m.group(0), m.group(0)), part)
+                   for part in _QUOTED.split(where))

@@ -237,4 +237,4 @@ def check_modes(framework: str, modes: Sequence[str], mode_names: Sequence[str])
     for name in modes:
         if name not in mode_names:
             raise UsageError(f"unknown mode {name!r} for framework {framework!r}", where="--mode",
-                             fix=f"use one of {list(mode_names)} (kl-conformance modes --framework {framework})")
+                             fix=f"use one of {list(mode_names)} (`kl-conformance modes --framework {framework}`)")

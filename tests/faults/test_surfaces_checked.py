@@ -186,7 +186,7 @@ def test_the_api_names_its_own_arguments_for_a_file_it_cannot_read(project):
     """A file the API cannot read is named with the argument that gave it, never a command-line option (the API
     has no --allow-missing)."""
     for call, words in [(lambda: kl.load_spec(project / "no.yaml"), "give load_spec the path"),
-                        (lambda: kl.gate(project, known=project / "no.yaml"), "give known the path"),
+                        (lambda: kl.gate([], known=project / "no.yaml"), "give known the path"),
                         (lambda: kl.cases(kl.Selection(case_files=(str(project / "no.yaml"),))),
                          "give case_files the path"),
                         (lambda: kl.gate(project / "nodir"), "the directory of a finished run")]:
