@@ -65,20 +65,23 @@ def check_write_baseline(args: argparse.Namespace) -> None:
     target = getattr(args, "write_baseline", None)
     if target is None:
         return
-    path, out = Path(target).resolve(), Path(args.out).resolve()
-    if path == out or out in path.parents:
+    if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode) and not os.path.isdir(target):
+        raise UsageError("not a regular file (a link, a device or a FIFO), which writing it would replace",
+                         file=target, where="--write-baseline", fix="name a regular file, e.g. baseline/torch.jsonl.gz")
+    path, out = _resolved(target), _resolved(args.out)
+    if path is None:
+        raise UsageError("a path through a link that loops", file=target, where="--write-baseline",
+                         fix="name a regular file, e.g. baseline/torch.jsonl.gz")
+    if out is not None and (path == out or out in path.parents):
         raise UsageError("the baseline file would be inside the output directory, which this command rewrites",
                          file=target, where="--write-baseline",
                          fix="write it outside --out, where you commit it (e.g. baseline/torch.jsonl.gz)")
     if path.is_dir():
         raise UsageError("a directory, not a file", file=target, where="--write-baseline",
                          fix="name the file to write, e.g. baseline/torch.jsonl.gz")
-    if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode):
-        raise UsageError("not a regular file (a link, a device or a FIFO), which writing it would replace",
-                         file=target, where="--write-baseline", fix="name a regular file, e.g. baseline/torch.jsonl.gz")
     for option, given in inputs_of(args, *(("a run to merge", run) for run in getattr(args, "runs", ()))):
-        read = Path(given).resolve()
-        if option == "--baseline" and read == path:
+        read = _resolved(given)  # one that cannot be (a loop) is refused in its own line by the check that reads it
+        if read is None or option == "--baseline" and read == path:
             continue  # a baseline refreshed in place: written only where the gates pass (runcommand)
         if read == path or read in path.parents:
             raise UsageError(f"the baseline file would replace what this command reads ({option} {given})",
@@ -88,6 +91,14 @@ def check_write_baseline(args: argparse.Namespace) -> None:
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"cannot be written: {folder} is not a folder this user may write in", file=target,
                          where="--write-baseline", fix="name a file in a writable folder")
+
+
+def _resolved(path: str) -> Path | None:
+    """`path` made absolute through its links; None where they loop."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return None
 
 
 def check_baseline_cases(baseline: Path, spec: Spec, selection: CaseSelection) -> None:

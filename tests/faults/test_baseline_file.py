@@ -166,6 +166,12 @@ def test_write_baseline_never_replaces_what_the_command_reads_nor_a_file_that_is
         assert code == 2 and len(err) == 1 and "--write-baseline" in err[0], (target, err)
         assert not (runs / "merged").exists()
     assert results.read_bytes() == before and known.read_text().startswith("- {id: k")
+    # an input through a link that loops is still refused in the one line that reads it, never a traceback
+    (runs / "loop").symlink_to(runs / "loop")
+    for extra in (["report", str(runs / "loop")], ["report", str(runs / "now"), "--known", str(runs / "loop")]):
+        code = main([*extra, "--out", str(runs / "merged"), "--write-baseline", str(runs / "b.gz")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "loop" in err[0] and "Traceback" not in err[0], (extra, err)
     assert _run(runs, "MixedFaultAdapter", FIRST, "own-cases", "--write-baseline", str(runs / "own-cases.yaml")) == 2
     assert "what this command reads (--cases" in capsys.readouterr().err and not (runs / "own-cases").exists()
 
