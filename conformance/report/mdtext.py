@@ -28,7 +28,7 @@ def cut(text: object, limit: int) -> str:
 def cell(text: object, limit: int = CELL) -> str:
     """Text from a row, spec or known file as plain text in one table cell: no markup, no link, no mention, no
     new row; cut to `limit` characters."""
-    return without_mentions(_MARKUP.sub(r"\\\1", visible(_LINE_BREAKS.sub(" ", cut(text, limit)))))
+    return without_mentions(_MARKUP.sub(r"\\\1", cut(visible(_LINE_BREAKS.sub(" ", str(text))), limit)))
 
 
 def code(text: object) -> str:
