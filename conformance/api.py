@@ -35,7 +35,7 @@ from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter, is_known, unknown_framework
 from conformance.apiargs import (RUNS_FIX, flags, given_spec, in_api_words, known_findings, listed,
                                  path_or_none)
-from conformance.arguments import check_gate_options, like_marks
+from conformance.arguments import check_gate_options, like_marks, resolved_or_none
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.case import Case
 from conformance.core.errors import ConformanceError, ResultsError, UsageError
@@ -342,11 +342,12 @@ def _like_marks(spec: Spec, like: Any, like_run: Any, out: Path | None, profiles
 
 
 def _same_path(made: Path | None, given: Any) -> bool:
-    """Whether the recorded run a RunOutcome's marks were made against is the one given to gate."""
-    try:
-        return made is not None and given is not None and Path(made).resolve() == Path(given).resolve()
-    except (OSError, RuntimeError):  # a path that cannot be resolved (a loop) is no match
+    """Whether the recorded run a RunOutcome's marks were made against is the one given to gate (a path that
+    cannot be resolved, a loop, is no match)."""
+    if made is None or given is None:
         return False
+    resolved = resolved_or_none(made)
+    return resolved is not None and resolved == resolved_or_none(given)
 
 
 def _written_nowhere(decision: Decision) -> Decision:

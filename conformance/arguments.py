@@ -68,7 +68,7 @@ def check_write_baseline(args: argparse.Namespace) -> None:
     if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode) and not os.path.isdir(target):
         raise UsageError("not a regular file (a link, a device or a FIFO), which writing it would replace",
                          file=target, where="--write-baseline", fix="name a regular file, e.g. baseline/torch.jsonl.gz")
-    path, out = _resolved(target), _resolved(args.out)
+    path, out = resolved_or_none(target), resolved_or_none(args.out)
     if path is None:
         raise UsageError("a path through a link that loops", file=target, where="--write-baseline",
                          fix="name a regular file, e.g. baseline/torch.jsonl.gz")
@@ -80,7 +80,7 @@ def check_write_baseline(args: argparse.Namespace) -> None:
         raise UsageError("a directory, not a file", file=target, where="--write-baseline",
                          fix="name the file to write, e.g. baseline/torch.jsonl.gz")
     for option, given in inputs_of(args, *(("a run to merge", run) for run in getattr(args, "runs", ()))):
-        read = _resolved(given)  # one that cannot be (a loop) is refused in its own line by the check that reads it
+        read = resolved_or_none(given)  # one that cannot be (a loop) is refused in its own line by the check that reads it
         if read is None or option == "--baseline" and read == path:
             continue  # a baseline refreshed in place: written only where the gates pass (runcommand)
         if read == path or read in path.parents:
@@ -93,7 +93,7 @@ def check_write_baseline(args: argparse.Namespace) -> None:
                          where="--write-baseline", fix="name a file in a writable folder")
 
 
-def _resolved(path: str) -> Path | None:
+def resolved_or_none(path: str | Path) -> Path | None:
     """`path` made absolute through its links; None where they loop."""
     try:
         return Path(path).resolve()

@@ -203,19 +203,16 @@ def _write_baseline(args: argparse.Namespace, summary, code: int) -> str:
     that says it was written."""
     if not args.write_baseline:
         return ""
-    if summary.not_run or summary.stopped:
-        print(f"kl-conformance: --write-baseline: {terminal_line(args.write_baseline)} not written: the run did "
-              "not judge every selected case", file=sys.stderr)
-        return ""
-    return write_accepted_baseline(summary.out_dir, args.write_baseline, code)
+    unfinished = [terminal_line(args.framework)] if summary.not_run or summary.stopped else []
+    return write_accepted_baseline(summary.out_dir, args.write_baseline, code, unfinished)
 
 
 def write_accepted_baseline(run_dir: Path, path: str, code: int, unfinished: Sequence[str] = ()) -> str:
     """The compact baseline of `run_dir` written to `path`, where the command's gates passed (`code`, its exit
     code) and every run it holds finished (`unfinished` names those that did not); else one line saying why not.
     Returns the line that says it was written, or ""."""
-    why = (f"a gate failed (exit {code}), and a baseline records an accepted build" if code else
-           f"the {unfinished[0]} run did not judge every selected case" if unfinished else "")
+    why = (f"the {unfinished[0]} run did not judge every selected case" if unfinished else
+           f"a gate failed (exit {code}), and a baseline records an accepted build" if code else "")
     if why:
         print(f"kl-conformance: --write-baseline: {terminal_line(path)} not written: {why}", file=sys.stderr)
         return ""

@@ -21,8 +21,8 @@ ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls and DEL, but tab and line breaks
 _BREAKS = re.compile(r"[\t\n\r\x85\u2028\u2029]+")
 # C1 controls (\x9b starts a CSI on some terminals) and the bidirectional overrides that reorder what is shown
-_INVISIBLE = re.compile(r"[\x80-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_SHOWN_AS_ESCAPES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+INVISIBLE = re.compile(r"[\x80-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SHOWN_AS_ESCAPES = re.compile(f"{CONTROL.pattern}|{INVISIBLE.pattern}")
 _ENTRY = re.compile(r"^\s*(\w+) of \w+: \S+\s*$")  # a map's entry an op is described by: "<what> of <key>: <value>"
 ZWJ = "\u200d"  # a zero-width joiner: invisible, and GitHub links no @mention or #reference it splits
 
@@ -41,7 +41,7 @@ def without_escapes(text: str) -> str:
 
 def terminal_line(text: object) -> str:
     """`text` as one plain line for a terminal: no escape sequence, control character or line break."""
-    return _INVISIBLE.sub("", CONTROL.sub("", _BREAKS.sub(" ", ANSI.sub("", str(text)))))
+    return INVISIBLE.sub("", CONTROL.sub("", _BREAKS.sub(" ", ANSI.sub("", str(text)))))
 
 
 def without_mentions(text: str) -> str:

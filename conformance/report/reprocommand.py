@@ -11,6 +11,7 @@ import shlex
 from typing import Any
 
 from conformance.core.model import EAGER, Result
+from conformance.core.text import CONTROL, INVISIBLE
 
 def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = None) -> str:
     """The one-line command that prints a standalone script reproducing exactly this result; `framework` is the
@@ -31,7 +32,7 @@ def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = N
 
 # what a one-line command cannot hold as is: control characters, line breaks, and the direction overrides that
 # would show it in another order than the shell reads it
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNPRINTABLE = re.compile(f"{CONTROL.pattern}|{INVISIBLE.pattern}|[\t\n\r\u2028\u2029]")
 
 
 def shell_word(word: str) -> str:

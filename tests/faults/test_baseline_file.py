@@ -194,6 +194,11 @@ def test_a_failed_gate_or_an_unfinished_run_writes_no_baseline(runs, capsys):
     main(["report", str(runs / "now"), "--out", str(runs / "merged-cut"), "--write-baseline", str(runs / "cut.gz")])
     assert "MixedFaultAdapter run did not judge every selected case" in capsys.readouterr().err
     assert not (runs / "cut.gz").exists()
+    # a run whose framework did not load judged nothing: its baseline would call every row added next time
+    _run(runs, "UnloadableAdapter", FIRST, "not-run", "--write-baseline", str(runs / "not-run.gz"))
+    assert "not written: the tests.faults.adapters:UnloadableAdapter run did not judge every selected case" \
+        in capsys.readouterr().err
+    assert not (runs / "not-run.gz").exists()
     # a gate that passes writes it, over the baseline it read
     assert _run(runs, "PlantedBugsAdapter", FIRST + LAST, "again", "--baseline", str(baseline), "--fail-on-new",
                 "--write-baseline", str(baseline)) == 0
