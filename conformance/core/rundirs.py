@@ -64,7 +64,7 @@ def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) 
             if not allow_missing:
                 raise ResultsError("no results.jsonl here", file=str(run_dir),
                                    fix="pass the --out directory of a finished `kl-conformance run` "
-                                       "(or --allow-missing to report it as not run)")
+                                       "(or `kl-conformance report --allow-missing` to report it as not run)")
             manifests.append({"format_version": FORMAT_VERSION, "framework": run_dir.name, "status": "not_run",
                               "reason": f"no results in {run_dir}: its environment did not produce a run"})
             continue
