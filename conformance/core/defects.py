@@ -106,8 +106,8 @@ def width(dtype: str) -> str:
 
 def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
     """What one behaviour is: rows with the same signature are one defect (see the module's docstring); None for
-    a pass. An unsupported row's behaviour is its implementation's refusal of a part: one line per API and part."""
-    if row.verdict is Verdict.PASS:
+    a pass and for a call the harness refused. An unsupported row's behaviour is its implementation's refusal of a part: one line per API and part."""
+    if row.verdict is Verdict.PASS or row.refused:  # a refused call is the harness's, not the framework's
         return None
     head = (row.framework, row.framework_version, implementation)
     if row.verdict is Verdict.UNSUPPORTED:  # by the reason: a documented restriction (each its own), no kernel, ...

@@ -216,6 +216,9 @@ class Target:
 UNEXPLAINED = "unexplained"  # the cause of a divergence that no spec choice or fault pattern reproduces
 CLAIM = "; behaves as "  # how a divergence's message goes on to state the choices (or fault) that reproduce it
 WITHIN = "; within rounding of "  # and, unexplained, the choices its answer lies within rounding of (no cause)
+# how an unsupported row's message opens where the harness, not the API, kept the call from running (the memory
+# budget, the reference out of memory): nothing of the framework was checked, and no behaviour of it shows
+REFUSED = "refused: "
 
 
 @dataclass(frozen=True)
@@ -296,6 +299,11 @@ class Result:
         """What one row judges: (case_id, framework, api, device, mode, part); unique in a run or a merge, and the
         same call in another release (a baseline's)."""
         return (self.case_id, self.framework, self.api, self.device, self.mode, self.part)
+
+    @property
+    def refused(self) -> bool:
+        """The harness kept this call from running (REFUSED): it was not checked, and its framework did nothing."""
+        return self.verdict is Verdict.UNSUPPORTED and self.message.startswith(REFUSED)
 
     @property
     def call(self) -> tuple[str, str, str, str, str]:

@@ -19,7 +19,7 @@ import numpy as np
 from conformance.core.case import Case
 from conformance.core.choices import touched_paths, with_alternatives
 from conformance.core.errors import UsageError
-from conformance.core.model import CLAIM, EAGER, Expected, Judgement, Observation, Spec, Verdict
+from conformance.core.model import CLAIM, EAGER, Expected, Judgement, Observation, REFUSED, Spec, Verdict
 from conformance.core.details import array_detail, encoded_fields
 from conformance.judge.compare import classify, inputs_at, passes
 from conformance.judge.explain import explain, within_rounding
@@ -63,7 +63,7 @@ class CaseJudge:
                 self._expected[key] = self._compute(spec, part, dialect)
             except MemoryError:
                 raise ExpectationOutOfMemory(
-                    f"refused: the reference ran out of memory computing the {part} expectation of a case of "
+                    f"{REFUSED}the reference ran out of memory computing the {part} expectation of a case of "
                     f"{self.case.input.size + self.case.target.size:,} elements", where=f"case {self.case.id!r}",
                     fix="lower --memory-budget-mb to what the machine has free, or run the case alone") from None
         return self._expected[key]

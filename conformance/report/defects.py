@@ -131,7 +131,7 @@ class Defects:
                     None)
 
     def add(self, r: Result) -> None:
-        if not r.defect:
+        if not r.defect or r.refused:  # a refused call's id, from a run of 0.14.2 or older: no behaviour shows
             return
         d = self.by_id.get(r.defect)
         if d is None:

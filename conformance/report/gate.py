@@ -12,8 +12,9 @@
 - 3: a gate was asked for (--strict, --fail-on-new, --known or --fail-on-own) and not everything was judged:
   a framework could not be loaded (not_run), a run stopped before its end, a framework judged nothing (no results,
   or every result unsupported), a mode's call ran eagerly instead of compiled (a `fallback` row: the mode
-  was not checked), a mode asked for could not run here (run.json's `modes_not_run`), or an API the installed
-  release lacks (run.json's `apis_not_run`; select the APIs it has with --api to gate on those). The gates fail
+  was not checked), a mode asked for could not run here (run.json's `modes_not_run`), an API the installed
+  release lacks (run.json's `apis_not_run`; select the APIs it has with --api to gate on those), or a call the
+  harness refused to make (over --memory-budget-mb: Result.refused). The gates fail
   closed: what was not checked never passes. A fallback row is not a finding --strict counts: it is what
   was not checked. Without a gate
   these print a line and exit 0, so a matrix with one missing framework still writes its merged report.
@@ -42,6 +43,7 @@ from conformance.core.scope import row_framework
 from conformance.core.text import terminal_line
 from conformance.report.baseline import BaselineDiff
 from conformance.report.defects import UNDOCUMENTED
+from conformance.report.gaps import refused_gaps, refused_line
 from conformance.report.summary import short_summary
 from conformance.report.tally import Tally, split_label
 
@@ -244,7 +246,7 @@ def _verdicts(counts: Counter) -> str:
 
 def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     """One line per run or framework that did not judge everything: not loaded, stopped, judging nothing; then
-    the lines of `mode_gaps`."""
+    the lines of `unchecked`."""
     lines = []
     totals: Counter = Counter()
     judged: Counter = Counter()
@@ -269,13 +271,14 @@ def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     for framework in sorted(totals):
         if totals[framework] and not judged[framework]:
             lines.append(f"{framework} judged nothing: all its {totals[framework]} results are unsupported")
-    return lines + mode_gaps(manifests, tally)
+    return lines + unchecked(manifests, tally)
 
 
-def mode_gaps(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
+def unchecked(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     """One line per mode a run asked for and could not run here (run.json's `modes_not_run`), per API the
-    installed release lacks (`apis_not_run`), and per target whose calls ran eagerly instead of in its mode
-    (fallback rows): what a mode or a release left unchecked."""
+    installed release lacks (`apis_not_run`), per target whose calls ran eagerly instead of in its mode
+    (fallback rows), and per framework whose calls the harness refused to make (the memory budget): what a mode,
+    a release or the harness left unchecked."""
     lines = []
     for m in manifests:
         for key, what in (("modes_not_run", "mode"), ("apis_not_run", "API")):
@@ -287,7 +290,7 @@ def mode_gaps(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
         if n:
             lines.append(f"{label}: {n} results ran eagerly instead of in mode {split_label(label)['mode']} "
                          "(fallback): not checked")
-    return lines
+    return lines + [refused_line(g) for g in refused_gaps(tally.refused_by_framework, tally.refused_reason)]
 
 
 def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], baseline_diff: BaselineDiff | None = None,
@@ -353,7 +356,7 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         if missing and decision.code == EXIT_OK:
             decision.code = EXIT_INCOMPLETE
     else:  # said, never a failure without a gate (a matrix still writes its merged report)
-        decision.notes += mode_gaps(manifests, tally)
+        decision.notes += unchecked(manifests, tally)
     return decision
 
 

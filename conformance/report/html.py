@@ -20,7 +20,7 @@ from typing import Any, Iterable, Sequence
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.core.details import detail_matcher
 from conformance.report.defects import UNDOCUMENTED, title
-from conformance.report.gaps import mode_gaps, release_gaps
+from conformance.report.gaps import mode_gaps, refused_gaps, refused_line, release_gaps
 from conformance.report.htmlvalues import array_html, differing, escape, readable, shape_text, worst_text
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.releases import KINDS, call_text, release_pairs, seen_text
@@ -149,12 +149,19 @@ def _provenance(manifests, tally: Tally) -> list[str]:
                              for k in ("cases", "seed", "shard", "python_version", "numpy_version", "spec_hash",
                                        "harness_version")) + "</tr>")
     out.append(f"</table><p>{tally.total} results.</p>")
-    gaps = mode_gaps(manifests) + release_gaps(manifests)
+    gaps = mode_gaps(manifests) + release_gaps(manifests) + refused_gaps(tally.refused_by_framework,
+                                                                         tally.refused_reason)
     if gaps:  # what was asked and not checked: a page without its rows must not read as a clean bill
-        out.append("<ul id='not-run'>" + "".join(
-            f"<li>Note: {escape(g.framework)}: {escape(g.why)}</li>" if g.what == "note"
-            else f"<li>Not run: {escape(g.framework)} {escape(g.what)} {escape(g.name)}: {escape(g.why)}</li>" for g in gaps) + "</ul>")
+        out.append("<ul id='not-run'>" + "".join(f"<li>{escape(_gap(g))}</li>" for g in gaps) + "</ul>")
     return out
+
+
+def _gap(g) -> str:
+    if g.what == "note":
+        return f"Note: {g.framework}: {g.why}"
+    if g.what == "refused":
+        return refused_line(g)
+    return f"Not run: {g.framework} {g.what} {g.name}: {g.why}"
 
 
 def _summary(tally: Tally) -> list[str]:

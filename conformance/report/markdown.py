@@ -20,7 +20,7 @@ from conformance.core.known import EntryAudit
 from conformance.core.model import EAGER, Result, Verdict
 from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPORTED, shown, title
 from conformance.report.example import MESSAGE, VALUES, render_example
-from conformance.report.gaps import mode_gaps, release_gaps
+from conformance.report.gaps import mode_gaps, refused_gaps, refused_line, release_gaps
 from conformance.report.matrices import family_matrix, fitted, summary_matrix
 from conformance.report.mdbudget import BUDGET, LINK, LISTED_CELL, PART_BUDGETS, fit, size_of
 from conformance.report.mdtext import CELL as _CELL, cell as _cell, code as _code, code_cell as _code_cell, cut as _cut
@@ -156,7 +156,7 @@ def _provenance(tally: Tally, manifests: Sequence[dict[str, Any]]) -> list[str]:
                    f"{_cell(m.get('spec_hash', '-'))} | {_cell(m.get('harness_version', '-'))} |")
     seeds = sorted({str(m.get("seed")) for m in manifests if m.get("seed") is not None})
     out += ["", f"{tally.total} results; seed {_cell(', '.join(seeds) or '-')}. {_legend(tally)}", ""]
-    return out + _modes(tally, manifests) + _release_gaps(manifests)
+    return out + _modes(tally, manifests) + _release_gaps(manifests) + _refused(tally)
 
 
 def _legend(tally: Tally) -> str:
@@ -178,6 +178,13 @@ def _release_gaps(manifests: Sequence[dict[str, Any]]) -> list[str]:
     harness's own options that release could not take (gaps.release_gaps)."""
     out = [f"Not run: {_cell(g.framework)} API {_cell(g.name)}: {_cell(g.why, LISTED_CELL)}." if g.what == "API"
            else f"Note: {_cell(g.framework)}: {_cell(g.why, LISTED_CELL)}." for g in release_gaps(manifests)]
+    return out + [""] if out else []
+
+
+def _refused(tally: Tally) -> list[str]:
+    """Per framework, the results whose calls the harness refused to make (the memory budget): not checked."""
+    out = [f"{_cell(refused_line(g), LISTED_CELL)}." for g in
+           refused_gaps(tally.refused_by_framework, tally.refused_reason)]
     return out + [""] if out else []
 
 

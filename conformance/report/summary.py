@@ -35,11 +35,13 @@ def render_summary(tally: Tally, manifests: Sequence[dict[str, Any]], decision: 
                  for m in manifests],
         "targets": {key: {"results": sum(c.values()), "undocumented": tally.undocumented[label],
                           "known": tally.known[label], "fallback": tally.fallback[label],
+                          "refused": tally.refused[label],
                           "mode": split_label(label)["mode"], "verdicts": dict(c),
                           **({"release": split_label(label)["release"]} if "release" in split_label(label) else {})}
                     for key, (label, c) in sorted(targets.items())},
         "modes": dict(sorted(tally.modes.items())),
         "fallback": sum(tally.fallback.values()),
+        "refused": sum(tally.refused.values()),
         "causes": [{"cause": cause, "verdict": verdict, "results": tally.group_sizes[(cause, verdict)],
                     "undocumented": tally.group_undocumented[(cause, verdict)],
                     "documented": tally.group_documented[(cause, verdict)],

@@ -103,6 +103,9 @@ class Tally:
         self.undocumented: Counter = Counter()  # divergences neither documented nor known: what --strict fails on
         self.known: Counter = Counter()  # divergences a known-findings file accepts and no profile documents
         self.fallback: Counter = Counter()  # calls of a mode that ran eagerly instead: the mode was not checked
+        self.refused: Counter = Counter()  # calls the harness kept from running (Result.refused): not checked
+        self.refused_by_framework: Counter = Counter()  # the same per framework, and the first one's reason
+        self.refused_reason: dict[str, str] = {}
         # a port's undocumented divergences judged with --like-run (fallback rows left out), by mark ("shared",
         # "own") and target: what --fail-on-own fails on
         self.undocumented_like: dict[str, Counter] = {"own": Counter(), "shared": Counter()}
@@ -130,6 +133,10 @@ class Tally:
             self.by_release[r.framework][r.framework_version][r.call] = \
                 Seen(r.verdict.value, r.cause, r.message[:SEEN_MESSAGE], r.dtype)
         self.by_target[target][r.verdict.value] += 1
+        if r.refused:
+            self.refused[target] += 1
+            self.refused_by_framework[r.framework] += 1
+            self.refused_reason.setdefault(r.framework, r.message)
         self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
         for warning_id in r.missing_warnings:
             self.missing_warnings[(target, warning_id)] += 1

@@ -8,7 +8,6 @@ Reads case files and run.json; never calls a framework and never writes a file.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from conformance.cases.ids import parse_id
 from conformance.cases.userfile import load_case_file
 from conformance.core.case import Case
 from conformance.core.errors import ResultsError, UsageError
-from conformance.run.selection import BYTES_PER_ELEMENT, DEFAULT_MEMORY_BUDGET_MB
+from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, over_budget, shapes_need_mb
 
 
 class CaseSource:
@@ -52,10 +51,9 @@ class CaseSource:
             raise UsageError(f"case {case_id!r} is not a generated id and not in {self.files or 'any case file'}",
                              where="CASE_ID", fix="pass --cases FILE or --from RUN_DIR for a user case") from None
         # the budget is applied before any value is drawn: a huge shape in an id must not exhaust the memory
-        need_mb = (math.prod(key.input_shape) + math.prod(key.target_shape)) * BYTES_PER_ELEMENT / 2**20
+        need_mb = shapes_need_mb(key.input_shape, key.target_shape)
         if need_mb > self.memory_budget_mb:
-            raise UsageError(f"case {case_id!r} needs about {need_mb:,.0f} MB, over the memory budget of "
-                             f"{self.memory_budget_mb:,.0f} MB", where="CASE_ID",
+            raise UsageError(f"case {case_id!r} {over_budget(need_mb, self.memory_budget_mb)}", where="CASE_ID",
                              fix="choose a smaller case, or raise --memory-budget-mb")
         return build_case(key, self.seed)
 

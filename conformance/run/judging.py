@@ -16,11 +16,11 @@ from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
 from conformance.core.case import Case
 from conformance.core.defects import BESIDE_PROFILE
-from conformance.core.model import CLAIM, UNEXPLAINED, WITHIN, Judgement, Observation, Result, Verdict
+from conformance.core.model import CLAIM, REFUSED, UNEXPLAINED, WITHIN, Judgement, Observation, Result, Verdict
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions
-from conformance.run.selection import element_count, needs_mb
+from conformance.run.selection import element_count, needs_mb, over_budget
 from conformance.run.task import Task
 
 PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched at most: bounded memory
@@ -103,8 +103,7 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
                 judges[index] = judge
             need_mb = needs_mb(case)
             if need_mb > options.memory_budget_mb:
-                refused[index] = (f"refused: needs about {need_mb:,.0f} MB, over the memory budget of "
-                                  f"{options.memory_budget_mb:,.0f} MB (raise --memory-budget-mb)")
+                refused[index] = f"{REFUSED}{over_budget(need_mb, options.memory_budget_mb)} (raise --memory-budget-mb)"
                 yield Task(index, case, ())  # an empty task keeps the order; nothing runs
                 continue
             # its reference is computed when the answer is judged

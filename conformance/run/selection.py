@@ -192,9 +192,18 @@ def _generated_key(case_id: str, budget_mb: float, spec: Spec | None = None) -> 
                          fix=f"use {build_id(key)!r}")
     need_mb = shapes_need_mb(key.input_shape, key.target_shape)
     if need_mb > budget_mb:
-        raise UsageError(f"case {case_id!r} needs about {need_mb:,.0f} MB, over the memory budget of "
-                         f"{budget_mb:,.0f} MB", where="--only", fix="choose smaller shapes, or raise --memory-budget-mb")
+        raise UsageError(f"case {case_id!r} {over_budget(need_mb, budget_mb)}", where="--only",
+                         fix="choose smaller shapes, or raise --memory-budget-mb")
     return key
+
+
+def over_budget(need_mb: float, budget_mb: float) -> str:
+    """A case over the memory budget, in the words of every refusal: what it needs against the budget."""
+    return f"needs about {_megabytes(need_mb)} MB, over the memory budget of {_megabytes(budget_mb)} MB"
+
+
+def _megabytes(mb: float) -> str:
+    return f"{mb:,.0f}" if mb >= 10 else f"{mb:.2g}"  # a budget below 10 MB (a test's) shows its digits
 
 
 def needs_mb(case: Case) -> float:

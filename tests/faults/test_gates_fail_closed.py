@@ -75,6 +75,55 @@ def test_every_gate_fails_when_every_result_is_unsupported(tmp_path, capsys):
     assert main(["report", str(tmp_path / "plain"), "--out", str(tmp_path / "merged"), "--strict"]) == 3
 
 
+def test_every_gate_fails_when_the_memory_budget_refuses_some_calls(tmp_path, capsys):
+    """A budget that refused most calls passed --strict: only a run that refused every call failed, and the
+    summary counted the refused ones as "API parts not offered". A refused call is the harness's, not the
+    framework's: not checked, so every gate fails closed, and every report says so."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: small, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, dtype: float64}\n"
+                     f"- {{id: too-big, input: [{[-1.0] * 600}], target: [{[1 / 600] * 600}], reduction: sum, "
+                     "dtype: float64}\n")
+
+    def run(*extra, out, budget=("--memory-budget-mb", "0.1")):
+        return main(["run", "--framework", ADAPTERS + "NumpyAdapter", "--cases", str(cases), "--suite", "none",
+                     "--part", "forward", "--out", str(tmp_path / out), "--no-progress", "--no-repro", *budget,
+                     *extra])
+
+    assert run(out="plain") == 0
+    line = "numpy-test: 1 results not checked, their calls refused by the harness (needs about 1.5 MB, over the " \
+           "memory budget of 0.1 MB (raise --memory-budget-mb))"
+    assert f"kl-conformance: {line}" in capsys.readouterr().err.splitlines()  # said without a gate, exit 0
+    rows = {r.case_id: r for r in iter_results(tmp_path / "plain")}
+    assert rows["small"].verdict.value == "pass" and not rows["small"].refused
+    assert rows["too-big"].refused and rows["too-big"].defect == ""  # no behaviour of the framework's
+    summary = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert summary["refused"] == 1 and summary["defects"] == []
+    assert f"{line}." in (tmp_path / "plain" / "report.md").read_text()
+    assert line in (tmp_path / "plain" / "report.html").read_text()
+    known = tmp_path / "known.yaml"
+    known.write_text("[]\n")
+    for gate, out in ((["--strict"], "strict"), (["--known", str(known)], "known"),
+                      (["--baseline", str(tmp_path / "plain"), "--fail-on-new"], "new")):
+        capsys.readouterr()
+        assert run(*gate, out=out) == 3, gate
+        assert f"kl-conformance: {gate[-1] if gate[0] != '--known' else '--known'}: {line}" \
+            in capsys.readouterr().err.splitlines()
+        assert _junit_counts(tmp_path / out)["failures"] == 1
+    assert main(["report", str(tmp_path / "plain"), "--out", str(tmp_path / "merged"), "--strict"]) == 3
+    import conformance.api as kl  # the same through the API
+
+    assert kl.gate(tmp_path / "plain", strict=True).code == 3
+    assert run("--strict", out="roomy", budget=()) == 0  # a budget that refuses nothing gates as before
+    # a run of 0.14.2 gave a refused call a defect id: it is read as it is, and shows no defect of the framework's
+    lines = (tmp_path / "plain" / "results.jsonl").read_text().splitlines()
+    (tmp_path / "plain" / "results.jsonl").write_text("".join(
+        (line.replace('"defect": ""', '"defect": "numpy-test-0123456789"') if '"too-big"' in line else line) + "\n"
+        for line in lines))
+    assert "numpy-test-0123456789" in (tmp_path / "plain" / "results.jsonl").read_text()
+    assert main(["report", str(tmp_path / "plain"), "--out", str(tmp_path / "old")]) == 0
+    assert json.loads((tmp_path / "old" / "summary.json").read_text())["defects"] == []
+
+
 def _diff(run_dir) -> dict:
     return json.loads((run_dir / "baseline.json").read_text())
 
