@@ -67,23 +67,29 @@ def iter_results(run_dir: str | Path, complete_lines_only: bool = False) -> Iter
     if not is_present(Path(run_dir), directory=True) or not is_present(path):
         raise ResultsError("no results.jsonl here", file=str(run_dir),
                            fix="pass the --out directory of a finished `kl-conformance run`")
-    for number, line in numbered_lines(path, "regenerate the run, or remove the damaged line"):
-        if complete_lines_only and not line.endswith(b"\n"):
+    for number, line in numbered_lines(path, _DAMAGED):
+        cut = not line.endswith(b"\n")  # the last line only: every line a run writes ends in one
+        if complete_lines_only and cut:
             return
         if line.strip():
-            yield _parse_row(line, path, number)
+            yield _parse_row(line, path, number, _CUT if cut else _DAMAGED)
 
 
-def _parse_row(line: bytes, path: Path, number: int) -> Result:
+_DAMAGED = "regenerate the run, or remove the damaged line"
+# a last line without its newline was being written when the run was killed: --resume writes it again
+_CUT = ("the run was stopped while writing its last line: continue it with the same `kl-conformance run` command "
+        "and --resume, which writes that line again, or regenerate the run")
+
+
+def _parse_row(line: bytes, path: Path, number: int, fix: str = _DAMAGED) -> Result:
     """One line of results.jsonl; a damaged line or another format version names file and line."""
     try:
         row = load_json(line)
     except ValueError as exc:  # UnicodeDecodeError included
-        raise ResultsError(f"unreadable row ({exc})", file=str(path), where=f"line {number}",
-                           fix="regenerate the run, or remove the damaged line") from None
+        raise ResultsError(f"unreadable row ({exc})", file=str(path), where=f"line {number}", fix=fix) from None
     if not isinstance(row, dict):
         raise ResultsError(f"a row must be a JSON object, got {type(row).__name__}", file=str(path),
-                           where=f"line {number}", fix="regenerate the run, or remove the damaged line")
+                           where=f"line {number}", fix=fix)
     check_format_version(row, str(path), f"line {number}")
     problem = row_problem(row)
     if problem is None:
@@ -91,8 +97,7 @@ def _parse_row(line: bytes, path: Path, number: int) -> Result:
             return Result.from_row(row)
         except (ValueError, KeyError, TypeError) as exc:
             problem = f"unreadable row ({exc})"
-    raise ResultsError(problem, file=str(path), where=f"line {number}",
-                       fix="regenerate the run, or remove the damaged line")
+    raise ResultsError(problem, file=str(path), where=f"line {number}", fix=fix)
 
 
 _TEXT_FIELDS = ("case_id", "family", "reduction", "framework", "framework_version", "api", "device", "dtype", "cause",

@@ -68,3 +68,24 @@ def test_a_case_cut_short_is_judged_again_whole_and_in_its_place(tmp_path, statu
     assert strip(cut) == strip(clean)
     details = lambda run: (run / DETAILS_FILE).read_text().splitlines()
     assert details(cut) == details(clean)
+
+
+def test_a_line_cut_by_a_kill_names_resume_as_the_fix_and_resume_writes_it_again(tmp_path, capsys):
+    """`report` on a run killed while writing a row said "remove the damaged line", which loses the row; --resume
+    writes it again. A whole line that is damaged keeps the old fix."""
+    clean, cut = tmp_path / "clean", tmp_path / "cut"
+    assert _run(clean) == 0
+    shutil.copytree(clean, cut)
+    lines = (clean / RESULTS_FILE).read_bytes().splitlines(keepends=True)
+    (cut / RESULTS_FILE).write_bytes(b"".join(lines[:-1]) + lines[-1][:40])  # the last row, cut mid-write
+    capsys.readouterr()
+    assert main(["report", str(cut), "--out", str(tmp_path / "merged")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"line {len(lines)}: unreadable row" in err and "--resume, which writes that line again" in err
+    assert "remove the damaged line" not in err and len(err.splitlines()) == 1
+    assert _run(cut, "--resume") == 0
+    strip = lambda run: [(r.key, r.verdict, r.message) for r in iter_results(run)]
+    assert strip(cut) == strip(clean)
+    (cut / RESULTS_FILE).write_bytes(b"".join(lines[:-1]) + lines[-1][:40] + b"\n")  # whole, and damaged
+    assert main(["report", str(cut), "--out", str(tmp_path / "merged")]) == 2
+    assert "remove the damaged line" in capsys.readouterr().err
