@@ -155,6 +155,10 @@ def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), m
             raise UsageError("--like-run needs --like FRAMEWORK", where="--like-run",
                              fix="name the framework the recorded run is of with --like")
         return None
+    if mirrors and like in mirrors:  # the rows of the framework judged like are never marked: all would pass
+        raise UsageError(f"{like!r} is the framework this run judges: --like names the framework a port is "
+                         "judged like", where="--like", fix=f"compare a build of {like} with a recorded run of it as "
+                         "a baseline (--baseline), or leave out --like")
     profiles = Path(args.profiles) if getattr(args, "profiles", None) else None
     # `report` checks instead that each port run was judged like it
     if not runs and not manifests and like not in known_adapters() and profile_source(like, profiles) is None and \
@@ -178,16 +182,22 @@ def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), m
                              where="--like-run", fix=f"pass a run of {like} (`kl-conformance run --framework {like}`)")
     if runs or manifests:
         mirrors = {}
+        ports = 0  # runs of another framework than `like`
         given = [(None, list(manifests))] if manifests else []  # runs held in memory have no directory
         for run, held in given + [(run, load_manifests([run], getattr(args, "allow_missing", False))[1])
                                   for run in runs]:
             for manifest in held:
                 adapter = (manifest.get("selection") or {}).get("adapter") or manifest.get("framework")
                 judged = manifest.get("like")
+                ports += adapter != like
                 if manifest.get("status") != "not_run" and adapter != like and judged != like:
                     raise ResultsError(f"a run of {adapter!r} judged " + (f"like {judged!r}" if judged else
                                                                          "without --like") + f", not like {like!r}",
                                        file=None if run is None else str(run), where="--like",
                                        fix=f"run the port again with --like {like}, or report it without --like")
             mirrors.update(mirrors_of(held))
+        if not ports:
+            raise UsageError(f"every run here is of {like!r} itself: --like judges a port's rows like another "
+                             "framework's", where="--like", fix=f"compare a build of {like} with a recorded run "
+                             "of it as a baseline (--baseline), or leave out --like")
     return LikeMarks(like, like_run, mirrors)

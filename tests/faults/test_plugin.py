@@ -106,6 +106,14 @@ def test_a_call_the_memory_budget_refused_is_skipped_and_fails_a_gate_closed(pro
     assert code == 0, output
 
 
+def test_a_framework_judged_like_itself_is_a_usage_error(project):
+    """As `run`: its rows would never be marked, and --kl-fail-on-own would fail nothing."""
+    code, output, outcomes = _pytest(project, "--kl-framework", "tests.faults.adapters:NumpyAdapter", "--kl-like",
+                                     "numpy-test", "--kl-like-run", str(project), "--kl-fail-on-own")
+    assert code == 4 and outcomes == {}, output
+    assert "--kl-like: 'numpy-test' is the framework this run judges" in output and "(--kl-baseline)" in output
+
+
 def test_a_known_divergence_xfails_and_a_stale_entry_fails_the_session(project):
     known = project / "known.yaml"
     known.write_text("- {id: off, case_id: the-fault, verdict: value, reason: tracked upstream}\n")

@@ -9,6 +9,7 @@ ids alone.
 from __future__ import annotations
 
 import json
+import shutil
 import xml.etree.ElementTree as ET
 
 import jsonschema
@@ -166,6 +167,32 @@ def test_own_options_need_a_recorded_run(runs, capsys, flag):
     err = capsys.readouterr().err
     assert f"{flag}: {flag} needs --like FRAMEWORK --like-run DIR" in err and err.count("\n") == 1
     assert not (runs / "refused").exists()
+
+
+def test_a_framework_judged_like_itself_is_refused_on_every_surface(runs, capsys, tmp_path):
+    """`run --framework torch --like torch --like-run OLD --fail-on-own --strict` passed 576 undocumented
+    divergences: the rows of the framework judged like are never marked, and --fail-on-own counts own ones only.
+    A build compared with a recorded run of itself is a baseline's work."""
+    import conformance.api as kl
+
+    capsys.readouterr()
+    assert _run(runs, FRAMEWORK, "itself", "--like", "numpy-test", "--like-run", str(runs / "framework"),
+                "--fail-on-own", "--strict") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--like: 'numpy-test' is the framework this run judges" in err
+    assert "as a baseline (--baseline)" in err and not (runs / "itself").exists()
+    assert main(["report", str(runs / "framework"), "--out", str(tmp_path / "merged"), "--like", "numpy-test",
+                 "--like-run", str(runs / "framework"), "--fail-on-own"]) == 2
+    assert "every run here is of 'numpy-test' itself" in capsys.readouterr().err
+    assert not (tmp_path / "merged").exists()
+    with pytest.raises(kl.UsageError, match="'numpy-test' is the framework this run judges"):
+        kl.run(FRAMEWORK, like="numpy-test", like_run=runs / "framework")
+    shutil.copytree(runs / "framework", tmp_path / "recorded")
+    with pytest.raises(kl.UsageError, match="every run here is of 'numpy-test' itself"):
+        kl.gate(runs / "framework", like="numpy-test", like_run=tmp_path / "recorded", fail_on_own=True)
+    # a port merged with the recorded run of the framework it is judged like is what --like is for
+    assert main(["report", str(runs / "framework"), str(runs / "port"), "--out", str(tmp_path / "both"), "--like",
+                 "numpy-test", "--like-run", str(runs / "framework")]) == 0
 
 
 def test_the_api_marks_rows_and_gates_on_own_findings(runs):
