@@ -83,9 +83,13 @@ class Scope:
         return scope
 
     def selects(self, framework: str, api: str, device: str, part: str, mode: str = EAGER) -> bool:
-        """Some run of the report ran this target and part (whether it selected the case is the caller's)."""
-        return any((r.parts is None or part in r.parts) and (r.targets is None or (api, device, mode) in r.targets)
-                   for r in self.runs.get(framework, ()))
+        """Some run of the report selected this target and part (whether it selected the case is the caller's):
+        ran it, or, not narrowed by --device, ran its API and mode on the devices present. A run asks for every
+        device unless --device names some: a device gone from the machine is not what the run left out."""
+        return any((r.parts is None or part in r.parts) and (
+            r.targets is None or (api, device, mode) in r.targets
+            or ("--device" not in r.narrowed_by and any((a, m) == (api, mode) for a, _, m in r.targets)))
+            for r in self.runs.get(framework, ()))
 
     def narrowing(self, framework: str, part: str | None = None, api: str | None = None,
                   device: str | None = None, mode: str = EAGER) -> tuple[str, ...]:

@@ -124,6 +124,26 @@ def test_every_gate_fails_when_the_memory_budget_refuses_some_calls(tmp_path, ca
     assert json.loads((tmp_path / "old" / "summary.json").read_text())["defects"] == []
 
 
+def test_a_device_gone_since_the_baseline_is_lost_not_unselected(tmp_path, capsys, monkeypatch):
+    """A GPU runner whose device went missing passed --fail-on-new: the baseline's gpu rows counted as "not
+    checked (outside this run's selection)" although no --device was given. A run asks for every device present;
+    one gone is lost coverage, and --device cpu is how a run leaves the others out."""
+    import conformance.api as kl
+
+    monkeypatch.setenv("KL_TEST_LOADS", str(tmp_path / "loads.txt"))
+    assert _run(tmp_path, "AcceleratorAdapter", "--part", "forward", out="both") == 0  # cpu and gpu
+    capsys.readouterr()
+    assert _run(tmp_path, "CpuOnlyAdapter", "--part", "forward", "--baseline", str(tmp_path / "both"),
+                "--fail-on-new", out="cpu") == 1
+    err = capsys.readouterr().err
+    assert "3 results lost" in err and "numpy-test / numpy.kl_div / gpu / forward: 3 failing" in err
+    assert sorted(d["case_id"] for d in _diff(tmp_path / "cpu")["lost"]) == ["ok-after", "ok-before", "the-fault"]
+    assert kl.gate(tmp_path / "cpu", baseline=tmp_path / "both", fail_on_new=True).code == 1
+    assert _run(tmp_path, "CpuOnlyAdapter", "--part", "forward", "--device", "cpu", "--baseline",
+                str(tmp_path / "both"), "--fail-on-new", out="narrowed") == 0
+    assert _diff(tmp_path / "narrowed")["not_checked"] == 3
+
+
 def _diff(run_dir) -> dict:
     return json.loads((run_dir / "baseline.json").read_text())
 
