@@ -44,6 +44,7 @@ from conformance.core.text import terminal_line
 from conformance.report.baseline import BaselineDiff
 from conformance.report.defects import UNDOCUMENTED
 from conformance.report.gaps import refused_gaps, refused_line
+from conformance.report.runrecord import damaged, held_by_framework, names_rows, unrecorded
 from conformance.report.summary import short_summary
 from conformance.report.tally import Tally, split_label
 
@@ -176,74 +177,6 @@ def junit_view(gates: Gates, r: Result, kind: str | None) -> tuple[str, str] | N
     return "skipped", "a finding neither documented nor known; only --strict or --fail-on-new fail on it"
 
 
-def damaged(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
-    """One line per framework whose rows disagree with what its runs' run.json files count: their results by
-    verdict, or more cases with results than rows. Judged where every run of the framework recorded its
-    rows' framework name, counts and stages (a run.json older than the stage record counted a resumed run's
-    last command only), ended `complete` or `stopped`, and was not cut to some modes by `report --mode`
-    (writer.scoped_manifest)."""
-    held: dict[str, Counter] = {}
-    for label, counts in tally.by_target.items():
-        held.setdefault(split_label(label)["framework"], Counter()).update(counts)
-    runs: dict[str, list[dict[str, Any]]] = {}
-    for m in manifests:
-        runs.setdefault(row_framework(m), []).append(m)
-    lines = []
-    for framework, group in sorted(runs.items()):
-        if not all(_counted(m) for m in group):
-            continue
-        claimed: Counter = Counter()
-        for m in group:
-            claimed.update(m["counts"])
-        claimed = +claimed  # a verdict counted 0 times is no claim
-        rows = +held.get(framework, Counter())
-        cases = sum(m["cases"] for m in group)
-        if claimed == rows and cases <= sum(rows.values()):
-            continue
-        files = "run.json" if len(group) == 1 else f"the run.json files of its {len(group)} runs"
-        verb = "counts" if len(group) == 1 else "count"
-        lines.append(f"the {framework} run is damaged: {files} {verb} {_many(cases, 'case')} with "
-                     f"{sum(claimed.values())} results ({_verdicts(claimed)}), its results.jsonl holds "
-                     f"{sum(rows.values())} ({_verdicts(rows)}): selected cases or calls are missing their rows; "
-                     "run it again (--force)")
-    return lines
-
-
-def _counted(manifest: dict[str, Any]) -> bool:
-    """The run.json records what its rows must hold: the framework name they carry, its counts and cases, and
-    (being of a harness that keeps them whole across --resume) its stages."""
-    return manifest.get("status") in ("complete", "stopped") and _has_counts(manifest) \
-        and isinstance(manifest.get("stages"), list) and _names_rows(manifest)
-
-
-def _has_counts(manifest: dict[str, Any]) -> bool:
-    """The run.json counts its results by verdict and the cases they cover, as a run writes them as it ends."""
-    return isinstance(manifest.get("counts"), dict) and type(manifest.get("cases")) is int
-
-
-def unrecorded(manifests: Sequence[dict[str, Any]], totals: Counter) -> list[str]:
-    """What the runs' own record does not state, so that no gate can tell whether rows are missing: rows of a
-    framework whose run has no run.json, and a finished run.json without its counts (a run writes them as it
-    ends; a report scoped by --mode drops them on purpose, and says so in its selection)."""
-    lines = []
-    if all(_names_rows(m) for m in manifests):  # runs that name their rows' framework: each must have one
-        named = {row_framework(m) for m in manifests}
-        lines += [f"the {framework} results have no run.json: what their run selected and counted is unknown"
-                  for framework in sorted(totals) if framework not in named]
-    for m in manifests:
-        selection = m.get("selection") if isinstance(m.get("selection"), dict) else {}
-        scoped = "--mode" in (selection.get("narrowed_by") or ())
-        finished = m.get("status") in ("complete", "stopped")
-        if finished and not scoped and not _has_counts(m):
-            lines.append(f"the {m.get('framework', '?')} run.json records no counts of its results: whether rows "
-                         "are missing cannot be told")
-    return lines
-
-
-def _verdicts(counts: Counter) -> str:
-    return ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "none"
-
-
 def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     """One line per run or framework that did not judge everything: not loaded, stopped, judging nothing; then
     the lines of `unchecked`."""
@@ -263,7 +196,7 @@ def incomplete(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
             lines.append(f"the {name} run stopped before its end{reason}")
         elif status != "complete":
             lines.append(f"the {name} run is {status}{reason}")
-        elif not totals[row_framework(m)] and (_names_rows(m) or not tally.total):
+        elif not totals[row_framework(m)] and (names_rows(m) or not tally.total):
             lines.append(f"{name} produced no results (no selected part or API applies)")
     if not tally.total and not lines:
         lines.append("the runs hold no results")
@@ -293,17 +226,23 @@ def unchecked(manifests: Sequence[dict[str, Any]], tally: Tally) -> list[str]:
     return lines + [refused_line(g) for g in refused_gaps(tally.refused_by_framework, tally.refused_reason)]
 
 
+def damaged_decision(gates: Gates, broken: list[str]) -> Decision:
+    """Exit 3 with `damaged`'s lines, gate or not, and nothing gated: what its rows are missing cannot be judged."""
+    decision = Decision(gates=gates.flags)
+    for line in broken:
+        decision.fail(line, "damaged run")
+    decision.code = EXIT_INCOMPLETE
+    return decision
+
+
 def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], baseline_diff: BaselineDiff | None = None,
            known: KnownFindings | None = None) -> Decision:
     """The exit code and its lines. `baseline_diff` compares the rows with a baseline; `known` has audited these
     rows and judged the runs' scope."""
+    broken = damaged(manifests, held_by_framework(tally))
+    if broken:
+        return damaged_decision(gates, broken)
     decision = Decision(gates=gates.flags)
-    broken = damaged(manifests, tally)
-    if broken:  # not gated: what its rows are missing cannot be judged
-        for line in broken:
-            decision.fail(line, "damaged run")
-        decision.code = EXIT_INCOMPLETE
-        return decision
     if baseline_diff is not None:
         decision.counts["baseline"] = {"new": len(baseline_diff.new), "changed": len(baseline_diff.changed),
                                        "fixed": len(baseline_diff.fixed), "lost": len(baseline_diff.lost)}
@@ -358,11 +297,6 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
     else:  # said, never a failure without a gate (a matrix still writes its merged report)
         decision.notes += unchecked(manifests, tally)
     return decision
-
-
-def _names_rows(manifest: dict[str, Any]) -> bool:
-    """The manifest records the framework name its rows carry (a run.json older than that may not)."""
-    return isinstance(manifest.get("selection"), dict) and "adapter" in manifest["selection"]
 
 
 def _named(counts: Counter, what: str, unit: str = "undocumented") -> list[str]:

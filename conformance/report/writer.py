@@ -25,11 +25,12 @@ from conformance.core.scope import Scope
 from conformance.report.baseline import BaselineComparison, BaselineDiff, render_baseline_markdown
 from conformance.report.defects import Defects
 from conformance.report.drafts import write_drafts
-from conformance.report.gate import Decision, Gates, decide, junit_view
+from conformance.report.gate import Decision, Gates, damaged_decision, decide, junit_view
 from conformance.report.html import render_html
 from conformance.report.junit import JunitWriter
 from conformance.report.like import LikeMarks, summary_json
 from conformance.report.markdown import render_divergences, render_markdown, wanted_details
+from conformance.report.runrecord import damaged
 from conformance.report.summary import divergence_counts, render_summary, short_summary
 from conformance.report.tally import Tally
 
@@ -107,9 +108,11 @@ class ReportFeed:
             self.like.add(row)
         self._tally.add(row)
 
-    def finish(self, manifests: Sequence[dict[str, Any]]) -> tuple[Tally, BaselineDiff | None, Decision]:
+    def finish(self, manifests: Sequence[dict[str, Any]], broken: Sequence[str] = ()
+               ) -> tuple[Tally, BaselineDiff | None, Decision]:
         """Judge the runs' selection (`manifests`), decide the gates, and write junit.xml with each failed
-        gate as a failing test (with no row, a document of that alone); the tally for the other reports."""
+        gate as a failing test (with no row, a document of that alone); the tally for the other reports.
+        `broken`: lines of runs found damaged before their rows were cut to some modes (gate.damaged)."""
         scope = Scope.of(manifests)
         try:
             diff = self._baseline.finish(scope) if self._baseline is not None else None
@@ -118,7 +121,8 @@ class ReportFeed:
             raise
         if self.known is not None:
             self.known.judge_scope(scope)
-        decision = decide(self.gates, self._tally, manifests, diff, self.known)
+        decision = damaged_decision(self.gates, list(broken)) if broken else \
+            decide(self.gates, self._tally, manifests, diff, self.known)
         writer = self._writer()
         writer.add_gate(decision.named())
         writer.close()
@@ -224,6 +228,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     check_out_outside(out_dir, [("one of the runs to merge", run) for run in run_dirs])
     present, manifests = load_manifests(run_dirs, allow_missing)
     left_out: Counter = Counter()
+    whole, held = manifests, {}  # the runs as they ran, and every row of them by framework and verdict
     if modes:
         manifests = [scoped_manifest(m, modes) for m in manifests]
     # runs.json first: it records what the merge writes here (`written`), so that a later --force removes
@@ -236,7 +241,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
         like.prepare(present)
         rows = (like.mark(row) for row in rows)
     if modes:
-        rows = _in_modes(rows, set(modes), left_out)
+        rows = _in_modes(rows, set(modes), left_out, held)
     rows = (known.mark(r) for r in rows) if known is not None else rows
     with AtomicLines(out_dir / RESULTS_FILE) as results:
         feed = _fed(ReportFeed(out_dir, known, baseline, gates, like, released(manifests)),
@@ -244,7 +249,8 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
     write_lines_atomic(out_dir / DETAILS_FILE, (json.dumps(d) + "\n" for p in present for d in iter_details(p)
                                                 if not modes or d.get("mode", EAGER) in modes))
     _, merged = load_manifests([out_dir])  # as a later `report` of this directory reads them
-    tally, diff, decision = feed.finish(merged)
+    # a run is damaged or whole as it ran, whatever modes are kept here: the cut is checked on every row
+    tally, diff, decision = feed.finish(merged, damaged(whole, held) if modes else ())
     if left_out:
         decision.notes.append(f"--mode {', '.join(dict.fromkeys(modes))}: {sum(left_out.values())} results of "
                               f"the modes {', '.join(sorted(left_out))} left out of this report")
@@ -317,9 +323,11 @@ def _target_mode(target: str) -> str:
     return pieces[3] if len(pieces) > 3 else EAGER
 
 
-def _in_modes(rows: Iterator[Result], modes: set[str], left_out: Counter) -> Iterator[Result]:
-    """The rows of `modes`; the others counted by mode in `left_out`."""
+def _in_modes(rows: Iterator[Result], modes: set[str], left_out: Counter,
+              held: dict[str, Counter]) -> Iterator[Result]:
+    """The rows of `modes`; the others counted by mode in `left_out`; every row by framework and verdict in `held`."""
     for row in rows:
+        held.setdefault(row.framework, Counter())[row.verdict.value] += 1
         if row.mode in modes:
             yield row
         else:

@@ -76,6 +76,29 @@ def test_a_run_json_claiming_more_cases_than_rows_is_damaged(tmp_path, capsys, g
     assert err[1:] == ["kl-conformance: gate failed: not everything was judged (--strict)"][:len(gate)]
 
 
+def test_a_report_of_some_modes_still_refuses_a_damaged_run(tmp_path, capsys):
+    """`report --mode` dropped the runs' counts (they are of every mode), and with them the damage check: the
+    one divergent row of a mode removed, `report --mode shifted --strict` passed. The runs are checked whole,
+    before their rows are cut to the modes kept."""
+    assert _run(tmp_path, "ModalAdapter", "--mode", "eager", "--mode", "shifted", out="modal") == 0
+    path = tmp_path / "modal" / "results.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    cut = [line for line in lines if not (json.loads(line)["case_id"] == "the-fault"
+                                          and json.loads(line)["mode"] == "shifted")]
+    assert len(cut) < len(lines)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "modal"), "--out", str(tmp_path / "whole"), "--strict", "--mode",
+                 "shifted"]) == 1  # as it ran: its divergence in mode shifted
+    path.write_text("".join(cut))
+    for gate in (["--strict"], ["--baseline", str(tmp_path / "whole"), "--fail-on-new"], []):
+        capsys.readouterr()
+        assert main(["report", str(tmp_path / "modal"), "--out", str(tmp_path / "scoped"), "--force", "--mode",
+                     "shifted", *gate]) == 3, gate
+        err = capsys.readouterr().err
+        assert "the numpy-test run is damaged" in err and "results.jsonl holds" in err
+    assert _junit_failures(tmp_path / "scoped") >= 1
+
+
 def test_an_undamaged_run_is_gated_as_before(tmp_path, capsys):
     """No false alarm: a run of some parts only (a case with none of them has no rows, and run.json counts only
     the cases with rows), the merge of its shards, and a report of one of its modes."""
