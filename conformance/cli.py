@@ -133,7 +133,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
 def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     from conformance.core.generated import GeneratedFolder, WriteFailed
     from conformance.repro.scripts import write_all, write_script
-    from conformance.repro.source import CaseSource
+    from conformance.repro.source import CaseSource, run_manifest
 
     if args.all_to:
         if not args.run_dir:
@@ -145,7 +145,8 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
         try:
             count, _ = write_all(args.run_dir, spec, folder,
                                  cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
-                                 framework=args.framework, memory_budget_mb=args.memory_budget_mb)
+                                 framework=args.framework, memory_budget_mb=args.memory_budget_mb,
+                                 like=_like_of(run_manifest(args.run_dir)))
         except WriteFailed as exc:
             print(f"kl-conformance: {exc}", file=sys.stderr)
             return EXIT_INCOMPLETE
@@ -198,6 +199,14 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     (out / "selftest.json").write_text(selftest_json(args.framework, control, reports), encoding="utf-8")
     print(text, end="")
     return EXIT_OK if all(r.ok for r in reports) else EXIT_GATE
+
+
+def _like_of(manifest: dict) -> str | None:
+    """The framework a run was judged like, where run.json names a registered one (its word is never a path)."""
+    from conformance.adapters.registry import known_adapters
+
+    like = manifest.get("like")
+    return like if isinstance(like, str) and like in known_adapters() else None
 
 
 def main(argv: Sequence[str] | None = None, early_worker: WorkerPool | None = None) -> int:

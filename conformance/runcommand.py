@@ -258,7 +258,8 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
         try:
             _, whole = write_all(str(out), spec, staging, cache_dir=cache, progress=bar, pool=pool,
                                  deadline=time.monotonic() + REPRO_TIMEOUT_S, framework=args.framework,
-                                 results=results, memory_budget_mb=args.memory_budget_mb, per_defect=True)
+                                 results=results, memory_budget_mb=args.memory_budget_mb, per_defect=True,
+                                 profiles_dir=Path(args.profiles) if args.profiles else None, like=args.like)
         except (WorkerLost, ConformanceError) as exc:
             print(f"warning: reproducers not written ({exc})", file=sys.stderr)
             return False

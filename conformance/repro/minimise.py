@@ -27,9 +27,9 @@ from conformance.run.worker import observe_call
 MAX_CANDIDATES = 64  # single elements tried when minimising
 
 
-def expectations(spec: Spec, cache=None) -> Callable[[Case, str, str], Expected]:
-    """expect(case, part, dialect): the spec's expectation, through the reference cache when one is given."""
-    return lambda case, part, dialect: CaseJudge(case, spec, cache).expected(spec, part, dialect)
+def expectations(cache=None) -> Callable[[Case, str, str, Spec], Expected]:
+    """expect(case, part, dialect, spec): the spec's expectation, through the reference cache when one is given."""
+    return lambda case, part, dialect, spec: CaseJudge(case, spec, cache).expected(spec, part, dialect)
 
 
 # Calls, each (case, api name, device, mode, part), to one Observation per call, in order. Observations come
@@ -76,6 +76,9 @@ class Job:
     final: Case | None = None  # the case the script holds
     observed: Observation | None = None  # of `final` (or of the whole case, until minimised)
     judged: tuple[Expected, Judgement] | None = None  # `observed`'s expectation and judgement, set with it
+    # a row judged beside its framework's profile (core/defects.BESIDE_PROFILE): the spec with the deviations the
+    # API declares applied, and their ids; the job is judged by it, as the run judged the row
+    beside: tuple[Spec, tuple[str, ...]] | None = None
 
     def call(self, case: Case) -> tuple[Case, str, str, str, str]:
         return case, self.api.name, self.device, self.mode, self.part
@@ -101,7 +104,8 @@ def minimise_all(jobs: list[Job], observe: Observe, expect, spec: Spec, deadline
     batches = [_candidates_case(j.case) for j in screened]
     screens = list(zip(screened, batches))
     for (job, batch), observed in _paired(screens, observe([job.call(batch) for job, batch in screens])):
-        job.order = _screen(expect(batch, job.part, job.api.dialect), observed, batch.input.size)
+        job.order = _screen(expect(batch, job.part, job.api.dialect, _spec_of(job, spec)), observed,
+                            batch.input.size)
     width = 1  # candidates per job in a round: one first (most jobs keep it), then twice as many each round
     while todo and (deadline is None or time.monotonic() < deadline):
         tried = [(job, _single(job.case, job.order.pop(0)))
@@ -126,8 +130,13 @@ def minimise_all(jobs: list[Job], observe: Observe, expect, spec: Spec, deadline
 
 def _judged(job: Job, case: Case, observed: Observation, expect, spec: Spec) -> tuple[Expected, Judgement]:
     """What the spec expects of `case` in the job's part and dialect, and the judgement of `observed` by it."""
-    expected = expect(case, job.part, job.api.dialect)
-    return expected, classify(expected, observed, spec)
+    expected = expect(case, job.part, job.api.dialect, _spec_of(job, spec))
+    return expected, classify(expected, observed, _spec_of(job, spec))
+
+
+def _spec_of(job: Job, spec: Spec) -> Spec:
+    """The spec the job is judged by: the profile's where its row was judged beside it."""
+    return job.beside[0] if job.beside is not None else spec
 
 
 def _paired(items: list, observations: Iterable[Observation]) -> Iterator[tuple[Any, Observation]]:

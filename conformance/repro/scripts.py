@@ -17,6 +17,7 @@ import conformance
 from conformance.adapters.base import Adapter, in_mode, script_devices
 from conformance.adapters.registry import get_adapter, known_adapters
 from conformance.core.case import Case
+from conformance.core.defects import BESIDE_PROFILE
 from conformance.core.errors import ResultsError, UsageError
 from conformance.core.generated import GeneratedFolder
 from conformance.core.model import EAGER, Result, Spec, Verdict
@@ -33,7 +34,8 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_d
               progress: Callable[[int, int], None] | None = None, pool: WorkerPool | None = None,
               deadline: float | None = None, framework: str | None = None,
               results: Iterable[Result] | None = None,
-              memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB, per_defect: bool = False) -> tuple[int, int]:
+              memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB, per_defect: bool = False,
+              profiles_dir: Path | None = None, like: str | None = None) -> tuple[int, int]:
     """Write a reproducer for every undocumented divergence of a run into `out_dir`, minimised where the row is
     eager (a row of a compiled mode keeps its whole case: minimising it would compile each candidate's shape).
     `per_defect`: one for each undocumented defect only, of its example (its simplest row), with the defect's
@@ -46,8 +48,11 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_d
     worker started here and always ended here. Expectations come from the reference cache in `cache_dir` (the
     run's own are there already). `results` are the run's rows where the caller holds them already (the run that
     just wrote them), else they are read from `run_dir`. A generated case over `memory_budget_mb` is refused
-    before its values are drawn. `progress(done, total)` follows the minimisation. Returns (reproducers written,
-    those left whole at `deadline`).
+    before its values are drawn. `progress(done, total)` follows the minimisation. A row the run judged beside
+    the framework's profile (a divergence that remains where the profile documents another) is judged, minimised
+    and written against the spec with the API's declared deviations applied, read from `profiles_dir` (default:
+    the shipped profiles) and judged `like` where the run was. Returns (reproducers written, those left whole at
+    `deadline`).
 
     Raises
     ------
@@ -107,13 +112,14 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_d
         if folder is None:
             out_dir.mkdir(parents=True, exist_ok=True)
         cache = ReferenceCache(cache_dir) if cache_dir is not None else None
-        expect = expectations(spec, cache)
+        expect = expectations(cache)
         source = CaseSource(run_dir, None, None, memory_budget_mb)
+        beside = _beside_profile(spec, adapter, profiles_dir, like)
         for group in within_budget(rows, source.get, memory_budget_mb):
             # a compiled mode's row keeps its whole case: each candidate would be a shape that mode compiles
             # again; `repro CASE --mode M` minimises one on demand
-            jobs = [Job(case, apis[r.api], r.device, r.part, verdict=r.verdict, mode=r.mode, minimize=r.mode == EAGER)
-                    for r, case in group]
+            jobs = [Job(case, apis[r.api], r.device, r.part, verdict=r.verdict, mode=r.mode, minimize=r.mode == EAGER,
+                        beside=beside(r, case)) for r, case in group]
             shown = None if progress is None else (lambda done, before=written: progress(before + done, len(rows)))
             minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
             scripts = {}
@@ -196,10 +202,32 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
     if why:
         raise UsageError(f"{api.name} cannot make case {case_id!r} here: {quoted(why, 200)}", where="--api",
                          fix="write the reproducer where a release of the framework that has it is installed")
-    expect = expectations(spec)
+    expect = expectations()
     job = Job(case, api, device, part, verdict=None, minimize=minimize, mode=mode)
     minimise_all([job], in_process(adapter), expect, spec)
     return _render(adapter, job, spec)[0]
+
+
+def _beside_profile(spec: Spec, adapter, profiles_dir: Path | None, like: str | None):
+    """beside(row, case): for a row judged beside its framework's profile, the spec with the deviations its API
+    declares for the call applied and their ids (what the run judged it by); None for every other row."""
+    from conformance.judge.profiles import DeviationLedger
+
+    ledger = None
+
+    def beside(r: Result, case: Case) -> tuple[Spec, tuple[str, ...]] | None:
+        nonlocal ledger
+        if BESIDE_PROFILE not in r.message:
+            return None
+        if ledger is None:
+            ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], profiles_dir, like=like,
+                                     mirrors=adapter.mirrored(), carried=adapter.carried_profile())
+        declared = ledger.declared(r.api, r.mode, r.device, case, r.part)
+        if not declared:  # the profile no longer declares what the run applied: the spec alone
+            return None
+        return (ledger.spec_for(r.api, r.mode, device=r.device, case=case, part=r.part),
+                tuple(d.id for d in declared))
+    return beside
 
 
 def _render(adapter, job: Job, spec: Spec) -> tuple[str, str]:
@@ -208,8 +236,10 @@ def _render(adapter, job: Job, spec: Spec) -> tuple[str, str]:
     case = job.final
     expected, judgement = job.judged  # made when the job's observation was judged (the same case, the same answer)
     where = ", ".join([job.device, *([] if job.mode == EAGER else [f"mode {job.mode}"]), job.part])
+    judged_by = f"spec {spec.hash}" if job.beside is None else \
+        f"spec {spec.hash} with the deviations {', '.join(job.beside[1])} of its profile applied (spec {job.beside[0].hash})"
     about = (f"Reproduces kl_div case {case.id} on {job.api.name} ({where}).",
-             f"kl-conformance {conformance.__version__}, spec {spec.hash}: {judgement.message or judgement.verdict.value}",
+             f"kl-conformance {conformance.__version__}, {judged_by}: {judgement.message or judgement.verdict.value}",
              f"params: {case.params}; dtype: {case.dtype}; layout: {case.layout}.")
     observed = job.observed
     recorded = (f"raises {observed.exception_type}" if observed.raised else

@@ -179,3 +179,29 @@ def test_every_divergence_is_minimised_with_its_progress_shown(default_run, tmp_
         script = (tmp_path / "repro" / script_name(r.case_id, r.api, r.device, r.part, suffix)).read_text()
         assert _holds_one_element(script, framework) == one_diverges, (r.case_id, r.api, r.part)
     assert checked
+
+
+def test_a_row_judged_beside_the_profile_is_reproduced_beside_it(default_run, tmp_path):
+    """`repro --all` judged such a row against the spec alone: a value divergence that remains beside NaNs the
+    profile documents was written as a script that showed the documented NaNs (and still failed once the
+    undocumented part was fixed). The script is judged as the run judged the row, by the spec with the API's
+    declared deviations applied, and says so."""
+    import pytest
+
+    from conformance.core.defects import BESIDE_PROFILE
+    from conformance.core.rundirs import script_name
+
+    framework, out = default_run
+    if framework in R_FRAMEWORKS:
+        pytest.skip("R torch's scripts state no judgement of their own")
+    beside = [r for r in iter_results(out) if BESIDE_PROFILE in r.message and not r.is_accepted
+              and r.verdict.is_finding]
+    if not beside:
+        pytest.skip(f"no row of {framework}'s default run is judged beside its profile")
+    assert main(["repro", "--all", str(tmp_path / "all"), "--from", str(out), "--framework", framework]) == 0
+    for r in beside[:: max(1, len(beside) // 3)][:3]:
+        text = (tmp_path / "all" / script_name(r.case_id, r.api, r.device, r.part, ".py", r.mode)).read_text()
+        judged = text.splitlines()[2]
+        assert "of its profile applied" in judged, judged
+        assert judged.split("): ", 1)[1].startswith(f"{r.verdict.value}:"), (r.message, judged)
+        assert _run_script(framework, text, tmp_path).returncode == 1  # it reproduces the row's finding

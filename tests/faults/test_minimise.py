@@ -33,7 +33,7 @@ def test_the_first_candidate_in_order_wins_in_a_few_rounds(tmp_path):
         rounds.append(len(calls))
         return in_process(adapter)(calls)
     job = Job(case, adapter.api("numpy.kl_div"), "cpu", "forward", verdict=Verdict.VALUE)
-    minimise_all([job], observe, expectations(spec), spec)
+    minimise_all([job], observe, expectations(), spec)
     assert job.final.input.shape == (1,) and job.final.target.item() == targets[20]
     assert job.final.input.item() == inputs[20]
     assert [n for n in rounds if n] == [1, 1, 2, 4, 8, 16]  # the screen (one call of every element), then the widening rounds
