@@ -262,5 +262,17 @@ def _index(index: tuple) -> str:
     return "[" + ", ".join(str(int(i)) for i in index) + "]"
 
 
+_SHOWN_AT = re.compile(r"(?:value|nonfinite): [^;]*; (?:worst|first) \[([0-9, ]*)\]")
+
+
+def shown_at(message: str) -> tuple[int, ...] | None:
+    """The element a value or non-finite divergence's message shows (its judgement's `where`), read back from a
+    row's message; None for any other message."""
+    found = _SHOWN_AT.match(message)
+    if found is None:
+        return None
+    return tuple(int(i) for i in found.group(1).split(",") if i.strip())
+
+
 def _num(x: float) -> str:
     return repr(float(x))

@@ -79,6 +79,7 @@ class Job:
     # a row judged beside its framework's profile (core/defects.BESIDE_PROFILE): the spec with the deviations the
     # API declares applied, and their ids; the job is judged by it, as the run judged the row
     beside: tuple[Spec, tuple[str, ...]] | None = None
+    shown: int | None = None  # the element (flat index) the row's message shows: tried first, so the script shows it
 
     def call(self, case: Case) -> tuple[Case, str, str, str, str]:
         return case, self.api.name, self.device, self.mode, self.part
@@ -106,6 +107,10 @@ def minimise_all(jobs: list[Job], observe: Observe, expect, spec: Spec, deadline
     for (job, batch), observed in _paired(screens, observe([job.call(batch) for job, batch in screens])):
         job.order = _screen(expect(batch, job.part, job.api.dialect, _spec_of(job, spec)), observed,
                             batch.input.size)
+    for job in todo:  # the element the row shows first, where it is a candidate
+        if job.shown in job.order:
+            job.order.remove(job.shown)
+            job.order.insert(0, job.shown)
     width = 1  # candidates per job in a round: one first (most jobs keep it), then twice as many each round
     while todo and (deadline is None or time.monotonic() < deadline):
         tried = [(job, _single(job.case, job.order.pop(0)))

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+import numpy as np
+
 import conformance
 from conformance.adapters.base import Adapter, in_mode, script_devices
 from conformance.adapters.registry import get_adapter, known_adapters
@@ -22,6 +24,7 @@ from conformance.core.errors import ResultsError, UsageError
 from conformance.core.generated import GeneratedFolder
 from conformance.core.model import EAGER, Result, Spec, Verdict
 from conformance.core.rundirs import script_name, snippet_name
+from conformance.judge.compare import shown_at
 from conformance.report.defects import Defects
 from conformance.repro.minimise import Job, expectations, in_process, minimise_all, through_worker
 from conformance.repro.source import CaseSource, quoted, run_manifest
@@ -119,7 +122,7 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_d
             # a compiled mode's row keeps its whole case: each candidate would be a shape that mode compiles
             # again; `repro CASE --mode M` minimises one on demand
             jobs = [Job(case, apis[r.api], r.device, r.part, verdict=r.verdict, mode=r.mode, minimize=r.mode == EAGER,
-                        beside=beside(r, case)) for r, case in group]
+                        beside=beside(r, case), shown=_element(r, case)) for r, case in group]
             shown = None if progress is None else (lambda done, before=written: progress(before + done, len(rows)))
             minimise_all(jobs, through_worker(pool), expect, spec, deadline, shown)
             scripts = {}
@@ -206,6 +209,15 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
     job = Job(case, api, device, part, verdict=None, minimize=minimize, mode=mode)
     minimise_all([job], in_process(adapter), expect, spec)
     return _render(adapter, job, spec)[0]
+
+
+def _element(r: Result, case: Case) -> int | None:
+    """The element of the case's input the row's message shows (flat index), where its answer has the input's
+    shape: the element a minimised script should show, so that its numbers are the row's."""
+    at = shown_at(r.message)
+    if at is None or len(at) != case.input.ndim or any(not 0 <= i < n for i, n in zip(at, case.input.shape)):
+        return None
+    return int(np.ravel_multi_index(at, case.input.shape))
 
 
 def _beside_profile(spec: Spec, adapter, profiles_dir: Path | None, like: str | None):

@@ -61,3 +61,22 @@ def test_reproducers_are_minimised_in_groups_within_the_memory_budget(tmp_path):
     assert main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
                  "tests.faults.adapters:OffByOneAdapter", "--memory-budget-mb", str(budget_mb)]) == 0
     assert len(list((tmp_path / "repro").glob("*.py"))) == 5
+
+
+def test_a_script_shows_the_element_its_row_shows(tmp_path):
+    """The minimiser took the first element that kept the verdict, so a script showed another element than its
+    row, report.md and the issue draft (whose snippet and "got against expected" then disagreed): the element
+    the row's message names is tried first."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: all-fault, input: [[-1.0, -2.0, -0.5]], target: [[0.25, 0.5, 0.25]], "
+                     "reduction: none, dtype: float64}\n")
+    out = tmp_path / "out"
+    assert main(["run", "--framework", "tests.faults.adapters:OffByOneAdapter", "--suite", "none", "--cases",
+                 str(cases), "--out", str(out), "--no-progress", "--no-repro"]) == 0
+    row, = [r for r in iter_results(out) if r.verdict.is_divergence and r.part == "forward"]
+    assert "worst [0, 2]:" in row.message  # every element is off by one; the worst relative to its bound is [0, 2]
+    assert main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
+                 "tests.faults.adapters:OffByOneAdapter"]) == 0
+    script = next(p for p in (tmp_path / "repro").glob("*.py") if "forward" in p.name).read_text()
+    got = row.message.split("got ", 1)[1].split(",", 1)[0]
+    assert "1 of 1 elements" in script and f"got {got}," in script  # element [0, 2]'s own numbers
