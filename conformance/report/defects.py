@@ -24,6 +24,7 @@ from conformance.core.upstream import UpstreamIssue, upstream_issues
 UNDOCUMENTED, DOCUMENTED, KNOWN, UNSUPPORTED = "undocumented", "documented", "known", "unsupported"
 STATUSES = (UNDOCUMENTED, KNOWN, DOCUMENTED, UNSUPPORTED)  # the order the reports list them in
 _BEHAVES = re.compile(re.escape(CLAIM) + "(.+)$")
+_EXPECTS_ERROR = "the spec expects "  # how a rule of the spec's errors opens (_rule_words): a title says it so
 _AT = re.compile(r"; at input (\S+), target ([^;\s]+)")  # judge/compare.py: inputs_at
 _STATED = re.compile(r"\(documented, (docs|maintainers|domain): [^()]*\)$")  # an unsupported row the profile states
 _FAULT = re.compile(r"^fault (.+) \(breaks [A-Za-z0-9_.]+\)$")  # a fault pattern's words (judge/faults.py: Fault)
@@ -242,6 +243,10 @@ def title(d: Defect, spec: Spec | None) -> str:
     if said:
         return f"{head}: " + "; and ".join(said)
     rule = _rule_words(r.cause, spec)
+    found = raised(r.message) if r.verdict is Verdict.ERROR else None
+    if found and rule.startswith(_EXPECTS_ERROR):  # another exception than the one the spec names
+        kind, said = found
+        return f"{head}: raises {kind}" + (f" ({said[:160]})" if said else "") + f" where {rule}"
     return f"{head}: {r.verdict.words} ({rule or r.cause})"
 
 
@@ -285,7 +290,7 @@ def _rule_words(cause: str, spec: Spec | None) -> str:
         if path.startswith("errors."):
             row = next((e for e in spec.data.get("errors", ()) if e.get("id") == path.split(".", 1)[1]), None)
             if row is not None:
-                return f"the spec expects {row.get('exception')} when {row.get('when')}"
+                return f"{_EXPECTS_ERROR}{row.get('exception')} when {row.get('when')}"
     return ""
 
 

@@ -267,6 +267,14 @@ def test_one_refusal_is_one_defect_whatever_part_or_dtype_meets_it_and_its_title
     (d,) = Defects([returned]).ordered()
     assert title(d, spec) == ("kl_div loss: returns a value where the spec expects an error (spec expects "
                               "ValueError (errors.unknown_reduction))")
+    # another exception than the spec's was titled "raises where the spec expects a value (the spec expects
+    # TypeError when ...)": it names both exceptions now
+    other = make_result(case_id="i", verdict="error", cause="errors.integral_dtype",
+                        message="error: raised RuntimeError: kl_div: Integral inputs not supported.; spec expects "
+                                "TypeError (errors.integral_dtype)")
+    (d,) = Defects([other]).ordered()
+    assert title(d, spec) == ("kl_div loss: raises RuntimeError (kl_div: Integral inputs not supported) where the "
+                              "spec expects TypeError when input or target has a dtype in dtypes.rejected")
 
 
 def test_a_title_says_log_target_true_only_where_every_row_has_it():
