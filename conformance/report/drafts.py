@@ -151,7 +151,11 @@ def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> 
         lines += [*fenced(draft.snippet, "python"), ""]
     else:
         lines += ["Print the standalone reproducer with:", "", *fenced(repro_command(row, manifest), "sh"), ""]
-    lines += ["## Got against expected", "", *fenced(_cut(row.message), "text"), ""]
+    lines += ["## Got against expected", ""]
+    if draft.snippet is not None:  # minimised, the snippet may hold one element and reduce it alone
+        lines += [f"As the run judged the whole case {plain(row.case_id)} (the snippet above holds what of it still "
+                  "shows this, and prints its own numbers):", ""]
+    lines += [*fenced(_cut(row.message), "text"), ""]
     expected = expected_words(d, spec)
     if expected:
         lines += [f"The spec (spec/kl\\_div.yaml, {plain(row.cause)}) says instead: {plain(_cut(expected))}", ""]

@@ -90,6 +90,9 @@ def test_a_merged_report_says_how_the_other_frameworks_behave_and_quotes_the_rep
     (draft,) = _drafts(buggy).values()
     (script,) = [p for p in (buggy / "repro").iterdir() if not p.name.endswith(".snippet.py")]
     assert "```python\n" + script.read_text().rstrip("\n") + "\n```" in draft
+    # the snippet holds the minimised case: the run's numbers below it are said to be the whole case's
+    got = draft.split("## Got against expected", 1)[1]
+    assert re.sub(r"\\(.)", r"\1", got).lstrip().startswith("As the run judged the whole case fault-1 (the snippet")
 
 
 HOSTILE = ["raise-````-fence", "raise-@octocat-ping", "raise-[x](javascript:alert(1))",
