@@ -155,7 +155,7 @@ def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), m
             raise UsageError("--like-run needs --like FRAMEWORK", where="--like-run",
                              fix="name the framework the recorded run is of with --like")
         return None
-    if mirrors and like in mirrors:  # the rows of the framework judged like are never marked: all would pass
+    if mirrors and set(mirrors) == {like}:  # its rows are never marked: with no port beside it, all would pass
         raise UsageError(f"{like!r} is the framework this run judges: --like names the framework a port is "
                          "judged like", where="--like", fix=f"compare a build of {like} with a recorded run of it as "
                          "a baseline (--baseline), or leave out --like")

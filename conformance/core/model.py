@@ -221,6 +221,12 @@ WITHIN = "; within rounding of "  # and, unexplained, the choices its answer lie
 REFUSED = "refused: "
 
 
+def not_refused(reason: str) -> str:
+    """An unsupported call's reason as a framework, its adapter or its profile gives it: never read as the
+    harness's refusal (REFUSED), whatever its words."""
+    return f"unsupported: {reason}" if reason.startswith(REFUSED) else reason
+
+
 @dataclass(frozen=True)
 class Judgement:
     """The comparator's finding for one observation."""

@@ -19,7 +19,7 @@ import numpy as np
 from conformance.core.case import Case
 from conformance.core.choices import touched_paths, with_alternatives
 from conformance.core.errors import UsageError
-from conformance.core.model import CLAIM, EAGER, Expected, Judgement, Observation, REFUSED, Spec, Verdict
+from conformance.core.model import CLAIM, EAGER, Expected, Judgement, Observation, REFUSED, Spec, Verdict, not_refused
 from conformance.core.details import array_detail, encoded_fields
 from conformance.judge.compare import classify, inputs_at, passes
 from conformance.judge.explain import explain, within_rounding
@@ -247,7 +247,7 @@ class CaseJudge:
     def _judge(self, part: str, dialect: str, observed: Observation) -> Judgement:
         # Nothing to compare; where the API cannot take the case's input space there is no expectation either.
         if observed.unsupported is not None:
-            return Judgement(Verdict.UNSUPPORTED, observed.unsupported)
+            return Judgement(Verdict.UNSUPPORTED, not_refused(observed.unsupported))
         judgement = inputs_at(classify(self.expected(self.spec, part, dialect), observed, self.spec),
                               self.case.input, self.case.target, tuple(observed.shape or ()))
         if judgement.verdict.is_finding:  # a divergence that is no finding (fallback) has nothing to explain

@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from conformance.core.errors import HarnessBug
-from conformance.core.model import UNEXPLAINED, Expected, Judgement, Observation, Spec, Verdict
+from conformance.core.model import UNEXPLAINED, Expected, Judgement, Observation, Spec, Verdict, not_refused
 
 # The cause of a divergence no spec choice explains (casejudge tries the choices and the fault patterns):
 # the rules the case touches are listed beside it, and none of them is picked.
@@ -29,7 +29,7 @@ def classify(expected: Expected, observed: Observation, spec: Spec) -> Judgement
     spec : for the warning patterns (spec: warnings.expected).
     """
     if observed.unsupported is not None:
-        return Judgement(Verdict.UNSUPPORTED, observed.unsupported)
+        return Judgement(Verdict.UNSUPPORTED, not_refused(observed.unsupported))
     if observed.fallback is not None:  # the mode was not what ran: its answer is eager's, never a pass
         return Judgement(Verdict.FALLBACK, f"ran eagerly instead of compiled: {observed.fallback}",
                          cause="harness.fallback")
@@ -262,7 +262,7 @@ def _index(index: tuple) -> str:
     return "[" + ", ".join(str(int(i)) for i in index) + "]"
 
 
-_SHOWN_AT = re.compile(r"(?:value|nonfinite): [^;]*; (?:worst|first) \[([0-9, ]*)\]")
+_SHOWN_AT = re.compile(r"(?:value|nonfinite): [^;]*; (?:worst|first) \[((?:\d{1,9}(?:, \d{1,9})*)?)\]")
 
 
 def shown_at(message: str) -> tuple[int, ...] | None:
@@ -271,7 +271,7 @@ def shown_at(message: str) -> tuple[int, ...] | None:
     found = _SHOWN_AT.match(message)
     if found is None:
         return None
-    return tuple(int(i) for i in found.group(1).split(",") if i.strip())
+    return tuple(int(i) for i in found.group(1).split(", ")) if found.group(1) else ()
 
 
 def _num(x: float) -> str:

@@ -16,7 +16,8 @@ from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
 from conformance.core.case import Case
 from conformance.core.defects import BESIDE_PROFILE
-from conformance.core.model import CLAIM, REFUSED, UNEXPLAINED, WITHIN, Judgement, Observation, Result, Verdict
+from conformance.core.model import (CLAIM, REFUSED, UNEXPLAINED, WITHIN, Judgement, Observation, Result, Verdict,
+                                    not_refused)
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions
@@ -142,7 +143,7 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
                 judgement = Judgement(failed.verdict, failed.message, cause=failed.cause)
             elif reason:  # a call the API cannot express was not sent
                 observed = Observation(unsupported=reason)
-                judgement = Judgement(Verdict.UNSUPPORTED, reason)
+                judgement = Judgement(Verdict.UNSUPPORTED, not_refused(reason))
             else:
                 observed = outcome.observations[call]
                 judgement = judge.judgement(part, dialect, observed)

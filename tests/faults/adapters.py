@@ -583,3 +583,10 @@ class AcceleratorAdapter(NumpyAdapter):
 
     def devices(self) -> tuple[str, ...]:
         return ("cpu", "gpu")
+
+
+class RefusingWordsAdapter(NumpyAdapter):
+    """Answers the fault case as unsupported, in the words the harness opens its own refusals with."""
+
+    def misbehave(self, case):
+        return Observation(unsupported="refused: no float64 kernel on this device")

@@ -124,6 +124,17 @@ def test_every_gate_fails_when_the_memory_budget_refuses_some_calls(tmp_path, ca
     assert json.loads((tmp_path / "old" / "summary.json").read_text())["defects"] == []
 
 
+def test_an_adapter_whose_reason_reads_like_the_harness_refusal_is_not_one(tmp_path, capsys):
+    """A refusal is the harness's only: an adapter (or a profile) whose unsupported reason opens with the
+    harness's words made its call "refused by the harness", failing every gate and hiding its defect."""
+    assert _run(tmp_path, "RefusingWordsAdapter", "--part", "forward", "--strict", out="spoof") == 0
+    rows = list(iter_results(tmp_path / "spoof"))
+    unsupported = [r for r in rows if r.verdict.value == "unsupported"]
+    assert unsupported and not any(r.refused for r in unsupported) and all(r.defect for r in unsupported)
+    assert all(r.message.startswith("unsupported: refused: ") for r in unsupported)
+    assert "refused by the harness" not in capsys.readouterr().err
+
+
 def test_a_device_gone_since_the_baseline_is_lost_not_unselected(tmp_path, capsys, monkeypatch):
     """A GPU runner whose device went missing passed --fail-on-new: the baseline's gpu rows counted as "not
     checked (outside this run's selection)" although no --device was given. A run asks for every device present;

@@ -80,3 +80,25 @@ def test_a_script_shows_the_element_its_row_shows(tmp_path):
     script = next(p for p in (tmp_path / "repro").glob("*.py") if "forward" in p.name).read_text()
     got = row.message.split("got ", 1)[1].split(",", 1)[0]
     assert "1 of 1 elements" in script and f"got {got}," in script  # element [0, 2]'s own numbers
+
+
+def test_a_row_whose_message_names_no_element_plainly_is_minimised_as_before(tmp_path):
+    """shown_at read any text between the brackets with int(): a doctored row ("worst [0 2]", or a
+    5,000-digit index) made `repro --all` end in a traceback. It reads only what compare writes."""
+    from conformance.judge.compare import shown_at
+
+    assert shown_at("value: 1 of 7 elements outside bound; worst [3]: got 1.0") == (3,)
+    assert shown_at("nonfinite: 2 of 24 elements differ in NaN/inf pattern; first [0, 2]: got nan") == (0, 2)
+    assert shown_at("value: 1 of 1 elements outside bound; worst []: got 1.0") == ()
+    for hostile in ("value: x; worst [0 2]: got", f"value: x; worst [{'9' * 5000}]: got", "error: raised X"):
+        assert shown_at(hostile) is None
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: all-fault, input: [[-1.0, -2.0, -0.5]], target: [[0.25, 0.5, 0.25]], "
+                     "reduction: none, dtype: float64}\n")
+    out = tmp_path / "out"
+    assert main(["run", "--framework", "tests.faults.adapters:OffByOneAdapter", "--suite", "none", "--cases",
+                 str(cases), "--out", str(out), "--no-progress", "--no-repro"]) == 0
+    results = out / "results.jsonl"
+    results.write_text(results.read_text().replace("worst [0, 2]", "worst [0 2]"))
+    assert main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
+                 "tests.faults.adapters:OffByOneAdapter"]) == 0

@@ -112,6 +112,19 @@ def test_a_framework_judged_like_itself_is_a_usage_error(project):
                                      "numpy-test", "--kl-like-run", str(project), "--kl-fail-on-own")
     assert code == 4 and outcomes == {}, output
     assert "--kl-like: 'numpy-test' is the framework this run judges" in output and "(--kl-baseline)" in output
+    # beside a port, judged like it, the framework's own items are what --kl-like is for
+    from conformance.cli import main
+
+    pytest.importorskip("torch")
+    assert main(["run", "--framework", "torch", "--cases", str(project / "cases.yaml"), "--suite", "none", "--out",
+                 str(project / "recorded"), "--no-progress", "--no-repro", "--part", "forward"]) == 0
+    code, output, outcomes = _pytest(project, "--kl-framework", "torch", "--kl-framework",
+                                     "tests.faults.test_ports:NumpyPort", "--kl-like", "torch", "--kl-like-run",
+                                     str(project / "recorded"), "--kl-cases", "cases.yaml", "--kl-suite", "none",
+                                     "--kl-part", "forward")
+    assert code in (0, 1), output
+    assert any("torch.nn.functional.kl_div" in name for name in outcomes) and \
+        any("port.kl_div" in name for name in outcomes), outcomes
 
 
 def test_a_known_divergence_xfails_and_a_stale_entry_fails_the_session(project):
