@@ -107,9 +107,10 @@ def minimise_all(jobs: list[Job], observe: Observe, expect, spec: Spec, deadline
     for (job, batch), observed in _paired(screens, observe([job.call(batch) for job, batch in screens])):
         job.order = _screen(expect(batch, job.part, job.api.dialect, _spec_of(job, spec)), observed,
                             batch.input.size)
-    for job in todo:  # the element the row shows first, where it is a candidate
-        if job.shown in job.order:
-            job.order.remove(job.shown)
+    for job in todo:  # the element the row shows first, also one past the screened candidates
+        if job.shown is not None and 0 <= job.shown < job.case.input.size:
+            if job.shown in job.order:
+                job.order.remove(job.shown)
             job.order.insert(0, job.shown)
     width = 1  # candidates per job in a round: one first (most jobs keep it), then twice as many each round
     while todo and (deadline is None or time.monotonic() < deadline):

@@ -102,3 +102,27 @@ def test_a_row_whose_message_names_no_element_plainly_is_minimised_as_before(tmp
     results.write_text(results.read_text().replace("worst [0, 2]", "worst [0 2]"))
     assert main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
                  "tests.faults.adapters:OffByOneAdapter"]) == 0
+
+
+def test_the_element_a_row_shows_is_tried_past_the_screened_candidates(tmp_path):
+    """Only the first MAX_CANDIDATES elements are screened: the element a row shows lies past them in a larger
+    case, and is tried first all the same."""
+    from conformance.repro.minimise import MAX_CANDIDATES
+
+    size = MAX_CANDIDATES + 6
+    targets = [1.0 / size] * size
+    inputs = [-float(i % 7) - 1.0 for i in range(size)]
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(f"- {{id: wide-fault, input: [{inputs}], target: [{targets}], reduction: none, "
+                     "dtype: float64}\n")
+    out = tmp_path / "out"
+    assert main(["run", "--framework", "tests.faults.adapters:OffByOneAdapter", "--suite", "none", "--cases",
+                 str(cases), "--out", str(out), "--no-progress", "--no-repro", "--part", "forward"]) == 0
+    (row,) = [r for r in iter_results(out) if r.verdict.is_divergence]
+    results = out / "results.jsonl"  # the row shows the last element, as a worse bound there would make it
+    results.write_text(results.read_text().replace(row.message.split("worst ", 1)[1].split(":", 1)[0],
+                                                   f"[0, {size - 1}]"))
+    assert main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
+                 "tests.faults.adapters:OffByOneAdapter"]) == 0
+    (script,) = (tmp_path / "repro").glob("*.py")
+    assert f"x_values = values(['{float.hex(inputs[-1])}'], (1, 1))" in script.read_text()  # element 69's own
