@@ -91,6 +91,10 @@ class Scope:
             or ("--device" not in r.narrowed_by and any((a, m) == (api, mode) for a, _, m in r.targets)))
             for r in self.runs.get(framework, ()))
 
+    def found_device(self, framework: str, device: str) -> bool:
+        """Some run of the framework ran a call on `device` (or recorded no targets to tell)."""
+        return any(r.targets is None or any(d == device for _, d, _ in r.targets) for r in self.runs.get(framework, ()))
+
     def narrowing(self, framework: str, part: str | None = None, api: str | None = None,
                   device: str | None = None, mode: str = EAGER) -> tuple[str, ...]:
         """The options by which the runs of `framework` selected less than the whole suite, for an entry pinned

@@ -47,6 +47,7 @@ class BaselineDiff:
     removed: int = 0  # baseline rows the run selected but did not write
     not_checked: int = 0  # baseline rows outside the run's selection
     unchanged: int = 0
+    devices_not_found: set = field(default_factory=set)  # the devices of lost rows that no run here found
 
     @property
     def failing(self) -> list:
@@ -139,6 +140,8 @@ class BaselineComparison:
                 self.diff.removed += 1
                 if _checked(old):
                     self.diff.lost.append((key, old, None, False))
+                    if not scope.found_device(key[1], key[3]):
+                        self.diff.devices_not_found.add(key[3])
             else:
                 self.diff.not_checked += 1
         self._before.clear()

@@ -283,7 +283,9 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
         line = (f"--fail-on-new: {len(failing) - lost} divergences new or changed since the baseline "
                 f"{baseline_diff.baseline}" + (f" and {lost} results lost (judged by the baseline; now unsupported, "
                                                "crashed or not written)" if lost else "")
-                + LISTED_IN_BASELINE_JSON)
+                + LISTED_IN_BASELINE_JSON
+                + (f"; this run found no device {', '.join(sorted(baseline_diff.devices_not_found))} (give --device "
+                   "to gate only the devices present)" if baseline_diff.devices_not_found else ""))
         decision.fail(line, "--fail-on-new")
         decision.details[line] = _failing_details(failing, lost_keys)
     if decision.lines:

@@ -148,6 +148,7 @@ def test_a_device_gone_since_the_baseline_is_lost_not_unselected(tmp_path, capsy
                 "--fail-on-new", out="cpu") == 1
     err = capsys.readouterr().err
     assert "3 results lost" in err and "numpy-test / numpy.kl_div / gpu / forward: 3 failing" in err
+    assert "this run found no device gpu (give --device to gate only the devices present)" in err
     assert sorted(d["case_id"] for d in _diff(tmp_path / "cpu")["lost"]) == ["ok-after", "ok-before", "the-fault"]
     assert kl.gate(tmp_path / "cpu", baseline=tmp_path / "both", fail_on_new=True).code == 1
     assert _run(tmp_path, "CpuOnlyAdapter", "--part", "forward", "--device", "cpu", "--baseline",
