@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -146,6 +147,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
             count, _ = write_all(args.run_dir, spec, folder,
                                  cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
                                  framework=args.framework, memory_budget_mb=args.memory_budget_mb,
+                                 profiles_dir=Path(args.profiles) if args.profiles else None,
                                  like=_like_of(run_manifest(args.run_dir)))
         except WriteFailed as exc:
             print(f"kl-conformance: {exc}", file=sys.stderr)
@@ -201,12 +203,14 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.ok for r in reports) else EXIT_GATE
 
 
-def _like_of(manifest: dict) -> str | None:
-    """The framework a run was judged like, where run.json names a registered one (its word is never a path)."""
-    from conformance.adapters.registry import known_adapters
+_FRAMEWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a profile's file stem: no dot, no separator
 
+
+def _like_of(manifest: dict) -> str | None:
+    """The framework a run was judged like, where run.json names one by a plain name (its word never becomes a
+    path: a profile is looked up by it, as `<name>.yaml`)."""
     like = manifest.get("like")
-    return like if isinstance(like, str) and like in known_adapters() else None
+    return like if isinstance(like, str) and _FRAMEWORK_NAME.fullmatch(like) else None
 
 
 def main(argv: Sequence[str] | None = None, early_worker: WorkerPool | None = None) -> int:

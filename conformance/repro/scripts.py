@@ -117,6 +117,8 @@ def write_all(run_dir: str, spec: Spec, out_dir: Path | GeneratedFolder, cache_d
         cache = ReferenceCache(cache_dir) if cache_dir is not None else None
         expect = expectations(cache)
         source = CaseSource(run_dir, None, None, memory_budget_mb)
+        if any(BESIDE_PROFILE in r.message for r in rows):  # judged by the profiles the run judged them by
+            _check_profiles(run_dir, adapter, profiles_dir, like)
         beside = _beside_profile(spec, adapter, profiles_dir, like)
         for group in within_budget(rows, source.get, memory_budget_mb):
             # a compiled mode's row keeps its whole case: each candidate would be a shape that mode compiles
@@ -218,6 +220,18 @@ def _element(r: Result, case: Case) -> int | None:
     if at is None or len(at) != case.input.ndim or any(not 0 <= i < n for i, n in zip(at, case.input.shape)):
         return None
     return int(np.ravel_multi_index(at, case.input.shape))
+
+
+def _check_profiles(run_dir: str, adapter, profiles_dir: Path | None, like: str | None) -> None:
+    """The deviation profiles here are those the run recorded judging by (run.json's profiles_digest, where it
+    has one): a row judged beside them is only reproduced as it was judged by the same ones."""
+    from conformance.run.record import profiles_digest
+
+    recorded = run_manifest(run_dir).get("profiles_digest")
+    if isinstance(recorded, str) and recorded != profiles_digest(profiles_dir, adapter.carried_profile(), like):
+        raise UsageError("the run judged its rows by other deviation profiles than these", file=str(run_dir),
+                         where="--profiles", fix="pass the --profiles DIR the run was given (and write the "
+                         "reproducers where its --like framework's profile is)")
 
 
 def _beside_profile(spec: Spec, adapter, profiles_dir: Path | None, like: str | None):

@@ -205,3 +205,16 @@ def test_a_row_judged_beside_the_profile_is_reproduced_beside_it(default_run, tm
         assert "of its profile applied" in judged, judged
         assert judged.split("): ", 1)[1].startswith(f"{r.verdict.value}:"), (r.message, judged)
         assert _run_script(framework, text, tmp_path).returncode == 1  # it reproduces the row's finding
+    # by the profiles the run judged by: an exact copy of them is the same, another set is refused in one line
+    import shutil
+
+    from conformance.core.profilefile import default_profiles_dir
+
+    shutil.copytree(default_profiles_dir(), tmp_path / "same")
+    assert main(["repro", "--all", str(tmp_path / "again"), "--from", str(out), "--framework", framework,
+                 "--profiles", str(tmp_path / "same")]) == 0
+    shutil.copytree(default_profiles_dir(), tmp_path / "other")
+    (tmp_path / "other" / "extra.yaml").write_text("framework: extra\ndeviations: []\n")
+    assert main(["repro", "--all", str(tmp_path / "refused"), "--from", str(out), "--framework", framework,
+                 "--profiles", str(tmp_path / "other")]) == 2
+    assert not (tmp_path / "refused").exists() or not list((tmp_path / "refused").glob("*.py"))
