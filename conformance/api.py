@@ -322,7 +322,8 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
         for row in _chained([o.rows for o in outcomes] + [iter_rows(present)]):
             row = marks.mark(row) if marks is not None else row
             feed.add(known.mark(row) if known is not None else row)
-        _, _, decision = feed.finish(manifests)
+        # run directories, or several runs, are gated as `report` gates their merge; one RunOutcome as its `run`
+        _, _, decision = feed.finish(manifests, merged=bool(dirs) or len(given) > 1)
         return _written_nowhere(decision)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -7,6 +7,8 @@ The gates need it to judge only what was asked: a baseline row outside the selec
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -133,3 +135,30 @@ def _shards_cover(shards: list, seeds: set) -> bool:
         return False
     counts = {n for _, n in pairs}
     return len(seeds) == 1 and len(counts) == 1 and {k for k, _ in pairs} == set(range(1, counts.pop() + 1))
+
+
+def missing_shards(manifests: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per draw two or more of whose shards K/N a merge holds, and others not (by framework, and by
+    everything its selection records but the shard): the cases of the absent ones were not checked. A merge of
+    shards is gated as the whole it stands for ("gate on the merge, not on the shards"); one shard, reported
+    alone, is gated as its `run --shard` gates it."""
+    held: dict[tuple[str, str, int], set[int]] = {}
+    for m in manifests:
+        sel = m.get("selection") if isinstance(m.get("selection"), dict) else {}
+        try:
+            k, n = (int(x) for x in str(sel.get("shard")).split("/"))
+        except ValueError:
+            continue
+        rest = json.dumps({key: value for key, value in sel.items() if key not in ("shard", "narrowed_by")},
+                          sort_keys=True, default=str)
+        held.setdefault((row_framework(m), rest, n), set()).add(k)
+    lines = []
+    for (framework, _, n), present in sorted(held.items()):
+        absent = sorted(set(range(1, n + 1)) - present)
+        if absent and len(present) > 1:
+            lines.append(f"{framework}: shard{'s' if len(absent) > 1 else ''} {', '.join(f'{k}/{n}' for k in absent)}"
+                         f" of its run {'are' if len(absent) > 1 else 'is'} not here (it holds "
+                         f"{', '.join(f'{k}/{n}' for k in sorted(present))}): the cases of "
+                         f"{'those' if len(absent) > 1 else 'that'} shard{'s' if len(absent) > 1 else ''} were not "
+                         "checked")
+    return lines

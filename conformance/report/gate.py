@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 from conformance.core.known import KnownFindings
 from conformance.core.model import Result, Verdict, key_label
-from conformance.core.scope import row_framework
+from conformance.core.scope import missing_shards, row_framework
 from conformance.core.text import terminal_line
 from conformance.report.baseline import BaselineDiff
 from conformance.report.defects import UNDOCUMENTED
@@ -236,9 +236,10 @@ def damaged_decision(gates: Gates, broken: list[str]) -> Decision:
 
 
 def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], baseline_diff: BaselineDiff | None = None,
-           known: KnownFindings | None = None) -> Decision:
+           known: KnownFindings | None = None, merged: bool = False) -> Decision:
     """The exit code and its lines. `baseline_diff` compares the rows with a baseline; `known` has audited these
-    rows and judged the runs' scope."""
+    rows and judged the runs' scope; `merged`: a report of the runs, which also judges the shards it lacks."""
+    absent = missing_shards(manifests) if merged else []
     broken = damaged(manifests, held_by_framework(tally))
     if broken:
         return damaged_decision(gates, broken)
@@ -291,13 +292,13 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
     if decision.lines:
         decision.code = EXIT_GATE
     if gates.asked:
-        missing = incomplete(manifests, tally)
+        missing = incomplete(manifests, tally) + absent
         for line in missing:
             decision.fail(f"{gates.names}: {line}", f"{gates.names}: not everything was judged")
         if missing and decision.code == EXIT_OK:
             decision.code = EXIT_INCOMPLETE
     else:  # said, never a failure without a gate (a matrix still writes its merged report)
-        decision.notes += unchecked(manifests, tally)
+        decision.notes += unchecked(manifests, tally) + absent
     return decision
 
 

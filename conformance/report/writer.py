@@ -108,11 +108,12 @@ class ReportFeed:
             self.like.add(row)
         self._tally.add(row)
 
-    def finish(self, manifests: Sequence[dict[str, Any]], broken: Sequence[str] = ()
+    def finish(self, manifests: Sequence[dict[str, Any]], broken: Sequence[str] = (), merged: bool = False
                ) -> tuple[Tally, BaselineDiff | None, Decision]:
         """Judge the runs' selection (`manifests`), decide the gates, and write junit.xml with each failed
         gate as a failing test (with no row, a document of that alone); the tally for the other reports.
-        `broken`: lines of runs found damaged before their rows were cut to some modes (gate.damaged)."""
+        `broken`: lines of runs found damaged before their rows were cut to some modes (gate.damaged); `merged`: a
+        report's merge, gated as a whole (gate.decide)."""
         scope = Scope.of(manifests)
         try:
             diff = self._baseline.finish(scope) if self._baseline is not None else None
@@ -122,7 +123,7 @@ class ReportFeed:
         if self.known is not None:
             self.known.judge_scope(scope)
         decision = damaged_decision(self.gates, list(broken)) if broken else \
-            decide(self.gates, self._tally, manifests, diff, self.known)
+            decide(self.gates, self._tally, manifests, diff, self.known, merged=merged)
         writer = self._writer()
         writer.add_gate(decision.named())
         writer.close()
@@ -250,7 +251,7 @@ def merge_runs(run_dirs: Sequence[str | Path], out_dir: Path, allow_missing: boo
                                                 if not modes or d.get("mode", EAGER) in modes))
     _, merged = load_manifests([out_dir])  # as a later `report` of this directory reads them
     # a run is damaged or whole as it ran, whatever modes are kept here: the cut is checked on every row
-    tally, diff, decision = feed.finish(merged, damaged(whole, held) if modes else ())
+    tally, diff, decision = feed.finish(merged, damaged(whole, held) if modes else (), merged=True)
     if left_out:
         decision.notes.append(f"--mode {', '.join(dict.fromkeys(modes))}: {sum(left_out.values())} results of "
                               f"the modes {', '.join(sorted(left_out))} left out of this report")

@@ -268,6 +268,29 @@ def test_a_known_entry_is_stale_after_the_whole_suite_of_its_runs(tmp_path, caps
     assert _junit_counts(tmp_path / "all")["failures"] == 1
 
 
+def test_a_merge_without_one_of_its_shards_is_not_everything(tmp_path, capsys):
+    """A merge of shards 2/3 and 3/3 passed --strict on what it held (an artifact of shard 1 lost, say): gated,
+    a merge of shards stands for the whole run ("gate on the merge"), so a shard it lacks was not checked. One
+    shard, by `run --shard` or reported alone, is still gated on its own."""
+    import conformance.api as kl
+
+    for k in (1, 2, 3):
+        assert _run(tmp_path, "NumpyAdapter", "--shard", f"{k}/3", "--strict", out=f"s{k}") in (0, 1)
+    shards = [str(tmp_path / f"s{k}") for k in (1, 2, 3)]
+    whole = main(["report", *shards, "--out", str(tmp_path / "all"), "--strict"])
+    capsys.readouterr()
+    assert main(["report", *shards[1:], "--out", str(tmp_path / "two"), "--strict"]) == max(whole, 3)
+    line = "numpy-test: shard 1/3 of its run is not here (it holds 2/3, 3/3): the cases of that shard were not checked"
+    assert f"kl-conformance: --strict: {line}" in capsys.readouterr().err.splitlines()
+    assert main(["report", *shards[1:], "--out", str(tmp_path / "plain")]) == 0  # without a gate: said
+    assert f"kl-conformance: {line}" in capsys.readouterr().err.splitlines()
+    assert kl.gate(shards[1:], strict=True).code == max(whole, 3)
+    assert kl.gate(shards, strict=True).code == whole
+    # one shard reported alone is gated as its run gated it
+    assert main(["report", shards[1], "--out", str(tmp_path / "one"), "--strict"]) == \
+        _run(tmp_path, "NumpyAdapter", "--shard", "2/3", "--strict", out="s2-again")
+
+
 def test_junit_agrees_with_the_gate(tmp_path):
     """--fail-on-new passed while junit.xml reported every unchanged finding as a failure."""
     assert _run(tmp_path, "NanAdapter", out="accepted") == 0
