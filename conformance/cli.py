@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -25,6 +24,7 @@ from typing import Sequence
 from conformance.adapters.registry import get_adapter, is_known, known_adapters, unknown_framework
 from conformance.arguments import (REBASELINE, case_selection, check_gate_options, gates_of, inputs_of, like_marks,
                                    no_case_matches)
+from conformance.core.defects import FRAMEWORK_NAME
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.model import Spec
 from conformance.core.rundirs import check_run_dirs, load_manifests
@@ -203,14 +203,11 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.ok for r in reports) else EXIT_GATE
 
 
-_FRAMEWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a profile's file stem: no dot, no separator
-
-
 def _like_of(manifest: dict) -> str | None:
     """The framework a run was judged like, where run.json names one by a plain name (its word never becomes a
     path: a profile is looked up by it, as `<name>.yaml`)."""
     like = manifest.get("like")
-    return like if isinstance(like, str) and _FRAMEWORK_NAME.fullmatch(like) else None
+    return like if isinstance(like, str) and FRAMEWORK_NAME.fullmatch(like) else None
 
 
 def main(argv: Sequence[str] | None = None, early_worker: WorkerPool | None = None) -> int:

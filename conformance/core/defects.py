@@ -25,7 +25,8 @@ import re
 
 from conformance.core.model import CLAIM, UNEXPLAINED, WITHIN, Result, Verdict
 
-DEFECT_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{10}")  # "<framework>-<digest>": what defect_id gives
+FRAMEWORK_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")  # an adapter's name, a word safe as a file's stem
+DEFECT_ID = re.compile(FRAMEWORK_NAME.pattern + r"-[0-9a-f]{10}")  # "<framework>-<digest>": what defect_id gives
 NARROW_DTYPES = frozenset({"float16", "bfloat16"})
 _SIGNATURE = "signature."  # the spec's section of the call's arguments
 BESIDE_PROFILE = " (beside the profile; the spec alone: "  # a row's message shows what remains beside the profile

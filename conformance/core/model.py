@@ -221,6 +221,11 @@ WITHIN = "; within rounding of "  # and, unexplained, the choices its answer lie
 REFUSED = "refused: "
 
 
+def is_refusal(verdict: Verdict, message: str) -> bool:
+    """A row of this verdict and message is a call the harness refused (REFUSED)."""
+    return verdict is Verdict.UNSUPPORTED and message.startswith(REFUSED)
+
+
 def not_refused(reason: str) -> str:
     """An unsupported call's reason as a framework, its adapter or its profile gives it: never read as the
     harness's refusal (REFUSED), whatever its words."""
@@ -309,7 +314,7 @@ class Result:
     @property
     def refused(self) -> bool:
         """The harness kept this call from running (REFUSED): it was not checked, and its framework did nothing."""
-        return self.verdict is Verdict.UNSUPPORTED and self.message.startswith(REFUSED)
+        return is_refusal(self.verdict, self.message)
 
     @property
     def call(self) -> tuple[str, str, str, str, str]:

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 from conformance.core.defects import DEFECT_ID
 from conformance.core.details import DETAIL_KEYS, DETAIL_RELEASE, DETAILS_FILE, encoded_fields
 from conformance.core.errors import ResultsError
-from conformance.core.model import PARTS, REFUSED, RESULT_FIELDS, Result, Verdict
+from conformance.core.model import PARTS, RESULT_FIELDS, Result, Verdict, is_refusal
 from conformance.core.runfile import check_format_version, excerpt, is_present, load_json, numbered_lines, to_float
 
 RESULTS_FILE = "results.jsonl"
@@ -154,7 +154,7 @@ def row_problem(row: dict[str, Any]) -> str | None:
     if verdict is Verdict.VALUE and (err is None or err <= bound):
         return f"a value divergence whose error {row['max_abs_err']} is within its bound {row['bound']}"
     # a call the harness refused has no defect; a run of 0.14.2 or older gave it one, which is read as it is
-    refused = verdict is Verdict.UNSUPPORTED and type(row["message"]) is str and row["message"].startswith(REFUSED)
+    refused = type(row["message"]) is str and is_refusal(verdict, row["message"])
     if type(row["defect"]) is not str or (not refused and (verdict is Verdict.PASS) != (row["defect"] == "")) \
             or (row["defect"] and not DEFECT_ID.fullmatch(row["defect"])):
         return bad("defect", "a defect id (\"<framework>-<10 hex digits>\") on every row but a pass or a call the "

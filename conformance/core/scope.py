@@ -127,11 +127,19 @@ def row_framework(manifest: dict[str, Any]) -> str:
     return str(manifest.get("framework", "?"))
 
 
+def _shard(text: Any) -> tuple[int, int] | None:
+    """(K, N) of a recorded shard "K/N"; None for no shard or one that does not read so."""
+    try:
+        k, n = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        return None
+    return k, n
+
+
 def _shards_cover(shards: list, seeds: set) -> bool:
     """The shards K/N of one N, one seed, every K from 1 to N present."""
-    try:
-        pairs = {tuple(int(x) for x in str(s).split("/")) for s in shards}
-    except ValueError:
+    pairs = {_shard(s) for s in shards}
+    if None in pairs:
         return False
     counts = {n for _, n in pairs}
     return len(seeds) == 1 and len(counts) == 1 and {k for k, _ in pairs} == set(range(1, counts.pop() + 1))
@@ -145,10 +153,10 @@ def missing_shards(manifests: Sequence[dict[str, Any]]) -> list[str]:
     held: dict[tuple[str, str, int], set[int]] = {}
     for m in manifests:
         sel = m.get("selection") if isinstance(m.get("selection"), dict) else {}
-        try:
-            k, n = (int(x) for x in str(sel.get("shard")).split("/"))
-        except ValueError:
+        shard = _shard(sel.get("shard"))
+        if shard is None:
             continue
+        k, n = shard
         rest = json.dumps({key: value for key, value in sel.items() if key not in ("shard", "narrowed_by")},
                           sort_keys=True, default=str)
         held.setdefault((row_framework(m), rest, n), set()).add(k)

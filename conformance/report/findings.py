@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from conformance.core.defects import FRAMEWORK_NAME
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.generated import GeneratedFolder, WriteFailed
 from conformance.core.model import EAGER, Verdict
@@ -31,7 +32,6 @@ from conformance.report.tally import Tally
 
 COMMAND = "python -m conformance.report.findings"
 INDEX = "index.md"
-_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")  # a framework's name as a page's file name
 _PROVENANCE = (("framework_version", "version"), ("status", "status"), ("started", "started"),
                ("finished", "finished"), ("commit", "harness commit"), ("harness_version", "harness version"),
                ("python_version", "Python"), ("numpy_version", "NumPy"), ("platform", "platform"),
@@ -156,7 +156,7 @@ def render_index(names: Sequence[str], tallies: dict[str, Tally], by_framework: 
 def page_name(framework: str) -> str:
     """A framework's page: its name where that is a plain lowercase word, else a safe name made from it (a name
     from a run directory never becomes a path)."""
-    return f"{framework}.md" if _NAME.fullmatch(framework) else safe_file_name([framework], ".md")
+    return f"{framework}.md" if FRAMEWORK_NAME.fullmatch(framework) else safe_file_name([framework], ".md")
 
 
 def _generated(given: Sequence[str], commit: str | None) -> str:

@@ -239,10 +239,10 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
            known: KnownFindings | None = None, merged: bool = False) -> Decision:
     """The exit code and its lines. `baseline_diff` compares the rows with a baseline; `known` has audited these
     rows and judged the runs' scope; `merged`: a report of the runs, which also judges the shards it lacks."""
-    absent = missing_shards(manifests) if merged else []
     broken = damaged(manifests, held_by_framework(tally))
     if broken:
         return damaged_decision(gates, broken)
+    absent = missing_shards(manifests) if merged else []
     decision = Decision(gates=gates.flags)
     if baseline_diff is not None:
         decision.counts["baseline"] = {"new": len(baseline_diff.new), "changed": len(baseline_diff.changed),

@@ -104,8 +104,7 @@ class Tally:
         self.known: Counter = Counter()  # divergences a known-findings file accepts and no profile documents
         self.fallback: Counter = Counter()  # calls of a mode that ran eagerly instead: the mode was not checked
         self.refused: Counter = Counter()  # calls the harness kept from running (Result.refused): not checked
-        self.refused_by_framework: Counter = Counter()  # the same per framework, and the first one's reason
-        self.refused_reason: dict[str, str] = {}
+        self.refused_reason: dict[str, str] = {}  # per framework, the first such call's reason
         # a port's undocumented divergences judged with --like-run (fallback rows left out), by mark ("shared",
         # "own") and target: what --fail-on-own fails on
         self.undocumented_like: dict[str, Counter] = {"own": Counter(), "shared": Counter()}
@@ -135,7 +134,6 @@ class Tally:
         self.by_target[target][r.verdict.value] += 1
         if r.refused:
             self.refused[target] += 1
-            self.refused_by_framework[r.framework] += 1
             self.refused_reason.setdefault(r.framework, r.message)
         self.by_family[(r.family, r.reduction, int(r.log_target))][target][r.verdict.value] += 1
         for warning_id in r.missing_warnings:
@@ -178,6 +176,14 @@ class Tally:
         # the worked example: the group's first undocumented row, else its first row
         if key not in self.group_example or (undocumented and self.group_example[key].is_accepted):
             self.group_example[key] = r
+
+    @property
+    def refused_by_framework(self) -> Counter:
+        """The calls the harness kept from running, per framework."""
+        counts: Counter = Counter()
+        for label, n in self.refused.items():
+            counts[split_label(label)["framework"]] += n
+        return counts
 
     def spec(self) -> Spec | None:
         """The shipped spec where the rows were judged by it: its words title the defects."""

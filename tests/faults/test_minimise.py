@@ -63,20 +63,30 @@ def test_reproducers_are_minimised_in_groups_within_the_memory_budget(tmp_path):
     assert len(list((tmp_path / "repro").glob("*.py"))) == 5
 
 
+def _off_by_one_run(tmp_path, cases_yaml: str, *extra: str):
+    """A run of the off-by-one stand-in over these cases, without reproducers: its directory."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(cases_yaml)
+    out = tmp_path / "out"
+    assert main(["run", "--framework", "tests.faults.adapters:OffByOneAdapter", "--suite", "none", "--cases",
+                 str(cases), "--out", str(out), "--no-progress", "--no-repro", *extra]) == 0
+    return out
+
+
+def _repro_all(tmp_path, out) -> int:
+    return main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
+                 "tests.faults.adapters:OffByOneAdapter"])
+
+
 def test_a_script_shows_the_element_its_row_shows(tmp_path):
     """The minimiser took the first element that kept the verdict, so a script showed another element than its
     row, report.md and the issue draft (whose snippet and "got against expected" then disagreed): the element
     the row's message names is tried first."""
-    cases = tmp_path / "cases.yaml"
-    cases.write_text("- {id: all-fault, input: [[-1.0, -2.0, -0.5]], target: [[0.25, 0.5, 0.25]], "
-                     "reduction: none, dtype: float64}\n")
-    out = tmp_path / "out"
-    assert main(["run", "--framework", "tests.faults.adapters:OffByOneAdapter", "--suite", "none", "--cases",
-                 str(cases), "--out", str(out), "--no-progress", "--no-repro"]) == 0
+    out = _off_by_one_run(tmp_path, "- {id: all-fault, input: [[-1.0, -2.0, -0.5]], target: [[0.25, 0.5, 0.25]], "
+                                    "reduction: none, dtype: float64}\n")
     row, = [r for r in iter_results(out) if r.verdict.is_divergence and r.part == "forward"]
     assert "worst [0, 2]:" in row.message  # every element is off by one; the worst relative to its bound is [0, 2]
-    assert main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
-                 "tests.faults.adapters:OffByOneAdapter"]) == 0
+    assert _repro_all(tmp_path, out) == 0
     script = next(p for p in (tmp_path / "repro").glob("*.py") if "forward" in p.name).read_text()
     got = row.message.split("got ", 1)[1].split(",", 1)[0]
     assert "1 of 1 elements" in script and f"got {got}," in script  # element [0, 2]'s own numbers
@@ -92,16 +102,11 @@ def test_a_row_whose_message_names_no_element_plainly_is_minimised_as_before(tmp
     assert shown_at("value: 1 of 1 elements outside bound; worst []: got 1.0") == ()
     for hostile in ("value: x; worst [0 2]: got", f"value: x; worst [{'9' * 5000}]: got", "error: raised X"):
         assert shown_at(hostile) is None
-    cases = tmp_path / "cases.yaml"
-    cases.write_text("- {id: all-fault, input: [[-1.0, -2.0, -0.5]], target: [[0.25, 0.5, 0.25]], "
-                     "reduction: none, dtype: float64}\n")
-    out = tmp_path / "out"
-    assert main(["run", "--framework", "tests.faults.adapters:OffByOneAdapter", "--suite", "none", "--cases",
-                 str(cases), "--out", str(out), "--no-progress", "--no-repro"]) == 0
+    out = _off_by_one_run(tmp_path, "- {id: all-fault, input: [[-1.0, -2.0, -0.5]], target: [[0.25, 0.5, 0.25]], "
+                                    "reduction: none, dtype: float64}\n")
     results = out / "results.jsonl"
     results.write_text(results.read_text().replace("worst [0, 2]", "worst [0 2]"))
-    assert main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
-                 "tests.faults.adapters:OffByOneAdapter"]) == 0
+    assert _repro_all(tmp_path, out) == 0
 
 
 def test_the_element_a_row_shows_is_tried_past_the_screened_candidates(tmp_path):
@@ -112,17 +117,12 @@ def test_the_element_a_row_shows_is_tried_past_the_screened_candidates(tmp_path)
     size = MAX_CANDIDATES + 6
     targets = [1.0 / size] * size
     inputs = [-float(i % 7) - 1.0 for i in range(size)]
-    cases = tmp_path / "cases.yaml"
-    cases.write_text(f"- {{id: wide-fault, input: [{inputs}], target: [{targets}], reduction: none, "
-                     "dtype: float64}\n")
-    out = tmp_path / "out"
-    assert main(["run", "--framework", "tests.faults.adapters:OffByOneAdapter", "--suite", "none", "--cases",
-                 str(cases), "--out", str(out), "--no-progress", "--no-repro", "--part", "forward"]) == 0
+    out = _off_by_one_run(tmp_path, f"- {{id: wide-fault, input: [{inputs}], target: [{targets}], "
+                                    "reduction: none, dtype: float64}\n", "--part", "forward")
     (row,) = [r for r in iter_results(out) if r.verdict.is_divergence]
     results = out / "results.jsonl"  # the row shows the last element, as a worse bound there would make it
     results.write_text(results.read_text().replace(row.message.split("worst ", 1)[1].split(":", 1)[0],
                                                    f"[0, {size - 1}]"))
-    assert main(["repro", "--all", str(tmp_path / "repro"), "--from", str(out), "--framework",
-                 "tests.faults.adapters:OffByOneAdapter"]) == 0
+    assert _repro_all(tmp_path, out) == 0
     (script,) = (tmp_path / "repro").glob("*.py")
     assert f"x_values = values(['{float.hex(inputs[-1])}'], (1, 1))" in script.read_text()  # element 69's own
