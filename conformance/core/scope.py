@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from conformance.core.model import EAGER
+from conformance.core.model import EAGER, PARTS
 
 NARROWING = ("--only", "--shard", "--seed", "--part", "--api", "--device", "--mode", "--reduction", "--log-target",
              "--dtype", "--family")
@@ -31,6 +31,7 @@ class _RunSelection:
     devices: frozenset[str] = frozenset()
     targets: frozenset[tuple[str, str, str]] | None = None  # (api, device, mode) run; None: not recorded
     modes: frozenset[str] = frozenset({EAGER})  # the modes run (those asked, less those not run here)
+    draw: str = ""  # everything the selection records but its shard, parts and narrowing: runs of one draw agree
 
     def narrowing_for(self, part: str | None, api: str | None, device: str | None,
                       mode: str = EAGER) -> frozenset[str]:
@@ -81,7 +82,7 @@ class Scope:
                 apis = (apis or frozenset(api for api, _, _ in targets or ())) - set(map(str, missing))
             scope.runs.setdefault(framework, []).append(_RunSelection(
                 narrowed, sel.get("shard"), sel.get("seed"), frozenset(parts) if parts else None,
-                apis, frozenset(sel.get("devices") or ()), targets, modes))
+                apis, frozenset(sel.get("devices") or ()), targets, modes, _draw(sel, ("shard", "parts"))))
         return scope
 
     def selects(self, framework: str, api: str, device: str, part: str, mode: str = EAGER) -> bool:
@@ -110,6 +111,8 @@ class Scope:
             cuts = [c - {"--shard"} for c in cuts]  # the shards together are the whole of their selection
             if any(not c for c in cuts):
                 return ()
+        if _cells_cover([(r, c) for r, c in zip(runs, cuts) if c <= _CELLS]):
+            return ()
         return tuple(o for o in NARROWING if any(o in c for c in cuts))
 
 
@@ -136,6 +139,38 @@ def _shard(text: Any) -> tuple[int, int] | None:
     return k, n
 
 
+_CELLS = frozenset({"--shard", "--part"})
+
+
+def _cells_cover(runs: list[tuple[_RunSelection, frozenset[str]]]) -> bool:
+    """Some draw's runs, each cut by no more than --shard and --part, together ran every (shard, part) cell: the
+    forward and the gradients run as two jobs, or each shard's parts split again, merged. A run not cut by --part
+    (for the entry at hand) holds every part; one not cut by --shard, every shard."""
+    by_draw: dict[str, list[tuple[_RunSelection, frozenset[str]]]] = {}
+    for run, cut in runs:
+        by_draw.setdefault(run.draw, []).append((run, cut))
+    for group in by_draw.values():
+        shards = {_shard(r.shard) for r, c in group if "--shard" in c}
+        counts = {n for _, n in shards if shards and None not in shards}
+        if None in shards or len(counts) > 1:
+            continue
+        n = counts.pop() if counts else 1
+        held = {(k, part) for r, c in group
+                for k in ([_shard(r.shard)[0]] if "--shard" in c else range(1, n + 1))
+                for part in (r.parts or PARTS if "--part" in c else PARTS)}
+        if held >= {(k, part) for k in range(1, n + 1) for part in PARTS}:
+            return True
+    return False
+
+
+def _draw(selection: dict[str, Any], apart: Sequence[str]) -> str:
+    """The selection record without `apart`, the narrowing and the known-findings file (which marks rows, selects
+    none): what runs of one draw share."""
+    return json.dumps({key: value for key, value in selection.items()
+                       if key not in (*apart, "narrowed_by", "known")},
+                      sort_keys=True, default=str)
+
+
 def _shards_cover(shards: list, seeds: set) -> bool:
     """The shards K/N of one N, one seed, every K from 1 to N present."""
     pairs = {_shard(s) for s in shards}
@@ -157,9 +192,7 @@ def missing_shards(manifests: Sequence[dict[str, Any]]) -> list[str]:
         if shard is None:
             continue
         k, n = shard
-        rest = json.dumps({key: value for key, value in sel.items() if key not in ("shard", "narrowed_by")},
-                          sort_keys=True, default=str)
-        held.setdefault((row_framework(m), rest, n), set()).add(k)
+        held.setdefault((row_framework(m), _draw(sel, ("shard",)), n), set()).add(k)
     lines = []
     for (framework, _, n), present in sorted(held.items()):
         absent = sorted(set(range(1, n + 1)) - present)

@@ -268,6 +268,35 @@ def test_a_known_entry_is_stale_after_the_whole_suite_of_its_runs(tmp_path, caps
     assert _junit_counts(tmp_path / "all")["failures"] == 1
 
 
+def test_a_known_entry_is_stale_after_runs_that_split_the_parts(tmp_path, capsys):
+    """A CI that runs the forward and the gradients in two jobs and merges them ran the whole suite: an entry that
+    matched nothing was "not exercised here" there, and the merge passed its gate. Parts and shards that together
+    cover every cell of one draw are whole; one job's parts alone, or parts of two different draws, are not."""
+    known = tmp_path / "known.yaml"
+    known.write_text("- {id: gone, case_id: 'ok-*', verdict: nonfinite, reason: fixed since}\n")
+    gate = ["--known", str(known)]
+    assert _run(tmp_path, "NumpyAdapter", "--part", "forward", *gate, out="fwd") == 0
+    grads = ["--part", "grad_input", "--part", "grad_target", "--part", "grad2_input"]
+    assert _run(tmp_path, "NumpyAdapter", *grads, *gate, out="grads") == 3  # the stand-in has no gradients
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "fwd"), str(tmp_path / "grads"), "--out", str(tmp_path / "all"),
+                 *gate]) == 1
+    assert "stale: matches none of the 3 results it concerns" in capsys.readouterr().err
+    # the forward of shard 1 and of shard 2, the gradients whole: every cell
+    for k in (1, 2):
+        assert _run(tmp_path, "NumpyAdapter", "--part", "forward", "--shard", f"{k}/2", *gate, out=f"f{k}") == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "f1"), str(tmp_path / "f2"), str(tmp_path / "grads"), "--out",
+                 str(tmp_path / "cells"), *gate]) == 1
+    assert "stale: matches none" in capsys.readouterr().err
+    # a cell missing (the forward of shard 2), or the gradients of another draw: not everything was run
+    for dirs, out in ((["f1", "grads"], "half"), (["fwd", "grads7"], "seeds")):
+        if out == "seeds":
+            assert _run(tmp_path, "NumpyAdapter", *grads, "--seed", "7", *gate, out="grads7") == 3
+        capsys.readouterr()
+        assert main(["report", *(str(tmp_path / d) for d in dirs), "--out", str(tmp_path / out), *gate]) == 0
+        err = capsys.readouterr().err
+        assert "not exercised here" in err and "stale:" not in err, err
 def test_a_merge_without_one_of_its_shards_is_not_everything(tmp_path, capsys):
     """A merge of shards 2/3 and 3/3 passed --strict on what it held (an artifact of shard 1 lost, say): gated,
     a merge of shards stands for the whole run ("gate on the merge"), so a shard it lacks was not checked. One
