@@ -195,7 +195,8 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
                     **({"mirrors": port.mirrored()} if like is not None else {}))
     where = where or Path(tempfile.mkdtemp(prefix="kl-conformance-")) / "run"
     options = RunOptions(apis=apis, devices=devices, modes=modes, parts=parts, timeout_s=timeout_s,
-                         memory_budget_mb=selection.memory_budget_mb, force=force, known=known,
+                         memory_budget_mb=selection.memory_budget_mb, budget_option=OPTIONS["memory_budget_mb"].where(API),
+                         force=force, known=known,
                          profiles_dir=Path(profiles) if profiles else None, like=like,
                          cache_dir=None if not cache else Path(cache_dir) if cache_dir else default_cache_dir(),
                          jobs=default_jobs(modes, len(chosen)) if jobs is None else min(jobs, len(chosen)))

@@ -104,7 +104,7 @@ class Call(pytest.Item):
         if row.verdict.outcome == "passed":
             return
         if row.verdict.outcome == "skipped":
-            pytest.skip(f"{row.verdict.value}: {row.message}")
+            pytest.skip(row.message if row.refused else f"{row.verdict.value}: {row.message}")
         reason = accepted(row, suite)
         if reason:
             pytest.xfail(reason)

@@ -279,6 +279,7 @@ class _Suite:
         """{case id: {(api, device, mode, part): Result}} of one run of the runner over `cases`."""
         from conformance.core.results import iter_results
         from conformance.judge.refcache import default_cache_dir
+        from conformance.options import OPTIONS, PLUGIN
         from conformance.run.jobs import default_jobs
         from conformance.run.runner import RunOptions, run_conformance
         from conformance.runcommand import selection_record
@@ -295,6 +296,7 @@ class _Suite:
                     **({"mirrors": self.adapters[framework].mirrored()} if self.like else {})}
         options = RunOptions(apis=self.apis, devices=self.devices, modes=self.modes, parts=self.parts,
                              timeout_s=self.timeout_s, memory_budget_mb=self.selection.memory_budget_mb,
+                             budget_option=OPTIONS["memory_budget_mb"].where(PLUGIN),
                              known=self.known, cache_dir=default_cache_dir(), like=self.like,
                              # under xdist the pytest processes take the cores; alone, --jobs's default
                              jobs=1 if "PYTEST_XDIST_WORKER" in os.environ else default_jobs(self.modes, len(cases)))
@@ -330,6 +332,7 @@ class _Suite:
             decision = self._gate()
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
+                reporter.line("")  # the progress line is still open: pytest ends it after this hook
                 for line in decision.lines:
                     reporter.write_line(f"kl-conformance: {line}", red=True, bold=True)
                     for detail in decision.details.get(line, ()):

@@ -73,6 +73,7 @@ class RunOptions:
     parts: Sequence[str] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
+    budget_option: str = "--memory-budget-mb"  # what the caller's surface calls it, for a refused case's fix
     resume: bool = False
     force: bool = False  # replace what an earlier run wrote into the output directory
     known: KnownFindings | None = None  # marks the divergences a user accepts

@@ -104,7 +104,7 @@ def judged_cases(ctx: RunContext, cases: Iterator[tuple[Case, CaseJudge | None]]
                 judges[index] = judge
             need_mb = needs_mb(case)
             if need_mb > options.memory_budget_mb:
-                refused[index] = f"{REFUSED}{over_budget(need_mb, options.memory_budget_mb)} (raise --memory-budget-mb)"
+                refused[index] = f"{REFUSED}{over_budget(need_mb, options.memory_budget_mb)} (raise {options.budget_option})"
                 yield Task(index, case, ())  # an empty task keeps the order; nothing runs
                 continue
             # its reference is computed when the answer is judged

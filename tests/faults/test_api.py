@@ -42,6 +42,11 @@ def test_run_gives_typed_rows_for_a_name_a_class_or_an_instance(case_file, tmp_p
     assert [r.case_id for r in kept.rows] == ["ok-after"] and (tmp_path / "kept" / "results.jsonl").is_file()
 
 
+def test_a_refused_case_names_the_api_keyword_that_raises_the_budget(case_file):
+    outcome = kl.run(NumpyAdapter, selection=_selection(case_file, memory_budget_mb=1e-6))
+    assert outcome.rows and all(r.refused and r.message.endswith("(raise memory_budget_mb)") for r in outcome.rows)
+
+
 def test_a_class_the_worker_cannot_import_is_refused_in_one_line():
     class Local(NumpyAdapter):
         pass

@@ -96,10 +96,14 @@ def test_a_call_the_memory_budget_refused_is_skipped_and_fails_a_gate_closed(pro
     (project / "known.yaml").write_text("[]\n")
     args = ("--kl-framework", "tests.faults.adapters:NumpyAdapter", "--kl-cases", "cases.yaml", "--kl-suite", "none",
             "--kl-part", "forward", "--kl-memory-budget-mb", "0.1")
-    code, output, outcomes = _pytest(project, *args, "--kl-known", "known.yaml")
+    code, output, outcomes = _pytest(project, *args, "--kl-known", "known.yaml", "-rs")
     assert code == 1, output
-    assert "--known: numpy-test: 1 results not checked, their calls refused by the harness (needs about 1.5 MB" \
-        in output
+    # its own line (it followed the progress dots), naming the plugin's option, as the skip's reason does
+    assert any(line.startswith("kl-conformance: --known: numpy-test: 1 results not checked, their calls refused by "
+                               "the harness (needs about 1.5 MB") and line.endswith("(raise --kl-memory-budget-mb))")
+               for line in output.splitlines()), output
+    assert "refused: needs about 1.5 MB, over the memory budget of 0.1 MB (raise --kl-memory-budget-mb)" in output
+    assert "unsupported: refused" not in output and "raise --memory-budget-mb" not in output
     assert outcomes == {"test_own": "passed", "too-big[numpy.kl_div-cpu-forward]": "skipped",
                         "ok[numpy.kl_div-cpu-forward]": "passed"}
     code, output, _ = _pytest(project, *args)  # no gate: the refused item is skipped, and the session passes
