@@ -101,8 +101,8 @@ class Scope:
     def narrowing(self, framework: str, part: str | None = None, api: str | None = None,
                   device: str | None = None, mode: str = EAGER) -> tuple[str, ...]:
         """The options by which the runs of `framework` selected less than the whole suite, for an entry pinned
-        to `part`, `api`, `device` and `mode` (empty: the whole suite ran). The N shards of one draw, merged,
-        are whole."""
+        to `part`, `api`, `device` and `mode` (empty: the whole suite ran). Runs of one draw that together ran
+        every shard and every part, merged, are whole."""
         runs = self.runs.get(framework, ())
         cuts = [r.narrowing_for(part, api, device, mode) for r in runs]
         if not runs or any(not c for c in cuts):
