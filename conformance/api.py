@@ -188,7 +188,7 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     if not chosen:
         raise UsageError("no case matches the selection", where="selection",
                          fix="check the ids with `kl-conformance cases`")
-    record = selection_record(selection, known, parts, apis, devices, get_adapter(name).name, modes)
+    record = selection_record(selection, known, parts, apis, devices, get_adapter(name).name, modes, timeout_s)
     run_info = {key: record[key] for key in ("seed", "suite", "samples", "only", "shard")}
     run_info.update(case_files=list(selection.case_files), known=known.source if known else None,
                     selection=record, command=f"conformance.api.run({name!r})",

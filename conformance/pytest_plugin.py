@@ -288,7 +288,7 @@ class _Suite:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         out = self.dir / f"{worker}-{self.runs:06d}"
         record = selection_record(self.selection, self.known, self.parts, self.apis, self.devices,
-                                  self.adapters[framework].name, self.modes)
+                                  self.adapters[framework].name, self.modes, self.timeout_s)
         run_info = {"seed": self.selection.seed, "suite": self.selection.suite, "samples": self.selection.samples,
                     "case_files": list(self.selection.case_files), "only": list(self.selection.only),
                     "shard": None, "known": self.config.getoption("kl_known"), "selection": record,

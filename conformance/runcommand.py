@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -33,6 +34,7 @@ from conformance.report.gate import EXIT_INCOMPLETE
 from conformance.report.writer import ReportFeed, write_report
 from conformance.run.jobs import default_jobs
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
+from conformance.run.context import DEFAULT_TIMEOUT_S
 from conformance.run.pool import WorkerPool
 from conformance.run.record import (RunFailed, Terminated, add_written, failure_reason, interruption, record_end,
                                     record_stage)
@@ -99,7 +101,7 @@ def _run_with(spec: Spec, args: argparse.Namespace, known, shard, pool, lock: Ou
     show_details = bool(args.only) and total <= DETAIL_LIMIT
     progress = _progress_bar(total) if (sys.stderr.isatty() and not args.no_progress) else None
     selection = selection_record(selected, known, args.part, args.api, args.device, get_adapter(args.framework).name,
-                                 args.mode)
+                                 args.mode, args.timeout_s)
     run_info = {"seed": args.seed, "suite": args.suite, "samples": args.samples, "case_files": args.cases,
                 "only": args.only, "shard": selection["shard"], "known": args.known, "selection": selection,
                 "command": " ".join(sys.argv), "commit": checkout_commit(source_root()),
@@ -299,7 +301,8 @@ def _publish(out: Path, staging: Path, folder: str) -> None:
 
 
 def selection_record(selected: CaseSelection, known, parts: Sequence[str], apis: Sequence[str],
-                     devices: Sequence[str], adapter_name: str, modes: Sequence[str] = ()) -> dict:
+                     devices: Sequence[str], adapter_name: str, modes: Sequence[str] = (),
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
     """run.json's `selection`: what --resume must find again, and what the gates read (core/scope.py): the
     parts, APIs and devices asked for, the name the rows carry, and the options by which the run selected less
     than the whole suite. Also what the Python API's runs record (conformance/api.py)."""
@@ -313,6 +316,8 @@ def selection_record(selected: CaseSelection, known, parts: Sequence[str], apis:
             **{name: list(getattr(selected, name)) for name in MEANING_OPTIONS},
             "parts": list(parts), "apis": list(apis), "devices": list(devices), "adapter": adapter_name,
             "modes": list(dict.fromkeys(modes)) or ["eager"],
+            # what decides verdicts beside the cases: a case refused, a call timed out ("inf": no limit)
+            "memory_budget_mb": selected.memory_budget_mb, "timeout_s": "inf" if math.isinf(timeout_s) else timeout_s,
             "narrowed_by": [option for option, on in cut.items() if on]}
 
 

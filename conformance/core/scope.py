@@ -164,10 +164,11 @@ def _cells_cover(runs: list[tuple[_RunSelection, frozenset[str]]]) -> bool:
 
 
 def _draw(selection: dict[str, Any], apart: Sequence[str]) -> str:
-    """The selection record without `apart`, the narrowing and the known-findings file (which marks rows, selects
-    none): what runs of one draw share."""
+    """The selection record without `apart`, the narrowing, the known-findings file (which marks rows, selects
+    none), the memory budget and the time limit (gated apart, as refused or timed-out calls): what runs of one
+    draw share."""
     return json.dumps({key: value for key, value in selection.items()
-                       if key not in (*apart, "narrowed_by", "known")},
+                       if key not in (*apart, "narrowed_by", "known", "memory_budget_mb", "timeout_s")},
                       sort_keys=True, default=str)
 
 

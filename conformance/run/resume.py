@@ -29,7 +29,8 @@ from conformance.run.record import STAGES
 SELECTION_OPTIONS = {"seed": "--seed", "suite": "--suite", "samples": "--samples", "case_files": "--cases",
                      "only": "--only", "shard": "--shard", "known": "--known", "reduction": "--reduction",
                      "modes": "--mode", "log_target": "--log-target", "dtype": "--dtype", "family": "--family",
-                     "parts": "--part", "apis": "--api", "devices": "--device"}
+                     "parts": "--part", "apis": "--api", "devices": "--device",
+                     "memory_budget_mb": "--memory-budget-mb", "timeout_s": "--timeout-s"}
 # compared as sets: `--api A --api B` selects what `--api B --api A` does
 _UNORDERED = ("reduction", "log_target", "dtype", "family", "modes", "parts", "apis", "devices")
 # files a selection records by digest: a refusal names the file, from the run.json field of its path
@@ -38,6 +39,7 @@ _FILE_FIELDS = {"case_files": "case_files", "known": "known"}
 # a run.json written before the selection by meaning existed selected by none of it
 _NOT_RECORDED = {"reduction": [], "log_target": [], "dtype": [], "family": [], "modes": ["eager"], "parts": [],
                  "apis": [], "devices": []}
+_SINCE_0144 = ("memory_budget_mb", "timeout_s")  # recorded since 0.14.4
 
 
 @dataclass
@@ -77,8 +79,9 @@ def read_resumed(out: Path, spec: Spec, framework: str, run_info: dict, profiles
     written = [w for w in manifest.get("written", []) if isinstance(w, str)] if manifest else []
     version = manifest.get("framework_version")
     stages = manifest.get("stages") if isinstance(manifest.get("stages"), list) else []  # older: redo every stage
-    if not (out / RESULTS_FILE).is_file():
-        return Resumed(set(), written, None if version is None else str(version))
+    has_rows = (out / RESULTS_FILE).is_file()
+    if not has_rows and not manifest:
+        return Resumed(set(), written, None)
     if not manifest:
         raise ResultsError("results without a run.json: how they were made is unknown", file=str(out),
                            where="--resume", fix="start again with --force or another --out")
@@ -99,6 +102,8 @@ def read_resumed(out: Path, spec: Spec, framework: str, run_info: dict, profiles
         option, text = problem
         raise ResultsError(text, file=str(out), where="--resume",
                            fix=f"resume with the {option} of that run, or start again with --force or another --out")
+    if not has_rows:  # stopped after its run.json, before its first row: nothing to keep
+        return Resumed(set(), written, None if version is None else str(version))
     verdicts = {}
     for row in iter_results(out, complete_lines_only=True):
         if row.spec_hash != spec.hash:
@@ -117,6 +122,8 @@ def _changed_selection(manifest: dict, run_info: dict) -> tuple[str, str] | None
         return None
     before = manifest.get("selection") or {}
     for name, option in SELECTION_OPTIONS.items():
+        if name in _SINCE_0144 and name not in before:
+            continue  # a run of 0.14.3 or before did not record it
         was, now = before.get(name, _NOT_RECORDED.get(name)), selection.get(name)
         if name in _UNORDERED and isinstance(was, list) and isinstance(now, list):
             was, now = sorted(map(str, was)), sorted(map(str, now))
@@ -148,6 +155,8 @@ def drop_unfinished_cases(out: Path, done: set[tuple[str, str, str, str, str]], 
     the last case a run wrote can be short of rows, unless the run `finished` (complete, or stopped after a whole
     case), and a divergent row whose detail line was cut off (a full disk, a kill between the two files' writes)
     leaves its case short too."""
+    if not (out / RESULTS_FILE).is_file():  # stopped before its first row
+        return
     have = {_detail_call(d) for d in iter_details(out)}
     redo, last = set(), None
     for row in iter_results(out):

@@ -124,9 +124,11 @@ def test_an_older_run_json_without_the_stage_record_resumes_by_redoing_every_sta
 
 @pytest.mark.parametrize("changed", [["--part", "forward"], ["--api", "numpy.kl_div"], ["--device", "cpu"],
                                      ["--mode", "shifted"], ["--reduction", "sum"], ["--only", "ok-*"],
-                                     ["--seed", "3"], ["--samples", "2"]])
+                                     ["--seed", "3"], ["--samples", "2"], ["--memory-budget-mb", "0.001"],
+                                     ["--timeout-s", "5"], ["--timeout-s", "inf"]])
 def test_resume_refuses_a_changed_selection_in_one_line(tmp_path, capsys, changed):
-    """`--resume --api X` or `--part X` marked `complete` a run whose rows mixed two selections."""
+    """`--resume --api X` or `--part X` marked `complete` a run whose rows mixed two selections; so did another
+    memory budget (its refused rows beside the judged ones) or time limit (timeouts beside passes)."""
     args = _args(tmp_path, "ModalAdapter")
     assert main(args) == 0
     before = _files(tmp_path / "out")
@@ -135,6 +137,40 @@ def test_resume_refuses_a_changed_selection_in_one_line(tmp_path, capsys, change
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--resume" in err[0] and changed[0] in err[0] and "Traceback" not in err[0]
     assert _files(tmp_path / "out") == before
+
+
+def test_a_run_of_0_14_3_that_recorded_no_budget_or_time_limit_resumes(tmp_path):
+    args = _args(tmp_path)
+    assert main(args) == 0
+    manifest = _manifest(tmp_path / "out")
+    assert manifest["selection"]["memory_budget_mb"] == 8192 and manifest["selection"]["timeout_s"] == 60.0
+    for name in ("memory_budget_mb", "timeout_s"):
+        del manifest["selection"][name]
+    (tmp_path / "out" / "run.json").write_text(json.dumps(manifest))
+    assert main([*args, "--resume"]) == 0
+
+
+def test_a_run_stopped_before_its_first_row_resumes_as_it_said(tmp_path, capsys, monkeypatch):
+    """Stopped after its run.json and before results.jsonl, a run said "Continue a run with the same command and
+    --resume", which then refused: "no results.jsonl here"."""
+    import conformance.run.runner as runner
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    args = _args(tmp_path)
+    with monkeypatch.context() as patched:
+        patched.setattr(runner.ResultsWriter, "__init__", stopped)
+        assert main(args) == 130
+    assert "--resume" in capsys.readouterr().err and not (tmp_path / "out" / "results.jsonl").exists()
+    assert main([*args, "--resume"]) == 0
+    assert main([*_args(tmp_path, out="whole")]) == 0
+    assert _verdicts(tmp_path / "out") == _verdicts(tmp_path / "whole")
+    # and a directory of another framework is refused though it holds no row yet
+    (tmp_path / "out" / "results.jsonl").unlink()
+    capsys.readouterr()
+    assert main([*_args(tmp_path, "NumpyAdapter"), "--resume"]) == 2
+    assert "this directory holds a run of" in capsys.readouterr().err
 
 
 def test_resume_names_a_changed_case_file_not_its_digest(tmp_path, capsys):
