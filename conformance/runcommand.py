@@ -278,23 +278,24 @@ def _write_reproducers(spec: Spec, args: argparse.Namespace, out: Path, pool, sh
 
 
 def _publish(out: Path, staging: Path, folder: str) -> None:
-    """Move the files written into `staging` into OUT/`folder` and record them in run.json; a file of the same
-    name there that the harness did not write is kept, and the new one is not published (one warning)."""
+    """Move the files written into `staging` into OUT/`folder`, recorded in run.json before they move (a run
+    stopped among the moves leaves none that --resume and --force take for the user's); a file of the same name
+    there that the harness did not write is kept, and the new one is not published (one warning)."""
     from conformance.run.outdir import recorded
 
     ours = set(recorded(out)[0])
     target = out / folder
-    made = not target.is_dir()
-    target.mkdir(exist_ok=True)
-    moved, kept = [], []
+    moving, kept = [], []
     for path in sorted(staging.iterdir()):
         name = f"{folder}/{path.name}"
         if (out / name).exists() and name not in ours:
             kept.append(name)
-            continue
-        os.replace(path, out / name)
-        moved.append(name)
-    add_written(out, moved + ([f"{folder}/"] if made else []))
+        else:
+            moving.append(path)
+    add_written(out, [f"{folder}/{path.name}" for path in moving] + ([] if target.is_dir() else [f"{folder}/"]))
+    target.mkdir(exist_ok=True)
+    for path in moving:
+        os.replace(path, target / path.name)
     if kept:
         print(f"warning: {len(kept)} reproducers not written: {kept[0]} is a file kl-conformance did not write "
               f"there", file=sys.stderr)

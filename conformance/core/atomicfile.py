@@ -6,6 +6,7 @@ Writes files only; imports nothing of the project.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -30,7 +31,10 @@ class AtomicLines:
             os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file is a report like the others
             self._file = os.fdopen(fd, "w", encoding="utf-8")
         except BaseException:
-            os.close(fd)
+            # a Ctrl-C inside fdopen may come after its file object took the descriptor (and closed it, dropped):
+            # closing it again must not turn the interruption into an OSError, nor keep the temporary file
+            with contextlib.suppress(OSError):
+                os.close(fd)
             Path(self._tmp).unlink(missing_ok=True)
             raise
 

@@ -24,6 +24,7 @@ DIVERGENCES_FILE = "divergences.md"  # every divergent row, linked from report.m
 REPORT_FILES = (REPORT_FILE, DIVERGENCES_FILE, "report.html", "junit.xml", "summary.json")
 RUNS_FILE = "runs.json"
 REPRO_DIR = "repro"  # a run's reproducers: one per defect (its example row), named by script_name, and its snippet
+ISSUES_DIR = "issues"  # a run's issue drafts, one per undocumented defect
 NAME_STEM_CHARS = 120  # of a file name made from a row's texts, before its hash: inside any file system's limit
 
 

@@ -21,13 +21,12 @@ import yaml
 from conformance.core.known import KnownFindings
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec
 from conformance.core.atomicfile import write_atomic
-from conformance.core.rundirs import REPRO_DIR, iter_rows, script_name, snippet_name
+from conformance.core.rundirs import ISSUES_DIR, REPRO_DIR, iter_rows, script_name, snippet_name
 from conformance.core.text import visible, without_mentions
 from conformance.core.upstream import UpstreamIssue
 from conformance.report.defects import UNDOCUMENTED, Defect, Defects, expected_words, spec_of, title
 from conformance.report.reprocommand import repro_command
 
-ISSUES_DIR = "issues"
 MAX_SCRIPT_CHARS = 40_000  # a reproducer longer than this is given as its command: an issue body holds 65,536
 MAX_TEXT_CHARS = 2_000  # of one message or spec excerpt
 MAX_OTHERS = 40  # rows of other frameworks listed on the example's case

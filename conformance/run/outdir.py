@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -33,7 +34,7 @@ except ImportError:  # no flock here (Windows): the lock is not taken, as the re
 from conformance.core.details import DETAILS_FILE
 from conformance.core.manifest import MANIFEST_FILE
 from conformance.core.results import RESULTS_FILE
-from conformance.core.rundirs import REPORT_FILES, RUNS_FILE
+from conformance.core.rundirs import ISSUES_DIR, REPORT_FILES, REPRO_DIR, RUNS_FILE
 
 LOCK_FILE = ".kl-conformance.lock"
 RUN_FILES = (RESULTS_FILE, DETAILS_FILE, MANIFEST_FILE)
@@ -42,6 +43,8 @@ STAGING_PREFIX = ".repro-staging-"
 # temporary files of atomic writes, of the writability test and of the reproducers being written, left behind
 # by a killed process
 TEMP_PREFIXES = (".write-test-", ".junit-", STAGING_PREFIX) + tuple(f".{name}." for name in HARNESS_FILES)
+# the temporary file of an atomic write into the harness's own folders (a draft, a reproducer): tempfile's name
+_ATOMIC_TEMP = re.compile(r"\.[^/]+\.[a-z0-9_]{8}")
 # appended to by a run: --resume cuts a last line left half-written (a kill, a full disk)
 APPENDED_FILES = (RESULTS_FILE, DETAILS_FILE)
 
@@ -114,7 +117,7 @@ def _check_clearing(out: Path, entries: list[str], inputs: Sequence[tuple[str, s
                          file=str(out), where="--out",
                          fix="choose another (new or empty) directory for --out, or empty this one yourself")
     cleared = {(out / name).resolve() for name in files}
-    cleared |= {entry.resolve() for entry in out.iterdir() if entry.name.startswith(TEMP_PREFIXES)} if files else set()
+    cleared |= {entry.resolve() for entry in temporary_files(out)} if files else set()
     for option, given in inputs:
         if given is None:
             continue
@@ -264,10 +267,20 @@ def _refuse_linked_folders(out: Path) -> None:
 
 
 def clear_temporary_files(out: Path) -> None:
-    """Remove what a killed process left half-written (TEMP_PREFIXES): a resumed run starts clean of it."""
-    for entry in out.iterdir():
-        if entry.name.startswith(TEMP_PREFIXES):
-            _remove(entry)
+    """Remove what a killed process left half-written: a resumed run starts clean of it."""
+    for entry in temporary_files(out):
+        _remove(entry)
+
+
+def temporary_files(out: Path) -> list[Path]:
+    """What a killed process may have left half-written in `out`: the temporary files of its own (TEMP_PREFIXES),
+    and those of atomic writes into the harness's folders (a draft, a reproducer), never through a link."""
+    found = [entry for entry in out.iterdir() if entry.name.startswith(TEMP_PREFIXES)]
+    for folder in (out / REPRO_DIR, out / ISSUES_DIR):
+        if folder.is_dir() and not folder.is_symlink():
+            found += [entry for entry in folder.iterdir()
+                      if _ATOMIC_TEMP.fullmatch(entry.name) and entry.is_file() and not entry.is_symlink()]
+    return found
 
 
 def clear_harness_files(out: Path) -> None:

@@ -186,3 +186,62 @@ def test_resume_names_a_changed_case_file_not_its_digest(tmp_path, capsys):
     assert len(err) == 1 and f"--cases {cases}" in err[0]
     assert not any(digest in err[0] for digest in manifest["selection"]["case_files"])
     assert _files(tmp_path / "out") == before
+
+
+def test_a_stop_among_the_reproducers_moves_leaves_none_resume_takes_for_the_users(tmp_path, capsys, monkeypatch):
+    """A Ctrl-C after the first reproducer moved into repro/, before run.json recorded it: --resume warned "not
+    written: ... a file kl-conformance did not write there" and kept the stale script, and so did --force."""
+    real = os.replace
+
+    def stopped_after_one(src, dst, *args, **kwargs):
+        real(src, dst, *args, **kwargs)
+        if f"{os.sep}repro{os.sep}" in str(dst):
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "replace", stopped_after_one)
+        assert main(_args(tmp_path)) == 130
+    capsys.readouterr()
+    assert main([*_args(tmp_path), "--resume"]) == 0
+    assert "not written" not in capsys.readouterr().err
+    assert main(_args(tmp_path, out="whole")) == 0
+    out, whole = tmp_path / "out", tmp_path / "whole"
+    assert sorted(p.name for p in (out / "repro").iterdir()) == sorted(p.name for p in (whole / "repro").iterdir())
+    assert {w for w in _manifest(out)["written"] if w.startswith("repro/")} == \
+        {w for w in _manifest(whole)["written"] if w.startswith("repro/")}
+
+
+def test_a_ctrl_c_inside_an_atomic_write_is_an_interruption_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """A Ctrl-C landing as os.fdopen returned (its file object dropped, the descriptor closed) became "the run
+    failed: ... OSError: [Errno 9] Bad file descriptor", exit 3, and left issues/.NAME.md.XXXXXXXX, which neither
+    --resume nor --force removed (they looked at the top of --out only)."""
+    real = os.fdopen
+    armed = [True]
+
+    def dropped(fd, *args, **kwargs):
+        if armed[0] and f"{os.sep}issues{os.sep}" in os.readlink(f"/proc/self/fd/{fd}"):
+            armed[0] = False
+            real(fd, *args, **kwargs)  # made and dropped at once: the descriptor is closed
+            raise KeyboardInterrupt
+        return real(fd, *args, **kwargs)
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd to tell which file a descriptor is")
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "fdopen", dropped)
+        assert main(_args(tmp_path)) == 130
+    out = tmp_path / "out"
+    assert not [p.name for p in (out / "issues").iterdir() if p.name.startswith(".")]
+    # what a SIGKILL before the rename leaves, in both of the harness's folders: gone on --resume and on --force
+    for folder in ("issues", "repro"):
+        (out / folder).mkdir(exist_ok=True)
+        (out / folder / ".numpy-test-0123456789.md.k2x_9abc").write_text("half")
+    (out / "issues" / ".mine").write_text("a file of the user's")
+    assert main([*_args(tmp_path), "--resume"]) == 0
+    assert main(_args(tmp_path, out="whole")) == 0
+    leftover = sorted(p.name for folder in ("issues", "repro") for p in (out / folder).iterdir())
+    assert leftover == sorted([".mine", *(p.name for folder in ("issues", "repro")
+                                          for p in (tmp_path / "whole" / folder).iterdir())])
+    (out / "repro" / ".x.py.abcdefgh").write_text("half")
+    assert main([*_args(tmp_path), "--force"]) == 0
+    assert not (out / "repro" / ".x.py.abcdefgh").exists() and (out / "issues" / ".mine").exists()
