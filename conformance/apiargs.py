@@ -11,7 +11,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from conformance.core.errors import ConformanceError, UsageError
+from conformance.core.errors import ConformanceError, UsageError, unusable_path
 from conformance.core.known import KnownFindings, load_known
 from conformance.core.model import Spec
 from conformance.core.specload import load_spec
@@ -32,6 +32,11 @@ def in_api_words(function):
                                                for text in (exc.where, exc.problem, exc.fix))
             exc.args = (exc.render(),)
             raise
+        except (OSError, RuntimeError) as exc:
+            problem = unusable_path(exc)
+            if problem is None:
+                raise
+            raise problem from None
     return checked
 
 

@@ -25,7 +25,7 @@ from conformance.adapters.registry import get_adapter, is_known, known_adapters,
 from conformance.arguments import (REBASELINE, case_selection, check_gate_options, gates_of, inputs_of, like_marks,
                                    no_case_matches)
 from conformance.core.defects import FRAMEWORK_NAME
-from conformance.core.errors import ConformanceError, UsageError
+from conformance.core.errors import ConformanceError, UsageError, unusable_path
 from conformance.core.model import Spec
 from conformance.core.rundirs import check_run_dirs, load_manifests
 from conformance.core.specload import load_spec
@@ -242,8 +242,12 @@ def main(argv: Sequence[str] | None = None, early_worker: WorkerPool | None = No
     except BrokenPipeError:  # `kl-conformance cases | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit must not fail
         return EXIT_OK
-    except OSError as exc:
-        if debug or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+    except (OSError, RuntimeError) as exc:
+        problem = unusable_path(exc, argv)
+        if problem is not None and not debug:
+            print(f"kl-conformance: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+        if debug or not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         # a run has recorded it in run.json (_run_with); `report` writes each file atomically: none is half-written
         print("kl-conformance: no space left on the device" + (f" ({exc.filename})" if exc.filename else "")

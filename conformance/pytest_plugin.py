@@ -67,7 +67,7 @@ class _Suite:
     """The session's suite: the checked options, the frameworks' devices, and the rows judged so far."""
 
     def __init__(self, config) -> None:
-        from conformance.core.errors import ConformanceError
+        from conformance.core.errors import ConformanceError, unusable_path
         from conformance.options import PLUGIN, spelled
 
         self.config = config
@@ -82,8 +82,11 @@ class _Suite:
             exc.where, exc.problem, exc.fix = (spelled(text, PLUGIN) if text else text
                                                for text in (exc.where, exc.problem, exc.fix))
             raise pytest.UsageError(f"kl-conformance: {exc.render()}") from None
-        except BaseException:
+        except BaseException as exc:
             self._discard()
+            problem = unusable_path(exc, config.invocation_params.args)
+            if problem is not None:
+                raise pytest.UsageError(f"kl-conformance: {spelled(str(problem), PLUGIN)}") from None
             raise
 
     def _setup(self, config) -> None:

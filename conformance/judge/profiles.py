@@ -25,7 +25,7 @@ from typing import Callable
 
 from conformance.core.case import Case
 from conformance.core.choices import choice_points, get_path, set_choice
-from conformance.core.errors import SpecError
+from conformance.core.errors import SpecError, unusable_path
 from conformance.core.model import EAGER, Expected, Observation, Spec
 from conformance.core.profilefile import default_profiles_dir, profile_data
 from conformance.core.specload import parse_yaml, spec_hash
@@ -123,10 +123,20 @@ def load_profile(framework: str, spec: Spec, profiles_dir: Path | None = None,
     return _load(framework, spec, profiles_dir, carried)
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return Path(path).is_dir()
+    except OSError as exc:  # a name too long: the one line of bad input it is, before the run has written anything
+        problem = unusable_path(exc, where="--profiles")
+        if problem is None:
+            raise
+        raise problem from None
+
+
 def profile_source(framework: str, profiles_dir: Path | None = None,
                    carried: str | Path | dict | None = None) -> tuple[str, object] | None:
     """(name shown in messages, path or dict) of `framework`'s profile, or None where it has none."""
-    if profiles_dir is not None and not Path(profiles_dir).is_dir():
+    if profiles_dir is not None and not _is_dir(profiles_dir):
         # a mistyped --profiles would otherwise mean "no deviation documented" for every framework
         raise SpecError("no such directory", file=str(profiles_dir), where="--profiles",
                         fix="pass --profiles with a directory of <framework>.yaml profiles, or leave it out "

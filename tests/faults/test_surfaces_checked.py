@@ -215,3 +215,35 @@ def test_the_plugin_guide_lists_every_option_the_plugin_registers(project):
     guide = (ROOT / "docs" / "guide" / "plugin.md").read_text(encoding="utf-8")
     table = guide.split("## Options", 1)[1].split("\n\n", 2)[1]
     assert set(re.findall(r"`(--kl-[a-z-]+)", table)) == registered and "--kl-timeout-s" in registered
+
+
+def test_a_path_the_file_system_cannot_follow_is_one_line_on_every_surface(project, capsys):
+    """A name too long for the file system (ENAMETOOLONG) or a loop of symbolic links, given to --out, --like-run,
+    --profiles, --baseline or `repro --all`, was a traceback on the CLI (exit 1), an INTERNALERROR in the plugin and
+    a bare OSError or RuntimeError from the API; `run --profiles` with one recorded "the run failed", exit 3."""
+    long = str(project / ("a" * 300))
+    (project / "loop").symlink_to(project / "loop")
+    loop = str(project / "loop")
+    cases = ["--framework", OFF_BY_ONE, "--cases", str(project / "cases.yaml"), "--suite", "none", "--no-repro"]
+    assert main(["run", *cases, "--out", str(project / "good")]) in (0, 1)
+    before = sorted(p.name for p in project.iterdir())
+    for words, option in ((["run", *cases, "--out", long], "--out"),
+                          (["run", *cases, "--out", str(project / "o"), "--profiles", long], "--profiles"),
+                          (["run", *cases, "--out", str(project / "o"), "--like", "torch", "--like-run", long],
+                           "--like-run"),
+                          (["report", str(project / "good"), "--out", str(project / "o"), "--baseline", loop],
+                           "--baseline"),
+                          (["repro", "--all", long, "--from", str(project / "good")], "--all")):
+        capsys.readouterr()
+        assert main(words) == 2, words
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f": {option}: " in err[0] and "Fix: give a path" in err[0], err
+        assert sorted(p.name for p in project.iterdir()) == before
+    code, output, _ = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-like", "torch", "--kl-like-run", long)
+    assert code == 4 and "--kl-like-run: file name too long" in output and "INTERNALERROR" not in output, output
+    for call in (lambda: kl.run(OFF_BY_ONE, selection=_cases(project / "cases.yaml"), out=long),
+                 lambda: kl.run(OFF_BY_ONE, selection=_cases(project / "cases.yaml"), profiles=long),
+                 lambda: kl.gate([str(project / "good")], baseline=loop, fail_on_new=True)):
+        with pytest.raises(kl.ConformanceError, match="Fix: give a path the file system can open"):
+            call()
+    assert sorted(p.name for p in project.iterdir()) == before
