@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from conformance.core.errors import ResultsError, UsageError
+from conformance.core.manifest import read_manifest
 from conformance.core.model import PARTS, Result, Verdict, key_label
 from conformance.core.atomicfile import write_bytes_atomic
 from conformance.core.results import CASE_DIGEST, MODE_NAME, RESULTS_FILE, iter_results
@@ -93,6 +94,12 @@ def load_baseline(path: str | Path, where: str = "--baseline") -> Baseline:
         if not is_present(given / RESULTS_FILE):
             raise UsageError("no results.jsonl in the baseline directory", file=str(path), where=where,
                              fix="pass the --out directory of an earlier run, or the file its --write-baseline wrote")
+        try:  # its run.json, as `report` reads it: a damaged or foreign one is refused, never passed over
+            read_manifest(given)
+        except ResultsError as exc:
+            exc.where = ", ".join(filter(None, (where, exc.where)))
+            exc.args = (exc.render(),)
+            raise
         read = given / RESULTS_FILE
     elif not is_present(given):
         raise UsageError("no such baseline directory or file", file=str(path), where=where,
