@@ -125,6 +125,14 @@ def gates_of(args: argparse.Namespace) -> Gates:
                  fail_on_own=getattr(args, "fail_on_own", False))
 
 
+def read_runs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The run directories a command reads beside its own (what each is, its path): its --out must lie outside
+    each, where a later command reading that run would read what this one wrote."""
+    found = [("the baseline run", args.baseline)] if args.baseline and os.path.isdir(args.baseline) else []
+    like_run = getattr(args, "like_run", None)
+    return found + ([("the run --like-run reads", like_run)] if like_run else [])
+
+
 def inputs_of(args: argparse.Namespace, *more: tuple[str, str]) -> tuple[tuple[str, str], ...]:
     """The command's input files and directories, as (option, path): --force must not remove one."""
     given = [("--cases", path) for path in getattr(args, "cases", [])] + list(more)

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from conformance.adapters.registry import get_adapter, is_known, known_adapters, unknown_framework
 from conformance.arguments import (REBASELINE, case_selection, check_gate_options, gates_of, inputs_of, like_marks,
-                                   no_case_matches)
+                                   no_case_matches, read_runs)
 from conformance.core.defects import FRAMEWORK_NAME
 from conformance.core.errors import ConformanceError, UsageError, unusable_path
 from conformance.core.model import Spec
@@ -102,10 +102,7 @@ def cmd_report(spec: Spec, args: argparse.Namespace) -> int:
     known = check_gate_options(spec, args)
     check_run_dirs(args.runs)  # before any path of theirs is resolved: a symlink loop is one line
     like = like_marks(spec, args, runs=args.runs)
-    read_dirs = [("one of the runs to merge", run) for run in args.runs]
-    if getattr(args, "like_run", None):
-        read_dirs.append(("the run --like-run reads", args.like_run))
-    check_out_outside(out, read_dirs)
+    check_out_outside(out, [*(("one of the runs to merge", run) for run in args.runs), *read_runs(args)])
     inputs = inputs_of(args, *(("a run to merge", run) for run in args.runs))
     check_out_dir(out, force=args.force, inputs=inputs)
     check_runs(args.runs, spec.hash, allow_missing=args.allow_missing, baseline=args.baseline,

@@ -23,7 +23,7 @@ import numpy as np
 
 from conformance.adapters.registry import get_adapter, is_known, unknown_framework
 from conformance.arguments import (cache_dir_of, case_selection, check_baseline_cases, check_gate_options, gates_of,
-                                   inputs_of, like_marks, no_case_matches)
+                                   inputs_of, like_marks, no_case_matches, read_runs)
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.case import Case
 from conformance.core.errors import ConformanceError, UsageError
@@ -31,7 +31,7 @@ from conformance.core.model import Result, Spec
 from conformance.core.text import terminal_line
 from conformance.report.baselinefile import baseline_written, write_baseline
 from conformance.report.gate import EXIT_INCOMPLETE
-from conformance.report.writer import ReportFeed, write_report
+from conformance.report.writer import ReportFeed, check_out_outside, write_report
 from conformance.run.jobs import default_jobs
 from conformance.run.outdir import REPORT_FILES, STAGING_PREFIX, OutDirLock, check_out_dir
 from conformance.run.context import DEFAULT_TIMEOUT_S
@@ -65,6 +65,7 @@ def cmd_run(spec: Spec, args: argparse.Namespace, early_worker: WorkerPool | Non
         check_baseline_cases(Path(args.baseline), spec, case_selection(args))
     port = get_adapter(args.framework) if args.like else None
     like = like_marks(spec, args, mirrors={port.name: port.mirrored()} if port is not None else None)
+    check_out_outside(args.out, read_runs(args))
     check_out_dir(args.out, resume=args.resume, force=args.force, inputs=inputs_of(args))
     # conformance/entry.py may have started a worker already, from its own quick reading of the command line.
     # Use it only if that reading agrees with the arguments checked here; otherwise close it.

@@ -278,7 +278,7 @@ def check_out_outside(out_dir: str | Path, inputs: Sequence[tuple[str, str | Pat
         if source == out or source in out.parents:
             raise UsageError("the output directory is " + (what if source == out else f"inside {given}, {what}"),
                              file=str(out_dir), where="--out",
-                             fix="write the report into a directory outside every run it reads")
+                             fix="write into a directory outside every run the command reads")
 
 
 def check_modes(manifests: Sequence[dict[str, Any]], modes: Sequence[str]) -> None:

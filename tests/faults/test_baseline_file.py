@@ -219,3 +219,15 @@ def test_a_failed_gate_or_an_unfinished_run_writes_no_baseline(runs, capsys):
     assert _run(runs, "PlantedBugsAdapter", FIRST + LAST, "again", "--baseline", str(baseline), "--fail-on-new",
                 "--write-baseline", str(baseline)) == 0
     assert "Baseline: " in capsys.readouterr().out
+
+
+def test_run_and_report_never_write_inside_the_baseline_run_they_read(runs, capsys):
+    """`run --out BASE/sub --baseline BASE` wrote its run inside the baseline's directory, where a later report of
+    BASE would read it back (report refused it only for the runs it merges)."""
+    for command in (["run", "--framework", ADAPTERS + "MixedFaultAdapter", "--cases", str(runs / "now.yaml"),
+                     "--suite", "none", "--no-progress", "--no-repro"], ["report", str(runs / "now")]):
+        assert main([*command, "--out", str(runs / "accepted" / "sub"), "--baseline", str(runs / "accepted"),
+                     "--fail-on-new"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--out" in err[0] and "the baseline run" in err[0], err
+        assert not (runs / "accepted" / "sub").exists()
