@@ -138,9 +138,11 @@ def _selected(spec: Spec, selection: CaseSelection) -> Iterator[tuple[str, Calla
     exact = [p for p in only if not any(ch in p for ch in "*?[")]
     if only and len(exact) == len(only) and selection.suite != "none":
         # exact generated ids: rebuild them directly, whichever suite they came from
-        seen_user = {c.id for c in every_user}
+        seen_user = {c.id: c.source for c in every_user}
         for case_id in exact:
             if case_id in seen_user:
+                if _is_generated_id(case_id):  # the user's case would stand in for the generated one
+                    raise _shared_id(case_id, seen_user[case_id])
                 continue
             key = _generated_key(case_id, selection.memory_budget_mb, spec)
             if not matches_meaning(spec, selection, key.params, key.dtype, key.family):
@@ -156,10 +158,22 @@ def _selected(spec: Spec, selection: CaseSelection) -> Iterator[tuple[str, Calla
     user_ids = {c.id: c.source for c in every_user}
     for case_id, source, make in _chain(generated, ((c.id, c.source, functools.partial(_given, c)) for c in user)):
         if source == "generated" and case_id in user_ids:
-            raise CaseFileError("this id is also a generated case's id: two cases would share it", file=user_ids[case_id],
-                                where=f"case {case_id!r}", fix="rename the case, or run your file alone with --suite none")
+            raise _shared_id(case_id, user_ids[case_id])
         if not only or any(fnmatch.fnmatchcase(case_id, p) for p in only):
             yield case_id, make
+
+
+def _shared_id(case_id: str, source: str) -> CaseFileError:
+    return CaseFileError("this id is also a generated case's id: two cases would share it", file=source,
+                         where=f"case {case_id!r}", fix="rename the case, or run your file alone with --suite none")
+
+
+def _is_generated_id(case_id: str) -> bool:
+    """An id the generator writes (whichever suite draws it): --only rebuilds such an id directly."""
+    try:
+        return build_id(parse_id(case_id)) == case_id
+    except ValueError:
+        return False
 
 
 def _given(case: Case) -> Case:

@@ -57,5 +57,13 @@ def test_ids_alone_make_the_same_checks(spec, tmp_path):
     clash.write_text("- id: fwd/none/log_target=0/scalar/float16/softmax/s0\n  input: [0.5]\n  target: [0.5]\n")
     with pytest.raises(CaseFileError, match="also a generated case's id"):
         list(select_lazily(spec, _selection(case_files=(str(clash),))))
+    # --only naming exactly that id took the user's case in the generated one's place, silently
+    for select in (select_lazily, select_cases):
+        with pytest.raises(CaseFileError, match="also a generated case's id"):
+            list(select(spec, _selection(case_files=(str(clash),),
+                                         only=("fwd/none/log_target=0/scalar/float16/softmax/s0",))))
+    alone = list(select_cases(spec, _selection(case_files=(str(clash),), suite="none",
+                                               only=("fwd/none/log_target=0/scalar/float16/softmax/s0",))))
+    assert [c.source for c in alone] == [str(clash)]  # the file alone: its case, no generated one to share the id
     with pytest.raises(UsageError):
         list(select_lazily(spec, _selection(only=("fwd/none/log_target=0/scalar/float17/softmax/s0",))))
