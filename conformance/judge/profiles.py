@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,9 @@ def profile_source(framework: str, profiles_dir: Path | None = None,
     path = (profiles_dir or default_profiles_dir()) / f"{framework}.yaml"
     if path.is_file():
         return str(path), path
+    if os.path.lexists(path):  # a FIFO, a directory, a dangling link: read as absent, it would document nothing
+        raise SpecError("not a regular file", file=str(path), where="--profiles",
+                        fix=f"make {framework}.yaml a profile file, or remove it")
     if isinstance(carried, dict):
         return f"the profile adapter {framework} carries", carried
     if carried is not None:

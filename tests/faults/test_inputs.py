@@ -3,6 +3,7 @@ a bad one is one line naming the file and the place, exit 2, never a hang, a tra
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -166,6 +167,22 @@ def test_a_missing_profiles_directory_is_an_error(tmp_path, capsys):
                               "--suite", "none", "--profiles", str(absent), "--out", str(tmp_path / "out"),
                               "--no-progress", "--no-repro", "--no-cache"], str(absent), "no such directory")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_profile_that_is_not_a_regular_file_is_an_error(tmp_path, capsys):
+    """`--profiles DIR` whose torch.yaml is a directory or a FIFO was read as "no profile": every deviation it
+    documents counted as undocumented, exit 0."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: one, input: [-1.0], target: [0.5], dtype: float64}\n")
+    for kind in ("directory", "fifo"):
+        profiles = tmp_path / kind
+        profiles.mkdir()
+        made = profiles / "numpy-test.yaml"
+        made.mkdir() if kind == "directory" else os.mkfifo(made)
+        _one_line_exit_2(capsys, ["run", "--framework", "tests.faults.adapters:NumpyAdapter", "--cases", str(cases),
+                                  "--suite", "none", "--profiles", str(profiles), "--out", str(tmp_path / "out"),
+                                  "--no-progress", "--no-repro", "--no-cache"], str(made), "not a regular file")
+        assert not (tmp_path / "out").exists()
 
 
 FAULT_CASES = """
