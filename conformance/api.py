@@ -305,7 +305,7 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
             if not is_present(run_dir, directory=True) or not is_present(run_dir / RESULTS_FILE):
                 raise ResultsError("no results.jsonl here", file=str(run_dir),
                                    fix="pass the directory of a finished run (its out, `kl-conformance run --out`)")
-        marks = _like_marks(spec, like, like_run, dirs[0] if dirs else scratch, runs=dirs, fail_on_own=fail_on_own,
+        marks = _like_marks(spec, like, like_run, scratch, runs=dirs, fail_on_own=fail_on_own,  # gate writes nothing
                             manifests=[o.manifest for o in outcomes])
         known = known_findings(known)  # read after the options are checked, as the CLI reads it
         if dirs:

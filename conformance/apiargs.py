@@ -16,6 +16,7 @@ from conformance.core.known import KnownFindings, load_known
 from conformance.core.model import Spec
 from conformance.core.specload import load_spec
 from conformance.options import API, spelled
+from conformance.run.outdir import RESUME_FIX
 
 RUNS_FIX = "pass what conformance.api.run returned, or the directory a run wrote (its out, `kl-conformance run --out`)"
 
@@ -30,6 +31,8 @@ def in_api_words(function):
         except ConformanceError as exc:
             exc.where, exc.problem, exc.fix = (spelled(text, API) if text else text
                                                for text in (exc.where, exc.problem, exc.fix))
+            if exc.fix:  # the API continues no run: it has no --resume
+                exc.fix = exc.fix.replace(RESUME_FIX, "")
             exc.args = (exc.render(),)
             raise
         except (OSError, RuntimeError) as exc:

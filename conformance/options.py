@@ -257,7 +257,8 @@ def check_selection(selection: Any, surface: str = API):
 _CLI_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 _QUOTED = re.compile(r"(`[^`]*`)")  # a backticked span, kept whole by the split
 # what the API calls the options outside the table that checks below the commands name
-_API_KEYWORDS = {"--framework": "framework", "--profiles": "profiles", "--cache-dir": "cache_dir",
+_API_KEYWORDS = {"--framework": "framework", "--profiles": "profiles", "--cache-dir": "cache_dir", "--out": "out",
+                 "--force": "force=True",
                  "--fail-on-own": "fail_on_own", "--fail-on-new": "fail_on_new", "--strict": "strict",
                  "--spec": "load_spec"}
 

@@ -40,6 +40,7 @@ LOCK_FILE = ".kl-conformance.lock"
 RUN_FILES = (RESULTS_FILE, DETAILS_FILE, MANIFEST_FILE)
 HARNESS_FILES = (RESULTS_FILE, DETAILS_FILE, MANIFEST_FILE, RUNS_FILE, *REPORT_FILES, "baseline.json")
 STAGING_PREFIX = ".repro-staging-"
+RESUME_FIX = ", --resume to continue that run"  # a surface that continues no run (the API) says the rest alone
 # temporary files of atomic writes, of the writability test and of the reproducers being written, left behind
 # by a killed process
 TEMP_PREFIXES = (".write-test-", ".junit-", STAGING_PREFIX) + tuple(f".{name}." for name in HARNESS_FILES)
@@ -80,8 +81,8 @@ def check_out_dir(path: str | Path, *, resume: bool = False, force: bool = False
             raise UsageError(f"the output directory is not empty (it holds {entries[0]!r}"
                              + (f" and {len(entries) - 1} more" if len(entries) > 1 else "") + ")",
                              file=str(out), where="--out",
-                             fix="pass --force to replace what an earlier run wrote there, --resume to continue "
-                                 "that run, or choose another directory")
+                             fix=f"pass --force to replace what an earlier run wrote there{RESUME_FIX}, or choose "
+                                 "another directory")
         if entries and force and not resume:
             _check_clearing(out, entries, inputs, record_required)
         writable = out

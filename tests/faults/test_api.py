@@ -111,3 +111,20 @@ def test_judge_gives_the_verdict_and_cause_of_one_observation(spec):
     assert kl.judge(single, in_float64).verdict is kl.Verdict.DTYPE  # a float64 array for a float32 call
     assert kl.judge(single, in_float64, dtype="float32").verdict is kl.Verdict.PASS  # converted by the caller
     assert kl.expected(case).value == pytest.approx(right, rel=1e-12)
+
+
+def test_the_api_names_its_own_arguments_and_says_nothing_false(case_file, tmp_path):
+    """`kl.run(out=...)` said "--out" and "pass --force ..., --resume to continue that run" (the API has no
+    resume); `kl.gate(like_run=...)` of a gated run said "the recorded run is the output directory, which this
+    command rewrites" (gate writes nothing)."""
+    kept = kl.run(NumpyAdapter, selection=_selection(case_file), out=tmp_path / "kept")
+    with pytest.raises(kl.ConformanceError) as refused:
+        kl.run(NumpyAdapter, selection=_selection(case_file), out=tmp_path / "kept")
+    said = str(refused.value)
+    assert ": out: " in said and "pass force=True" in said and "--" not in said and "resume" not in said, said
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(kl.ConformanceError, match=r": out: exists and is not a directory\. Fix: .* for out$"):
+        kl.run(NumpyAdapter, selection=_selection(case_file), out=tmp_path / "a-file")
+    with pytest.raises(kl.ConformanceError) as refused:
+        kl.gate([kept.out_dir], like="torch", like_run=kept.out_dir)
+    assert "output directory" not in str(refused.value) and "not of 'torch'" in str(refused.value)
