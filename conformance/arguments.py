@@ -15,7 +15,7 @@ from conformance.core.results import RESULTS_FILE, iter_results
 from conformance.core.rundirs import other_spec
 from conformance.core.known import KnownFindings, load_known
 from conformance.judge.refcache import default_cache_dir
-from conformance.report.baselinefile import REBASELINE, check_baseline_draw, load_baseline
+from conformance.report.baselinefile import REBASELINE, check_baseline_draw, is_baseline_file, load_baseline
 from conformance.report.gate import Gates
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, CaseSelection
 
@@ -87,10 +87,17 @@ def check_write_baseline(args: argparse.Namespace) -> None:
             raise UsageError(f"the baseline file would replace what this command reads ({option} {given})",
                              file=target, where="--write-baseline",
                              fix="write it to a file of its own, e.g. baseline/torch.jsonl.gz")
+    if path.is_file() and path.stat().st_size and not is_baseline_file(path):
+        raise UsageError("a file that is not a baseline, which writing one would replace", file=target,
+                         where="--write-baseline", fix="name a new file, or one --write-baseline wrote before")
     folder = next(parent for parent in path.parents if parent.exists())  # the folders below it are made
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"cannot be written: {folder} is not a folder this user may write in", file=target,
                          where="--write-baseline", fix="name a file in a writable folder")
+    longest = os.pathconf(folder, "PC_NAME_MAX")
+    if any(len(os.fsencode(part)) > longest for part in path.relative_to(folder).parts):
+        raise UsageError(f"cannot be written: a name longer than {longest} bytes, which the file system refuses",
+                         file=target, where="--write-baseline", fix="name a file with shorter names")
 
 
 def resolved_or_none(path: str | Path) -> Path | None:

@@ -220,6 +220,17 @@ def _from_file(path: Path, where: str) -> Baseline:
     return held
 
 
+def is_baseline_file(path: Path) -> bool:
+    """The file opens as a compact baseline: gzip whose first line names BASELINE_FORMAT (of any version). What
+    --write-baseline may replace, besides a file of none."""
+    try:
+        with gzip.open(path, "rb") as f:
+            header = json.loads(f.readline(MAX_LINE_BYTES + 1))
+    except (OSError, EOFError, zlib.error, ValueError, RecursionError):
+        return False
+    return isinstance(header, dict) and header.get("format") == BASELINE_FORMAT
+
+
 def _header_problem(header: dict[str, Any], held: Baseline) -> str | None:
     if header.get("format") != BASELINE_FORMAT:
         return f"not a baseline file: its first line names no format {BASELINE_FORMAT!r}"

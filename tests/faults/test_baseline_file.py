@@ -231,3 +231,20 @@ def test_run_and_report_never_write_inside_the_baseline_run_they_read(runs, caps
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--out" in err[0] and "the baseline run" in err[0], err
         assert not (runs / "accepted" / "sub").exists()
+
+
+def test_write_baseline_refuses_a_name_too_long_and_a_file_that_is_not_a_baseline_before_the_run(runs, capsys):
+    """`--write-baseline bl/<300 characters>.gz` ran the whole suite, wrote its directory and the folder bl/, then
+    exited 2; `--write-baseline other-run/run.json` replaced another run's run.json with a baseline, exit 0."""
+    other = runs / "accepted" / "run.json"
+    before = other.read_bytes()
+    for target, problem in ((runs / "bl" / ("a" * 300 + ".gz"), "a name longer than"),
+                            (other, "a file that is not a baseline")):
+        assert _run(runs, "MixedFaultAdapter", FIRST, "refused", "--write-baseline", str(target)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--write-baseline" in err[0] and problem in err[0], err
+        assert not (runs / "refused").exists() and not (runs / "bl").exists()
+    assert other.read_bytes() == before
+    # a baseline file is replaced, as a refresh does
+    assert _run(runs, "PlantedBugsAdapter", FIRST + LAST, "again", "--write-baseline",
+                str(runs / "baseline" / "numpy.jsonl.gz")) == 0
