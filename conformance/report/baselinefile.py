@@ -90,6 +90,11 @@ def load_baseline(path: str | Path, where: str = "--baseline") -> Baseline:
         for a damaged or foreign file, rows of two releases of one framework, or one case with two digests.
     """
     given = Path(path)
+    try:  # a FIFO or a loop of links as the baseline: named as the baseline, with a fix that fits
+        is_present(given, directory=True) or is_present(given)
+    except ResultsError as exc:
+        raise ResultsError(exc.problem, file=exc.file, where=where, fix="pass the --out directory of an earlier "
+                           "run, or the file its --write-baseline wrote") from None
     if is_present(given, directory=True):
         if not is_present(given / RESULTS_FILE):
             raise UsageError("no results.jsonl in the baseline directory", file=str(path), where=where,

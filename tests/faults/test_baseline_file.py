@@ -248,3 +248,13 @@ def test_write_baseline_refuses_a_name_too_long_and_a_file_that_is_not_a_baselin
     # a baseline file is replaced, as a refresh does
     assert _run(runs, "PlantedBugsAdapter", FIRST + LAST, "again", "--write-baseline",
                 str(runs / "baseline" / "numpy.jsonl.gz")) == 0
+
+
+def test_a_baseline_that_is_a_fifo_is_named_as_the_baseline(runs, capsys):
+    """It said "fifo: not a regular file. Fix: regenerate the run": neither the option nor a fix that fits."""
+    import os
+
+    os.mkfifo(runs / "fifo")
+    assert _run(runs, "MixedFaultAdapter", FIRST, "refused", "--baseline", str(runs / "fifo"), "--fail-on-new") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ": --baseline: not a regular file. Fix: pass the --out directory" in err[0], err
