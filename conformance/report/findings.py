@@ -21,11 +21,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from conformance.core.defects import FRAMEWORK_NAME
-from conformance.core.errors import ConformanceError, UsageError
+from conformance.core.errors import ConformanceError, ResultsError, UsageError
 from conformance.core.generated import GeneratedFolder, WriteFailed
 from conformance.core.model import EAGER, Verdict
 from conformance.core.rundirs import iter_rows, load_manifests, released, safe_file_name
+from conformance.core.specload import load_spec
+from conformance.report.provenance import check_runs
 from conformance.report.reprocommand import repro_command
+from conformance.report.runrecord import damaged, held_by_framework
 from conformance.report.sitetext import code, text
 from conformance.report.summary import divergence_counts, render_summary
 from conformance.report.tally import Tally
@@ -37,6 +40,7 @@ _PROVENANCE = (("framework_version", "version"), ("status", "status"), ("started
                ("python_version", "Python"), ("numpy_version", "NumPy"), ("platform", "platform"),
                ("spec_hash", "spec hash"), ("suite", "suite"), ("seed", "seed"), ("cases", "cases"))
 _VERDICTS = [v.value for v in Verdict]
+REDO = "run the matrix again with this harness (tox -m conformance) and generate the pages from its run directories"
 
 
 def write_findings(run_dirs: Sequence[str | Path], out_dir: str | Path, commit: str | None = None) -> list[Path]:
@@ -53,11 +57,16 @@ def write_findings(run_dirs: Sequence[str | Path], out_dir: str | Path, commit: 
     """
     folder = GeneratedFolder(out_dir, COMMAND, usual="docs/findings")
     folder.check()
+    # as `report` merges them: a directory given twice, a merge beside one of its runs, rows of another spec
+    check_runs(run_dirs, load_spec().hash, redo=REDO)
     present, manifests = load_manifests(run_dirs)
     several = released(manifests)  # a framework of several releases: its targets are named with the release
     tallies: dict[str, Tally] = defaultdict(lambda: Tally(released=several))
     for row in iter_rows(present):
         tallies[row.framework].add(row)
+    held = {framework: counts for tally in tallies.values() for framework, counts in held_by_framework(tally).items()}
+    for line in damaged(manifests, held):  # a page of a run missing rows would state counts no report shows
+        raise ResultsError(line, fix=REDO)
     by_framework: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for manifest in manifests:  # by the adapter's name, which its rows carry (`framework` is what --framework said)
         selection = manifest.get("selection") if isinstance(manifest.get("selection"), dict) else {}
@@ -78,15 +87,22 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
     lines = [f"# {text(name)}: findings of a matrix run", "", _generated(given, commit), "",
              "What each finding means, and the reasoning behind it, is written by hand on the "
              "[framework pages](../frameworks/index.md); this page is only what the run recorded.", ""]
-    lines += _defects(summary["defects"])
+    not_run = [m for m in manifests if m.get("status") == "not_run"]
+    if not tally.total and manifests and len(not_run) == len(manifests):
+        lines += ["## Not run", "", "No result: " + "; ".join(text(m.get("reason") or "no reason recorded")
+                                                            for m in not_run) + ".", ""]
+    else:
+        lines += _defects(summary["defects"])
     lines += ["## Provenance", ""]
     lines += _provenance(manifests, commit)
     lines += ["## Results", "", f"{tally.total} results; {text(divergence_counts(tally))}.", ""]
     verdicts = [v for v in _VERDICTS if any(t["verdicts"].get(v) for t in summary["targets"].values())]
     modes = any(t.get("mode", EAGER) != EAGER for t in summary["targets"].values())
-    lines += [f"| target (framework/API/device/{'mode where not eager/' if modes else ''}part) | results | "
-              + " | ".join(verdicts) + " | undocumented | known |",
-              "|---|" + "---:|" * (len(verdicts) + 3)]
+    if not summary["targets"]:
+        return "\n".join(lines + ["No target was run.", ""])
+    header = [f"target (framework/API/device/{'mode where not eager/' if modes else ''}part)", "results", *verdicts,
+              "undocumented", "known"]
+    lines += ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for target, counts in summary["targets"].items():
         cells = [str(counts["verdicts"].get(v, 0)) for v in verdicts]
         lines.append(f"| {text(target)} | {counts['results']} | " + " | ".join(cells)
@@ -124,12 +140,14 @@ def _defects(defects: Sequence[dict[str, Any]]) -> list[str]:
             upstream = f"{text(d['upstream']['url'])} ({text(d['upstream']['state'])})" if d["upstream"] else "none listed"
             lines.append(f"| {code(d['id'])} | {text(d['title'])} | {d['rows']} | {text(where)} | {upstream} |")
         lines.append("")
-    for status, said in (("known", "accepted by a known-findings file"), ("documented", "documented by the "
-                         "profile"), ("unsupported", "API parts not offered")):
+    for status, said in (("known", "{} accepted by a known-findings file"), ("documented", "{} documented by the "
+                         "profile"), ("unsupported", "API {} not offered")):
         found = [d for d in defects if d["status"] == status]
         if found:
-            bases = sorted({d["basis"] for d in found if d.get("basis")})
-            lines.append(f"- {len(found)} {said} ({sum(d['rows'] for d in found)} rows)"
+            bases = sorted({basis for d in found if d.get("basis") for basis in d["basis"].split(", ")})
+            rows = sum(d["rows"] for d in found)
+            noun = ("part" if status == "unsupported" else "defect") + ("" if len(found) == 1 else "s")
+            lines.append(f"- {len(found)} {said.format(noun)} ({rows} row{'' if rows == 1 else 's'})"
                          + (f"; basis: {text(', '.join(bases))}" if bases else ""))
     return lines + ([""] if lines[-1] else [])
 
@@ -196,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.commit is not None and not re.fullmatch(r"[0-9a-f]{7,40}", args.commit):
-            raise UsageError(f"--commit {args.commit!r} is not a commit hash", where="--commit",
+            raise UsageError(f"{args.commit!r} is not a commit hash", where="--commit",
                              fix="pass the hash of the commit the runs were made at (7 to 40 hex digits)")
         written = write_findings(args.run_dirs, args.out, args.commit)
     except ConformanceError as exc:

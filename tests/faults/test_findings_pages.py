@@ -13,7 +13,7 @@ from conformance.cli import main
 from conformance.report.findings import main as findings
 
 ADAPTERS = "tests.faults.adapters:"
-HOSTILE_ID = "fault <script>alert(1)</script> *em* [x](javascript:alert(1)) | bar"
+HOSTILE_ID = "fault <script>alert(1)</script> *em* [x](javascript:alert(1)) | bar \u202eevil\u202c \x1b[31mred"
 CASES = f"""
 - {{id: ok-case, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64}}
 - {{id: {json.dumps(HOSTILE_ID)}, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: none, dtype: float64}}
@@ -77,6 +77,9 @@ def test_text_from_a_case_never_becomes_markup_on_a_findings_page(run_dir, tmp_p
     for tag in ("<script", "<em>", 'href="javascript'):
         assert tag not in html, tag
     assert "&lt;script&gt;alert(1)&lt;/script&gt; *em* [x](javascript:alert(1)) | bar" in html
+    # a direction override and an escape sequence show as their escapes, as report.md shows them
+    for raw, shown in (("\u202e", "\\u202e"), ("\x1b", "\\x1b")):
+        assert raw not in page and raw not in html and shown in page, shown
 
 
 def test_bad_input_is_one_line_and_writes_nothing(run_dir, tmp_path, capsys):
@@ -86,3 +89,23 @@ def test_bad_input_is_one_line_and_writes_nothing(run_dir, tmp_path, capsys):
     assert len(err) == 2 and "no results.jsonl here" in err[0] and "--commit" in err[1]
     assert all("Fix:" in line for line in err)
     assert not (tmp_path / "pages").exists()
+
+
+def test_runs_a_report_refuses_are_refused_and_a_run_that_did_not_run_says_so(run_dir, tmp_path, capsys):
+    """The same run given twice counted its rows twice, a run whose results.jsonl lost rows gave a page of what
+    was left, both exit 0, where `report` refuses each; a framework that did not run led its page with "0
+    undocumented defects" and a results table with an empty column."""
+    cut = tmp_path / "cut"
+    shutil.copytree(run_dir, cut)
+    rows = (cut / "results.jsonl").read_text().splitlines(keepends=True)
+    (cut / "results.jsonl").write_text("".join(rows[:-1]))
+    for given, problem in (([run_dir, run_dir], "given twice"), ([cut], "damaged")):
+        assert findings([*map(str, given), "--out", str(tmp_path / "pages")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and problem in err[0] and "Fix:" in err[0], err
+        assert not (tmp_path / "pages").exists()
+    assert main(["report", str(run_dir), str(tmp_path / "absent-run"), "--allow-missing", "--out",
+                 str(tmp_path / "merged")]) in (0, 1)
+    assert findings([str(tmp_path / "merged"), "--out", str(tmp_path / "pages")]) == 0
+    page = (tmp_path / "pages" / "absent-run.md").read_text()
+    assert "## Not run" in page and "undocumented defect" not in page and "|  |" not in page, page
