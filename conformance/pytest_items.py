@@ -12,6 +12,20 @@ from __future__ import annotations
 import pytest
 
 SHARES_PER_WORKER = 2  # under xdist: enough shares for a worker that finishes first to take another
+SUITE_PREFIX = "kl-conformance["  # the suite's node ids: "kl-conformance[ADAPTER]::CASE[API-DEVICE-MODE-PART]"
+
+
+def item_name(case_id: str, call: tuple[str, str, str, str]) -> str:
+    """An item's name: the case id, then its call (API, device, the mode where not eager, part) as parameters."""
+    from conformance.core.model import EAGER  # imported once the suite is collected, never at the plugin's load
+
+    api, device, mode, part = call
+    return f"{case_id}[{'-'.join([api, device, *([] if mode == EAGER else [mode]), part])}]"
+
+
+def node_id(adapter: str, case_id: str, call: tuple[str, str, str, str]) -> str:
+    """The node id of the item of one call of one case (a row's: its framework, case id and call)."""
+    return f"{SUITE_PREFIX}{adapter}]::{item_name(case_id, call)}"
 
 
 def deal_shares(nodeids: list[str], count: int) -> dict[str, str | None]:
@@ -22,7 +36,7 @@ def deal_shares(nodeids: list[str], count: int) -> dict[str, str | None]:
     shares: dict[str, str | None] = {}
     for nodeid in nodeids:
         label, _, name = nodeid.partition("::")
-        if not (label.startswith("kl-conformance[") and name):
+        if not (label.startswith(SUITE_PREFIX) and name):
             shares[nodeid] = None
             continue
         cases = dealt.setdefault(label, {})
@@ -122,19 +136,25 @@ class Call(pytest.Item):
 
 
 def accepted(row, suite) -> str:
-    """Why a divergence does not fail: the profile documents it, a known entry accepts it, or it is unchanged
-    since the baseline. Empty where none of these holds."""
+    """Why a divergence does not fail: the profile documents it, a known entry accepts it, or every gate the
+    session asked for accepts it, as `run`'s gates do: shared with the recorded run (--kl-fail-on-own), unchanged
+    since the baseline (--kl-baseline), both where both are asked. Empty where none of these holds."""
     said = f"{row.verdict.value} ({row.cause})" if row.cause else row.verdict.value
     if row.documented:
         return f"{said}: documented by the {row.framework} profile: {', '.join(row.documented_by)}"
     if row.known_by:
         return f"{said}: known ({suite.config.getoption('kl_known')}: {', '.join(row.known_by)})"
-    if suite.fail_on_own and row.like == "shared":
-        return f"{said}: shared with {suite.like}'s recorded run {suite.like_run} (--kl-fail-on-own)"
-    before = suite.baseline_rows.get(row.key)
-    if before is not None and (before.verdict, before.cause) == (row.verdict, row.cause):
-        return f"{said}: unchanged since the baseline {suite.baseline}"
-    return ""
+    reasons = []
+    if suite.fail_on_own:  # the port's own divergence fails, whatever the baseline says
+        if row.like != "shared":
+            return ""
+        reasons.append(f"shared with {suite.like}'s recorded run {suite.like_run} (--kl-fail-on-own)")
+    if suite.baseline is not None:  # a new or changed divergence fails, shared or not
+        before = suite.baseline_rows.get(row.key)
+        if before is None or (before.verdict, before.cause) != (row.verdict, row.cause):
+            return ""
+        reasons.append(f"unchanged since the baseline {suite.baseline}")
+    return f"{said}: {'; '.join(reasons)}" if reasons else ""
 
 
 def failure_text(row, framework: str, case, suite) -> str:

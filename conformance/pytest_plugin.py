@@ -28,12 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.pytest_items import (SHARES_PER_WORKER, Call, FrameworkItems, deal_shares, lean_protocol,
-                                     share_scheduling)
+from conformance.pytest_items import (SHARES_PER_WORKER, SUITE_PREFIX, Call, FrameworkItems, deal_shares,
+                                     item_name, lean_protocol, node_id, share_scheduling)
 
 _WORKER_INPUT = "kl_conformance"
 _DESELECTED = "deselected"  # a file in the shared directory: some items of the suite did not run
-_SUITE_PREFIX = "kl-conformance["  # the suite's node ids (FrameworkItems' names)
 
 
 def pytest_addoption(parser) -> None:
@@ -216,7 +215,7 @@ class _Suite:
 
         for name in self.frameworks:
             adapter = self.adapters[name]
-            label = f"{_SUITE_PREFIX}{adapter.name}]"
+            label = f"{SUITE_PREFIX}{adapter.name}]"
             collector = FrameworkItems.from_parent(session, name=label, nodeid=label)
             devices = [d for d in (self.devices or self.present[name]) if d in self.present[name]]
             apis = [a for a in adapter.apis if not self.apis or a.name in self.apis]
@@ -228,13 +227,13 @@ class _Suite:
                     for mode, device in itertools.product(self.modes or (EAGER,), devices):
                         for part in case.parts:
                             if not self.parts or part in self.parts:
-                                shown = "-".join([api.name, device, *([] if mode == EAGER else [mode]), part])
-                                item = f"{case.id}[{shown}]"
+                                call = (api.name, device, mode, part)
                                 # the node id given whole, so that pytest parses it as it parses the ids its
                                 # cache keeps (--lf, --ff): the case's name, then its call as the parameters
                                 made.append(Call.from_parent(
-                                    collector, name=item, nodeid=f"{label}::{item}", framework=name,
-                                    case=case, call=(api.name, device, mode, part)))
+                                    collector, name=item_name(case.id, call), nodeid=node_id(adapter.name, case.id,
+                                                                                             call),
+                                    framework=name, case=case, call=call))
             # as a collector's report, so that the terminal counts them as collected
             config.hook.pytest_collectreport(report=pytest.CollectReport(label, "passed", None, made))
             items.extend(made)
@@ -250,7 +249,7 @@ class _Suite:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         """Under xdist the controller collects nothing: each worker says which items it collected (after -k)."""
-        self.selected.update(nodeid for nodeid in ids if nodeid.startswith(_SUITE_PREFIX))
+        self.selected.update(nodeid for nodeid in ids if nodeid.startswith(SUITE_PREFIX))
 
     def pytest_deselected(self, items) -> None:
         if any(isinstance(item, Call) for item in items):
@@ -332,16 +331,24 @@ class _Suite:
         gated = (self.known is not None or self.baseline is not None or self.fail_on_own) \
             and not self.config.getoption("collectonly")
         if gated:
+            from conformance.core.text import terminal_line
+            from conformance.report.gate import EXIT_INCOMPLETE
+
             decision = self._gate()
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-            if reporter is not None:
+            if reporter is not None:  # as `run` prints them: the notes, the failed gates, the one decision line
                 reporter.line("")  # the progress line is still open: pytest ends it after this hook
-                for line in decision.lines:
-                    reporter.write_line(f"kl-conformance: {line}", red=True, bold=True)
+                for line in decision.notes + decision.lines:
+                    failed = line in decision.lines
+                    reporter.write_line(f"kl-conformance: {terminal_line(line)}", red=failed, bold=failed)
                     for detail in decision.details.get(line, ()):
-                        reporter.write_line(f"kl-conformance:   {detail}", red=True)
-                reporter.write_line(f"kl-conformance: {decision.line}", red=bool(decision.code), bold=True)
-            if decision.lines and session.exitstatus == pytest.ExitCode.OK:
+                        reporter.write_line(f"kl-conformance:   {terminal_line(detail)}", red=True)
+                reporter.write_line(f"kl-conformance: {terminal_line(decision.line)}", red=bool(decision.code),
+                                    bold=True)
+            if decision.code == EXIT_INCOMPLETE and session.exitstatus in (pytest.ExitCode.OK,
+                                                                            pytest.ExitCode.TESTS_FAILED):
+                session.exitstatus = EXIT_INCOMPLETE  # not everything was judged, as `run` exits: not a regression
+            elif decision.lines and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _gate(self):
@@ -354,7 +361,8 @@ class _Suite:
 
         # some items left out (-k, --lf) or not run (a stop at -x or --maxfail): the known entries about them are
         # not exercised; -x alone, in a session that ran every item, narrows nothing
-        partial = (self.dir / _DESELECTED).exists() or bool(self.selected - self.finished)
+        deselected = (self.dir / _DESELECTED).exists()
+        partial = deselected or bool(self.selected - self.finished)
         outcomes, seen = [], set()
         for run in sorted(p for p in self.dir.iterdir() if (p / RESULTS_FILE).is_file()):
             manifest = read_manifest(run)
@@ -364,12 +372,16 @@ class _Suite:
             # under xdist, a case whose items two workers ran was judged by each: its rows count once, and so
             # does what run.json counts of them (the gate refuses a run whose counts disagree with its rows)
             written = self.written[run] if run in self.written else list(iter_results(run))
-            rows = [r for r in written if r.key not in seen]
+            # a case is judged on every part and API, its items left out by -k or --deselect too: their rows
+            # are not this session's (a baseline's rows of them are not checked, as a narrower `run`'s)
+            rows = [r for r in written if r.key not in seen
+                    and (not deselected or node_id(r.framework, r.case_id, r.call[1:]) in self.selected)]
             seen.update(r.key for r in rows)
             if written and not rows:
-                continue  # another worker's run of the same case holds every row
+                continue  # another worker's run of the same case holds every row, or no item of it was selected
             if len(rows) < len(written) and isinstance(manifest.get("counts"), dict):
                 manifest["counts"] = dict(Counter(r.verdict.value for r in rows))
+                manifest["cases"] = len({r.case_id for r in rows})
             outcomes.append(api.RunOutcome(rows, manifest, like_run=Path(self.like_run) if self.like_run else None))
         return api.gate(outcomes, known=self.known, baseline=self.baseline, fail_on_new=self.baseline is not None,
                         like=self.like, like_run=self.like_run, fail_on_own=self.fail_on_own,

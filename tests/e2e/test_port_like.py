@@ -140,6 +140,12 @@ def test_the_plugin_marks_and_gates_a_port_as_run_does(framework, tmp_path, caps
     assert failed == shown, (failed, shown)
     assert "like:    own (not in torch's recorded run" in output  # a failing item says the divergence is own
     assert "shared with torch's recorded run" in output  # -rx: a shared one xfails, naming the recorded run
+    # a baseline that holds each own divergence unchanged: --kl-fail-on-own still fails them, as `run` does (the
+    # items xfailed as "unchanged since the baseline" while the session failed on them)
+    done = subprocess.run([*done.args, "--kl-baseline", str(tmp_path / "own")], cwd=project, capture_output=True,
+                          text=True, timeout=900)
+    failed = {c.get("name") for c in ET.parse(junit).iter("testcase") if c.find("failure") is not None}
+    assert done.returncode == 1 and failed == shown, (failed, shown, done.stdout[-2000:])
     # own where only the observation differs (torch's row has the same verdict and cause): the session's gate
     # reads the rows as their run marked them, as `run` decides, with a baseline that accepts every row too
     integral = ["--only", "fwd/sum/*/4x6/int64*"]

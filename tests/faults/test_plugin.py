@@ -97,7 +97,7 @@ def test_a_call_the_memory_budget_refused_is_skipped_and_fails_a_gate_closed(pro
     args = ("--kl-framework", "tests.faults.adapters:NumpyAdapter", "--kl-cases", "cases.yaml", "--kl-suite", "none",
             "--kl-part", "forward", "--kl-memory-budget-mb", "0.1")
     code, output, outcomes = _pytest(project, *args, "--kl-known", "known.yaml", "-rs")
-    assert code == 1, output
+    assert code == 3, output  # not everything was judged: `run`'s exit code, not a regression's
     # its own line (it followed the progress dots), naming the plugin's option, as the skip's reason does
     assert any(line.startswith("kl-conformance: --known: numpy-test: 1 results not checked, their calls refused by "
                                "the harness (needs about 1.5 MB") and line.endswith("(raise --kl-memory-budget-mb))")
@@ -294,6 +294,33 @@ def test_under_xdist_every_row_is_judged_once_and_the_decision_is_the_clis(proje
         assert sorted(log.read_text().splitlines()) == once, extra  # every row judged once, whoever judged it
         assert f"kl-conformance: {decision[0]}" in output, (extra, decision, output)
         assert len([o for o in outcomes.values() if o == "failure"]) == 6  # fault-4, -8, -12 on two APIs
+
+
+def test_the_gates_judge_the_rows_of_the_selected_items_only(project, monkeypatch, capsys):
+    """`-k` left out one API's items, but each case was judged on both APIs and the gate counted the rows of the
+    items left out: "--fail-on-new: N divergences new or changed" with no item failed, where `run --api` with the
+    same baseline passes. Those rows are not the session's, and a baseline's rows of them are not checked."""
+    from conformance.cli import main
+
+    (project / "known.yaml").write_text("- {id: noted, case_id: ok-before, api: numpy.kl_div, verdict: value, "
+                                        "reason: fixed since}\n")
+    monkeypatch.setenv("KL_TEST_CALL_LOG", str(project / "calls.log"))
+    base = ["run", "--framework", COUNTED, "--cases", str(project / "cases.yaml"), "--suite", "none",
+            "--no-progress", "--no-repro", "--api", "numpy.kl_div"]
+    assert main([*base, "--out", str(project / "base")]) == 0
+    capsys.readouterr()
+    assert main([*base, "--out", str(project / "cli"), "--baseline", str(project / "base"), "--fail-on-new"]) == 0
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("kl-conformance: baseline: "))
+    args = ("--kl-framework", COUNTED, "--kl-cases", "cases.yaml", "--kl-suite", "none", "--kl-baseline", "base",
+            "-k", "kl_div", "--kl-known", "known.yaml")
+    for extra in ((), ("-n", "2")):
+        code, output, outcomes = _pytest(project, *args, *extra, env={"KL_TEST_CALL_LOG": str(project / "calls.log")})
+        assert code == 0 and "failure" not in outcomes.values(), (extra, output)
+        counted = line.removeprefix("kl-conformance: ").split(";")[0]
+        assert counted == "baseline: 0 new, 0 changed, 0 fixed, 0 lost", line
+        assert f"kl-conformance: {counted}; known: " in output and "gate passed (--fail-on-new, --known)" in output
+        # the notes `run` prints print here too: the entry left unexercised says so
+        assert "entry 1 (id 'noted'): not exercised here" in output, output
 
 
 # a maintainer's conftest: wraps each item's call (as Hypothesis's plugin does), and under KL_TEST_MARK marks the
