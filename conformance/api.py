@@ -29,18 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence, Union
 
-import numpy as np
-
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter, is_known, unknown_framework
-from conformance.apiargs import (RUNS_FIX, flags, given_spec, in_api_words, known_findings, listed,
+from conformance.apiargs import (RUNS_FIX, flags, given_spec, in_api_words, known_findings, listed, observation_of,
                                  path_or_none)
 from conformance.arguments import check_gate_options, like_marks, resolved_or_none
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.case import Case
 from conformance.core.errors import ConformanceError, ResultsError, UsageError
 from conformance.core.manifest import read_manifest
-from conformance.core.model import Expected, Judgement, Observation, Result, Spec, Verdict
+from conformance.core.model import Expected, Judgement, Observation, Result, Spec, Verdict, key_label
 from conformance.core.results import RESULTS_FILE, iter_results
 from conformance.core.runfile import is_present
 from conformance.core.rundirs import iter_rows, load_manifests
@@ -50,6 +48,7 @@ from conformance.judge.casejudge import CaseJudge
 from conformance.core.known import KnownFindings
 from conformance.judge.refcache import default_cache_dir
 from conformance.options import API, OPTIONS, check_selection
+from conformance.reference.forward import takes_input_space
 from conformance.report.gate import (EXIT_GATE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, LISTED_IN_BASELINE_JSON,
                                      Decision, Gates)
 from conformance.report.like import LikeMarks
@@ -126,7 +125,7 @@ def framework_name(framework: FrameworkLike) -> str:
 @in_api_words
 def cases(selection: CaseSelection | None = None, *, spec: Spec | None = None) -> list[Case]:
     """The cases a run of `selection` would judge, in its order (as `kl-conformance cases` lists them)."""
-    return list(select_cases(given_spec(spec), check_selection(selection or CaseSelection())))
+    return list(select_cases(given_spec(spec), check_selection(CaseSelection() if selection is None else selection)))
 
 
 @in_api_words
@@ -171,7 +170,7 @@ def run(framework: FrameworkLike, *, selection: CaseSelection | None = None, out
     """
     spec = given_spec(spec)
     name = framework_name(framework)
-    selection = check_selection(selection or CaseSelection())
+    selection = check_selection(CaseSelection() if selection is None else selection)
     timeout_s = OPTIONS["timeout_s"].check(timeout_s, API)
     jobs = None if jobs is None else OPTIONS["jobs"].check(jobs, API)
     apis, devices, parts, modes = (OPTIONS[option].check_each(given, API) for option, given in
@@ -238,10 +237,10 @@ def judge(case: Case, observed: Any, part: str = "forward", *, dialect: str = "c
     if dtype is not None and not isinstance(dtype, str):
         raise UsageError(f"expected a dtype's name, got {dtype!r}", where="dtype", fix="write it as text, e.g. "
                          "dtype='bfloat16', or leave it out to take the array's own")
-    if isinstance(warnings, (str, bytes)) or not all(isinstance(w, str) for w in warnings):
+    if not isinstance(warnings, (list, tuple)) or not all(isinstance(w, str) for w in warnings):
         raise UsageError(f"expected a list of warning messages, got {warnings!r}", where="warnings",
                          fix="pass a list of the messages the call warned with, e.g. warnings=['...']")
-    return CaseJudge(case, spec).judgement(part, dialect, _observation(observed, dtype, tuple(warnings)))
+    return CaseJudge(case, spec).judgement(part, dialect, observation_of(observed, dtype, tuple(warnings)))
 
 
 def _check_call(case: Any, part: Any, dialect: Any, spec: Spec) -> None:
@@ -253,29 +252,12 @@ def _check_call(case: Any, part: Any, dialect: Any, spec: Spec) -> None:
     dialects = list(spec.data["dialects"])
     if dialect not in dialects:
         raise UsageError(f"unknown dialect {dialect!r}", where="dialect", fix=f"use one of {dialects}")
-
-
-def _observation(observed: Any, dtype: str | None, warnings: tuple[str, ...]) -> Observation:
-    if isinstance(observed, Observation):
-        return observed
-    if isinstance(observed, BaseException):
-        return Observation(exception_type=type(observed).__name__, exception_message=str(observed),
-                           warnings=warnings)
-    fix = ("pass the framework's result as an array of real numbers, the exception its call raised, or a "
-           "conformance.api.Observation")
-    try:
-        array = np.asarray(observed)
-    except Exception as exc:  # a ragged list, an object NumPy cannot hold
-        raise UsageError(f"not an array of numbers ({type(exc).__name__}: {exc})", where="observed", fix=fix) from None
-    if np.iscomplexobj(array):  # its imaginary part would be dropped, and the rest judged as the real loss
-        raise UsageError(f"complex values ({array.dtype}): the loss is real", where="observed",
-                         fix=fix + " (a framework that answers in complex numbers diverges: judge "
-                                   "Observation(dtype='" + str(array.dtype) + "', shape=...) to say so)")
-    if array.dtype.kind not in "biuf":
-        raise UsageError(f"not an array of numbers (dtype {array.dtype}, from {type(observed).__name__})",
-                         where="observed", fix=fix)
-    return Observation(value=np.asarray(array, dtype=np.float64), dtype=dtype or str(array.dtype),
-                       shape=tuple(array.shape), warnings=warnings)
+    if not takes_input_space(case, dialect, spec):  # no API of the dialect can be called with it: a run has no row
+        given = "probabilities" if case.params.prob_input else "log-probabilities"
+        takers = [d for d in dialects if takes_input_space(case, d, spec)]
+        raise UsageError(f"case {case.id!r} gives {given} as input, which dialect {dialect!r} does not take",
+                         where="dialect", fix=f"judge it in a dialect that takes them ({', '.join(takers)}), or pick "
+                         "a case of the dialect's input space")
 
 
 @in_api_words
@@ -299,7 +281,7 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
     dirs = [Path(r) for r in given if not isinstance(r, RunOutcome)]
     scratch = make_scratch("kl-conformance-gate-")
     try:
-        check_gate_options(spec, _gate_args(fail_on_new, baseline, None, dirs, scratch))
+        check_gate_options(spec, _gate_args(fail_on_new, baseline, None, scratch))
         outcomes = [r for r in given if isinstance(r, RunOutcome)]
         for run_dir in dirs:  # as load_manifests refuses one, less the CLI's --allow-missing, which gate has not
             if not is_present(run_dir, directory=True) or not is_present(run_dir / RESULTS_FILE):
@@ -320,7 +302,13 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
                 if gone.out_dir is None and _same_path(gone.like_run, like_run):
                     marks.keep(gone.rows)
             marks.finish([*present, *(o.out_dir for o in outcomes if o.out_dir is not None)])
+        seen = set()  # as `report` refuses a run given twice: a RunOutcome twice, or beside its own directory
         for row in _chained([o.rows for o in outcomes] + [iter_rows(present)]):
+            if (row.key, row.framework_version) in seen:
+                raise ResultsError(f"the same result appears twice (case {row.case_id!r}, {key_label(row.key)}): a "
+                                   "run given twice, or a RunOutcome beside its own directory", where="runs",
+                                   fix="pass each run once")
+            seen.add((row.key, row.framework_version))
             row = marks.mark(row) if marks is not None else row
             feed.add(known.mark(row) if known is not None else row)
         # run directories, or several runs, are gated as `report` gates their merge; one RunOutcome as its `run`
@@ -361,10 +349,11 @@ def _written_nowhere(decision: Decision) -> Decision:
     return Decision(decision.code, lines, decision.notes, details, decision.gates, decision.counts, names)
 
 
-def _gate_args(fail_on_new: bool, baseline, known, dirs: list[Path], scratch: Path) -> argparse.Namespace:
-    """The gate options as the CLI's checks read them; the output a baseline must not be is the gated run."""
+def _gate_args(fail_on_new: bool, baseline, known, scratch: Path) -> argparse.Namespace:
+    """The gate options as the CLI's checks read them; gate writes nothing, so its output is its scratch folder
+    (a baseline that is one of the gated runs is a merge's, as `report` takes it)."""
     return argparse.Namespace(fail_on_new=fail_on_new, baseline=None if baseline is None else str(baseline),
-                              known=None if known is None else str(known), out=str(dirs[0] if dirs else scratch))
+                              known=None if known is None else str(known), out=str(scratch))
 
 
 def _chained(groups):

@@ -11,9 +11,11 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from conformance.core.errors import ConformanceError, UsageError, unusable_path
 from conformance.core.known import KnownFindings, load_known
-from conformance.core.model import Spec
+from conformance.core.model import Observation, Spec
 from conformance.core.specload import load_spec
 from conformance.options import API, spelled
 from conformance.run.outdir import RESUME_FIX
@@ -81,3 +83,54 @@ def flags(**given: Any) -> None:
         if type(value) is not bool:
             raise UsageError(f"expected True or False, got {value!r}", where=keyword,
                              fix=f"pass {keyword}=True or {keyword}=False")
+
+
+def observation_of(observed: Any, dtype: str | None, warnings: tuple[str, ...]) -> Observation:
+    """What `judge` was given, as the Observation a run judges: an array, an exception, or one made by hand."""
+    if isinstance(observed, Observation):
+        return _checked(observed)
+    if isinstance(observed, BaseException):
+        return Observation(exception_type=type(observed).__name__, exception_message=str(observed),
+                           warnings=warnings)
+    fix = ("pass the framework's result as an array of real numbers, the exception its call raised, or a "
+           "conformance.api.Observation")
+    try:
+        array = np.asarray(observed)
+    except Exception as exc:  # a ragged list, an object NumPy cannot hold
+        raise UsageError(f"not an array of numbers ({type(exc).__name__}: {exc})", where="observed", fix=fix) from None
+    if np.iscomplexobj(array):  # its imaginary part would be dropped, and the rest judged as the real loss
+        raise UsageError(f"complex values ({array.dtype}): the loss is real", where="observed",
+                         fix=fix + " (a framework that answers in complex numbers diverges: judge "
+                                   "Observation(dtype='" + str(array.dtype) + "', shape=...) to say so)")
+    if array.dtype.kind not in "biuf":
+        raise UsageError(f"not an array of numbers (dtype {array.dtype}, from {type(observed).__name__})",
+                         where="observed", fix=fix)
+    return Observation(value=np.asarray(array, dtype=np.float64), dtype=dtype or str(array.dtype),
+                       shape=tuple(array.shape), warnings=warnings)
+
+
+def _checked(observed: Observation) -> Observation:
+    """An Observation made by hand, as an adapter makes one: a value with its dtype and shape, or an exception's
+    type, or a reason it is unsupported; each field of its type. Refused in one line otherwise."""
+    fix = ("make it as an adapter does: Observation(value=np.asarray(result, dtype=np.float64), dtype='float32', "
+           "shape=result.shape), or Observation(exception_type='ValueError', exception_message='...')")
+    problems = [f"{name} is {getattr(observed, name)!r}, not text" for name in
+                ("dtype", "exception_type", "exception_message", "unsupported", "fallback")
+                if getattr(observed, name) is not None and not isinstance(getattr(observed, name), str)]
+    if not isinstance(observed.warnings, tuple) or not all(isinstance(w, str) for w in observed.warnings):
+        problems.append(f"warnings is {observed.warnings!r}, not a tuple of messages")
+    if observed.value is not None:
+        if not isinstance(observed.value, np.ndarray) or observed.value.dtype.kind not in "biuf":
+            problems.append(f"value is {type(observed.value).__name__}, not a NumPy array of real numbers")
+        elif observed.dtype is None or not isinstance(observed.shape, tuple) or \
+                not all(isinstance(n, int) and n >= 0 for n in observed.shape):
+            problems.append(f"a value needs its dtype and its shape (a tuple of sizes), got dtype {observed.dtype!r}, "
+                            f"shape {observed.shape!r}")
+    elif observed.dtype is not None and not (isinstance(observed.shape, tuple) and
+                                             all(isinstance(n, int) and n >= 0 for n in observed.shape)):
+        problems.append(f"a dtype without values needs its shape (a tuple of sizes), got {observed.shape!r}")
+    elif not (observed.raised or observed.unsupported is not None or observed.dtype is not None):
+        problems.append("no value, no dtype, no exception and no reason it is unsupported")
+    if problems:
+        raise UsageError(f"an Observation that no adapter makes: {problems[0]}", where="observed", fix=fix)
+    return observed

@@ -128,3 +128,39 @@ def test_the_api_names_its_own_arguments_and_says_nothing_false(case_file, tmp_p
     with pytest.raises(kl.ConformanceError) as refused:
         kl.gate([kept.out_dir], like="torch", like_run=kept.out_dir)
     assert "output directory" not in str(refused.value) and "not of 'torch'" in str(refused.value)
+
+
+def test_gate_refuses_the_same_results_twice_and_takes_a_baseline_among_its_runs(case_file, tmp_path):
+    """Given one RunOutcome twice, or beside its own directory, gate counted each row twice (its decision line
+    doubled, and changed with the order), where `report` refuses them; and a baseline that was the first gated
+    directory was refused as "the output directory, which this command rewrites": gate writes nothing."""
+    kept = kl.run(OFF_BY_ONE, selection=_selection(case_file), out=tmp_path / "kept")
+    alone = kl.run(OFF_BY_ONE, selection=_selection(case_file))
+    for given in ([alone, alone], [kept, kept.out_dir]):
+        with pytest.raises(kl.ConformanceError, match="the same result appears twice.*Fix: pass each run once"):
+            kl.gate(given, strict=True)
+    other = kl.run(NumpyAdapter, selection=_selection(case_file), out=tmp_path / "other")
+    assert kl.gate([other.out_dir], baseline=other.out_dir, fail_on_new=True).code == 0
+
+
+def test_judge_refuses_what_it_cannot_judge_in_one_line(case_file):
+    """A case of the other input space than the dialect's, a hand-made Observation no adapter makes, or warnings
+    of None raised a bare ValueError, TypeError or AttributeError from inside; a falsy selection of another type
+    ({}, []) ran the whole default suite."""
+    prob = kl.case("fwd/sum/log_target=0,input=prob/4x6/float32/softmax/s0")
+    for call in (lambda: kl.judge(prob, np.float32(1.0)), lambda: kl.expected(prob)):
+        with pytest.raises(kl.ConformanceError, match="gives probabilities as input, which dialect 'canonical'"):
+            call()
+    case = kl.case("fwd/sum/log_target=0/4x6/float32/softmax/s0")
+    for observed in (kl.Observation(), kl.Observation(value=np.array(8.27), dtype="float32"),
+                     kl.Observation(value=[8.27], dtype="float32", shape=()), kl.Observation(dtype=3, shape=())):
+        with pytest.raises(kl.ConformanceError, match="^observed: an Observation that no adapter makes"):
+            kl.judge(case, observed)
+    with pytest.raises(kl.ConformanceError, match="^warnings: "):
+        kl.judge(case, np.float32(8.27), warnings=None)
+    assert kl.judge(case, kl.Observation(dtype="complex64", shape=())).verdict is kl.Verdict.DTYPE
+    for selection in ({}, [], 0, ""):
+        with pytest.raises(kl.ConformanceError, match="^selection: expected a Selection"):
+            kl.cases(selection)
+        with pytest.raises(kl.ConformanceError, match="^selection: expected a Selection"):
+            kl.run(NumpyAdapter, selection=selection)
