@@ -139,6 +139,8 @@ def _defects(defects: Sequence[dict[str, Any]]) -> list[str]:
             where = "; ".join(", ".join(d[key]) for key in ("apis", "modes", "parts", "dtypes"))
             upstream = f"{text(d['upstream']['url'])} ({text(d['upstream']['state'])})" if d["upstream"] else "none listed"
             lines.append(f"| {code(d['id'])} | {text(d['title'])} | {d['rows']} | {text(where)} | {upstream} |")
+        lines += ["", "The command that prints each one's reproducer, of its example (summary.json's `reproduce`):", ""]
+        lines += [f"- {code(d['id'])}: {code(d['reproduce'])}" for d in undocumented if d.get("reproduce")]
         lines.append("")
     for status, said in (("known", "{} accepted by a known-findings file"), ("documented", "{} documented by the "
                          "profile"), ("unsupported", "API {} not offered")):

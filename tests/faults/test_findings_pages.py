@@ -51,7 +51,11 @@ def test_the_same_run_gives_the_same_pages_with_its_counts_and_provenance(run_di
     defects = {r["defect"] for r in divergent}
     assert page.index("undocumented defect") < page.index("## Provenance")
     assert f"## {len(defects)} undocumented defect{'' if len(defects) == 1 else 's'}" in page
-    assert all(page.count(f"`{d}`") == 1 for d in defects)
+    assert all(page.count(f"`{d}`") == 2 for d in defects)  # in the table, and beside its reproduce command
+    undocumented = [d for d in json.loads((run_dir / "summary.json").read_text())["defects"]
+                    if d["status"] == "undocumented"]
+    assert {d["id"] for d in undocumented} == defects
+    assert all(f"- `{d['id']}`: `{d['reproduce']}`" in page for d in undocumented)
     manifest = json.loads((run_dir / "run.json").read_text())
     # provenance from run.json: the version, when it ran, the commit it ran from (where it ran from a git
     # checkout); --commit only for runs whose run.json records none
