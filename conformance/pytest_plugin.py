@@ -331,20 +331,15 @@ class _Suite:
         gated = (self.known is not None or self.baseline is not None or self.fail_on_own) \
             and not self.config.getoption("collectonly")
         if gated:
-            from conformance.core.text import terminal_line
             from conformance.report.gate import EXIT_INCOMPLETE
 
             decision = self._gate()
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-            if reporter is not None:  # as `run` prints them: the notes, the failed gates, the one decision line
+            if reporter is not None:  # what `run` prints of its decision
                 reporter.line("")  # the progress line is still open: pytest ends it after this hook
-                for line in decision.notes + decision.lines:
-                    failed = line in decision.lines
-                    reporter.write_line(f"kl-conformance: {terminal_line(line)}", red=failed, bold=failed)
-                    for detail in decision.details.get(line, ()):
-                        reporter.write_line(f"kl-conformance:   {terminal_line(detail)}", red=True)
-                reporter.write_line(f"kl-conformance: {terminal_line(decision.line)}", red=bool(decision.code),
-                                    bold=True)
+                for kind, line in decision.shown():
+                    red = kind in ("failed", "detail") or (kind == "decision" and bool(decision.code))
+                    reporter.write_line(line, red=red, bold=kind in ("failed", "decision"))
             if decision.code == EXIT_INCOMPLETE and session.exitstatus in (pytest.ExitCode.OK,
                                                                             pytest.ExitCode.TESTS_FAILED):
                 session.exitstatus = EXIT_INCOMPLETE  # not everything was judged, as `run` exits: not a regression

@@ -151,8 +151,10 @@ def _cells_cover(runs: list[tuple[_RunSelection, frozenset[str]]]) -> bool:
         by_draw.setdefault(run.draw, []).append((run, cut))
     for group in by_draw.values():
         shards = {_shard(r.shard) for r, c in group if "--shard" in c}
-        counts = {n for _, n in shards if shards and None not in shards}
-        if None in shards or len(counts) > 1:
+        if None in shards:
+            continue
+        counts = {n for _, n in shards}
+        if len(counts) > 1:
             continue
         n = counts.pop() if counts else 1
         held = {(k, part) for r, c in group

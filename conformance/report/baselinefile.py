@@ -91,11 +91,12 @@ def load_baseline(path: str | Path, where: str = "--baseline") -> Baseline:
     """
     given = Path(path)
     try:  # a FIFO or a loop of links as the baseline: named as the baseline, with a fix that fits
-        is_present(given, directory=True) or is_present(given)
+        directory = is_present(given, directory=True)
+        regular = not directory and is_present(given)
     except ResultsError as exc:
         raise ResultsError(exc.problem, file=exc.file, where=where, fix="pass the --out directory of an earlier "
                            "run, or the file its --write-baseline wrote") from None
-    if is_present(given, directory=True):
+    if directory:
         if not is_present(given / RESULTS_FILE):
             raise UsageError("no results.jsonl in the baseline directory", file=str(path), where=where,
                              fix="pass the --out directory of an earlier run, or the file its --write-baseline wrote")
@@ -106,7 +107,7 @@ def load_baseline(path: str | Path, where: str = "--baseline") -> Baseline:
             exc.args = (exc.render(),)
             raise
         read = given / RESULTS_FILE
-    elif not is_present(given):
+    elif not regular:
         raise UsageError("no such baseline directory or file", file=str(path), where=where,
                          fix="pass the --out directory of an earlier run, or the file its --write-baseline wrote")
     else:

@@ -125,16 +125,22 @@ class Decision:
         return {"gates": list(self.gates), "outcome": self.outcome, "exit_code": self.code, "line": self.line,
                 "counts": self.counts, "failed": list(self.lines)}
 
-    def print(self) -> int:
-        """Print the notes and the failed gates, each followed by what failed it, as plain lines (text from
-        rows and known-findings files may hold escape sequences); a gated run then says what it decided in one
-        line, pass or fail."""
+    def shown(self) -> list[tuple[str, str]]:
+        """What the decision prints, as (kind, plain line): the notes, the failed gates each followed by what
+        failed it ("detail"), then, for a gated run, the one decision line, pass or fail. Plain lines: text from
+        rows and known-findings files may hold escape sequences."""
+        out = []
         for line in self.notes + self.lines:
-            print(f"kl-conformance: {terminal_line(line)}", file=sys.stderr)
-            for detail in self.details.get(line, ()):
-                print(f"kl-conformance:   {terminal_line(detail)}", file=sys.stderr)
+            out.append(("failed" if line in self.lines else "note", f"kl-conformance: {terminal_line(line)}"))
+            out += [("detail", f"kl-conformance:   {terminal_line(detail)}") for detail in self.details.get(line, ())]
         if self.gates or self.counts:
-            print(f"kl-conformance: {terminal_line(self.line)}", file=sys.stderr)
+            out.append(("decision", f"kl-conformance: {terminal_line(self.line)}"))
+        return out
+
+    def print(self) -> int:
+        """Print what the decision shows on stderr; the exit code."""
+        for _, line in self.shown():
+            print(line, file=sys.stderr)
         return self.code
 
     def text(self, line: str) -> str:

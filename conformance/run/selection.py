@@ -133,16 +133,16 @@ def _selected(spec: Spec, selection: CaseSelection) -> Iterator[tuple[str, Calla
     """Each selected case's id, and how to make the case (a generated case's values are drawn only then)."""
     check_meaning(spec, selection)
     every_user = _user_cases(selection.case_files)  # all of them name ids that generated cases must not take
+    user_ids = {c.id: c.source for c in every_user}
     user = [c for c in every_user if matches_meaning(spec, selection, c.params, c.dtype, c.family)]
     only = tuple(dict.fromkeys(selection.only))  # `--only ID --only ID` runs the case once
     exact = [p for p in only if not any(ch in p for ch in "*?[")]
     if only and len(exact) == len(only) and selection.suite != "none":
         # exact generated ids: rebuild them directly, whichever suite they came from
-        seen_user = {c.id: c.source for c in every_user}
         for case_id in exact:
-            if case_id in seen_user:
+            if case_id in user_ids:
                 if _is_generated_id(case_id):  # the user's case would stand in for the generated one
-                    raise _shared_id(case_id, seen_user[case_id])
+                    raise _shared_id(case_id, user_ids[case_id])
                 continue
             key = _generated_key(case_id, selection.memory_budget_mb, spec)
             if not matches_meaning(spec, selection, key.params, key.dtype, key.family):
@@ -155,7 +155,6 @@ def _selected(spec: Spec, selection: CaseSelection) -> Iterator[tuple[str, Calla
         for case_id, key in generated_keys(spec, suite=selection.suite,
                                            samples=selection.samples)
         if matches_meaning(spec, selection, key.params, key.dtype, key.family))
-    user_ids = {c.id: c.source for c in every_user}
     for case_id, source, make in _chain(generated, ((c.id, c.source, functools.partial(_given, c)) for c in user)):
         if source == "generated" and case_id in user_ids:
             raise _shared_id(case_id, user_ids[case_id])
