@@ -30,6 +30,7 @@ import pytest
 
 from conformance.pytest_items import (SHARES_PER_WORKER, SUITE_PREFIX, Call, FrameworkItems, deal_shares,
                                      item_name, lean_protocol, node_id, share_scheduling)
+from conformance.pytest_process import early_workers, quick_exit
 
 _WORKER_INPUT = "kl_conformance"
 _DESELECTED = "deselected"  # a file in the shared directory: some items of the suite did not run
@@ -58,20 +59,22 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_configure(config) -> None:
-    if config.getoption("kl_framework"):
-        config.pluginmanager.register(_Suite(config), "kl-conformance-suite")
+    names = config.getoption("kl_framework")
+    if names:
+        config.pluginmanager.register(_Suite(config, early_workers(names)), "kl-conformance-suite")
+        quick_exit()
 
 
 class _Suite:
     """The session's suite: the checked options, the frameworks' devices, and the rows judged so far."""
 
-    def __init__(self, config) -> None:
+    def __init__(self, config, early: dict) -> None:
         from conformance.core.errors import ConformanceError, unusable_path
         from conformance.options import PLUGIN, spelled
 
         self.config = config
         self.dir: Path | None = None
-        self.pools: dict = {}
+        self.pools: dict = early  # framework -> its WorkerPool, launched as the plugin was configured
         self.controller = False
         try:
             self._setup(config)
@@ -116,7 +119,10 @@ class _Suite:
             select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
                    self.apis, self.devices, self.modes, adapter.mode_names())
         for name in self.frameworks:  # each worker imports its framework while the options are checked below
-            self._pool(name).launch()
+            pool = self._pool(name)
+            pool.timeout_s = self.timeout_s
+            if not pool.launched:
+                pool.launch()
         self.known = load_known(given["known"]) if given["known"] else None
         self.baseline = given["baseline"]
         self.like, self.like_run = given["like"], given["like_run"]

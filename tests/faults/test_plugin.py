@@ -213,6 +213,31 @@ def test_bad_options_are_one_line_naming_the_plugin_option(project):
     assert code == 4 and "--kl-framework" in output and "no-such-framework" in output
 
 
+def test_the_worker_launched_before_the_options_are_read_keeps_their_time_limit(project):
+    """The plugin starts each framework's worker as it is configured, before --kl-timeout-s is checked: the case
+    that hangs is still stopped at that limit (the default is a minute), and only that case."""
+    code, output, outcomes = _pytest(project, "--kl-framework", "tests.faults.adapters:HangAdapter", "--kl-cases",
+                                     "cases.yaml", "--kl-suite", "none", "--kl-timeout-s", "2", "--kl-part", "forward")
+    assert code == 1, output
+    assert outcomes["the-fault[numpy.kl_div-cpu-forward]"] == "failure"
+    assert outcomes["ok-before[numpy.kl_div-cpu-forward]"] == "passed", outcomes
+    assert re.search(r"timeout\b.*\b2(\.0)? ?s\b", output), output
+
+
+def test_the_quick_exit_still_finalizes_the_sessions_garbage_and_the_users_exit_handlers(project):
+    """The plugin leaves the objects still alive at the interpreter's exit to the operating system (conformance/
+    pytest_process.py); what a user's test left as garbage, and the user's own exit handlers, run as without it."""
+    (project / "test_exit.py").write_text(
+        "import atexit\n\n\nclass Flushes:\n    def __del__(self):\n"
+        "        open('finalized.txt', 'w').write('yes')\n\n\n"
+        "def test_leaves_a_cycle():\n    kept = Flushes()\n    kept.itself = kept\n"
+        "    atexit.register(lambda: open('exited.txt', 'w').write('yes'))\n")
+    code, output, outcomes = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml",
+                                     "--kl-suite", "none", "--kl-part", "forward")
+    assert outcomes["test_leaves_a_cycle"] == "passed", output
+    assert (project / "finalized.txt").read_text() == "yes" and (project / "exited.txt").read_text() == "yes"
+
+
 def test_under_xdist_the_items_and_outcomes_are_those_of_one_process(project):
     many = "".join(f"- {{id: {'fault' if i % 3 == 0 else 'fine'}-{i}, input: [[-1.0, -{i}.5]], target: [[0.25, 0.75]], "
                    f"reduction: {('sum', 'none', 'mean')[i % 3]}, dtype: float64}}\n" for i in range(12))
