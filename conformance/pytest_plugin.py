@@ -75,6 +75,8 @@ class _Suite:
         self.config = config
         self.dir: Path | None = None
         self.pools: dict = early  # framework -> its WorkerPool, launched as the plugin was configured
+        self.cache = None  # the reference cache of the judges made while the workers load
+        self.judges: dict = {}  # case id -> its judge, made then: the first run to judge the case takes it
         self.controller = False
         try:
             self._setup(config)
@@ -119,7 +121,7 @@ class _Suite:
             select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
                    self.apis, self.devices, self.modes, adapter.mode_names())
         for name in self.frameworks:  # each worker imports its framework while the options are checked below
-            pool = self._pool(name)
+            pool = self.pool_of(name)
             pool.timeout_s = self.timeout_s
             if not pool.launched:
                 pool.launch()
@@ -155,10 +157,14 @@ class _Suite:
         from conformance.core.scratch import make_scratch
 
         self.dir = make_scratch("kl-conformance-pytest-")  # one a killed session left goes with the next
+        if config.getoption("dist", "no") == "no":  # this process judges the items: their first expectations
+            from conformance.pytest_runs import judges_while_loading
+
+            self.cache, self.judges = judges_while_loading(self)
         self.present = {}
         self.unusable: dict[str, dict[str, str]] = {}  # framework -> {mode: why it cannot run here}
         for name, adapter in self.adapters.items():
-            pool = self._pool(name)
+            pool = self.pool_of(name)
             try:
                 info = pool.wait_ready()
             except Exception as exc:  # WorkerUnavailable: the framework cannot be loaded
@@ -194,7 +200,8 @@ class _Suite:
                                   fail_on_own=self.fail_on_own, out=tempfile.gettempdir())  # the plugin writes no run
         return like_marks(self.spec, args, mirrors={a.name: a.mirrored() for a in self.adapters.values()})
 
-    def _pool(self, name: str):
+    def pool_of(self, name: str):
+        """The framework's worker pool: the one launched as the plugin was configured, or a new one."""
         from conformance.judge.refcache import default_cache_dir
         from conformance.run.pool import WorkerPool
 
@@ -206,6 +213,9 @@ class _Suite:
         for pool in self.pools.values():
             pool.close()
         self.pools.clear()
+        self.judges.clear()
+        if self.cache is not None:
+            self.cache.close()
 
     # xdist: the controller hands each worker the devices and the shared directory
     @pytest.hookimpl(optionalhook=True)
@@ -285,40 +295,13 @@ class _Suite:
 
     def _judge(self, framework: str, cases: list) -> dict:
         """{case id: {(api, device, mode, part): Result}} of one run of the runner over `cases`."""
-        from conformance.core.results import iter_results
-        from conformance.judge.refcache import default_cache_dir
-        from conformance.options import OPTIONS, PLUGIN
-        from conformance.run.jobs import default_jobs
-        from conformance.run.runner import RunOptions, run_conformance
-        from conformance.runcommand import selection_record
+        from conformance.pytest_runs import judge_share
 
         self.runs += 1
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        out = self.dir / f"{worker}-{self.runs:06d}"
-        record = selection_record(self.selection, self.known, self.parts, self.apis, self.devices,
-                                  self.adapters[framework].name, self.modes, self.timeout_s)
-        run_info = {"seed": self.selection.seed, "suite": self.selection.suite, "samples": self.selection.samples,
-                    "case_files": list(self.selection.case_files), "only": list(self.selection.only),
-                    "shard": None, "known": self.config.getoption("kl_known"), "selection": record,
-                    "command": "pytest --kl-framework " + framework,
-                    **({"mirrors": self.adapters[framework].mirrored()} if self.like else {})}
-        options = RunOptions(apis=self.apis, devices=self.devices, modes=self.modes, parts=self.parts,
-                             timeout_s=self.timeout_s, memory_budget_mb=self.selection.memory_budget_mb,
-                             budget_option=OPTIONS["memory_budget_mb"].where(PLUGIN),
-                             known=self.known, cache_dir=default_cache_dir(), like=self.like,
-                             # under xdist the pytest processes take the cores; alone, --jobs's default
-                             jobs=1 if "PYTEST_XDIST_WORKER" in os.environ else default_jobs(self.modes, len(cases)))
-        written: list = []  # the rows as the run wrote them, so that they are not read back
-        summary = run_conformance(self.spec, framework, cases, out, options, run_info=run_info,
-                                  pool=self._pool(framework), on_result=lambda _, row: written.append(row))
-        if summary.not_run:
-            pytest.fail(f"kl-conformance: {framework} did not run: {summary.not_run}", pytrace=False)
-        if self.marks is not None:
-            self.marks.write_marks(out)  # each divergence shared with the recorded run, or the port's own
-            written = list(iter_results(out))
-        self.written[out] = written  # the gate's rows of this run, when this process decides the gates
+        out = self.dir / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{self.runs:06d}"
+        self.written[out] = judge_share(self, framework, cases, out)  # the gate's rows, when this process gates
         judged: dict = {}
-        for r in written:
+        for r in self.written[out]:
             judged.setdefault(r.case_id, {})[(r.api, r.device, r.mode, r.part)] = r
         return judged
 

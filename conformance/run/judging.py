@@ -10,15 +10,16 @@ imports a framework or the reports.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from typing import Callable, Iterator
 
 from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
 from conformance.core.case import Case
 from conformance.core.defects import BESIDE_PROFILE
-from conformance.core.model import (CLAIM, REFUSED, UNEXPLAINED, WITHIN, Judgement, Observation, Result, Verdict,
-                                    not_refused)
+from conformance.core.model import (CLAIM, REFUSED, UNEXPLAINED, WITHIN, Judgement, Observation, Result, Spec,
+                                    Verdict, not_refused)
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
+from conformance.judge.refcache import ReferenceCache
 from conformance.reference.forward import takes_input_space
 from conformance.run.context import RunContext, RunOptions
 from conformance.run.selection import element_count, needs_mb, over_budget
@@ -28,24 +29,37 @@ PREFETCH_ELEMENTS = 2**21  # case elements (input, target and output) prefetched
 PREFETCH_CASES = 50_000
 
 
-def prefetch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudge | None]]:
+def prefetch(ctx: RunContext, cases: Iterator[Case],
+             made: dict[str, CaseJudge]) -> list[tuple[Case, CaseJudge | None]]:
     """The first cases, each with a judge holding its expectations, made while the worker is still loading
     the framework: the parent would otherwise wait idle. Stops when the worker is ready, or at the bound.
-    Only what the run would compute anyway is computed (selected parts, the selected APIs' dialects)."""
-    spec, options = ctx.spec, ctx.options
-    prefetched: list[tuple[Case, CaseJudge | None]] = []
+    Only what the run would compute anyway is computed (selected parts, the selected APIs' dialects). `made`:
+    judges the caller made before the run, by case id; each one used is taken out."""
+    options = ctx.options
     if options.resume:  # which calls remain is known only from the devices the worker finds
-        return prefetched
-    dialects = list(dict.fromkeys(a.dialect for a in ctx.adapter.apis if not options.apis or a.name in options.apis))
+        return []
+    dialects = [a.dialect for a in ctx.adapter.apis if not options.apis or a.name in options.apis]
+    return judges_until(ctx.pool.ready, ctx.spec, cases, options, dialects, ctx.cache, made)
+
+
+def judges_until(ready: Callable[[], bool], spec: Spec, cases: Iterator[Case], options: RunOptions,
+                 dialects: list[str], cache: ReferenceCache | None, made: dict[str, CaseJudge] | None = None
+                 ) -> list[tuple[Case, CaseJudge | None]]:
+    """Cases taken from `cases`, each with a judge holding the expectations of the parts `options` selects in
+    `dialects`, until `ready()` (the worker has loaded the framework) or the bound: None for a case the memory
+    budget or the reference's memory refuses, which its run refuses with a row. A case's judge in `made` is taken
+    out and used."""
+    prefetched: list[tuple[Case, CaseJudge | None]] = []
+    dialects = list(dict.fromkeys(dialects))
     elements = 0
-    while not ctx.pool.ready() and elements < PREFETCH_ELEMENTS and len(prefetched) < PREFETCH_CASES:
+    while not ready() and elements < PREFETCH_ELEMENTS and len(prefetched) < PREFETCH_CASES:
         case = next(cases, None)
         if case is None:
             break
         if needs_mb(case) > options.memory_budget_mb:
             prefetched.append((case, None))  # refused when its turn comes; nothing to compute
             continue
-        judge = CaseJudge(case, spec, ctx.cache)
+        judge = (made.pop(case.id, None) if made else None) or CaseJudge(case, spec, cache)
         try:
             for part in selected_parts(case, options):
                 for dialect in dialects:

@@ -78,7 +78,8 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
                     options: RunOptions = RunOptions(), *, run_info: dict | None = None,
                     progress: Callable[[int], None] | None = None,
                     on_result: Callable[[Case, Result], None] | None = None,
-                    pool: WorkerPool | None = None, lock: OutDirLock | None = None) -> RunSummary:
+                    pool: WorkerPool | None = None, lock: OutDirLock | None = None,
+                    judges: dict[str, CaseJudge] | None = None) -> RunSummary:
     """Run every case on every selected target, appending each judged row to results.jsonl.
 
     Nothing is written, and the output directory is not created, until every input is
@@ -97,18 +98,20 @@ def run_conformance(spec: Spec, framework: str, cases: Iterable[Case], out_dir: 
     `pool`, when given, is a worker pool the caller owns (and may have launched already): the run
     starts it, and leaves it running for the caller's further calls (reproducers) and closing. `lock`, when
     given, is the output directory's lock the caller holds until it has written the reports too; else the
-    run takes the lock itself, for its own duration.
+    run takes the lock itself, for its own duration. `judges`, when given, holds judges the caller made of some
+    of the cases while its worker loaded (judging.judges_until), by case id: the run takes each it uses out.
     """
     ctx = _context(spec, framework, out_dir, options, run_info or {}, pool, lock)
     cases = iter(cases)
+    made = judges if judges is not None else {}
     try:
         try:
-            prefetched = _launch(ctx, cases)
+            prefetched = _launch(ctx, cases, made)
         except WorkerUnavailable as exc:
             _record_not_run(ctx, str(exc))
             return ctx.summary
         _select_targets(ctx)
-        _write_rows(ctx, itertools.chain(prefetched, ((case, None) for case in cases)), on_result)
+        _write_rows(ctx, itertools.chain(prefetched, ((case, made.pop(case.id, None)) for case in cases)), on_result)
     except BaseException as exc:
         failure = _record_failure(ctx, exc)
         if failure is None:
@@ -150,7 +153,7 @@ def _context(spec: Spec, framework: str, out_dir: str | Path, options: RunOption
                       cache, own_pool=own_pool, own_lock=own_lock)
 
 
-def _launch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudge | None]]:
+def _launch(ctx: RunContext, cases: Iterator[Case], made: dict[str, CaseJudge]) -> list[tuple[Case, CaseJudge | None]]:
     """Launch the worker pool (widened at once where every device it may use is shared), make the first cases'
     expectations while the worker loads the framework (judging.prefetch), and learn what the release offers: the
     prefetched cases, each with its judge.
@@ -164,7 +167,7 @@ def _launch(ctx: RunContext, cases: Iterator[Case]) -> list[tuple[Case, CaseJudg
     if ctx.jobs > 1 and _shared(adapter, options.devices or adapter.known_devices):
         pool.widen(ctx.jobs)  # the other workers import the framework beside the first
     # while the worker imports the framework, the first cases' expectations are made
-    prefetched = prefetch(ctx, cases)
+    prefetched = prefetch(ctx, cases, made)
     # a pool the caller has already used for a run (the pytest plugin's, one case a run) is ready
     ctx.info = pool.info if pool.info is not None else pool.wait_ready()
     apis_not_run, notes = _release_gaps(adapter, ctx.info, options, ctx.api_names)

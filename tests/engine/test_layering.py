@@ -24,7 +24,7 @@ FOLDERS = {"conformance": "conformance", "reference": "conformance.reference", "
 COMMANDS = {"conformance.cli", "conformance.arguments", "conformance.options", "conformance.runcommand",
             "conformance.entry", "conformance.parser", "conformance.__main__", "conformance.api", "conformance.apiargs",
             "conformance.pytest_plugin", "conformance.pytest_items", "conformance.pytest_process",
-            "conformance.version",
+            "conformance.pytest_runs", "conformance.version",
             # the reproducers and the self-test: a package each, on the commands' floor
             "conformance.repro", "conformance.repro.source", "conformance.repro.minimise", "conformance.repro.scripts",
             "conformance.selftest", "conformance.selftest.fault", "conformance.selftest.variants",
