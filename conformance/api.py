@@ -240,7 +240,7 @@ def judge(case: Case, observed: Any, part: str = "forward", *, dialect: str = "c
     if not isinstance(warnings, (list, tuple)) or not all(isinstance(w, str) for w in warnings):
         raise UsageError(f"expected a list of warning messages, got {warnings!r}", where="warnings",
                          fix="pass a list of the messages the call warned with, e.g. warnings=['...']")
-    return CaseJudge(case, spec).judgement(part, dialect, observation_of(observed, dtype, tuple(warnings)))
+    return CaseJudge(case, spec).judgement(part, dialect, observation_of(observed, dtype, tuple(warnings), spec))
 
 
 def _check_call(case: Any, part: Any, dialect: Any, spec: Spec) -> None:

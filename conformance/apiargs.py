@@ -85,10 +85,10 @@ def flags(**given: Any) -> None:
                              fix=f"pass {keyword}=True or {keyword}=False")
 
 
-def observation_of(observed: Any, dtype: str | None, warnings: tuple[str, ...]) -> Observation:
+def observation_of(observed: Any, dtype: str | None, warnings: tuple[str, ...], spec: Spec) -> Observation:
     """What `judge` was given, as the Observation a run judges: an array, an exception, or one made by hand."""
     if isinstance(observed, Observation):
-        return _checked(observed)
+        return _checked(observed, spec)
     if isinstance(observed, BaseException):
         return Observation(exception_type=type(observed).__name__, exception_message=str(observed),
                            warnings=warnings)
@@ -109,7 +109,17 @@ def observation_of(observed: Any, dtype: str | None, warnings: tuple[str, ...]) 
                        shape=tuple(array.shape), warnings=warnings)
 
 
-def _checked(observed: Observation) -> Observation:
+def _real(dtype: str, spec: Spec) -> bool:
+    """Whether a result of `dtype` holds real numbers: one of the spec's dtypes, or a real one NumPy knows."""
+    if dtype in (*spec.data["dtypes"]["floating"], *spec.data["dtypes"]["rejected"]):
+        return True
+    try:
+        return np.dtype(dtype).kind in "biuf"
+    except TypeError:
+        return False
+
+
+def _checked(observed: Observation, spec: Spec) -> Observation:
     """An Observation made by hand, as an adapter makes one: a value with its dtype and shape, or an exception's
     type, or a reason it is unsupported; each field of its type. Refused in one line otherwise."""
     fix = ("make it as an adapter does: Observation(value=np.asarray(result, dtype=np.float64), dtype='float32', "
@@ -129,6 +139,10 @@ def _checked(observed: Observation) -> Observation:
     elif observed.dtype is not None and not (isinstance(observed.shape, tuple) and
                                              all(isinstance(n, int) and n >= 0 for n in observed.shape)):
         problems.append(f"a dtype without values needs its shape (a tuple of sizes), got {observed.shape!r}")
+    elif observed.dtype is not None and not observed.raised and observed.unsupported is None \
+            and observed.fallback is None and _real(observed.dtype, spec):
+        problems.append(f"a result of dtype {observed.dtype} without its values (only a dtype with no real values, "
+                        "such as complex64, is judged by its dtype and shape alone)")
     elif not (observed.raised or observed.unsupported is not None or observed.dtype is not None):
         problems.append("no value, no dtype, no exception and no reason it is unsupported")
     if problems:

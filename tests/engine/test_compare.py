@@ -44,6 +44,11 @@ def _observed(value, dtype="float32", **kw):
      _observed([1.0]), Verdict.ERROR),                                             # a value where an error is due
     (_expected([1.0]), Observation(unsupported="no log_target"), Verdict.UNSUPPORTED),
     (_expected(np.zeros((0, 5))), _observed(np.zeros((0, 5))), Verdict.PASS),
+    # no value at all is no answer, though None reads as NaN: it passed where a 0-d NaN was expected
+    (_expected(nan), Observation(dtype="float32", shape=()), Verdict.VALUE),
+    (_expected([[nan, 1.0]]), Observation(dtype="float32", shape=(1, 2)), Verdict.VALUE),
+    # a result with no real values (the API judges complex ones by dtype and shape) is judged by its dtype
+    (_expected([[1.0, 2.0]]), Observation(dtype="complex64", shape=(1, 2)), Verdict.DTYPE),
 ])
 def test_verdict_table(spec, expected, observed, verdict):
     assert classify(expected, observed, spec).verdict is verdict

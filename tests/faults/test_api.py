@@ -153,12 +153,17 @@ def test_judge_refuses_what_it_cannot_judge_in_one_line(case_file):
             call()
     case = kl.case("fwd/sum/log_target=0/4x6/float32/softmax/s0")
     for observed in (kl.Observation(), kl.Observation(value=np.array(8.27), dtype="float32"),
-                     kl.Observation(value=[8.27], dtype="float32", shape=()), kl.Observation(dtype=3, shape=())):
+                     kl.Observation(value=[8.27], dtype="float32", shape=()), kl.Observation(dtype=3, shape=()),
+                     # a float32 result without its values: it passed where a 0-d NaN was expected
+                     kl.Observation(dtype="float32", shape=()), kl.Observation(dtype="bfloat16", shape=())):
         with pytest.raises(kl.ConformanceError, match="^observed: an Observation that no adapter makes"):
             kl.judge(case, observed)
     with pytest.raises(kl.ConformanceError, match="^warnings: "):
         kl.judge(case, np.float32(8.27), warnings=None)
     assert kl.judge(case, kl.Observation(dtype="complex64", shape=())).verdict is kl.Verdict.DTYPE
+    empty_mean = kl.case("fwd/mean/log_target=0/3x0/float32/softmax/s0")  # the spec expects a 0-d NaN
+    with pytest.raises(kl.ConformanceError, match="a result of dtype float32 without its values"):
+        kl.judge(empty_mean, kl.Observation(dtype="float32", shape=()))
     for selection in ({}, [], 0, ""):
         with pytest.raises(kl.ConformanceError, match="^selection: expected a Selection"):
             kl.cases(selection)
