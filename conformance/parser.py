@@ -26,8 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=VersionAction,
                         help="print the harness's version (the one run.json records as harness_version), and the "
                              "commit where it runs from a git checkout, and exit")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for bad input")
-    parser.add_argument("--spec", help="spec file (default: the spec shipped with the harness)")
+    # before the command or after it (`kl-conformance run --spec F`): a command's copy sets them only when given
+    common = argparse.ArgumentParser(add_help=False)
+    for each, default in ((parser, None), (common, argparse.SUPPRESS)):
+        each.add_argument("--debug", action="store_true", default=default or False,
+                          help="show tracebacks for bad input")
+        each.add_argument("--spec", default=default, help="spec file (default: the spec shipped with the harness)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def add_case_options(p: argparse.ArgumentParser) -> None:
@@ -73,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --like-run: write issue drafts for the defects the port shares with FRAMEWORK's "
                             "recorded run too (by default only for its own)")
 
-    run = sub.add_parser("run", help="run cases through a framework and write results and a report")
+    run = sub.add_parser("run", parents=[common], help="run cases through a framework and write results and a report")
     run.add_argument("--framework", required=True, metavar="NAME",
                      help="a registered adapter name (e.g. torch, or one an installed package registers by entry "
                           "point), package.module:Class for an adapter class importable from here (a port, a "
@@ -109,11 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_gate_options(run)
     add_port_options(run)
 
-    cases = sub.add_parser("cases", help="list the case ids a run would use")
+    cases = sub.add_parser("cases", parents=[common], help="list the case ids a run would use")
     cases.add_argument("--count", action="store_true", help="print only the number of cases")
     add_case_options(cases)
 
-    repro = sub.add_parser("repro", help="print a standalone reproducer script for one case (stdout only)")
+    repro = sub.add_parser("repro", parents=[common],
+                           help="print a standalone reproducer script for one case (stdout only)")
     repro.add_argument("case_id", metavar="CASE_ID", nargs="?", help="the case (omit with --all)")
     repro.add_argument("--framework", help="adapter name or module:Class (with --all: by default the run's, "
                                            "if it is a registered adapter)")
@@ -136,9 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "spec/profiles shipped)")
     repro.add_argument("--progress", action="store_true", help="with --all: print 'progress DONE TOTAL' lines on stdout")
 
-    selftest = sub.add_parser("selftest", help="plant bugs into a real adapter and check that every planted "
-                                               "fault is flagged and every gate fails on a broken build (exit 1 "
-                                               "if one is not)")
+    selftest = sub.add_parser("selftest", parents=[common],
+                              help="plant bugs into a real adapter and check that every planted fault is flagged "
+                                   "and every gate fails on a broken build (exit 1 if one is not)")
     selftest.add_argument("--framework", required=True, help="adapter name, e.g. torch")
     selftest.add_argument("--variant", action="append", default=[], metavar="NAME",
                           help="run only this planted variant (repeatable; default all)")
@@ -156,13 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
                                "is refused")
     add_case_options(selftest)
 
-    modes = sub.add_parser("modes", help="list each adapter's modes (eager and its compiled or graph modes) and "
-                                         "whether each can run here, and why not")
+    modes = sub.add_parser("modes", parents=[common],
+                           help="list each adapter's modes (eager and its compiled or graph modes) and whether each "
+                                "can run here, and why not")
     modes.add_argument("--framework", metavar="NAME",
                        help="only this adapter (a registered name or package.module:Class; default every "
                             "registered one)")
 
-    report = sub.add_parser("report", help="merge run directories into one report")
+    report = sub.add_parser("report", parents=[common], help="merge run directories into one report")
     report.add_argument("runs", nargs="+", metavar="DIR", help="run directories (each with results.jsonl)")
     report.add_argument("--out", required=True, help="directory for the merged report (not one of the runs)")
     report.add_argument("--allow-missing", action="store_true",

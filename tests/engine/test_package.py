@@ -95,3 +95,18 @@ def test_a_tree_without_git_or_pkg_info_builds_with_the_version_written_in_the_p
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not (tree / ".git").exists()
     assert [w.name for w in (tmp_path / "dist").glob("*.whl")] == [f"kl_conformance-{files_version()}-py3-none-any.whl"]
+
+
+def test_requires_python_is_the_oldest_python_the_matrix_runs():
+    """pyproject.toml's floor is a Python the harness is tested on: it said 3.9, where pip installed the wheel and
+    every `run` ended in a traceback (importlib.metadata.entry_points(group=) is 3.10's)."""
+    import re
+    import tomllib
+
+    floor = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    tested = {tuple(map(int, v.split("."))) for v in re.findall(r"^base_python = python(3\.\d+)$",
+                                                                 (ROOT / "tox.ini").read_text(), re.M)}
+    oldest = min(tested | {sys.version_info[:2]})
+    assert floor == f">={oldest[0]}.{oldest[1]}", (floor, sorted(tested))
+    assert f"Python {oldest[0]}.{oldest[1]} or" in (ROOT / "docs" / "guide" / "install.md").read_text()
+

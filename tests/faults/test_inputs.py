@@ -88,6 +88,20 @@ def test_hostile_specs_are_refused(tmp_path, capsys, old, new, words):
     assert re.search(words, err), err
 
 
+def test_the_global_options_are_taken_after_the_command_too(tmp_path, capsys):
+    """running.md lists --spec among run's options, and `run --spec FILE` was refused ("unrecognized arguments"):
+    --spec and --debug are read before the command or after it, and the one given after wins."""
+    spec = _spec_with(tmp_path, "    factor: 8\n", "    factor: 8\n    extra: 1\n")
+    for argv in (["cases", "--spec", str(spec), "--count"], ["--spec", str(default_spec_path()), "cases", "--spec",
+                                                               str(spec), "--count"]):
+        _one_line_exit_2(capsys, argv, str(spec))
+    assert main(["cases", "--spec", str(default_spec_path()), "--count"]) == 0
+    assert main(["--spec", str(spec), "cases", "--spec", str(default_spec_path()), "--count"]) == 0
+    assert capsys.readouterr().out.split() == ["907", "907"]
+    with pytest.raises(SpecError):  # --debug after the command shows the traceback, as before it
+        main(["cases", "--debug", "--spec", str(spec), "--count"])
+
+
 def test_a_spec_and_a_profile_that_are_not_utf8_are_named(tmp_path, capsys):
     spec = tmp_path / "spec.yaml"
     spec.write_bytes(default_spec_path().read_bytes().replace(b"Cover & Thomas", b"Cover \xe9 Thomas"))
