@@ -11,7 +11,9 @@ entries by `extends:`: they are the parent's tracker's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Iterable
 
 from conformance.core.profilefile import default_profiles_dir, profile_data
 
@@ -25,10 +27,13 @@ class UpstreamIssue:
     cause: str  # as rows show it: spec paths joined by " + "
     parts: tuple[str, ...] = ()  # the parts it concerns; () for every part the cause shows in
     fixed_in: str | None = None  # the first release with the fix, where state is fixed
+    modes: tuple[str, ...] = ()  # globs over the modes it concerns; () for every mode
 
-    def covers(self, cause: str, part: str) -> bool:
-        """Whether a row of `cause` in `part` shows the behaviour this issue reports."""
-        return cause == self.cause and (not self.parts or part in self.parts)
+    def covers(self, cause: str, part: str, modes: Iterable[str] = ()) -> bool:
+        """Whether rows of `cause` in `part`, made in `modes`, show the behaviour this issue reports: a behaviour
+        of a compiler's (Dynamo's exceptions) has the cause eager's documented behaviour has, in other modes."""
+        return cause == self.cause and (not self.parts or part in self.parts) \
+            and (not self.modes or all(any(fnmatchcase(m, glob) for glob in self.modes) for m in modes))
 
 
 def upstream_issues(framework: str, profiles_dir: Path | None = None) -> list[UpstreamIssue]:
@@ -44,4 +49,5 @@ def upstream_issues(framework: str, profiles_dir: Path | None = None) -> list[Up
         return []
     data = profile_data(str(path), path)
     return [UpstreamIssue(framework, row["url"], row["state"], row["title"], row["cause"],
-                          tuple(row.get("parts", ())), row.get("fixed_in")) for row in data.get("upstream", ())]
+                          tuple(row.get("parts", ())), row.get("fixed_in"), tuple(row.get("modes", ())))
+            for row in data.get("upstream", ())]

@@ -128,8 +128,8 @@ class Defects:
                 self._upstream[d.framework] = upstream_issues(d.framework)
             except ConformanceError:  # a profile its schema refuses: the report names no issue rather than stop
                 self._upstream[d.framework] = []
-        return next((i for i in self._upstream[d.framework] for part in sorted(d.parts) if i.covers(d.cause, part)),
-                    None)
+        return next((i for i in self._upstream[d.framework] for part in sorted(d.parts)
+                     if i.covers(d.cause, part, d.modes)), None)
 
     def add(self, r: Result) -> None:
         if not r.defect or r.refused:  # a refused call's id, from a run of 0.14.2 or older: no behaviour shows

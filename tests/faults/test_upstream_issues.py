@@ -30,6 +30,35 @@ def test_an_entry_is_read_with_its_state_cause_and_parts(tmp_path, spec):
     assert load_profile("torch", spec, tmp_path) == []  # the run's loader takes it too
 
 
+def test_an_entry_with_modes_covers_a_defect_only_where_each_of_its_modes_matches(tmp_path, spec):
+    """Dynamo's TorchRuntimeError has the cause eager's documented RuntimeError has (errors.integral_dtype): an
+    issue about the compiler's behaviour must not be linked to eager's documented defect, nor to a defect that
+    also shows in a mode the issue does not concern."""
+    _profile(tmp_path, "open", "errors.integral_dtype", ", parts: [forward], modes: ['inductor*', onnx-dynamo]")
+    (issue,) = upstream_issues("torch", tmp_path)
+    assert issue.modes == ("inductor*", "onnx-dynamo")
+    assert issue.covers("errors.integral_dtype", "forward", ["inductor", "inductor-emulated", "onnx-dynamo"])
+    assert not issue.covers("errors.integral_dtype", "forward", ["eager"])
+    assert not issue.covers("errors.integral_dtype", "forward", ["inductor", "onnx-torchscript"])
+    assert load_profile("torch", spec, tmp_path) == []
+    _profile(tmp_path, "open", "errors.integral_dtype", ", modes: []")
+    with pytest.raises(SpecError, match=r"upstream\[0\]"):
+        upstream_issues("torch", tmp_path)
+
+
+def test_the_report_links_the_compilers_issue_to_the_compiled_defect_and_not_to_eagers():
+    from conformance.report.defects import Defects
+    from tests.helpers import make_result
+
+    eager = make_result(case_id="e", verdict="error", cause="errors.integral_dtype", documented=True,
+                        documented_by=("dev",))
+    compiled = make_result(case_id="i", verdict="error", cause="errors.integral_dtype", mode="inductor")
+    defects = Defects([eager, compiled])
+    linked = {d.example.mode: defects.upstream(d) for d in defects.ordered()}
+    assert linked["eager"] is None
+    assert linked["inductor"].url == "https://github.com/pytorch/pytorch/issues/148475"
+
+
 @pytest.mark.parametrize("state, extra, words", [
     ("fixed", "", "'fixed_in' is a required property"),  # a fix names its release
     ("open", ", fixed_in: '2.1'", "should not be valid"),  # only a fix has one
