@@ -180,6 +180,20 @@ def test_the_torchscript_exports_zero_at_a_negative_target_is_documented_for_tha
         assert rows[("neg", "torch.nn.functional.kl_div", mode)].verdict.value == "pass", mode
 
 
+def test_the_exported_mean_of_no_terms_is_documented_by_onnx_for_the_onnx_modes_only(torch_adapter, tmp_path):
+    """Both exporters write reduction='mean' as ONNX's ReduceMean, whose mean of an empty set ONNX leaves undefined;
+    onnxruntime gives 0 where eager gives NaN. The profile states it for the ONNX modes (basis docs): eager's NaN
+    passes, and Inductor is not touched by it."""
+    case = "- {id: none-left, input: [[], [], []], target: [[], [], []], reduction: mean, dtype: float32}\n"
+    code, rows = _run(tmp_path, case, "--mode", "eager", "--mode", "onnx-torchscript", "--mode", "onnx-dynamo",
+                      "--api", "torch.nn.functional.kl_div")
+    for mode in ("onnx-torchscript", "onnx-dynamo"):
+        exported = rows[("none-left", "torch.nn.functional.kl_div", mode)]
+        assert exported.verdict.is_divergence and exported.documented_by == ("onnx-mean-of-nothing-is-undefined",), \
+            (mode, exported.message)
+    assert rows[("none-left", "torch.nn.functional.kl_div", "eager")].verdict.value == "pass"
+
+
 def test_exported_models_are_kept_under_the_cache_dir_and_read_back_unchanged(torch_adapter, tmp_path, monkeypatch):
     """Each ONNX model is exported once (adapters/onnxcache.py): a later run reads it back from --cache-dir, with
     the exporter unused, and gives the same rows."""
