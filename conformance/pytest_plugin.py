@@ -30,7 +30,7 @@ import pytest
 
 from conformance.pytest_items import (SHARES_PER_WORKER, SUITE_PREFIX, Call, FrameworkItems, deal_shares,
                                      item_name, lean_protocol, node_id, share_scheduling)
-from conformance.pytest_process import early_workers, quick_exit
+from conformance.pytest_process import early_workers
 
 _WORKER_INPUT = "kl_conformance"
 _DESELECTED = "deselected"  # a file in the shared directory: some items of the suite did not run
@@ -58,11 +58,14 @@ def pytest_addoption(parser) -> None:
         OPTIONS[name].add_to_plugin(group.addoption, help=helps.get(name))
 
 
+# options under which pytest only shows something (its help, the markers, the fixtures): no suite is set up
+_SHOWING = ("help", "markers", "showfixtures", "show_fixtures_per_test")
+
+
 def pytest_configure(config) -> None:
     names = config.getoption("kl_framework")
-    if names:
+    if names and not any(config.getoption(name, False) for name in _SHOWING):
         config.pluginmanager.register(_Suite(config, early_workers(names)), "kl-conformance-suite")
-        quick_exit()
 
 
 class _Suite:
@@ -117,6 +120,12 @@ class _Suite:
         self.timeout_s = DEFAULT_TIMEOUT_S if given["timeout_s"] is None else given["timeout_s"]
         self.frameworks = [api.framework_name(name) for name in dict.fromkeys(config.getoption("kl_framework"))]
         self.adapters = {name: get_adapter(name) for name in self.frameworks}
+        named: dict[str, str] = {}  # an adapter's name -> the --kl-framework that gave it: its items' node ids
+        for name, adapter in self.adapters.items():
+            if named.setdefault(adapter.name, name) != name:
+                raise UsageError(f"{named[adapter.name]} and {name} are both adapter {adapter.name!r}: their items "
+                                 "would have the same names", where="--kl-framework",
+                                 fix="give an adapter once; judge two adapters of one name in two sessions")
         for name, adapter in self.adapters.items():  # unknown names are refused before any worker starts
             select(name, [a.name for a in adapter.apis], adapter.known_devices, adapter.known_devices,
                    self.apis, self.devices, self.modes, adapter.mode_names())
@@ -314,8 +323,14 @@ class _Suite:
 
     def pytest_sessionfinish(self, session) -> None:
         self.close()
-        if not self.controller:
-            return
+        try:
+            if self.controller:
+                self._decide(session)
+        finally:  # judged and gated: the collections pytest and Python make at their end need not walk the rows
+            self.rows, self.written, self.baseline_rows, self.shares = {}, {}, {}, {}
+
+    def _decide(self, session) -> None:
+        """The gates' decision, printed as `run` prints it, and the session's exit status from it."""
         # collecting only (as an editor's test discovery does) judges nothing: there is nothing to gate
         gated = (self.known is not None or self.baseline is not None or self.fail_on_own) \
             and not self.config.getoption("collectonly")

@@ -39,8 +39,12 @@ def judges_while_loading(suite) -> tuple[ReferenceCache, dict]:
     cache = ReferenceCache(options.cache_dir)
     dialects = [api.dialect for adapter in suite.adapters.values() for api in adapter.apis
                 if not suite.apis or api.name in suite.apis]
-    made = judges_until(lambda: all(pool.ready() for pool in suite.pools.values()), suite.spec, iter(suite.chosen),
-                        options, dialects, cache)
+    try:
+        made = judges_until(lambda: all(pool.ready() for pool in suite.pools.values()), suite.spec,
+                            iter(suite.chosen), options, dialects, cache)
+    except BaseException:  # an interrupt while the worker loads: the cache is closed, as a run closes its own
+        cache.close()
+        raise
     return cache, {case.id: judge for case, judge in made if judge is not None}
 
 

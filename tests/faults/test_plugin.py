@@ -224,18 +224,43 @@ def test_the_worker_launched_before_the_options_are_read_keeps_their_time_limit(
     assert re.search(r"timeout\b.*\b2(\.0)? ?s\b", output), output
 
 
-def test_the_quick_exit_still_finalizes_the_sessions_garbage_and_the_users_exit_handlers(project):
-    """The plugin leaves the objects still alive at the interpreter's exit to the operating system (conformance/
-    pytest_process.py); what a user's test left as garbage, and the user's own exit handlers, run as without it."""
+def test_the_users_objects_are_finalized_as_without_the_plugin(project):
+    """The plugin once froze the session's objects at exit (gc.freeze) to spare Python's teardown collections:
+    a buffered file a test module kept in a reference cycle was never flushed, and a __del__ never ran."""
     (project / "test_exit.py").write_text(
-        "import atexit\n\n\nclass Flushes:\n    def __del__(self):\n"
-        "        open('finalized.txt', 'w').write('yes')\n\n\n"
-        "def test_leaves_a_cycle():\n    kept = Flushes()\n    kept.itself = kept\n"
+        "import atexit\nimport os\n\n\nclass Flushes:\n"
+        "    def __del__(self, open=open, path=os.path.abspath('finalized.txt')):\n"
+        "        open(path, 'w').write('yes')\n\n\n"
+        "KEPT = Flushes()\nKEPT.itself = KEPT\nKEPT.log = open('module.log', 'w')\n\n\n"
+        "def test_keeps_a_cycle_with_an_open_file():\n    KEPT.log.write('recorded by a test')\n"
         "    atexit.register(lambda: open('exited.txt', 'w').write('yes'))\n")
     code, output, outcomes = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml",
                                      "--kl-suite", "none", "--kl-part", "forward")
-    assert outcomes["test_leaves_a_cycle"] == "passed", output
+    assert outcomes["test_keeps_a_cycle_with_an_open_file"] == "passed", output
+    assert (project / "module.log").read_text() == "recorded by a test"
     assert (project / "finalized.txt").read_text() == "yes" and (project / "exited.txt").read_text() == "yes"
+
+
+def test_two_frameworks_of_one_adapter_name_are_refused_in_one_line(project):
+    """Their items had the same node ids: each judged twice, then a traceback from the gate ("the same result
+    appears twice"), or under xdist one framework's items silently dropped."""
+    code, output, outcomes = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-framework",
+                                     "tests.faults.adapters:SegfaultAdapter", "--kl-cases", "cases.yaml",
+                                     "--kl-suite", "none")
+    assert code == 4 and "Traceback" not in output and outcomes == {}, output
+    assert "--kl-framework: tests.faults.adapters:OffByOneAdapter and tests.faults.adapters:SegfaultAdapter are " \
+           "both adapter 'numpy-test'" in output, output
+
+
+def test_help_sets_up_no_suite(project):
+    """pytest --help with --kl-framework loaded the framework (a framework that cannot load: a traceback and no
+    help; a bad --kl-* value: exit 4)."""
+    for extra in ((), ("--kl-seed", "-1")):
+        code, output, _ = _pytest(project, "--kl-framework", "tests.faults.adapters:UnloadableAdapter", "--help",
+                                  *extra)
+        assert code == 0 and "--kl-framework" in output and "Traceback (most recent" not in output, output
+    code, output, _ = _pytest(project, "--kl-framework", "tests.faults.adapters:UnloadableAdapter", "--markers")
+    assert code == 0 and "Traceback (most recent" not in output, output
 
 
 def test_under_xdist_the_items_and_outcomes_are_those_of_one_process(project):
