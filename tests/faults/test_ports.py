@@ -144,6 +144,10 @@ def test_report_like_merges_ports_judged_like_that_framework(tmp_path, profiles,
     err = capsys.readouterr().err
     assert "judged without --like, not like 'numpy-test'" in err and err.count("\n") == 1
     assert not (tmp_path / "merged2").exists()
+    # a name no adapter or profile has: the fix does not tell the user to run the port "with --like nosuch"
+    assert main(["report", str(tmp_path / "plain"), "--out", str(tmp_path / "merged2"), "--like", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "not like 'nosuch'" in err and "--like nosuch" not in err and "--like FRAMEWORK (one of [" in err, err
 
 
 @pytest.mark.parametrize("extra, words", [
