@@ -111,7 +111,7 @@ def observation_of(observed: Any, dtype: str | None, warnings: tuple[str, ...], 
 
 def _real(dtype: str, spec: Spec) -> bool:
     """Whether a result of `dtype` holds real numbers: one of the spec's dtypes, or a real one NumPy knows."""
-    if dtype in (*spec.data["dtypes"]["floating"], *spec.data["dtypes"]["rejected"]):
+    if dtype in spec.floating_dtypes + spec.rejected_dtypes:
         return True
     try:
         return np.dtype(dtype).kind in "biuf"

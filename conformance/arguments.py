@@ -175,13 +175,12 @@ def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), m
                          "judged like", where="--like", fix=f"compare a build of {like} with a recorded run of it as "
                          "a baseline (--baseline), or leave out --like")
     profiles = Path(args.profiles) if getattr(args, "profiles", None) else None
-    unknown = UsageError(f"unknown framework {like!r}", where="--like",
-                         fix=f"use one of {sorted(known_adapters())}, or a framework with a profile")
+    frameworks = f"one of {sorted(known_adapters())}, or a framework with a profile"
     known = like in known_adapters() or profile_source(like, profiles) is not None \
         or profile_source(like, None) is not None
     # `report` checks instead that each port run was judged like it (by a profile its run's --profiles held)
     if not runs and not manifests and not known:
-        raise unknown
+        raise UsageError(f"unknown framework {like!r}", where="--like", fix=f"use {frameworks}")
     if like_run is not None:
         if not (Path(like_run) / RESULTS_FILE).is_file():
             raise UsageError("no results.jsonl in the recorded run", file=like_run, where="--like-run",
@@ -209,7 +208,7 @@ def like_marks(spec: Spec, args: argparse.Namespace, runs: Sequence[str] = (), m
                 ports += adapter != like
                 if manifest.get("status") != "not_run" and adapter != like and judged != like:
                     # a name no adapter or profile here has: the fix does not send the user to run it
-                    again = f"--like {like}" if known else f"--like FRAMEWORK ({unknown.fix.removeprefix('use ')})"
+                    again = f"--like {like}" if known else f"--like FRAMEWORK ({frameworks})"
                     raise ResultsError(f"a run of {adapter!r} judged " + (f"like {judged!r}" if judged else
                                                                          "without --like") + f", not like {like!r}",
                                        file=None if run is None else str(run), where="--like",

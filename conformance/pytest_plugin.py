@@ -30,7 +30,7 @@ import pytest
 
 from conformance.pytest_items import (SHARES_PER_WORKER, SUITE_PREFIX, Call, FrameworkItems, deal_shares,
                                      item_name, lean_protocol, node_id, share_scheduling)
-from conformance.pytest_process import early_workers
+from conformance.pytest_process import early_workers, new_pool
 
 _WORKER_INPUT = "kl_conformance"
 _DESELECTED = "deselected"  # a file in the shared directory: some items of the suite did not run
@@ -131,7 +131,6 @@ class _Suite:
                    self.apis, self.devices, self.modes, adapter.mode_names())
         for name in self.frameworks:  # each worker imports its framework while the options are checked below
             pool = self.pool_of(name)
-            pool.timeout_s = self.timeout_s
             if not pool.launched:
                 pool.launch()
         self.known = load_known(given["known"]) if given["known"] else None
@@ -211,11 +210,9 @@ class _Suite:
 
     def pool_of(self, name: str):
         """The framework's worker pool: the one launched as the plugin was configured, or a new one."""
-        from conformance.judge.refcache import default_cache_dir
-        from conformance.run.pool import WorkerPool
-
         if name not in self.pools:
-            self.pools[name] = WorkerPool(name, timeout_s=self.timeout_s, compile_cache_dir=default_cache_dir())
+            self.pools[name] = new_pool(name)
+        self.pools[name].timeout_s = self.timeout_s
         return self.pools[name]
 
     def close(self) -> None:
