@@ -91,7 +91,10 @@ class KerasAdapter(Adapter):
         try:
             import keras
         except Exception as exc:  # ImportError, or the backend Keras picked cannot be imported
-            raise FrameworkUnavailable(f"cannot import keras: {type(exc).__name__}: {exc}") from None
+            chosen = os.environ.get("KERAS_BACKEND")
+            backend = f"KERAS_BACKEND={chosen}" if chosen else \
+                "no KERAS_BACKEND set: Keras takes ~/.keras/keras.json's backend, else tensorflow"
+            raise FrameworkUnavailable(f"cannot import keras ({backend}): {type(exc).__name__}: {exc}") from None
         self.keras, self.backend = keras, keras.backend.backend()
         if self.backend == "jax":  # chosen by ~/.keras/keras.json, not KERAS_BACKEND: x64 now, before any case
             self._module().config.update("jax_enable_x64", True)

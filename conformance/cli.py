@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from conformance.adapters.base import FrameworkUnavailable
 from conformance.adapters.registry import get_adapter, is_known, known_adapters, unknown_framework
 from conformance.arguments import (REBASELINE, case_selection, check_gate_options, gates_of, inputs_of, like_marks,
                                    no_case_matches, read_runs)
@@ -157,8 +158,14 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     if not is_known(args.framework):
         raise unknown_framework(args.framework)
     source = CaseSource(args.run_dir, args.case_file, args.seed, memory_budget_mb=args.memory_budget_mb)
-    sys.stdout.write(write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
-                                  minimize=not args.no_minimize, mode=args.mode))
+    try:
+        script = write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
+                              minimize=not args.no_minimize, mode=args.mode)
+    except FrameworkUnavailable as exc:  # the script runs the call once to minimise it: it needs the framework
+        print(terminal_line(f"kl-conformance: repro: {exc} (write the reproducer where {args.framework} loads: "
+                            f"its tox environment, or the venv it is installed in)"), file=sys.stderr)
+        return EXIT_INCOMPLETE
+    sys.stdout.write(script)
     return EXIT_OK
 
 

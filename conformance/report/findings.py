@@ -166,7 +166,9 @@ def render_index(names: Sequence[str], tallies: dict[str, Tally], by_framework: 
         tally, manifests = tallies.get(name, Tally()), by_framework.get(name, [])
         divergent = sum(tally.group_sizes.values())
         undocumented, known = sum(tally.undocumented.values()), sum(tally.known.values())
-        versions = "; ".join(text(m.get("framework_version") or m.get("status") or "-") for m in manifests) or "-"
+        # each release once, in the runs' order: an eager run and a modes run of one release are one version
+        versions = "; ".join(dict.fromkeys(text(m.get("framework_version") or m.get("status") or "-")
+                                           for m in manifests)) or "-"
         finished = ", ".join(sorted({text(m.get("finished", "-")) for m in manifests})) or "-"
         lines.append(f"| [{text(name)}]({page_name(name)}) | {versions} | {tally.total} | {divergent} | "
                      f"{undocumented} | {divergent - undocumented - known} | {known} | {finished} |")

@@ -113,3 +113,19 @@ def test_runs_a_report_refuses_are_refused_and_a_run_that_did_not_run_says_so(ru
     assert findings([str(tmp_path / "merged"), "--out", str(tmp_path / "pages")]) == 0
     page = (tmp_path / "pages" / "absent-run.md").read_text()
     assert "## Not run" in page and "undocumented defect" not in page and "|  |" not in page, page
+
+
+def test_the_index_names_each_release_once_however_many_runs_made_it(run_dir, tmp_path):
+    """The matrix runs each framework eagerly and in its modes, two runs of one release: the index's version
+    column named the release twice ("2.10.0; 2.10.0")."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: other-case, input: [[-1.0]], target: [[0.5]], reduction: sum, dtype: float64}\n")
+    second = tmp_path / "numpy-modes"
+    assert main(["run", "--framework", ADAPTERS + "OffByOneAdapter", "--cases", str(cases), "--suite", "none",
+                 "--out", str(second), "--no-progress", "--no-repro"]) == 0
+    assert findings([str(run_dir), str(second), "--out", str(tmp_path / "pages"), "--commit", "0123abc"]) == 0
+    index = (tmp_path / "pages" / "index.md").read_text()
+    row = next(line for line in index.splitlines() if line.startswith("| [numpy\\-test]"))
+    version = json.loads((run_dir / "run.json").read_text())["framework_version"]
+    shown = version.replace(".", "\\.").replace("-", "\\-").replace("+", "\\+")
+    assert row.split(" | ")[1] == shown, row

@@ -76,3 +76,15 @@ def test_an_r_reproducer_without_the_torch_package_is_a_skip(tmp_path):
     path.write_text(script, encoding="utf-8")
     done = subprocess.run([rscript, str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 125 and "cannot tell" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_framework_that_does_not_load_is_one_line_and_no_script(tmp_path, capsys):
+    """Writing a reproducer runs the call once (to minimise it): where the framework does not import, `repro`
+    says so in one line and writes nothing, where it gave a traceback (keras without its backend installed)."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(CASE + "\n")
+    code = main(["repro", "the-fault", "--framework", ADAPTERS + "UnloadableAdapter", "--cases", str(cases)])
+    captured = capsys.readouterr()
+    assert code == 3 and captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "No module named 'numpy_kl'" in lines[0] and "write the reproducer where" in lines[0]
