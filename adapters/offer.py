@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from conformance.adapters.apicall import ApiCall
 from conformance.adapters.declaration import Api
 from conformance.core.case import Case
+from conformance.core.defects import release_of
 from conformance.core.model import FLOAT_DTYPES
 from conformance.core.rounding import INTEGER_DTYPES
 
@@ -78,7 +79,7 @@ class OfferDefaults:
 
     def release(self) -> str:
         """The framework and its installed release in words ("paddle 2.6.2"), for the reasons given."""
-        return f"{self.name} {str(self.version()).split(' ')[0]}"
+        return f"{self.name} {release_of(str(self.version()))}"
 
     def api_object(self, api: Api) -> tuple[Any, str | None]:
         """The installed object of `api` and None, or None and why it is missing. An API whose dotted path starts

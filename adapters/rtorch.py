@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, check_script_names
+from conformance.core.defects import release_of
 from conformance.adapters.rcode import RCall, r_repro_script
 from conformance.adapters.rsession import (RSession, RSessionCrash, RSessionTimeout, decode_numbers, decode_text,
                                            encode_numbers)
@@ -176,7 +177,7 @@ class RTorchAdapter(Adapter):
                                            "inference nor with torch_full")
         missing = [d for d in (case.dtype.input, case.dtype.target) if d not in self._dtypes]
         if missing:
-            return Observation(unsupported=f"no such dtype in R torch {self._version.split(' ')[0]}: "
+            return Observation(unsupported=f"no such dtype in R torch {release_of(self._version)}: "
                                            f"torch_{missing[0]}() does not exist")
         return super().run(case, api, device, part)
 

@@ -2,8 +2,10 @@
 
 A maintainer triages behaviours, not rows. Rows of one behaviour differ in what does not change it: the API
 of one implementation (a module and its functional form), the part, the dtype, the shape, the layout, the
-legacy arguments and the mode (a mode that answers as eager shows eager's defect; one that answers otherwise
-has a cause of its own). So a row's defect is named by what stays: the framework release, the implementation,
+legacy arguments, the mode (a mode that answers as eager shows eager's defect; one that answers otherwise
+has a cause of its own) and the runtime beneath the framework's own code (Keras's backend, optax's JAX, R torch's
+libtorch: what a version names after the release, `release_of`; a behaviour of one runtime only shows on its
+rows alone). So a row's defect is named by what stays: the framework release, the implementation,
 and either the profile's deviations that document it (a documented defect is one statement of the framework's)
 or, undocumented, its root cause: the residual cause (what
 remains once the profile is applied; the run records it as the row's cause), with the loss's and the gradients'
@@ -110,7 +112,7 @@ def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
     a pass and for a call the harness refused. An unsupported row's behaviour is its implementation's refusal of a part: one line per API and part."""
     if row.verdict is Verdict.PASS or row.refused:  # a refused call is the harness's, not the framework's
         return None
-    head = (row.framework, row.framework_version, implementation)
+    head = (row.framework, release_of(row.framework_version), implementation)
     if row.verdict is Verdict.UNSUPPORTED:  # by the reason: a documented restriction (each its own), no kernel, ...
         reason, documented, _ = row.message.partition(" (documented")
         # less what the case puts in it (the reduction it names, 'avg' or 'SUM'): one refusal of an argument
@@ -128,6 +130,12 @@ def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
         return (*head, UNEXPLAINED, row.verdict.value, raised)
     return (*head, UNEXPLAINED, row.verdict.value, row.part, width(row.dtype),
             error_size(row.max_abs_err, row.bound))
+
+
+def release_of(framework_version: str) -> str:
+    """The framework's own release in a row's version: its first word ("3.15.1" of "3.15.1 (jax 0.12.0.1, x64)");
+    the words after it name the runtime beneath (adapters/offer.py: Offer.release reads a release alike)."""
+    return framework_version.split(" ", 1)[0]
 
 
 def raised_words(message: str) -> str | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from conformance.core.defects import (BESIDE_PROFILE, CHOSEN, NARROW_DTYPES, behaviours, cause_paths, error_size,
-                                      raised, width, within_behaviour, within_text)
+                                      raised, release_of, width, within_behaviour, within_text)
 from conformance.core.errors import ConformanceError
 from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
@@ -58,6 +58,10 @@ class Defect:
     own: int = 0  # rows that are the port's own
     also: set[str] = field(default_factory=set)  # other behaviours some undocumented rows show beside this one
     within: int = 0  # unexplained rows whose answers lie only within rounding of this behaviour
+    versions: set[str] = field(default_factory=set)  # the framework versions (release and runtime) it shows on
+    # every version of its framework the rows gave, one set shared by the framework's defects (Defects.add): a
+    # defect that shows on some of them says which
+    framework_versions: set[str] = field(default_factory=set)
 
     @property
     def status(self) -> str:
@@ -74,10 +78,13 @@ class Defect:
         return "own" if self.own else ("shared" if self.shared else None)
 
     def where(self) -> str:
-        """Where it shows, in one line: APIs, modes beside eager, parts, dtypes, the behaviours some rows show
-        beside it, and how many rows lie only within rounding of it (where others show it beyond)."""
+        """Where it shows, in one line: the versions of its release (runtimes) where it shows on some only, APIs,
+        modes beside eager, parts, dtypes, the behaviours some rows show beside it, and how many rows lie only
+        within rounding of it (where others show it beyond)."""
         modes = sorted(self.modes - {EAGER})
-        return "; ".join([", ".join(sorted(self.apis)),
+        return "; ".join([*(["on " + ", ".join(sorted(self.versions))] if self.versions < self.framework_versions
+                            else []),
+                          ", ".join(sorted(self.apis)),
                           *([("eager and " if EAGER in self.modes else "") + "modes " + ", ".join(modes)]
                             if modes else []),
                           ", ".join(p for p in ("forward", "grad_input", "grad_target", "grad2_input")
@@ -92,6 +99,7 @@ class Defects:
 
     def __init__(self, rows: Iterable[Result] = ()) -> None:
         self.by_id: dict[str, Defect] = {}
+        self._versions: dict[str, set[str]] = {}  # each framework's versions (Defect.framework_versions)
         self._bases: dict[str, dict[str, str]] = {}
         self._upstream: dict[str, list[UpstreamIssue]] = {}
         for r in rows:
@@ -132,12 +140,15 @@ class Defects:
                      if i.covers(d.cause, part, d.modes)), None)
 
     def add(self, r: Result) -> None:
+        self._versions.setdefault(r.framework, set()).add(r.framework_version)  # a pass's too
         if not r.defect or r.refused:  # a refused call's id, from a run of 0.14.2 or older: no behaviour shows
             return
         d = self.by_id.get(r.defect)
         if d is None:
-            d = self.by_id[r.defect] = Defect(r.defect, r.framework, r.framework_version, r.cause, r,
-                                              documented_by=r.documented_by)
+            d = self.by_id[r.defect] = Defect(r.defect, r.framework, release_of(r.framework_version), r.cause, r,
+                                              documented_by=r.documented_by,
+                                              framework_versions=self._versions[r.framework])
+        d.versions.add(r.framework_version)
         d.rows += 1
         d.undocumented += r.verdict.is_divergence and not r.is_accepted
         d.known += bool(r.known_by) and not r.documented

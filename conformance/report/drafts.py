@@ -139,7 +139,7 @@ def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> 
     mode = "" if row.mode == EAGER else f" in mode {plain(row.mode)}"
     verdicts = ", ".join(f"{n} {v}" for v, n in sorted(d.verdicts.items()))
     lines = [f"# {plain(title(d, spec))}", "",
-             f"{plain(row.framework)} {plain(row.framework_version)}: {d.rows} results of the kl\\_div conformance "
+             f"{plain(row.framework)} {plain(_versions(d))}: {d.rows} results of the kl\\_div conformance "
              f"suite show this ({plain(verdicts)}), none documented by the framework's profile.", "",
              *([f"Reported upstream: <{draft.upstream.url}> ({plain(draft.upstream.state)}"
                 + (f" in {plain(draft.upstream.fixed_in)}" if draft.upstream.fixed_in else "")
@@ -159,6 +159,8 @@ def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> 
     if expected:
         lines += [f"The spec (spec/kl\\_div.yaml, {plain(row.cause)}) says instead: {plain(_cut(expected))}", ""]
     lines += ["## Where it shows", "",
+              *([f"- versions: {_listed(d.versions)} (of {_listed(d.framework_versions)})"]
+                if d.versions < d.framework_versions else []),
               f"- APIs: {_listed(d.apis)}", f"- modes: {_listed(d.modes)}", f"- parts: {_listed(d.parts)}",
               f"- dtypes: {_listed(d.dtypes)}", f"- example: case {plain(row.case_id)}, {plain(row.api)} on "
               f"{plain(row.device)}{mode}, part {plain(row.part)}", f"- defect id: {plain(d.id)}", ""]
@@ -189,6 +191,12 @@ def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> 
     lines += ["Written by:", "", *fenced(repro_command(row, manifest), "sh"), ""]
     lines += _rules(d, spec)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _versions(d: Defect) -> str:
+    """The version a defect shows on, or its release and each runtime it shows on beneath it ("3.15.1 on
+    3.15.1 (jax 0.12.0.1, x64), 3.15.1 (torch 2.13.0+cpu)")."""
+    return next(iter(d.versions)) if len(d.versions) == 1 else f"{d.release} on {', '.join(sorted(d.versions))}"
 
 
 def _rules(cause: Defect, spec: Spec | None) -> list[str]:

@@ -88,7 +88,8 @@ def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]],
     for d in tally.defects.ordered():
         r = d.example
         found.append({
-            "id": d.id, "framework": d.framework, "release": d.release, "status": d.status,
+            "id": d.id, "framework": d.framework, "release": d.release, "versions": sorted(d.versions),
+            "status": d.status,
             "basis": tally.defects.basis(d),
             "title": title(d, spec), "cause": d.cause, "verdicts": dict(sorted(d.verdicts.items())), "rows": d.rows,
             "apis": sorted(d.apis), "modes": sorted(d.modes), "parts": sorted(d.parts), "dtypes": sorted(d.dtypes),

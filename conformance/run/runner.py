@@ -32,6 +32,7 @@ import conformance
 from conformance.adapters.base import Adapter
 from conformance.adapters.registry import get_adapter
 from conformance.core.case import Case
+from conformance.core.defects import release_of
 from conformance.core.errors import ConformanceError, UsageError
 from conformance.core.manifest import write_manifest
 from conformance.core.model import EAGER, Result, Spec, Target
@@ -307,7 +308,7 @@ def _release_gaps(adapter, info: WorkerInfo, options: RunOptions, api_names: lis
     notes = list(offer.notes) if offer is not None else []
     oldest = oldest_release(adapter.name, options.profiles_dir, adapter.carried_profile())
     if oldest is not None and older_than(str(info.version), oldest):
-        notes.append(f"{adapter.name} {str(info.version).split(' ')[0]} is older than {oldest}, the oldest release "
+        notes.append(f"{adapter.name} {release_of(str(info.version))} is older than {oldest}, the oldest release "
                      "its profile says the adapter supports (oldest_release): what the release lacks may show as "
                      "findings")
     return apis_not_run, notes

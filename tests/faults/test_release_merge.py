@@ -171,3 +171,34 @@ def test_a_run_refuses_a_baseline_of_two_releases(tmp_path, monkeypatch, capsys)
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert "two releases of numpy-released (1.0 and 2.0)" in err and "--baseline" in err and "Fix:" in err
     assert not (tmp_path / "third").exists()
+
+
+def test_one_behaviour_on_two_runtimes_of_a_release_is_one_defect_that_says_where_it_shows(tmp_path, monkeypatch):
+    """Keras 3.15.1 on JAX and on TensorFlow is one release on two runtimes (its version's words after the
+    release): a behaviour of the framework's own code is one defect on both, where it was one per backend (three
+    drafts of one bug in losses.py); a behaviour of one runtime says which it shows on."""
+    both = _run(tmp_path, monkeypatch, "2.0 (runtime a)", "a")
+    (tmp_path / "some.yaml").write_text("\n".join(line for line in CASES.splitlines()
+                                                  if "off-1" in line or "steady-1" in line) + "\n")
+    monkeypatch.setenv("KL_TEST_VERSION", "2.0 (runtime b)")
+    assert main(["run", "--framework", ADAPTERS + "ReleasedAdapter", "--cases", str(tmp_path / "some.yaml"),
+                 "--suite", "none", "--out", str(tmp_path / "b"), "--no-progress", "--no-repro"]) == 0
+    ids = {(r.case_id, r.framework_version): r.defect for run in (both, tmp_path / "b") for r in iter_results(run)}
+    assert ids[("off-1", "2.0 (runtime a)")] == ids[("off-1", "2.0 (runtime b)")] != ""
+    out = tmp_path / "merged"
+    assert main(["report", both, str(tmp_path / "b"), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    jsonschema.validate(summary, load_schema("summary.schema.json"))
+    defects = {d["example"]["case_id"]: d for d in summary["defects"]}
+    off, raises = defects["off-1"], defects["changes-1"]
+    assert off["id"] == ids[("off-1", "2.0 (runtime a)")] and off["rows"] == 3  # worse-1 too, off by one alike
+    assert (off["release"], off["versions"]) == ("2.0", ["2.0 (runtime a)", "2.0 (runtime b)"])
+    assert (raises["release"], raises["versions"]) == ("2.0", ["2.0 (runtime a)"])  # its case ran on a alone
+    report = (out / "report.md").read_text()
+    line = next(x for x in report.splitlines() if f"`{raises['id']}`" in x)
+    assert "| on 2.0 (runtime a); numpy.kl_div; forward; float64 |" in line, line  # shown on one runtime of two: it says which
+    assert "on 2.0" not in next(x for x in report.splitlines() if f"`{off['id']}`" in x)
+    draft = (out / off["draft"]).read_text().replace("\\", "")  # its Markdown escapes
+    assert "numpy-released 2.0 on 2.0 (runtime a), 2.0 (runtime b): 3 results" in draft
+    draft = (out / raises["draft"]).read_text().replace("\\", "")
+    assert "- versions: 2.0 (runtime a) (of 2.0 (runtime a), 2.0 (runtime b))" in draft
