@@ -160,7 +160,8 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     source = CaseSource(args.run_dir, args.case_file, args.seed, memory_budget_mb=args.memory_budget_mb)
     try:
         script = write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
-                              minimize=not args.no_minimize, mode=args.mode)
+                              minimize=not args.no_minimize, mode=args.mode,
+                              profiles_dir=Path(args.profiles) if args.profiles else None)
     except FrameworkUnavailable as exc:  # the script runs the call once to minimise it: it needs the framework
         print(terminal_line(f"kl-conformance: repro: {exc} (write the reproducer where {args.framework} loads: "
                             f"its tox environment, or the venv it is installed in)"), file=sys.stderr)

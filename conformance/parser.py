@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--no-minimize", action="store_true", help="keep the whole case")
     OPTIONS["memory_budget_mb"].add_to(repro, default=DEFAULT_MEMORY_BUDGET_MB, metavar=None, help=budget_help)
     repro.add_argument("--cache-dir", metavar="DIR", help="with --all: read and store expectations in this reference cache")
-    repro.add_argument("--profiles", metavar="DIR", help="with --all: the --profiles DIR the run was given (default: "
+    repro.add_argument("--profiles", metavar="DIR", help="the deviation profiles a divergence is judged beside, as "
+                                                        "`run --profiles` judges it; with --all, the run's (default: "
                                                         "spec/profiles shipped)")
     repro.add_argument("--progress", action="store_true", help="with --all: print 'progress DONE TOTAL' lines on stdout")
 

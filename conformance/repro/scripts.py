@@ -181,8 +181,12 @@ def needs_reproducer(result: Result) -> bool:
 
 
 def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, api_name: str | None = None,
-                 device: str = "cpu", part: str = "forward", *, minimize: bool = True, mode: str = EAGER) -> str:
-    """The reproducer's source text for the case `source` holds under `case_id`, its call made in `mode`."""
+                 device: str = "cpu", part: str = "forward", *, minimize: bool = True, mode: str = EAGER,
+                 profiles_dir: Path | None = None) -> str:
+    """The reproducer's source text for the case `source` holds under `case_id`, its call made in `mode`. A call
+    whose undocumented divergence a run would judge beside its API's profile (what remains beside the deviations
+    the profile states) is judged so here too, and its script says so: the command a defect prints for its example
+    must give the finding, not the documented behaviour beside it."""
     adapter = get_adapter(framework)
     check_modes(framework, [mode], adapter.mode_names())
     api_names = [a.name for a in adapter.apis]
@@ -209,8 +213,29 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
                          fix="write the reproducer where a release of the framework that has it is installed")
     expect = expectations()
     job = Job(case, api, device, part, verdict=None, minimize=minimize, mode=mode)
-    minimise_all([job], in_process(adapter), expect, spec)
+    observe = in_process(adapter)
+    job.beside = _beside_call(spec, adapter, profiles_dir, job, next(iter(observe([job.call(case)]))))
+    minimise_all([job], observe, expect, spec)
     return _render(adapter, job, spec)[0]
+
+
+def _beside_call(spec: Spec, adapter, profiles_dir: Path | None, job: Job, observed) -> tuple[Spec, tuple[str, ...]] | None:
+    """For a call the run would judge beside its API's profile (run/judging.py: an undocumented finding that the
+    declared deviations change), the spec with them applied and their ids; None for any other."""
+    from conformance.judge.casejudge import CaseJudge
+    from conformance.judge.profiles import DeviationLedger
+
+    judge, api, dialect = CaseJudge(job.case, spec), job.api.name, job.api.dialect
+    if not judge.judgement(job.part, dialect, observed).verdict.is_finding:
+        return None
+    ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], profiles_dir,
+                             mirrors=adapter.mirrored(), carried=adapter.carried_profile())
+    if judge.documented(ledger, api, job.part, dialect, observed, job.mode, job.device) or \
+            judge.beside_profile(ledger, api, job.part, dialect, observed, job.mode, job.device) is None:
+        return None
+    declared = ledger.declared(api, job.mode, job.device, job.case, job.part)
+    return (ledger.spec_for(api, job.mode, device=job.device, case=job.case, part=job.part),
+            tuple(d.id for d in declared))
 
 
 def _element(r: Result, case: Case) -> int | None:

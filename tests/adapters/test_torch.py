@@ -229,6 +229,29 @@ def test_the_reproducer_of_a_list_case_builds_from_a_list(framework_adapter):
     assert "torch.from_numpy" not in source
 
 
+def test_the_reproducer_a_defect_prints_judges_beside_the_profile_as_the_run_did(framework_adapter, tmp_path, capsys):
+    """The defect's `reproduce` command (`repro CASE ...`, no run directory) judged its call by the spec alone: for
+    this call the run shows a value just outside the bound at a subnormal target, beside the NaN grad_target at
+    zero targets torch documents; the script showed (and failed on) the documented NaNs, and would still fail once
+    torch fixed the finding. It is judged beside the profile now, as the run judged the row, and says so."""
+    import subprocess
+    import sys
+
+    from conformance.cli import main
+
+    case_id = "fwd/sum/log_target=0/4x6/float64:float32/tiny/s0"
+    assert main(["repro", "--framework", "torch", "--api", "torch.nn.functional.kl_div", "--part", "grad_target",
+                 "--", case_id]) == 0
+    script = capsys.readouterr().out
+    judged = script.splitlines()[2]
+    assert "grad-target-nan-at-zero-target" in judged and "of its profile applied" in judged, judged
+    assert judged.split("): ", 1)[1].startswith("value:"), judged  # the row's verdict, not the NaNs' nonfinite
+    path = tmp_path / "repro.py"
+    path.write_text(script, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr  # it reproduces the finding
+
+
 def test_pytorch_117034_at_a_subnormal_target_is_named_beyond_the_profile(framework_adapter, tmp_path):
     """A float32 target beside a float64 input, with targets that are 0 or subnormal in float32: eager's grad_target
     is NaN at the zeros (the profile's grad-target-nan-at-zero-target, pytorch#89558) and, at the subnormals, xlogy's
