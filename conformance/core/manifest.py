@@ -51,12 +51,16 @@ def _text_object(value: Any) -> bool:
     return type(value) is dict and all(type(v) is str for v in value.values())
 
 
+# What a run's status can be: running until it ends, then complete, stopped (a limit it was given), interrupted (a
+# signal), failed, or not_run (the framework could not be loaded); a report reads an unfinished run as such.
+RUN_STATUSES = ("running", "complete", "stopped", "interrupted", "failed", "not_run")
 # The manifest fields reports and `repro` read, each with the test its value must pass; another field (one a
 # newer harness adds) is left to the reader that knows it.
 _MANIFEST_FIELDS: dict[str, tuple[str, Any]] = {
     **{name: ("a string", lambda v: type(v) is str)
-       for name in ("framework", "framework_version", "status", "spec_hash", "harness_version", "python_version",
+       for name in ("framework", "framework_version", "spec_hash", "harness_version", "python_version",
                     "numpy_version")},
+    "status": ("one of " + ", ".join(RUN_STATUSES), lambda v: v in RUN_STATUSES),
     **{name: ("a string or null", lambda v: v is None or type(v) is str) for name in ("reason", "shard")},
     "seed": ("a natural number or null", lambda v: v is None or (type(v) is int and v >= 0)),
     "cases": ("a natural number or null", lambda v: v is None or (type(v) is int and v >= 0)),

@@ -135,10 +135,11 @@ def test_a_baseline_file_whose_header_lost_its_spec_is_refused(runs, capsys):
 
 def test_a_baseline_directory_whose_run_json_is_damaged_or_foreign_is_refused(runs, capsys):
     """`run --baseline DIR --fail-on-new` read only DIR's rows: a run.json that is a list, cut short or of format 99
-    passed the gate (exit 0), where `report DIR` refuses the same directory."""
+    passed the gate (exit 0), where `report DIR` refuses the same directory. A status no run writes passed both."""
     manifest = json.loads((runs / "accepted" / "run.json").read_text())
     for content, problem in (("[1, 2]", "a manifest must be a JSON object"), ('{"a":', "run.json"),
-                             (json.dumps({**manifest, "format_version": 99}), "format version 99")):
+                             (json.dumps({**manifest, "format_version": 99}), "format version 99"),
+                             (json.dumps({**manifest, "status": "bogus"}), "field 'status' holds \"bogus\"")):
         (runs / "accepted" / "run.json").write_text(content)
         assert _run(runs, "MixedFaultAdapter", FIRST, "refused", "--baseline", str(runs / "accepted"),
                     "--fail-on-new") == 2
@@ -147,6 +148,10 @@ def test_a_baseline_directory_whose_run_json_is_damaged_or_foreign_is_refused(ru
         assert not (runs / "refused").exists()
         with pytest.raises(ConformanceError, match="--baseline|baseline"):
             api.gate([str(runs / "now")], baseline=str(runs / "accepted"), fail_on_new=True)
+        assert main(["report", str(runs / "accepted"), "--out", str(runs / "refused-report")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and problem in err[0], err
+        assert not (runs / "refused-report").exists()
 
 
 def test_write_baseline_inside_the_output_directory_is_refused(runs, capsys):
