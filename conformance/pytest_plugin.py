@@ -331,11 +331,19 @@ class _Suite:
         # collecting only (as an editor's test discovery does) judges nothing: there is nothing to gate
         gated = (self.known is not None or self.baseline is not None or self.fail_on_own) \
             and not self.config.getoption("collectonly")
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if gated and not self.selected and (self.dir / _DESELECTED).exists():
+            # -k, -m or --deselect left out every item of the suite (a project's own tests run alone, the gates in
+            # its addopts): the gates judge nothing, and the session's status is its own tests'
+            if reporter is not None:
+                reporter.line("")
+                reporter.write_line("kl-conformance: no item of the conformance suite selected (-k, -m, --deselect): "
+                                    "the gates judged nothing")
+            return
         if gated:
             from conformance.report.gate import EXIT_INCOMPLETE
 
             decision = self._gate()
-            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:  # what `run` prints of its decision
                 reporter.line("")  # the progress line is still open: pytest ends it after this hook
                 for kind, line in decision.shown():

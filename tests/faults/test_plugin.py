@@ -88,6 +88,28 @@ def test_one_item_per_call_pass_fail_with_verdict_cause_and_repro(project):
     assert code == 0 and outcomes == {"ok-before[numpy.kl_div-cpu-forward]": "passed"}, output
 
 
+def test_the_suite_deselected_whole_leaves_the_session_to_the_projects_own_tests(project):
+    """A port keeps `--kl-framework ... --kl-baseline B` in its addopts and runs `pytest -k own` for its own tests:
+    the session exited 3 ("not everything was judged") with every selected test passed. Every item of the suite
+    left out, the gates judge nothing, say so in one line, and the exit status is the session's own; a
+    selection that keeps some item still gates it."""
+    from conformance.cli import main
+
+    assert main(["run", "--framework", OFF_BY_ONE, "--cases", str(project / "cases.yaml"), "--suite", "none",
+                 "--out", str(project / "base"), "--no-progress", "--no-repro"]) == 0
+    args = ("--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml", "--kl-suite", "none", "--kl-baseline", "base")
+    for xdist in ((), ("-n", "2")):
+        code, output, outcomes = _pytest(project, *args, "-k", "own", *xdist)
+        assert code == 0 and outcomes == {"test_own": "passed"}, output
+        assert "kl-conformance: no item of the conformance suite selected (-k, -m, --deselect): the gates judged " \
+               "nothing" in output and "gate failed" not in output
+    (project / "test_own.py").write_text("def test_own():\n    assert 1 + 1 == 3\n")
+    code, output, _ = _pytest(project, *args, "-k", "own")
+    assert code == 1, output  # the project's own failure is still the session's
+    code, output, outcomes = _pytest(project, *args, "-k", "own or ok-before")
+    assert "gate passed (--fail-on-new)" in output and outcomes["ok-before[numpy.kl_div-cpu-forward]"] == "passed"
+
+
 def test_a_call_the_memory_budget_refused_is_skipped_and_fails_a_gate_closed(project):
     """As `run`: a refused call is not checked, so a gated session fails saying so, where it passed."""
     (project / "cases.yaml").write_text(
