@@ -112,7 +112,9 @@ class Adapter(OfferDefaults):
         raise NotImplementedError
 
     def version(self) -> str:
-        """The framework's installed version, as the framework states it ("2.13.0+cpu")."""
+        """The framework's installed version, as the framework states it ("2.13.0+cpu"): its release as the first
+        word, then, where the framework runs on a runtime of its own choosing, that runtime ("3.15.1 (jax 0.12.0.1,
+        x64)"); one behaviour of a release is one defect on each runtime (core/defects.py: release_of)."""
         raise NotImplementedError
 
     def devices(self) -> tuple[str, ...]:

@@ -93,7 +93,8 @@ class KerasAdapter(Adapter):
         except Exception as exc:  # ImportError, or the backend Keras picked cannot be imported
             chosen = os.environ.get("KERAS_BACKEND")
             backend = f"KERAS_BACKEND={chosen}" if chosen else \
-                "no KERAS_BACKEND set: Keras takes ~/.keras/keras.json's backend, else tensorflow"
+                "no KERAS_BACKEND set: Keras takes the backend its keras.json names ($KERAS_HOME, else ~/.keras), " \
+                "else tensorflow"
             raise FrameworkUnavailable(f"cannot import keras ({backend}): {type(exc).__name__}: {exc}") from None
         self.keras, self.backend = keras, keras.backend.backend()
         if self.backend == "jax":  # chosen by ~/.keras/keras.json, not KERAS_BACKEND: x64 now, before any case

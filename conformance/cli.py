@@ -163,9 +163,9 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
                               minimize=not args.no_minimize, mode=args.mode,
                               profiles_dir=Path(args.profiles) if args.profiles else None)
     except FrameworkUnavailable as exc:  # the script runs the call once to minimise it: it needs the framework
-        print(terminal_line(f"kl-conformance: repro: {exc} (write the reproducer where {args.framework} loads: "
-                            f"its tox environment, or the venv it is installed in)"), file=sys.stderr)
-        return EXIT_INCOMPLETE
+        raise UsageError(f"{args.framework} cannot be loaded here: {exc}", where="--framework",
+                         fix="write the reproducer where it loads (its tox environment, or the venv it is "
+                             "installed in), as `repro --all` asks") from None
     sys.stdout.write(script)
     return EXIT_OK
 

@@ -337,8 +337,8 @@ class _Suite:
             # its addopts): the gates judge nothing, and the session's status is its own tests'
             if reporter is not None:
                 reporter.line("")
-                reporter.write_line("kl-conformance: no item of the conformance suite selected (-k, -m, --deselect): "
-                                    "the gates judged nothing")
+                reporter.write_line("kl-conformance: no item of the conformance suite selected (-k, -m, --deselect, "
+                                    "--lf): the gates judged nothing")
             return
         if gated:
             from conformance.report.gate import EXIT_INCOMPLETE

@@ -135,7 +135,8 @@ def signature(row: Result, implementation: str) -> tuple[str, ...] | None:
 def release_of(framework_version: str) -> str:
     """The framework's own release in a row's version: its first word ("3.15.1" of "3.15.1 (jax 0.12.0.1, x64)");
     the words after it name the runtime beneath (adapters/offer.py: Offer.release reads a release alike)."""
-    return framework_version.split(" ", 1)[0]
+    words = framework_version.split(maxsplit=1)
+    return words[0] if words else framework_version
 
 
 def raised_words(message: str) -> str | None:

@@ -59,8 +59,8 @@ class Defect:
     also: set[str] = field(default_factory=set)  # other behaviours some undocumented rows show beside this one
     within: int = 0  # unexplained rows whose answers lie only within rounding of this behaviour
     versions: set[str] = field(default_factory=set)  # the framework versions (release and runtime) it shows on
-    # every version of its framework the rows gave, one set shared by the framework's defects (Defects.add): a
-    # defect that shows on some of them says which
+    # every version of its release the rows gave (its runtimes), one set shared by the release's defects
+    # (Defects.add): a defect that shows on some of them says which
     framework_versions: set[str] = field(default_factory=set)
 
     @property
@@ -77,14 +77,17 @@ class Defect:
         marked row is shared; None where its rows carry no mark."""
         return "own" if self.own else ("shared" if self.shared else None)
 
+    def shown_on(self) -> str:
+        """The versions of its release it shows on ("on V1, V2"), where that is some of those the rows gave (the
+        runtimes beneath the release it shows on, the others not); "" where it shows on each."""
+        return "on " + ", ".join(sorted(self.versions)) if self.versions < self.framework_versions else ""
+
     def where(self) -> str:
         """Where it shows, in one line: the versions of its release (runtimes) where it shows on some only, APIs,
         modes beside eager, parts, dtypes, the behaviours some rows show beside it, and how many rows lie only
         within rounding of it (where others show it beyond)."""
         modes = sorted(self.modes - {EAGER})
-        return "; ".join([*(["on " + ", ".join(sorted(self.versions))] if self.versions < self.framework_versions
-                            else []),
-                          ", ".join(sorted(self.apis)),
+        return "; ".join([*filter(None, [self.shown_on()]), ", ".join(sorted(self.apis)),
                           *([("eager and " if EAGER in self.modes else "") + "modes " + ", ".join(modes)]
                             if modes else []),
                           ", ".join(p for p in ("forward", "grad_input", "grad_target", "grad2_input")
@@ -99,7 +102,7 @@ class Defects:
 
     def __init__(self, rows: Iterable[Result] = ()) -> None:
         self.by_id: dict[str, Defect] = {}
-        self._versions: dict[str, set[str]] = {}  # each framework's versions (Defect.framework_versions)
+        self._versions: dict[tuple[str, str], set[str]] = {}  # each release's versions (Defect.framework_versions)
         self._bases: dict[str, dict[str, str]] = {}
         self._upstream: dict[str, list[UpstreamIssue]] = {}
         for r in rows:
@@ -140,14 +143,15 @@ class Defects:
                      if i.covers(d.cause, part, d.modes)), None)
 
     def add(self, r: Result) -> None:
-        self._versions.setdefault(r.framework, set()).add(r.framework_version)  # a pass's too
+        release = (r.framework, release_of(r.framework_version))
+        self._versions.setdefault(release, set()).add(r.framework_version)  # a pass's too
         if not r.defect or r.refused:  # a refused call's id, from a run of 0.14.2 or older: no behaviour shows
             return
         d = self.by_id.get(r.defect)
         if d is None:
             d = self.by_id[r.defect] = Defect(r.defect, r.framework, release_of(r.framework_version), r.cause, r,
                                               documented_by=r.documented_by,
-                                              framework_versions=self._versions[r.framework])
+                                              framework_versions=self._versions[release])
         d.versions.add(r.framework_version)
         d.rows += 1
         d.undocumented += r.verdict.is_divergence and not r.is_accepted

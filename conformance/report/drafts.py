@@ -159,8 +159,7 @@ def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> 
     if expected:
         lines += [f"The spec (spec/kl\\_div.yaml, {plain(row.cause)}) says instead: {plain(_cut(expected))}", ""]
     lines += ["## Where it shows", "",
-              *([f"- versions: {_listed(d.versions)} (of {_listed(d.framework_versions)})"]
-                if d.versions < d.framework_versions else []),
+              *([f"- versions: {_listed(d.versions)} (of {_listed(d.framework_versions)})"] if d.shown_on() else []),
               f"- APIs: {_listed(d.apis)}", f"- modes: {_listed(d.modes)}", f"- parts: {_listed(d.parts)}",
               f"- dtypes: {_listed(d.dtypes)}", f"- example: case {plain(row.case_id)}, {plain(row.api)} on "
               f"{plain(row.device)}{mode}, part {plain(row.part)}", f"- defect id: {plain(d.id)}", ""]

@@ -92,7 +92,7 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
         lines += ["## Not run", "", "No result: " + "; ".join(text(m.get("reason") or "no reason recorded")
                                                             for m in not_run) + ".", ""]
     else:
-        lines += _defects(summary["defects"])
+        lines += _defects(summary["defects"], tally.defects.by_id)
     lines += ["## Provenance", ""]
     lines += _provenance(manifests, commit)
     lines += ["## Results", "", f"{tally.total} results; {text(divergence_counts(tally))}.", ""]
@@ -129,7 +129,7 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
     return "\n".join(lines + [""])
 
 
-def _defects(defects: Sequence[dict[str, Any]]) -> list[str]:
+def _defects(defects: Sequence[dict[str, Any]], by_id: dict[str, Any]) -> list[str]:
     """The page's lead: each undocumented defect once, then one line for the accepted and the unsupported."""
     undocumented = [d for d in defects if d["status"] == "undocumented"]
     lines = [f"## {len(undocumented)} undocumented defect{'' if len(undocumented) == 1 else 's'}", ""]
@@ -137,6 +137,8 @@ def _defects(defects: Sequence[dict[str, Any]]) -> list[str]:
         lines += ["| defect | what it does | rows | where it shows | upstream |", "|---|---|---:|---|---|"]
         for d in undocumented:
             where = "; ".join(", ".join(d[key]) for key in ("apis", "modes", "parts", "dtypes"))
+            shown_on = by_id[d["id"]].shown_on() if d["id"] in by_id else ""  # on some runtimes of its release
+            where = "; ".join(filter(None, [shown_on, where]))
             upstream = f"{text(d['upstream']['url'])} ({text(d['upstream']['state'])})" if d["upstream"] else "none listed"
             lines.append(f"| {code(d['id'])} | {text(d['title'])} | {d['rows']} | {text(where)} | {upstream} |")
         lines += ["", "The command that prints each one's reproducer, of its example (summary.json's `reproduce`):", ""]

@@ -201,6 +201,11 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
     if why:
         raise UsageError(f"{api.name} cannot express case {case_id!r} ({part}): {why}", where="CASE_ID",
                          fix="pick a case and part the report shows for this API (its rows are not `unsupported`)")
+    from conformance.judge.profiles import DeviationLedger
+
+    # read before the framework is: a --profiles DIR that cannot be read is refused whatever the call answers
+    ledger = DeviationLedger(spec, adapter.name, api_names, profiles_dir, mirrors=adapter.mirrored(),
+                             carried=adapter.carried_profile())
     adapter.load()
     adapter.learn_release()  # the call the reproducer makes is the one this release takes
     why = adapter.mode_unavailable(mode) if mode != EAGER else None
@@ -214,22 +219,19 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
     expect = expectations()
     job = Job(case, api, device, part, verdict=None, minimize=minimize, mode=mode)
     observe = in_process(adapter)
-    job.beside = _beside_call(spec, adapter, profiles_dir, job, next(iter(observe([job.call(case)]))))
+    job.beside = _beside_call(spec, ledger, job, next(iter(observe([job.call(case)]))))
     minimise_all([job], observe, expect, spec)
     return _render(adapter, job, spec)[0]
 
 
-def _beside_call(spec: Spec, adapter, profiles_dir: Path | None, job: Job, observed) -> tuple[Spec, tuple[str, ...]] | None:
+def _beside_call(spec: Spec, ledger, job: Job, observed) -> tuple[Spec, tuple[str, ...]] | None:
     """For a call the run would judge beside its API's profile (run/judging.py: an undocumented finding that the
     declared deviations change), the spec with them applied and their ids; None for any other."""
     from conformance.judge.casejudge import CaseJudge
-    from conformance.judge.profiles import DeviationLedger
 
     judge, api, dialect = CaseJudge(job.case, spec), job.api.name, job.api.dialect
     if not judge.judgement(job.part, dialect, observed).verdict.is_finding:
         return None
-    ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], profiles_dir,
-                             mirrors=adapter.mirrored(), carried=adapter.carried_profile())
     if judge.documented(ledger, api, job.part, dialect, observed, job.mode, job.device) or \
             judge.beside_profile(ledger, api, job.part, dialect, observed, job.mode, job.device) is None:
         return None

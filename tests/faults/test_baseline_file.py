@@ -152,6 +152,12 @@ def test_a_baseline_directory_whose_run_json_is_damaged_or_foreign_is_refused(ru
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and problem in err[0], err
         assert not (runs / "refused-report").exists()
+    # and a run resumed over it (its last content: the status no run writes)
+    results = (runs / "accepted" / "results.jsonl").read_bytes()
+    assert _run(runs, "PlantedBugsAdapter", FIRST + LAST, "accepted", "--resume") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "field 'status' holds \"bogus\"" in err[0], err
+    assert (runs / "accepted" / "results.jsonl").read_bytes() == results
 
 
 def test_write_baseline_inside_the_output_directory_is_refused(runs, capsys):

@@ -101,8 +101,8 @@ def test_the_suite_deselected_whole_leaves_the_session_to_the_projects_own_tests
     for xdist in ((), ("-n", "2")):
         code, output, outcomes = _pytest(project, *args, "-k", "own", *xdist)
         assert code == 0 and outcomes == {"test_own": "passed"}, output
-        assert "kl-conformance: no item of the conformance suite selected (-k, -m, --deselect): the gates judged " \
-               "nothing" in output and "gate failed" not in output
+        assert "kl-conformance: no item of the conformance suite selected (-k, -m, --deselect, --lf): the gates " \
+               "judged nothing" in output and "gate failed" not in output
     (project / "test_own.py").write_text("def test_own():\n    assert 1 + 1 == 3\n")
     code, output, _ = _pytest(project, *args, "-k", "own")
     assert code == 1, output  # the project's own failure is still the session's

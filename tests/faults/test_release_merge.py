@@ -202,3 +202,12 @@ def test_one_behaviour_on_two_runtimes_of_a_release_is_one_defect_that_says_wher
     assert "numpy-released 2.0 on 2.0 (runtime a), 2.0 (runtime b): 3 results" in draft
     draft = (out / raises["draft"]).read_text().replace("\\", "")
     assert "- versions: 2.0 (runtime a) (of 2.0 (runtime a), 2.0 (runtime b))" in draft
+    pages = tmp_path / "pages"
+    assert write_findings([both, str(tmp_path / "b")], pages, commit="0123abc")
+    line = next(x for x in (pages / "numpy-released.md").read_text().splitlines() if f"`{raises['id']}`" in x)
+    assert "| on 2\\.0 \\(runtime a\\); numpy\\.kl\\_div;" in line, line
+    # two releases of a framework are two defects each, neither said to show on one runtime of its release
+    older = _run(tmp_path, monkeypatch, "1.0", "older")
+    assert main(["report", older, both, "--out", str(tmp_path / "releases")]) == 0
+    report = (tmp_path / "releases" / "report.md").read_text()
+    assert "; on 1.0" not in report and "| on 1.0;" not in report and "| on 2.0 (runtime a); " not in report

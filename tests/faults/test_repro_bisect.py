@@ -80,11 +80,18 @@ def test_an_r_reproducer_without_the_torch_package_is_a_skip(tmp_path):
 
 def test_a_framework_that_does_not_load_is_one_line_and_no_script(tmp_path, capsys):
     """Writing a reproducer runs the call once (to minimise it): where the framework does not import, `repro`
-    says so in one line and writes nothing, where it gave a traceback (keras without its backend installed)."""
+    says so in one line and writes nothing, as `repro --all` does, where it gave a traceback (keras without its
+    backend installed). A --profiles DIR that cannot be read is refused whatever the call answers: it was read only
+    for a call that diverged."""
     cases = tmp_path / "cases.yaml"
-    cases.write_text(CASE + "\n")
+    cases.write_text(CASE + "\n" + CASE.replace("the-fault", "ok-1") + "\n")
     code = main(["repro", "the-fault", "--framework", ADAPTERS + "UnloadableAdapter", "--cases", str(cases)])
     captured = capsys.readouterr()
-    assert code == 3 and captured.out == ""
+    assert code == 2 and captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and "No module named 'numpy_kl'" in lines[0] and "write the reproducer where" in lines[0]
+    for case in ("ok-1", "the-fault"):
+        assert main(["repro", case, "--framework", ADAPTERS + "OffByOneAdapter", "--cases", str(cases),
+                     "--profiles", str(tmp_path / "nowhere")]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and "--profiles" in captured.err and len(captured.err.strip().splitlines()) == 1
