@@ -161,7 +161,8 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
     try:
         script = write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
                               minimize=not args.no_minimize, mode=args.mode,
-                              profiles_dir=Path(args.profiles) if args.profiles else None)
+                              profiles_dir=Path(args.profiles) if args.profiles else None, run_dir=args.run_dir,
+                              like=_like_of(run_manifest(args.run_dir)) if args.run_dir else None)
     except FrameworkUnavailable as exc:  # the script runs the call once to minimise it: it needs the framework
         raise UsageError(f"{args.framework} cannot be loaded here: {exc}", where="--framework",
                          fix="write the reproducer where it loads (its tox environment, or the venv it is "

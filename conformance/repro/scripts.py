@@ -182,11 +182,12 @@ def needs_reproducer(result: Result) -> bool:
 
 def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, api_name: str | None = None,
                  device: str = "cpu", part: str = "forward", *, minimize: bool = True, mode: str = EAGER,
-                 profiles_dir: Path | None = None) -> str:
+                 profiles_dir: Path | None = None, run_dir: str | None = None, like: str | None = None) -> str:
     """The reproducer's source text for the case `source` holds under `case_id`, its call made in `mode`. A call
     whose undocumented divergence a run would judge beside its API's profile (what remains beside the deviations
     the profile states) is judged so here too, and its script says so: the command a defect prints for its example
-    must give the finding, not the documented behaviour beside it."""
+    must give the finding, not the documented behaviour beside it. From a run (`run_dir`, judged `like` a
+    framework where it says so), the profiles must be those it recorded judging by, as for `repro --all`."""
     adapter = get_adapter(framework)
     check_modes(framework, [mode], adapter.mode_names())
     api_names = [a.name for a in adapter.apis]
@@ -204,8 +205,10 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
     from conformance.judge.profiles import DeviationLedger
 
     # read before the framework is: a --profiles DIR that cannot be read is refused whatever the call answers
-    ledger = DeviationLedger(spec, adapter.name, api_names, profiles_dir, mirrors=adapter.mirrored(),
+    ledger = DeviationLedger(spec, adapter.name, api_names, profiles_dir, like=like, mirrors=adapter.mirrored(),
                              carried=adapter.carried_profile())
+    if run_dir is not None:
+        _check_profiles(run_dir, adapter, profiles_dir, like)
     adapter.load()
     adapter.learn_release()  # the call the reproducer makes is the one this release takes
     why = adapter.mode_unavailable(mode) if mode != EAGER else None

@@ -95,3 +95,24 @@ def test_a_framework_that_does_not_load_is_one_line_and_no_script(tmp_path, caps
                      "--profiles", str(tmp_path / "nowhere")]) == 2
         captured = capsys.readouterr()
         assert captured.out == "" and "--profiles" in captured.err and len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_reproducer_from_a_run_is_judged_by_the_profiles_the_run_recorded(tmp_path, capsys):
+    """`repro CASE --from RUN` with other deviation profiles than the run judged by is refused in one line, as
+    `repro --all --from RUN` refuses them: a row judged beside one set would be reproduced beside another."""
+    import shutil
+
+    from conformance.core.profilefile import default_profiles_dir
+
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(CASE + "\n")
+    assert main(["run", "--framework", ADAPTERS + "OffByOneAdapter", "--cases", str(cases), "--suite", "none",
+                 "--out", str(tmp_path / "run"), "--no-progress", "--no-repro"]) == 0
+    capsys.readouterr()
+    shutil.copytree(default_profiles_dir(), tmp_path / "other")
+    (tmp_path / "other" / "extra.yaml").write_text("framework: extra\ndeviations: []\n")
+    base = ["repro", "the-fault", "--framework", ADAPTERS + "OffByOneAdapter", "--from", str(tmp_path / "run")]
+    assert main([*base, "--profiles", str(tmp_path / "other")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "other deviation profiles" in captured.err
+    assert main(base) == 0 and "the-fault" in capsys.readouterr().out  # the run's own profiles: a script
