@@ -139,6 +139,15 @@ def release_of(framework_version: str) -> str:
     return words[0] if words else framework_version
 
 
+def runtime_of(framework_version: str) -> str:
+    """The runtime beneath the release in a row's version ("jax 0.12.0.1, x64" of "3.15.1 (jax 0.12.0.1, x64)"):
+    its words after the release, out of their parentheses; the whole version where it names none."""
+    rest = framework_version.strip()[len(release_of(framework_version)):].strip()
+    if rest.startswith("(") and rest.endswith(")"):
+        rest = rest[1:-1].strip()
+    return rest or framework_version
+
+
 def raised_words(message: str) -> str | None:
     """What an error row raised, as one behaviour: the exception's type and the plain words that open its message
     ("RuntimeError: InferDataType Failed"), up to the first that varies from call to call (a number, a quoted

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from conformance.core.defects import (BESIDE_PROFILE, CHOSEN, NARROW_DTYPES, behaviours, cause_paths, error_size,
-                                      raised, release_of, width, within_behaviour, within_text)
+                                      raised, release_of, runtime_of, width, within_behaviour,
+                                      within_text)
 from conformance.core.errors import ConformanceError
 from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases
@@ -78,9 +79,13 @@ class Defect:
         return "own" if self.own else ("shared" if self.shared else None)
 
     def shown_on(self) -> str:
-        """The versions of its release it shows on ("on V1, V2"), where that is some of those the rows gave (the
-        runtimes beneath the release it shows on, the others not); "" where it shows on each."""
-        return "on " + ", ".join(sorted(self.versions)) if self.versions < self.framework_versions else ""
+        """The runtimes of its release it shows on ("on jax 0.12.0.1, x64"), where that is some of those the rows
+        gave; "" where it shows on each."""
+        return "on " + self.runtimes() if self.versions < self.framework_versions else ""
+
+    def runtimes(self) -> str:
+        """The runtimes beneath its release it shows on, in words ("tensorflow 2.21.0 and torch 2.13.0+cpu")."""
+        return " and ".join(sorted(runtime_of(v) for v in self.versions))
 
     def where(self) -> str:
         """Where it shows, in one line: the versions of its release (runtimes) where it shows on some only, APIs,

@@ -194,8 +194,8 @@ def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> 
 
 def _versions(d: Defect) -> str:
     """The version a defect shows on, or its release and each runtime it shows on beneath it ("3.15.1 on
-    3.15.1 (jax 0.12.0.1, x64), 3.15.1 (torch 2.13.0+cpu)")."""
-    return next(iter(d.versions)) if len(d.versions) == 1 else f"{d.release} on {', '.join(sorted(d.versions))}"
+    jax 0.12.0.1, x64 and torch 2.13.0+cpu")."""
+    return next(iter(d.versions)) if len(d.versions) == 1 else f"{d.release} on {d.runtimes()}"
 
 
 def _rules(cause: Defect, spec: Spec | None) -> list[str]:

@@ -196,18 +196,18 @@ def test_one_behaviour_on_two_runtimes_of_a_release_is_one_defect_that_says_wher
     assert (raises["release"], raises["versions"]) == ("2.0", ["2.0 (runtime a)"])  # its case ran on a alone
     report = (out / "report.md").read_text()
     line = next(x for x in report.splitlines() if f"`{raises['id']}`" in x)
-    assert "| on 2.0 (runtime a); numpy.kl_div; forward; float64 |" in line, line  # shown on one runtime of two: it says which
-    assert "on 2.0" not in next(x for x in report.splitlines() if f"`{off['id']}`" in x)
+    assert "| on runtime a; numpy.kl_div; forward; float64 |" in line, line  # shown on one runtime of two: it says which
+    assert "| on " not in next(x for x in report.splitlines() if f"`{off['id']}`" in x)
     draft = (out / off["draft"]).read_text().replace("\\", "")  # its Markdown escapes
-    assert "numpy-released 2.0 on 2.0 (runtime a), 2.0 (runtime b): 3 results" in draft
+    assert "numpy-released 2.0 on runtime a and runtime b: 3 results" in draft
     draft = (out / raises["draft"]).read_text().replace("\\", "")
     assert "- versions: 2.0 (runtime a) (of 2.0 (runtime a), 2.0 (runtime b))" in draft
     pages = tmp_path / "pages"
     assert write_findings([both, str(tmp_path / "b")], pages, commit="0123abc")
     line = next(x for x in (pages / "numpy-released.md").read_text().splitlines() if f"`{raises['id']}`" in x)
-    assert "| on 2\\.0 \\(runtime a\\); numpy\\.kl\\_div;" in line, line
+    assert "| on runtime a; numpy\\.kl\\_div;" in line, line
     # two releases of a framework are two defects each, neither said to show on one runtime of its release
     older = _run(tmp_path, monkeypatch, "1.0", "older")
     assert main(["report", older, both, "--out", str(tmp_path / "releases")]) == 0
     report = (tmp_path / "releases" / "report.md").read_text()
-    assert "; on 1.0" not in report and "| on 1.0;" not in report and "| on 2.0 (runtime a); " not in report
+    assert not [x for x in report.splitlines() if x.startswith("| `numpy-released-") and "| on " in x]
