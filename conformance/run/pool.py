@@ -69,6 +69,7 @@ class WorkerPool:
         open(self._log_path, "w").close()
         self.info: WorkerInfo | None = None
         self._restarts = 0
+        self._used = False  # the worker answered a call since it started
         self._idle = False  # every task sent has been answered: a close is the worker's next message
         self._stale = False  # a run ended with tasks in flight: their answers would meet the next run's tasks
         self._stopping = False  # a pool of several is stopping: this worker's thread ends at its next wait
@@ -205,15 +206,18 @@ class WorkerPool:
         finally:
             self._stale = self._stale or bool(pending or unsent)
 
-    def _renew(self) -> None:
-        """A fresh worker in place of one a run left with tasks in flight, or left starting."""
+    def _renew(self, why: str = "could not be started again") -> None:
+        """A fresh worker in place of one a run left with tasks in flight, or left starting, or (_restart) one
+        that crashed or timed out; `why` says what failed if none starts."""
         self._kill()
+        self._used = False
         open(self._log_path, "w").close()
+        self._stale = True  # until the new worker is ready (a pool of several may stop it while it starts)
         try:
             self._launch_own()
             self.wait_ready()
         except WorkerUnavailable as exc:
-            raise WorkerLost(f"the {self.framework} worker could not be started again: {exc}") from None
+            raise WorkerLost(f"the {self.framework} worker {why}: {exc}") from None
         self._stale = False
 
     def _serve(self, tasks: Iterator[Task], pending: Deque[Task], unsent: Deque[Task]) -> Iterator[Outcome]:
@@ -246,7 +250,7 @@ class WorkerPool:
             message = self._wait(head)
             if isinstance(message, Outcome):  # the worker crashed or timed out on `head`
                 pending.popleft()
-                if message.failure is Verdict.CRASH and len(head.calls) > 1:
+                if message.failure is Verdict.CRASH and (len(head.calls) > 1 or self._used):
                     message = self._one_call_at_a_time(message)
                     yield message
                     if message.lost is not None:
@@ -258,40 +262,47 @@ class WorkerPool:
                 pending.clear()
                 continue
             _, index, observations = message
+            self._used = True  # a crash on it now may be an earlier call's doing (_one_call_at_a_time)
             assert index == head.index, f"worker answered case {index}, expected {head.index}"
             pending.popleft()
             yield Outcome(head, observations)
 
     def _one_call_at_a_time(self, crashed: Outcome) -> Outcome:
-        """The calls of a task that crashed the worker, made again one by one on a fresh worker, so that a call
-        that works (a forward, when only a backward crashes) is judged on its own and only the calls that
-        crash are reported as crashes. Where the worker cannot be restarted, the calls not made keep the
-        task's crash, and `lost` says why no more can run."""
+        """The calls of a task that crashed a worker, made again one by one on a fresh one: a call that works (a
+        forward, where a backward crashes) is judged on its own, and one that crashed a worker other calls used
+        first is a crash only if it crashes a fresh one too (OneFlow's graph mode aborts on any call after a graph
+        that failed to compile). Where no worker restarts, the calls not made keep the task's crash (`lost`)."""
         task = crashed.task
         outcome = Outcome(task)
         dead = True  # the worker died on the whole task
         for i, call in enumerate(task.calls):
-            if dead:
-                try:
-                    self._restart()
-                except WorkerLost as exc:
-                    outcome.lost = exc
-                    outcome.failed_calls.update({c: Failure(crashed.failure, crashed.failure_message,
-                                                            crashed.failure_cause) for c in task.calls[i:]})
-                    return outcome
-            self._outbox.put([Task(task.index, task.case, (call,))])
-            message = self._wait(task)
-            dead = isinstance(message, Outcome)
-            if dead:
-                outcome.failed_calls[call] = Failure(message.failure, message.failure_message, message.failure_cause)
-            else:
-                outcome.observations.update(message[2])
+            for _ in range(2):  # a crash on a used worker, once more on a fresh one
+                if dead:
+                    try:
+                        self._restart()
+                    except WorkerLost as exc:
+                        outcome.lost = exc
+                        outcome.failed_calls.update({c: Failure(crashed.failure, crashed.failure_message,
+                                                                crashed.failure_cause) for c in task.calls[i:]})
+                        return outcome.of_the_task()
+                fresh = not self._used
+                self._outbox.put([Task(task.index, task.case, (call,))])
+                message = self._wait(task)
+                dead = isinstance(message, Outcome)
+                if not dead:
+                    self._used = True
+                    outcome.observations.update(message[2])
+                    break
+                if fresh or message.failure is not Verdict.CRASH:
+                    outcome.failed_calls[call] = Failure(message.failure, message.failure_message,
+                                                         message.failure_cause)
+                    break
         if dead:
             try:
                 self._restart()
             except WorkerLost as exc:
                 outcome.lost = exc
-        return outcome
+        return outcome.of_the_task()
 
     def _wait(self, head: Task):
         start = time.monotonic()
@@ -343,17 +354,8 @@ class WorkerPool:
         return f"crash: worker died outside any framework call ({how}); last output: {words}"
 
     def _restart(self) -> None:
-        self._kill()
         self._restarts += 1
-        open(self._log_path, "w").close()
-        self._stale = True  # until the new worker is ready (a pool of several may stop it while it starts)
-        try:
-            self._launch_own()
-            self.wait_ready()
-        except WorkerUnavailable as exc:
-            raise WorkerLost(f"the {self.framework} worker could not be restarted after a crash or timeout: "
-                             f"{exc}") from None
-        self._stale = False
+        self._renew("could not be restarted after a crash or timeout")
 
     def _kill(self) -> None:
         if self._process is not None and self._process.is_alive():

@@ -51,6 +51,15 @@ class Outcome:
     lost: Exception | None = None  # the worker could not be restarted after this task: nothing more runs
     failure_cause: str = HARNESS_ISOLATION  # whose the task's failure was (the module's docstring)
 
+    def of_the_task(self) -> "Outcome":
+        """This outcome, where a task of one call that failed reads as the task's failure (as before its call
+        was made again on its own)."""
+        if len(self.task.calls) != 1 or not self.failed_calls:
+            return self
+        failure = next(iter(self.failed_calls.values()))
+        return Outcome(self.task, failure=failure.verdict, failure_message=failure.message,
+                       failure_cause=failure.cause, lost=self.lost)
+
     def failed(self, call: tuple[str, str, str, str]) -> Failure | None:
         """Why `call` got no answer, or None."""
         if call in self.failed_calls:

@@ -74,6 +74,23 @@ class OneApiCrashesAdapter(NumpyAdapter):
         return call_observed(lambda: self.compute(case), lambda v: (v, "float64", v.shape))
 
 
+class PoisoningAdapter(NumpyAdapter):
+    """A case whose id says "poison" raises, and leaves its process unable to make any later call: the next one
+    kills it (SIGSEGV), as OneFlow 0.9.0's graph mode aborts on the call after a graph that failed to compile.
+    A "fault" case crashes whatever came before it."""
+
+    poisoned = False
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        if PoisoningAdapter.poisoned or "fault" in case.id:
+            ctypes.string_at(0)  # SIGSEGV
+        if "poison" in case.id:
+            PoisoningAdapter.poisoned = True
+            return call_observed(lambda: (_ for _ in ()).throw(RuntimeError("graph failed to compile")),
+                                 lambda v: (v, "float64", v.shape))
+        return super().run(case, api, device, part)
+
+
 class AbortAdapter(NumpyAdapter):
     def misbehave(self, case):
         sys.stderr.write("fatal: giving up\n")

@@ -142,6 +142,23 @@ def test_a_crash_blames_only_the_calls_that_crash(tmp_path):
     assert {r.verdict.value for r in iter_results(tmp_path / "out") if r.case_id != "the-fault"} == {"pass"}
 
 
+def test_a_crash_is_a_crash_of_its_own_call_only_where_a_fresh_worker_crashes_on_it(tmp_path):
+    """OneFlow 0.9.0's graph mode: a graph that fails to compile (an error row) leaves the process aborting on its
+    next call, whatever that call is; 91 rows of its modes run were crashes of calls that work in a fresh process.
+    A call that crashes a worker that made other calls first is made again on a fresh worker, and is a crash only
+    if it crashes there too."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("".join(f"- {{id: {name}, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, "
+                             "dtype: float64}\n" for name in ("ok-first", "poison-1", "ok-after", "the-fault",
+                                                             "ok-last")))
+    out = tmp_path / "out"
+    assert main(["run", "--framework", ADAPTERS + "PoisoningAdapter", "--cases", str(cases), "--suite", "none",
+                 "--out", str(out), "--no-progress", "--no-repro"]) == 0
+    verdicts = {r.case_id: r.verdict.value for r in iter_results(out)}
+    assert verdicts == {"ok-first": "pass", "poison-1": "error", "ok-after": "pass", "the-fault": "crash",
+                        "ok-last": "pass"}, verdicts
+
+
 def test_memory_budget_refuses_before_running(tmp_path):
     code, rows = _run(tmp_path, "NumpyAdapter", "--memory-budget-mb", "0.0001")
     assert code == 0
@@ -421,7 +438,8 @@ def test_a_killed_worker_leaves_nothing_of_its_helper_processes(tmp_path, monkey
     assert code == 0 and rows["the-fault"].verdict.value == "crash" and "SIGKILL" in rows["the-fault"].message
     assert rows["ok-last"].verdict.value == "pass"
     helper_dirs = mark.read_text().split()
-    # each worker's helper, and the one of the worker that replaced the killed one
-    assert len(helper_dirs) == jobs + 1
+    # each worker's helper, the one of the fresh worker the killed case was made again on (it crashed a worker
+    # that had answered other cases), and the one of the worker that replaced that one
+    assert len(helper_dirs) == jobs + 2
     assert all(Path(d).name.startswith("kl-rsession-") for d in helper_dirs)
     assert [d for d in helper_dirs if Path(d).exists()] == []
