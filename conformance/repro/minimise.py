@@ -1,4 +1,5 @@
-"""Minimises a reproducer's case: the first single element, in a screen's order, that keeps the run's verdict.
+"""Minimises a reproducer's case: the element its row shows, or else the first single element, in a screen's order,
+that keeps the run's verdict.
 
 Every step is one batch of calls for every reproducer being made (a `Job`), observed in this process or by a
 worker (in_process, through_worker) and judged as each observation arrives; a job whose case has no single
@@ -79,7 +80,8 @@ class Job:
     # a row judged beside its framework's profile (core/defects.BESIDE_PROFILE): the spec with the deviations the
     # API declares applied, and their ids; the job is judged by it, as the run judged the row
     beside: tuple[Spec, tuple[str, ...]] | None = None
-    shown: int | None = None  # the element (flat index) the row's message shows: tried first, so the script shows it
+    shown: int | None = None  # the element (flat index) the row's message shows: the only one tried, so the script
+    # shows the row's numbers, or the whole case
 
     def call(self, case: Case) -> tuple[Case, str, str, str, str]:
         return case, self.api.name, self.device, self.mode, self.part
@@ -87,8 +89,9 @@ class Job:
 
 def minimise_all(jobs: list[Job], observe: Observe, expect, spec: Spec, deadline: float | None = None,
                   progress: Callable[[int], None] | None = None) -> None:
-    """Set each job's final case, its observation and that observation's expectation and judgement: a
-    single element where one diverges with the job's verdict, else the whole case. Every step is one batch of
+    """Set each job's final case, its observation and that observation's expectation and judgement: the element
+    its row shows where that alone diverges with the job's verdict (any single element that does, where the row
+    shows none), else the whole case. Every step is one batch of
     calls for all the jobs (a round of candidates: one per job, then 2, 4, ... for the jobs still without one),
     so the framework is called in batches as in a run, and a job that tries all its candidates takes a few
     rounds, not one per candidate. Each observation is judged as it arrives, while the framework computes the
@@ -100,18 +103,17 @@ def minimise_all(jobs: list[Job], observe: Observe, expect, spec: Spec, deadline
     todo = [j for j in jobs if j.minimize and j.verdict.is_divergence and j.case.input.shape == j.case.target.shape
             and j.case.input.size > 1]
     for job in todo:
-        job.order = list(range(min(job.case.input.size, MAX_CANDIDATES)))
-    screened = [j for j in todo if j.api.reductions is None or "none" in j.api.reductions]
+        # the element the row's message shows, alone: another element that diverges alone with the same verdict
+        # may show another behaviour (Paddle's exp, wrong on whole vector blocks, minimised to a NaN input's row)
+        shown = job.shown is not None and 0 <= job.shown < job.case.input.size
+        job.order = [job.shown] if shown else list(range(min(job.case.input.size, MAX_CANDIDATES)))
+    screened = [j for j in todo if (j.shown is None or j.order != [j.shown])
+                and (j.api.reductions is None or "none" in j.api.reductions)]
     batches = [_candidates_case(j.case) for j in screened]
     screens = list(zip(screened, batches))
     for (job, batch), observed in _paired(screens, observe([job.call(batch) for job, batch in screens])):
         job.order = _screen(expect(batch, job.part, job.api.dialect, _spec_of(job, spec)), observed,
                             batch.input.size)
-    for job in todo:  # the element the row shows first, also one past the screened candidates
-        if job.shown is not None and 0 <= job.shown < job.case.input.size:
-            if job.shown in job.order:
-                job.order.remove(job.shown)
-            job.order.insert(0, job.shown)
     width = 1  # candidates per job in a round: one first (most jobs keep it), then twice as many each round
     while todo and (deadline is None or time.monotonic() < deadline):
         tried = [(job, _single(job.case, job.order.pop(0)))

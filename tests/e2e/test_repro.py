@@ -133,7 +133,8 @@ def _holds_one_element(script: str, framework: str) -> bool:
 
 
 def test_every_divergence_is_minimised_with_its_progress_shown(default_run, tmp_path):
-    """Each reproducer holds a single element exactly when one alone diverges with the run's verdict: checked
+    """Each reproducer holds a single element exactly when the element its row shows (any element, where it
+    shows none) alone diverges with the run's verdict: checked
     here element by element, one call each, for a sample of the run's divergences. The phase reports its
     progress to the run's bar."""
     from dataclasses import replace
@@ -144,7 +145,7 @@ def test_every_divergence_is_minimised_with_its_progress_shown(default_run, tmp_
     from conformance.core.rundirs import script_name
     from conformance.core.specload import load_spec
     from conformance.judge.casejudge import expected_for
-    from conformance.judge.compare import classify
+    from conformance.judge.compare import classify, shown_at
     from conformance.repro.minimise import MAX_CANDIDATES
     from conformance.repro.scripts import write_all
     from conformance.repro.source import CaseSource
@@ -169,12 +170,18 @@ def test_every_divergence_is_minimised_with_its_progress_shown(default_run, tmp_
         checked += 1
         api = adapter.api(r.api)
         shape = (1,) * case.input.ndim
+        # the element the row shows, alone, where it shows one of the input's shape; else any element
+        at = shown_at(r.message)
+        inside = at is not None and len(at) == case.input.ndim \
+            and all(0 <= i < n for i, n in zip(at, case.input.shape))
+        elements = ([int(np.ravel_multi_index(at, case.input.shape))] if inside
+                    else range(min(case.input.size, MAX_CANDIDATES)))
         one_diverges = any(
             classify(expected_for(one, spec, r.part, api.dialect), adapter.run(one, api, r.device, r.part),
                      spec).verdict is r.verdict
-            for one in (replace(case, input=np.full(shape, x), target=np.full(shape, t), layout="contiguous")
-                        for x, t in zip(case.input.reshape(-1)[:MAX_CANDIDATES],
-                                        case.target.reshape(-1)[:MAX_CANDIDATES])))
+            for one in (replace(case, input=np.full(shape, case.input.reshape(-1)[i]),
+                                target=np.full(shape, case.target.reshape(-1)[i]), layout="contiguous")
+                        for i in elements))
         suffix = ".R" if framework in R_FRAMEWORKS else ".py"
         script = (tmp_path / "repro" / script_name(r.case_id, r.api, r.device, r.part, suffix)).read_text()
         assert _holds_one_element(script, framework) == one_diverges, (r.case_id, r.api, r.part)

@@ -91,6 +91,23 @@ class PoisoningAdapter(NumpyAdapter):
         return super().run(case, api, device, part)
 
 
+class BlockPathAdapter(NumpyAdapter):
+    """Off by one on every element of a case of two or more elements (a kernel's vector path, as Paddle's CPU exp
+    is wrong on whole blocks), right on a lone element, but for one of target 0.75 (another behaviour, off by
+    one alone): a reproducer minimised to that element would show the other behaviour."""
+
+    def run(self, case: Case, api: Api, device: str, part: str) -> Observation:
+        def compute():
+            value = self.compute(case)
+            off = case.input.size > 1 or bool((case.target == 0.75).all())
+            return value + (1.0 if off else 0.0)
+        return call_observed(compute, lambda v: (v, "float64", v.shape))
+
+    def repro_source(self, case, api, device, part):
+        return ("x, t = x_values, t_values\noff = x.size > 1 or bool((t == 0.75).all())\n"
+                "result = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - x), 0.0) + (1.0 if off else 0.0)")
+
+
 class AbortAdapter(NumpyAdapter):
     def misbehave(self, case):
         sys.stderr.write("fatal: giving up\n")

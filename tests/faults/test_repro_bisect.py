@@ -116,3 +116,21 @@ def test_a_reproducer_from_a_run_is_judged_by_the_profiles_the_run_recorded(tmp_
     captured = capsys.readouterr()
     assert captured.out == "" and "other deviation profiles" in captured.err
     assert main(base) == 0 and "the-fault" in capsys.readouterr().out  # the run's own profiles: a script
+
+
+def test_a_reproducer_shows_the_element_its_row_shows_or_the_whole_case(tmp_path, capsys):
+    """Minimising kept the first single element that diverged alone with the row's verdict: where the row's own
+    element conforms alone (a kernel wrong on whole vector blocks, right on one element), it took another that
+    diverges alone for another reason (Paddle's exp rows, minimised to a NaN input's). It keeps the whole case."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: block, input: [[-1.0, -2.0], [-3.0, -4.0]], target: [[0.25, 0.75], [0.5, 0.5]], "
+                     "reduction: none, dtype: float64}\n")
+    assert main(["run", "--framework", ADAPTERS + "BlockPathAdapter", "--cases", str(cases), "--suite", "none",
+                 "--out", str(tmp_path / "run"), "--no-progress", "--no-repro", "--part", "forward"]) == 0
+    assert main(["repro", "--all", str(tmp_path / "all"), "--from", str(tmp_path / "run"), "--framework",
+                 ADAPTERS + "BlockPathAdapter"]) == 0
+    capsys.readouterr()
+    script = next((tmp_path / "all").glob("*.py")).read_text()
+    assert "x_values = values(" in script and ", (2, 2))" in script.split("x_values = values(", 1)[1].split("\n")[0]
+    code, out = _exit_code(tmp_path, script)
+    assert code == 1, out  # it still shows the row's finding
