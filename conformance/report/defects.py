@@ -249,7 +249,7 @@ def title(d: Defect, spec: Spec | None) -> str:
         found = raised(r.message) if r.verdict is Verdict.ERROR else None
         if found:
             kind, said = found
-            return f"{head}: raises {kind}" + (f" ({said[:160]})" if said else "") \
+            return f"{head}: raises {kind}" + (f" ({said[:160]})" if said else "") + _on_example_runtime(d) \
                    + " where the spec expects a value (no spec choice reproduces it)"
         size = f", error {error_size(r.max_abs_err, r.bound)}" if r.verdict is Verdict.VALUE else ""
         near = within_text(r.message)  # where its answer lies
@@ -266,8 +266,16 @@ def title(d: Defect, spec: Spec | None) -> str:
     found = raised(r.message) if r.verdict is Verdict.ERROR else None
     if found and rule.startswith(_EXPECTS_ERROR):  # another exception than the one the spec names
         kind, said = found
-        return f"{head}: raises {kind}" + (f" ({said[:160]})" if said else "") + f" where {rule}"
+        return f"{head}: raises {kind}" + (f" ({said[:160]})" if said else "") + _on_example_runtime(d) \
+            + f" where {rule}"
     return f"{head}: {r.verdict.words} ({rule or r.cause})"
+
+
+def _on_example_runtime(d: Defect) -> str:
+    """The runtime of its example (" on tensorflow 2.21.0") where the defect shows on several runtimes of its
+    release and its title quotes what that example raised (Keras's 0-d sum: TensorFlow's InvalidArgumentError,
+    where torch returns a value)."""
+    return f" on {runtime_of(d.example.framework_version)}" if len(d.versions) > 1 else ""
 
 
 def expected_words(d: Defect, spec: Spec | None) -> str:

@@ -194,6 +194,7 @@ def test_one_behaviour_on_two_runtimes_of_a_release_is_one_defect_that_says_wher
     assert off["id"] == ids[("off-1", "2.0 (runtime a)")] and off["rows"] == 3  # worse-1 too, off by one alike
     assert (off["release"], off["versions"]) == ("2.0", ["2.0 (runtime a)", "2.0 (runtime b)"])
     assert (raises["release"], raises["versions"]) == ("2.0", ["2.0 (runtime a)"])  # its case ran on a alone
+    assert " on runtime a " not in raises["title"]  # one runtime: its title needs none
     report = (out / "report.md").read_text()
     line = next(x for x in report.splitlines() if f"`{raises['id']}`" in x)
     assert "| on runtime a; numpy.kl_div; forward; float64 |" in line, line  # shown on one runtime of two: it says which
@@ -211,3 +212,19 @@ def test_one_behaviour_on_two_runtimes_of_a_release_is_one_defect_that_says_wher
     assert main(["report", older, both, "--out", str(tmp_path / "releases")]) == 0
     report = (tmp_path / "releases" / "report.md").read_text()
     assert not [x for x in report.splitlines() if x.startswith("| `numpy-released-") and "| on " in x]
+
+
+def test_a_title_that_quotes_what_one_runtime_raised_names_that_runtime(tmp_path, monkeypatch):
+    """Keras's 0-d sum is one defect on TensorFlow (InvalidArgumentError) and torch (a value): its title quoted
+    TensorFlow's exception as if every backend raised it. Where a defect shows on several runtimes, a title that
+    quotes what its example raised says on which."""
+    both = _run(tmp_path, monkeypatch, "2.0 (runtime a)", "a")
+    (tmp_path / "one.yaml").write_text("".join(x + "\n" for x in CASES.splitlines() if "changes-1" in x))
+    monkeypatch.setenv("KL_TEST_VERSION", "2.0 (runtime b)")
+    assert main(["run", "--framework", ADAPTERS + "ReleasedAdapter", "--cases", str(tmp_path / "one.yaml"),
+                 "--suite", "none", "--out", str(tmp_path / "b"), "--no-progress", "--no-repro"]) == 0
+    assert main(["report", both, str(tmp_path / "b"), "--out", str(tmp_path / "merged")]) == 0
+    summary = json.loads((tmp_path / "merged" / "summary.json").read_text())
+    raises = next(d for d in summary["defects"] if d["example"]["case_id"] == "changes-1")
+    assert raises["versions"] == ["2.0 (runtime a)", "2.0 (runtime b)"]
+    assert re.search(r"raises RuntimeError \(.*\) on runtime [ab] where the spec expects a value", raises["title"])
