@@ -35,7 +35,8 @@ from conformance.adapters.apicall import ApiCall
 from conformance.adapters.construction import (NUMPY_FLOATS, construction_source, fill_value, layout_buffer,
                                                layout_buffer_source, layout_view_source, numpy_source)
 from conformance.adapters.declaration import Api, Mode
-from conformance.adapters.observation import HARNESS_WARNINGS, MissingGradient, ModeFallback, call_observed
+from conformance.adapters.observation import (HARNESS_WARNINGS, MissingGradient, ModeFallback, call_observed,
+                                             missing_gradient)
 from conformance.adapters.offer import Offer, OfferDefaults, signature_arguments
 from conformance.adapters.reproducer import (check_script_names, hex_floats, python_comment, python_docstring,
                                              python_repro_script, python_snippet, script_devices)
@@ -226,7 +227,7 @@ class Adapter(OfferDefaults):
         def grad():
             value = in_mode(self.gradient, mode, case, api, device, part)
             if value is None:
-                raise MissingGradient(f"{api.name} returned no gradient (None) for {part}")
+                raise MissingGradient(missing_gradient(api.name, part))
             return value
         return call_observed(grad, self.to_numpy, no_kernel, described)
 

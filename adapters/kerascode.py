@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from conformance.adapters.base import ApiCall, construction_source
 from conformance.adapters.compiled import RECOMPILE_LIMIT, jax_jit_repro_lines
+from conformance.adapters.observation import missing_gradient
 from conformance.core.case import Case
 from conformance.core.model import EAGER
 
@@ -45,7 +46,7 @@ def repro_source(case: Case, call: ApiCall, api_name: str, scope: str, backend: 
     body.append(f"loss = lambda x, t: {call.source()}")
     if mode != EAGER:
         body += _jit_lines(backend, part)
-    missing = f"raise MissingGradient({f'{api_name} returned no gradient (None) for {part}'!r})"
+    missing = f"raise MissingGradient({missing_gradient(api_name, part)!r})"
     body += (_part_lines(part, backend, missing) if mode == EAGER or backend == "torch"
              else _jit_part_lines(part, backend, missing))
     if no_double:  # the compiled backward is not differentiable: autograd gives no second gradient

@@ -21,6 +21,18 @@ class MissingGradient(Exception):
     """The framework's autograd returned no gradient (None) where the loss depends on the argument."""
 
 
+# Each gradient part in the words a missing one is reported by: a defect is named by an error's plain first words
+# (core/defects.py: raised_words), so the part comes first, in words, and each part's is a defect of its own
+_GRADIENT_WORDS = {"grad_input": "gradient with respect to input", "grad_target": "gradient with respect to target",
+                   "grad2_input": "double backward"}
+
+
+def missing_gradient(api_name: str, part: str) -> str:
+    """What MissingGradient says, in a run and in a reproducer alike: "no gradient with respect to target (None)
+    from paddle.nn.functional.kl_div"."""
+    return f"no {_GRADIENT_WORDS.get(part, part)} (None) from {api_name}"
+
+
 class ModeFallback(Exception):
     """A compiled or graph mode's call ran eagerly instead (a recompile limit, a graph break, a jit that traced
     nothing): the adapter raises it once its framework's counters show it, and the row's verdict is `fallback`,

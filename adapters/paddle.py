@@ -52,6 +52,7 @@ import numpy as np
 
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, ModeFallback, construction_source,
                                        fill_value, layout_buffer, numpy_source)
+from conformance.adapters.observation import missing_gradient
 from conformance.adapters.paddlestatic import (DYNAMIC_BATCH, MODES, PRIM, SOT, check_compiled, compile_program,
                                                mode_switches, spec_shape)
 from conformance.core.case import NUMPY_DEFAULT, Case, Construction
@@ -248,7 +249,7 @@ class PaddleAdapter(Adapter):
             if second:
                 lines.append(f"w = paddle.to_tensor(upstream(tuple(grad.shape)), dtype=grad.dtype, place={place!r})")
                 lines.append("(grad,) = paddle.grad([(grad * w).sum()], [t], allow_unused=True)")
-            missing = f"raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"
+            missing = f"raise MissingGradient({missing_gradient(api.name, part)!r})"
             lines += ["if grad is None:  # the harness records this as MissingGradient", "    " + missing,
                       "result_dtype = str(grad.dtype).removeprefix('paddle.')  # as the run records it",
                       f"result = None if grad is None else {_host_source('grad')}  # a snippet prints the None"]

@@ -23,6 +23,7 @@ from conformance.adapters import apicall
 from conformance.adapters.base import (Adapter, Api, ApiCall, FrameworkUnavailable, Mode, construction_source,
                                       fill_value, layout_buffer, layout_view_source, numpy_source)
 from conformance.adapters.compiled import InductorCall, keep_inductor_cache
+from conformance.adapters.observation import missing_gradient
 from conformance.adapters.onnxcache import ModelCache
 from conformance.core.case import NUMPY_DEFAULT, Case, Construction
 from conformance.core.model import EAGER, upstream_gradient
@@ -270,7 +271,7 @@ class TorchAdapter(Adapter):
                           "    w = torch.from_numpy(upstream(tuple(grad.shape))).to(grad.device, grad.dtype)",
                           "    (grad,) = torch.autograd.grad((grad * w).sum(), [t], allow_unused=True)"]
             lines += ["if grad is None:  # the harness records this as MissingGradient",
-                      f"    raise MissingGradient({f'{api.name} returned no gradient (None) for {part}'!r})"]
+                      f"    raise MissingGradient({missing_gradient(api.name, part)!r})"]
             lines.append("result = grad.detach().double().cpu().numpy()")
             lines.append("result_dtype = str(grad.dtype).removeprefix('torch.')")
         return "\n".join(lines)

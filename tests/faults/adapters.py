@@ -624,3 +624,13 @@ class RefusingWordsAdapter(NumpyAdapter):
 
     def misbehave(self, case):
         return Observation(unsupported="refused: no float64 kernel on this device")
+
+
+class NoGradientAdapter(OldReleaseAdapter):
+    """klfake again, whose autograd gives no gradient (None) for any argument: each part's missing gradient."""
+
+    apis = (Api("klfake.kl_div", grads=("input", "target")),)
+
+    def gradient(self, case: Case, api: Api, device: str, part: str):
+        return None
+

@@ -352,3 +352,20 @@ def test_an_unexplained_row_within_rounding_of_a_behaviour_is_that_behaviours_de
     assert alone.cause == "unexplained" and "within rounding of" not in alone.where()
     assert title(alone, load_spec()).endswith(
         "no spec choice reproduces it beyond rounding; within rounding of gradients.target_product_rule = xlogy)")
+
+
+def test_each_gradient_a_framework_does_not_give_is_a_defect_of_its_own(tmp_path):
+    """Paddle's eager kl_div gives no gradient for the label, and its to_static programs no double backward
+    (to_static's own limit): 1,118 rows as one defect, named by the exception the harness raises for a None
+    gradient. Its words name the part now, so each missing gradient is a defect of its own."""
+    from conformance.core.results import iter_results
+
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("- {id: ok-1, input: [[-1.0, -2.0]], target: [[0.25, 0.75]], reduction: sum, dtype: float64, "
+                     "grad: [input, target, grad2_input]}\n")
+    assert main(["run", "--framework", "tests.faults.adapters:NoGradientAdapter", "--cases", str(cases), "--suite",
+                 "none", "--out", str(tmp_path / "out"), "--no-progress", "--no-repro"]) == 0
+    missing = {r.part: r for r in iter_results(tmp_path / "out") if "MissingGradient" in r.message}
+    assert set(missing) == {"grad_input", "grad_target", "grad2_input"}
+    assert len({r.defect for r in missing.values()}) == 3
+    assert "no gradient with respect to target (None) from klfake.kl_div" in missing["grad_target"].message
