@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from conformance.adapters.base import Adapter, Api, FrameworkUnavailable, check_script_names
-from conformance.core.defects import release_of
 from conformance.adapters.rcode import RCall, r_repro_script
 from conformance.adapters.rsession import (RSession, RSessionCrash, RSessionTimeout, decode_numbers, decode_text,
                                            encode_numbers)
 from conformance.core.case import Case
+from conformance.core.defects import release_of
 from conformance.core.model import UPSTREAM, Expected, Observation
 
 WORKER = Path(__file__).with_name("rtorch_worker.R")

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from conformance.core.defects import (BESIDE_PROFILE, CHOSEN, NARROW_DTYPES, behaviours, cause_paths, error_size,
-                                      raised, release_of, runtime_of, width, within_behaviour,
-                                      within_text)
+                                      raised, release_of, runtime_of, width, within_behaviour, within_text)
 from conformance.core.errors import ConformanceError
 from conformance.core.model import CLAIM, EAGER, UNEXPLAINED, Result, Spec, Verdict
 from conformance.core.profilefile import deviation_bases

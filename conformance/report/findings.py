@@ -137,8 +137,7 @@ def _defects(defects: Sequence[dict[str, Any]], by_id: dict[str, Any]) -> list[s
         lines += ["| defect | what it does | rows | where it shows | upstream |", "|---|---|---:|---|---|"]
         for d in undocumented:
             where = "; ".join(", ".join(d[key]) for key in ("apis", "modes", "parts", "dtypes"))
-            shown_on = by_id[d["id"]].shown_on() if d["id"] in by_id else ""  # on some runtimes of its release
-            where = "; ".join(filter(None, [shown_on, where]))
+            where = "; ".join(filter(None, [by_id[d["id"]].shown_on(), where]))  # on some runtimes of its release
             upstream = f"{text(d['upstream']['url'])} ({text(d['upstream']['state'])})" if d["upstream"] else "none listed"
             lines.append(f"| {code(d['id'])} | {text(d['title'])} | {d['rows']} | {text(where)} | {upstream} |")
         lines += ["", "The command that prints each one's reproducer, of its example (summary.json's `reproduce`):", ""]

@@ -98,17 +98,13 @@ def minimise_all(jobs: list[Job], observe: Observe, expect, spec: Spec, deadline
     next. Past `deadline` (time.monotonic()), the jobs not yet minimised keep their whole case."""
     unknown = [j for j in jobs if j.verdict is None]
     for job, observed in _paired(unknown, observe([j.call(j.case) for j in unknown])):
-        job.observed, job.judged = observed, _judged(job, job.case, observed, expect, spec)
+        job.observed, job.judged = observed, judged(job, job.case, observed, expect, spec)
         job.verdict = job.judged[1].verdict
     todo = [j for j in jobs if j.minimize and j.verdict.is_divergence and j.case.input.shape == j.case.target.shape
             and j.case.input.size > 1]
     for job in todo:
-        # the element the row's message shows, alone: another element that diverges alone with the same verdict
-        # may show another behaviour (Paddle's exp, wrong on whole vector blocks, minimised to a NaN input's row)
-        shown = job.shown is not None and 0 <= job.shown < job.case.input.size
-        job.order = [job.shown] if shown else list(range(min(job.case.input.size, MAX_CANDIDATES)))
-    screened = [j for j in todo if (j.shown is None or j.order != [j.shown])
-                and (j.api.reductions is None or "none" in j.api.reductions)]
+        job.order = [job.shown] if _shows_one(job) else list(range(min(job.case.input.size, MAX_CANDIDATES)))
+    screened = [j for j in todo if not _shows_one(j) and (j.api.reductions is None or "none" in j.api.reductions)]
     batches = [_candidates_case(j.case) for j in screened]
     screens = list(zip(screened, batches))
     for (job, batch), observed in _paired(screens, observe([job.call(batch) for job, batch in screens])):
@@ -121,9 +117,9 @@ def minimise_all(jobs: list[Job], observe: Observe, expect, spec: Spec, deadline
         for (job, one), observed in _paired(tried, observe([job.call(one) for job, one in tried])):
             # the first candidate in the job's order that keeps its verdict, as if they were tried one by one
             if job.final is None:
-                judged = _judged(job, one, observed, expect, spec)
-                if judged[1].verdict is job.verdict:
-                    job.final, job.observed, job.judged = one, observed, judged
+                one_judged = judged(job, one, observed, expect, spec)
+                if one_judged[1].verdict is job.verdict:
+                    job.final, job.observed, job.judged = one, observed, one_judged
         todo = [j for j in todo if j.final is None and j.order]
         width *= 2
         if progress is not None:
@@ -133,10 +129,17 @@ def minimise_all(jobs: list[Job], observe: Observe, expect, spec: Spec, deadline
         job.final = job.case
     unseen = [j for j in whole if j.observed is None]
     for job, observed in _paired(unseen, observe([j.call(j.case) for j in unseen])):
-        job.observed, job.judged = observed, _judged(job, job.case, observed, expect, spec)
+        job.observed, job.judged = observed, judged(job, job.case, observed, expect, spec)
 
 
-def _judged(job: Job, case: Case, observed: Observation, expect, spec: Spec) -> tuple[Expected, Judgement]:
+def _shows_one(job: Job) -> bool:
+    """Whether the job's row shows an element of its case: that element alone is tried, since another that
+    diverges alone with the same verdict may show another behaviour (Paddle's exp, wrong on whole vector blocks,
+    was minimised to a NaN input's divergence)."""
+    return job.shown is not None and 0 <= job.shown < job.case.input.size
+
+
+def judged(job: Job, case: Case, observed: Observation, expect, spec: Spec) -> tuple[Expected, Judgement]:
     """What the spec expects of `case` in the job's part and dialect, and the judgement of `observed` by it."""
     expected = expect(case, job.part, job.api.dialect, _spec_of(job, spec))
     return expected, classify(expected, observed, _spec_of(job, spec))

@@ -26,7 +26,7 @@ from conformance.core.model import EAGER, Result, Spec, Verdict
 from conformance.core.rundirs import script_name, snippet_name
 from conformance.judge.compare import shown_at
 from conformance.report.defects import Defects
-from conformance.repro.minimise import Job, expectations, in_process, minimise_all, through_worker
+from conformance.repro.minimise import Job, expectations, in_process, judged, minimise_all, through_worker
 from conformance.repro.source import CaseSource, quoted, run_manifest
 from conformance.run.pool import WorkerPool
 from conformance.run.selection import DEFAULT_MEMORY_BUDGET_MB, check_modes, needs_mb
@@ -222,7 +222,10 @@ def write_script(spec: Spec, framework: str, case_id: str, source: CaseSource, a
     expect = expectations()
     job = Job(case, api, device, part, verdict=None, minimize=minimize, mode=mode)
     observe = in_process(adapter)
-    job.beside = _beside_call(spec, ledger, job, next(iter(observe([job.call(case)]))))
+    observed = next(iter(observe([job.call(case)])))
+    job.beside = _beside_call(spec, ledger, job, observed)
+    job.observed, job.judged = observed, judged(job, case, observed, expect, spec)  # minimise_all's first step
+    job.verdict = job.judged[1].verdict
     minimise_all([job], observe, expect, spec)
     return _render(adapter, job, spec)[0]
 
@@ -238,9 +241,7 @@ def _beside_call(spec: Spec, ledger, job: Job, observed) -> tuple[Spec, tuple[st
     if judge.documented(ledger, api, job.part, dialect, observed, job.mode, job.device) or \
             judge.beside_profile(ledger, api, job.part, dialect, observed, job.mode, job.device) is None:
         return None
-    declared = ledger.declared(api, job.mode, job.device, job.case, job.part)
-    return (ledger.spec_for(api, job.mode, device=job.device, case=job.case, part=job.part),
-            tuple(d.id for d in declared))
+    return _profile_spec(ledger, api, job.mode, job.device, job.case, job.part)
 
 
 def _element(r: Result, case: Case) -> int | None:
@@ -278,12 +279,17 @@ def _beside_profile(spec: Spec, adapter, profiles_dir: Path | None, like: str | 
         if ledger is None:
             ledger = DeviationLedger(spec, adapter.name, [a.name for a in adapter.apis], profiles_dir, like=like,
                                      mirrors=adapter.mirrored(), carried=adapter.carried_profile())
-        declared = ledger.declared(r.api, r.mode, r.device, case, r.part)
-        if not declared:  # the profile no longer declares what the run applied: the spec alone
-            return None
-        return (ledger.spec_for(r.api, r.mode, device=r.device, case=case, part=r.part),
-                tuple(d.id for d in declared))
+        # None where the profile no longer declares what the run applied: the spec alone
+        return _profile_spec(ledger, r.api, r.mode, r.device, case, r.part)
     return beside
+
+
+def _profile_spec(ledger, api: str, mode: str, device: str, case: Case, part: str) -> tuple[Spec, tuple[str, ...]] | None:
+    """The spec with the deviations `api` declares for the call applied, and their ids; None where it declares
+    none."""
+    declared = ledger.declared(api, mode, device, case, part)
+    return (ledger.spec_for(api, mode, device=device, case=case, part=part), tuple(d.id for d in declared)) \
+        if declared else None
 
 
 def _render(adapter, job: Job, spec: Spec) -> tuple[str, str]:
