@@ -146,7 +146,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
                                  cache_dir=Path(args.cache_dir) if args.cache_dir else None, progress=progress,
                                  framework=args.framework, memory_budget_mb=args.memory_budget_mb,
                                  profiles_dir=Path(args.profiles) if args.profiles else None,
-                                 like=_like_of(run_manifest(args.run_dir)))
+                                 like=_repro_like(spec, args, run_manifest(args.run_dir)))
         except WriteFailed as exc:
             print(f"kl-conformance: {exc}", file=sys.stderr)
             return EXIT_INCOMPLETE
@@ -162,7 +162,7 @@ def cmd_repro(spec: Spec, args: argparse.Namespace) -> int:
         script = write_script(spec, args.framework, args.case_id, source, args.api, args.device, args.part,
                               minimize=not args.no_minimize, mode=args.mode,
                               profiles_dir=Path(args.profiles) if args.profiles else None, run_dir=args.run_dir,
-                              like=_like_of(run_manifest(args.run_dir)) if args.run_dir else None)
+                              like=_repro_like(spec, args, run_manifest(args.run_dir) if args.run_dir else None))
     except FrameworkUnavailable as exc:  # the script runs the call once to minimise it: it needs the framework
         raise UsageError(f"{args.framework} cannot be loaded here: {exc}", where="--framework",
                          fix="write the reproducer where it loads (its tox environment, or the venv it is "
@@ -207,6 +207,22 @@ def cmd_selftest(spec: Spec, args: argparse.Namespace) -> int:
     (out / "selftest.json").write_text(selftest_json(args.framework, control, reports), encoding="utf-8")
     print(text, end="")
     return EXIT_OK if all(r.ok for r in reports) else EXIT_GATE
+
+
+def _repro_like(spec: Spec, args: argparse.Namespace, manifest: dict | None) -> str | None:
+    """The framework a reproducer's call is judged like: --like, checked as `run` checks it, or the --from run's.
+    A --like other than the run's is refused: the row was judged beside the run's profile."""
+    from conformance.arguments import like_marks
+
+    recorded = _like_of(manifest) if manifest is not None else None
+    if args.like is None:
+        return recorded
+    like_marks(spec, args)
+    if manifest is not None and args.like != recorded:
+        raise UsageError(f"the run was judged {'like ' + recorded if recorded else 'by its own profile'}, not like "
+                         f"{args.like!r}", file=str(args.run_dir), where="--like",
+                         fix="leave out --like: a reproducer from a run is judged as the run judged its rows")
+    return args.like
 
 
 def _like_of(manifest: dict) -> str | None:

@@ -140,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--profiles", metavar="DIR", help="the deviation profiles a divergence is judged beside, as "
                                                         "`run --profiles` judges it; with --all, the run's (default: "
                                                         "spec/profiles shipped)")
+    OPTIONS["like"].add_to(repro, help="judge the port's call beside FRAMEWORK's profile, as `run --like` judged "
+                                       "it (default: the --from run's)")
     repro.add_argument("--progress", action="store_true", help="with --all: print 'progress DONE TOTAL' lines on stdout")
 
     selftest = sub.add_parser("selftest", parents=[common],

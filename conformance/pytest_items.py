@@ -164,7 +164,8 @@ def failure_text(row, framework: str, case, suite) -> str:
     from conformance.report.reprocommand import repro_command
 
     seed = suite.selection.seed
-    command = repro_command(row, {} if seed == DEFAULT_SEED else {"seed": seed}, framework)
+    command = repro_command(row, {**({} if seed == DEFAULT_SEED else {"seed": seed}),
+                                  **({"like": suite.like} if suite.like else {})}, framework)
     lines = [f"{row.framework} {row.framework_version} / {call_text(row.call)}: "
              f"{row.verdict.value}, undocumented",
              f"case:    {terminal_line(case.id)}",

@@ -65,13 +65,13 @@ _MANIFEST_FIELDS: dict[str, tuple[str, Any]] = {
     "seed": ("a natural number or null", lambda v: v is None or (type(v) is int and v >= 0)),
     "cases": ("a natural number or null", lambda v: v is None or (type(v) is int and v >= 0)),
     "case_files_kept": ("a list of strings", _text_list),
-    "targets": ("a list of strings", _text_list),
+    **{name: ("a list of strings", _text_list) for name in ("targets", "whole_targets")},
     "counts": ("an object of counts", lambda v: type(v) is dict and all(type(n) is int for n in v.values())),
     "modes": ("a list of mode names", lambda v: _text_list(v) and all(MODE_NAME.fullmatch(m) for m in v)),
     "selection": ("an object", lambda v: type(v) is dict),
     "written": ("a list of strings", _text_list),
     "notes": ("a list of strings", _text_list),
-    "like": ("a string or null", lambda v: v is None or type(v) is str),
+    **{name: ("a string or null", lambda v: v is None or type(v) is str) for name in ("like", "profiles")},
     **{name: ("an object of strings", _text_object) for name in ("modes_not_run", "apis_not_run", "mirrors")},
 }
 # The fields of a manifest's `selection` that reports and gates read (core/scope.py), each with its test.

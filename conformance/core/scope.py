@@ -7,6 +7,7 @@ The gates need it to judge only what was asked: a baseline row outside the selec
 
 from __future__ import annotations
 
+import fnmatch
 import json
 
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ class _RunSelection:
     devices: frozenset[str] = frozenset()
     targets: frozenset[tuple[str, str, str]] | None = None  # (api, device, mode) run; None: not recorded
     modes: frozenset[str] = frozenset({EAGER})  # the modes run (those asked, less those not run here)
-    draw: str = ""  # everything the selection records but its shard, parts and narrowing: runs of one draw agree
+    draw: str = ""  # everything the selection records but its cells (shard, parts, APIs, devices) and narrowing
+    whole: frozenset[tuple[str, str, str]] | None = None  # (api, device, mode) a run without --api or --device made
 
     def narrowing_for(self, part: str | None, api: str | None, device: str | None,
                       mode: str = EAGER) -> frozenset[str]:
@@ -80,9 +82,11 @@ class Scope:
             if missing:  # APIs the installed release lacks: as if --api had named the others
                 narrowed |= {"--api"}
                 apis = (apis or frozenset(api for api, _, _ in targets or ())) - set(map(str, missing))
+            whole = frozenset(target_call(str(t)) for t in m["whole_targets"] if str(t).count("/") in (2, 3)) \
+                if isinstance(m.get("whole_targets"), list) else None
             scope.runs.setdefault(framework, []).append(_RunSelection(
                 narrowed, sel.get("shard"), sel.get("seed"), frozenset(parts) if parts else None,
-                apis, frozenset(sel.get("devices") or ()), targets, modes, _draw(sel, ("shard", "parts"))))
+                apis, frozenset(sel.get("devices") or ()), targets, modes, _draw(sel, _CELL_FIELDS), whole))
         return scope
 
     def selects(self, framework: str, api: str, device: str, part: str, mode: str = EAGER) -> bool:
@@ -111,7 +115,7 @@ class Scope:
             cuts = [c - {"--shard"} for c in cuts]  # the shards together are the whole of their selection
             if any(not c for c in cuts):
                 return ()
-        if _cells_cover([(r, c) for r, c in zip(runs, cuts) if c <= _CELLS]):
+        if _cells_cover([(r, c) for r, c in zip(runs, cuts) if c <= _CELLS], api, device, mode):
             return ()
         return tuple(o for o in NARROWING if any(o in c for c in cuts))
 
@@ -139,13 +143,19 @@ def _shard(text: Any) -> tuple[int, int] | None:
     return k, n
 
 
-_CELLS = frozenset({"--shard", "--part"})
+_CELLS = frozenset({"--shard", "--part", "--api", "--device"})
+_CELL_FIELDS = ("shard", "parts", "apis", "devices")  # the selection's record of them, apart from the draw
 
 
-def _cells_cover(runs: list[tuple[_RunSelection, frozenset[str]]]) -> bool:
-    """Some draw's runs, each cut by no more than --shard and --part, together ran every (shard, part) cell: the
-    forward and the gradients run as two jobs, or each shard's parts split again, merged. A run not cut by --part
-    (for the entry at hand) holds every part; one not cut by --shard, every shard."""
+def _cells_cover(runs: list[tuple[_RunSelection, frozenset[str]]], api: str | None, device: str | None,
+                 mode: str) -> bool:
+    """Some draw's runs, each cut by no more than --shard, --part, --api and --device, together ran every
+    (shard, part, API, device) cell of what an entry pinned to `api`, `device` (globs) and `mode` speaks about: the
+    forward and the gradients run as two jobs, each API or device in a job of its own, or each shard's parts split
+    again, merged. A run not cut by --part (for the entry at hand) holds every part; one not cut by --shard, every
+    shard; one cut by neither --api nor --device, every target it would make (run.json's `whole_targets`: every
+    API of the adapter on every device present). A run that does not record those targets covers no target
+    cell."""
     by_draw: dict[str, list[tuple[_RunSelection, frozenset[str]]]] = {}
     for run, cut in runs:
         by_draw.setdefault(run.draw, []).append((run, cut))
@@ -157,10 +167,21 @@ def _cells_cover(runs: list[tuple[_RunSelection, frozenset[str]]]) -> bool:
         if len(counts) > 1:
             continue
         n = counts.pop() if counts else 1
-        held = {(k, part) for r, c in group
+        targeted = any({"--api", "--device"} & c for _, c in group)
+        if targeted and any(r.whole is None or r.targets is None for r, _ in group):
+            continue
+        speaks = (lambda t: t[2] == mode and (api is None or fnmatch.fnmatchcase(t[0], api))
+                  and (device is None or fnmatch.fnmatchcase(t[1], device)))
+        wanted = {t for r, _ in group for t in r.whole or ()} if targeted else {None}
+        wanted = {t for t in wanted if t is None or speaks(t)}
+
+        def made(r: _RunSelection, c: frozenset[str]):
+            return ((r.targets if {"--api", "--device"} & c else r.whole) or ()) if targeted else (None,)
+        held = {(k, part, target) for r, c in group
                 for k in ([_shard(r.shard)[0]] if "--shard" in c else range(1, n + 1))
-                for part in (r.parts or PARTS if "--part" in c else PARTS)}
-        if held >= {(k, part) for k in range(1, n + 1) for part in PARTS}:
+                for part in (r.parts or PARTS if "--part" in c else PARTS)
+                for target in made(r, c)}
+        if wanted and held >= {(k, part, t) for k in range(1, n + 1) for part in PARTS for t in wanted}:
             return True
     return False
 

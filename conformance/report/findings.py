@@ -25,9 +25,10 @@ from conformance.core.errors import ConformanceError, ResultsError, UsageError
 from conformance.core.generated import GeneratedFolder, WriteFailed
 from conformance.core.model import EAGER, Verdict
 from conformance.core.rundirs import iter_rows, load_manifests, released, safe_file_name
+from conformance.core.scope import row_framework
 from conformance.core.specload import load_spec
 from conformance.report.provenance import check_runs
-from conformance.report.reprocommand import repro_command
+from conformance.report.reprocommand import repro_command, runs_by_framework
 from conformance.report.runrecord import damaged, held_by_framework
 from conformance.report.sitetext import code, text
 from conformance.report.summary import divergence_counts, render_summary
@@ -69,8 +70,7 @@ def write_findings(run_dirs: Sequence[str | Path], out_dir: str | Path, commit: 
         raise ResultsError(line, fix=REDO)
     by_framework: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for manifest in manifests:  # by the adapter's name, which its rows carry (`framework` is what --framework said)
-        selection = manifest.get("selection") if isinstance(manifest.get("selection"), dict) else {}
-        by_framework[str(selection.get("adapter") or manifest.get("framework"))].append(manifest)
+        by_framework[row_framework(manifest)].append(manifest)
     names = sorted(set(tallies) | set(by_framework))
     given = [_shown_dir(d) for d in run_dirs]
     pages = {page_name(name): render_framework_page(name, tallies.get(name, Tally()), by_framework.get(name, []),
@@ -83,6 +83,7 @@ def write_findings(run_dirs: Sequence[str | Path], out_dir: str | Path, commit: 
 
 def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str, Any]], given: Sequence[str],
                           commit: str | None) -> str:
+    tally.runs = runs_by_framework(manifests)  # what its reproduce commands read
     summary = json.loads(render_summary(tally, manifests))
     lines = [f"# {text(name)}: findings of a matrix run", "", _generated(given, commit), "",
              "What each finding means, and the reasoning behind it, is written by hand on the "
@@ -120,9 +121,9 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
                      f"{c['documented']} | {c['known']} |")
     lines += ["", "One example of each cause (its first undocumented row, else its first row), and the command that "
                   "prints its reproducer:", ""]
-    run_info = manifests[0] if manifests else {}
     for i, c in enumerate(summary["causes"], start=1):
         r = tally.group_example[(c["cause"], c["verdict"])]
+        run_info = tally.runs.get(r.framework, {})
         lines.append(f"{i}. {text(c['cause'])} ({text(c['verdict'])}): case {code(r.case_id)}, "
                      f"{text(r.api)} on {text(r.device)}" + ("" if r.mode == EAGER else f" in mode {text(r.mode)}")
                      + f", {text(r.part)}: {code(repro_command(r, run_info))}")

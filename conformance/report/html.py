@@ -24,7 +24,7 @@ from conformance.report.gaps import mode_gaps, refused_gaps, refused_line, relea
 from conformance.report.htmlvalues import array_html, differing, escape, readable, shape_text, worst_text
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.releases import KINDS, call_text, release_pairs, seen_text
-from conformance.report.reprocommand import repro_command
+from conformance.report.reprocommand import repro_command, runs_by_framework
 from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally
 from conformance.report.tally import split_label as _split
 from conformance.report.tally import join_framework, target_label, where_label
@@ -301,7 +301,7 @@ def _plots(tally: Tally) -> list[str]:
 
 def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list[str]:
     """The listed divergences in groups by cause (the largest undocumented first), each cause by verdict."""
-    run_info = {m.get("framework"): m for m in manifests}
+    run_info = runs_by_framework(manifests)
     total = sum(tally.group_sizes.values())
     by_group: dict[tuple[str, str], list[Result]] = defaultdict(list)
     for r in listed:

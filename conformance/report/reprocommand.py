@@ -8,14 +8,24 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import Any, Iterable
 
 from conformance.core.model import EAGER, Result
+from conformance.core.scope import row_framework
 from conformance.core.text import CONTROL, INVISIBLE
 
+
+def runs_by_framework(manifests: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each run's run.json by the framework name its rows carry: what a row's reproduce command reads of it."""
+    return {row_framework(m): m for m in manifests}
+
+
 def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = None) -> str:
-    """The one-line command that prints a standalone script reproducing exactly this result; `framework` is the
-    word the user gave (a `module:Class` adapter's), where it is not the row's framework name."""
+    """The one-line command that prints a standalone script reproducing exactly this result, as the run that wrote
+    it (`run_info`, its run.json) judged it; `framework` is the word the user gave (a `module:Class` adapter's),
+    where it is not the row's framework name: by default the run's."""
+    if framework is None and isinstance(run_info.get("framework"), str) and row_framework(run_info) == r.framework:
+        framework = run_info["framework"]
     # every value from a row is one shell word (shlex.quote) joined to its option, and the case id comes after
     # `--`: an id or path that starts with a dash is then never read as another option
     words = ["kl-conformance", "repro", f"--framework={framework or r.framework}", f"--api={r.api}", f"--device={r.device}",
@@ -24,6 +34,11 @@ def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = N
         words += [f"--cases={r.source}"]
     elif run_info.get("seed") is not None:
         words += [f"--seed={run_info['seed']}"]
+    # judged beside the profiles the run judged it by: a --profiles DIR, a framework a port was judged like
+    if isinstance(run_info.get("profiles"), str):
+        words += [f"--profiles={run_info['profiles']}"]
+    if isinstance(run_info.get("like"), str):
+        words += [f"--like={run_info['like']}"]
     words += ["--", r.case_id]
     if r.framework == "rtorch":  # R torch's reproducer is an R script
         return " ".join(map(shell_word, words)) + " > repro.R && Rscript repro.R"

@@ -95,7 +95,7 @@ def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]],
             "apis": sorted(d.apis), "modes": sorted(d.modes), "parts": sorted(d.parts), "dtypes": sorted(d.dtypes),
             "documented_by": list(d.documented_by), "like": d.like,
             "example": {"case_id": r.case_id, "api": r.api, "mode": r.mode, "part": r.part, "device": r.device},
-            "reproduce": repro_command(r, _run_info(r)),
+            "reproduce": repro_command(r, _run_info(tally, r)),
             "draft": (f"{ISSUES_DIR}/{draft_name(d.id)}" if d.status == UNDOCUMENTED
                       and (shared_drafts or d.like != "shared") else None),
             "upstream": _upstream_json(tally.defects.upstream(d))})
@@ -107,9 +107,10 @@ def _upstream_json(issue) -> dict[str, Any] | None:
                                        "fixed_in": issue.fixed_in}
 
 
-def _run_info(r: Result) -> dict[str, Any]:
-    """What repro_command reads of the run that wrote `r`: its seed (the row's own)."""
-    return {"seed": r.seed} if r.seed is not None else {}
+def _run_info(tally: Tally, r: Result) -> dict[str, Any]:
+    """What repro_command reads of the run that wrote `r`: its run.json where the report read it, with the row's
+    own seed."""
+    return {**tally.runs.get(r.framework, {}), **({"seed": r.seed} if r.seed is not None else {})}
 
 
 def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bool = True) -> list[str]:
@@ -129,7 +130,7 @@ def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bo
         lines.append(f"UNDOCUMENTED {d.id}: {_short(title(d, spec), 200)} [{d.rows} rows; {_short(d.where(), 200)}] "
                      + f"e.g. {_short(shown(d.example), 300)}; "
                      + (f"upstream: {_short(issue.url, 200)} ({issue.state}) " if issue is not None else "")
-                     + f"reproduce: {_short(repro_command(d.example, _run_info(d.example)), 400)}")
+                     + f"reproduce: {_short(repro_command(d.example, _run_info(tally, d.example)), 400)}")
     if len(undocumented) > limit:
         rest = undocumented[limit:]
         lines.append(f"and {len(rest)} more undocumented defects ({sum(d.rows for d in rest)} rows): see report.md")

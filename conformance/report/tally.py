@@ -115,6 +115,7 @@ class Tally:
         self.spec_hashes: set[str] = set()
         self._labels: dict[tuple[str, str, str, str, str, str], str] = {}
         self.defects = Defects()  # each distinct behaviour once: what the reports open with
+        self.runs: dict[str, dict] = {}  # run.json by framework, once read (reprocommand.runs_by_framework)
         for r in rows:
             self.add(r)
 

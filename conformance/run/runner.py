@@ -145,7 +145,9 @@ def _context(spec: Spec, framework: str, out_dir: str | Path, options: RunOption
     manifest = {"framework": framework, "spec_hash": spec.hash, "spec": spec.source,
                 "harness_version": conformance.__version__, **provenance(), **run_info,
                 "profiles_digest": profiles, "deviation_bases": {adapter.name: ledger.bases()},
-                **({"like": options.like} if options.like else {})}
+                **({"like": options.like} if options.like else {}),
+                # where the reproduce commands find them again: a row judged beside them is reproduced so
+                **({"profiles": str(options.profiles_dir.resolve())} if options.profiles_dir else {})}
     own_lock, own_pool = lock is None, pool is None
     lock = OutDirLock() if own_lock else lock
     pool = WorkerPool(framework, timeout_s=options.timeout_s, compile_cache_dir=options.cache_dir) if own_pool else pool
@@ -207,7 +209,11 @@ def _select_targets(ctx: RunContext) -> None:
     ctx.targets = [t for t in ctx.targets if t.mode not in unusable and t.api not in ctx.summary.apis_not_run]
     if ctx.jobs > 1 and _shared(adapter, [t.device for t in ctx.targets]):
         ctx.pool.widen(ctx.jobs)  # the devices present, known only now, are all shared: launched now if not before
-    ctx.manifest.update(framework_version=info.version, targets=[str(t) for t in ctx.targets], status="running",
+    # what a run cut by neither --api nor --device would make: runs split so, merged, are judged whole (core/scope.py)
+    whole = select(ctx.framework, ctx.api_names, adapter.known_devices, info.devices, (), (), options.modes,
+                   adapter.mode_names(), str(info.version))
+    ctx.manifest.update(framework_version=info.version, targets=[str(t) for t in ctx.targets],
+                        whole_targets=[str(t) for t in whole], status="running",
                         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         modes=list(dict.fromkeys(options.modes or (EAGER,))),
                         **({"modes_not_run": unusable} if unusable else {}))

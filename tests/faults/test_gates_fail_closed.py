@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from conformance.adapters.base import Api
 from conformance.cli import main
 from conformance.core.results import iter_results
+from tests.faults.adapters import NumpyAdapter
 
 ADAPTERS = "tests.faults.adapters:"
 CASES = """
@@ -23,10 +25,10 @@ CASES = """
 GATES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "gates.md"
 
 
-def _run(tmp_path, adapter, *extra, out="out"):
+def _run(tmp_path, adapter, *extra, out="out", framework=None):
     cases = tmp_path / "cases.yaml"
     cases.write_text(CASES)
-    return main(["run", "--framework", ADAPTERS + adapter, "--cases", str(cases), "--suite", "none",
+    return main(["run", "--framework", framework or ADAPTERS + adapter, "--cases", str(cases), "--suite", "none",
                  "--out", str(tmp_path / out), "--no-progress", "--no-repro", *extra])
 
 
@@ -297,6 +299,53 @@ def test_a_known_entry_is_stale_after_runs_that_split_the_parts(tmp_path, capsys
         assert main(["report", *(str(tmp_path / d) for d in dirs), "--out", str(tmp_path / out), *gate]) == 0
         err = capsys.readouterr().err
         assert "not exercised here" in err and "stale:" not in err, err
+class TwoApisTwoDevices(NumpyAdapter):
+    """The honest stand-in through two APIs, on two devices present."""
+
+    apis = (Api("numpy.kl_div"), Api("numpy.KLDivLoss"))
+    known_devices = ("cpu", "gpu")
+
+    def devices(self) -> tuple[str, ...]:
+        return ("cpu", "gpu")
+
+
+def test_a_known_entry_is_stale_after_runs_that_split_the_apis_or_the_devices(tmp_path, capsys):
+    """A CI that runs each API (or each device) in a job of its own and merges them ran the whole suite, but an
+    entry that matched nothing was "not exercised here" in the merge, and the gate passed on a list that had
+    rotted. Runs that together made every target a whole run makes (run.json's `whole_targets`) are whole; one
+    job alone, or jobs that leave a target out, are not."""
+    known = tmp_path / "known.yaml"
+    known.write_text("- {id: gone, case_id: 'ok-*', verdict: nonfinite, reason: fixed since}\n"
+                     "- {id: gone-loss, case_id: 'ok-*', api: numpy.KLDivLoss, verdict: nonfinite, reason: r}\n")
+    gate, framework = ["--known", str(known)], "tests.faults.test_gates_fail_closed:TwoApisTwoDevices"
+    runs = {"f": ["--api", "numpy.kl_div"], "m": ["--api", "numpy.KLDivLoss"], "cpu": ["--device", "cpu"],
+            "gpu": ["--device", "gpu"], **{f"f-{d}": ["--api", "numpy.kl_div", "--device", d] for d in ("cpu", "gpu")}}
+    for out, cut in runs.items():
+        # each alone a subset, but where an entry's own API ran on every device (its entry is stale there)
+        assert _run(tmp_path, "", *cut, *gate, out=out, framework=framework) == (out == "m")
+        assert "entry 1 (id 'gone'): not exercised here" in capsys.readouterr().err
+    assert json.loads((tmp_path / "f" / "run.json").read_text())["whole_targets"] == [
+        f"{framework}/{api}/{device}" for api in ("numpy.kl_div", "numpy.KLDivLoss") for device in ("cpu", "gpu")]
+    for dirs in (["f", "m"], ["cpu", "gpu"], ["m", "f-gpu", "f-cpu"]):
+        merged = str(tmp_path / "-".join(dirs))
+        assert main(["report", *(str(tmp_path / d) for d in dirs), "--out", merged, *gate]) == 1
+        err = capsys.readouterr().err
+        assert err.count("stale: matches none") == 2, (dirs, err)
+    # numpy.KLDivLoss on the cpu (then on every device) left out: not everything was run
+    for dirs, unexercised in ((["f-cpu", "gpu"], 2), (["f-cpu", "f-gpu"], 1)):
+        assert main(["report", *(str(tmp_path / d) for d in dirs), "--out", str(tmp_path / "-".join(dirs)), *gate]) == 0
+        err = capsys.readouterr().err
+        assert err.count("not exercised here: matches none") == unexercised and "stale:" not in err, err
+    # a run.json of before the record (no whole_targets): its cuts are never known to cover every target
+    for d in ("f", "m"):
+        manifest = json.loads((tmp_path / d / "run.json").read_text())
+        del manifest["whole_targets"]
+        (tmp_path / d / "run.json").write_text(json.dumps(manifest))
+    assert main(["report", str(tmp_path / "f"), str(tmp_path / "m"), "--out", str(tmp_path / "old"), *gate]) == 1
+    err = capsys.readouterr().err  # the entry of one API is judged on that API's run, as before
+    assert "entry 1 (id 'gone'): not exercised here" in err and "entry 2 (id 'gone-loss'): stale" in err, err
+
+
 def test_a_merge_without_one_of_its_shards_is_not_everything(tmp_path, capsys):
     """A merge of shards 2/3 and 3/3 passed --strict on what it held (an artifact of shard 1 lost, say): gated,
     a merge of shards stands for the whole run ("gate on the merge"), so a shard it lacks was not checked. One

@@ -82,6 +82,10 @@ def test_one_item_per_call_pass_fail_with_verdict_cause_and_repro(project):
     assert ("reproduce: kl-conformance repro --framework=tests.faults.adapters:OffByOneAdapter "
             "--api=numpy.kl_div --device=cpu --part=forward --cases=cases.yaml -- the-fault > repro.py && "
             "python repro.py") in output
+    # a port judged like a framework: its reproducer is judged beside that framework's profile too
+    code, output, _ = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml", "--kl-suite", "none",
+                              "--kl-like", "torch")
+    assert code == 1 and "--cases=cases.yaml --like=torch -- the-fault > repro.py" in output, output
     # -k selects by case id
     code, output, outcomes = _pytest(project, "--kl-framework", OFF_BY_ONE, "--kl-cases", "cases.yaml",
                                      "--kl-suite", "none", "-k", "ok-before")

@@ -264,3 +264,47 @@ def test_shared_observations_agree_within_the_ports_bound(theirs, same):
     nan_bound = {"got": {"shape": [1], "values": [0.0]}, "bound": {"shape": [1], "values": ["nan"]}}
     assert _same_observation(nan_bound, {"got": {"shape": [1], "values": [0.0]}}) is True
     assert _same_observation(nan_bound, {"got": {"shape": [1], "values": [0.5]}}) is False
+
+
+def test_a_ports_reproduce_command_judges_it_as_its_run_did(tmp_path, profiles, capsys):
+    """The reproduce command a report prints for a port run with `--like` and `--profiles` carries both (and
+    the `module:Class` the run was given): the script it writes shows the port's own bug beside the framework's
+    documented behaviour. Without them it showed that documented behaviour (NaN where negative targets give 0)."""
+    import shlex
+    import subprocess
+    import sys
+
+    assert _run(tmp_path, HERE + "ReproPort", "own", "--profiles", str(profiles), "--like", "numpy-test") == 0
+    summary = json.loads((tmp_path / "own" / "summary.json").read_text())
+    commands = [d["reproduce"] for d in summary["defects"]]
+    assert commands and all(f"--profiles={profiles.resolve()}" in c and "--like=numpy-test" in c
+                            and f"--framework={HERE}ReproPort" in c for c in commands)
+    report = (tmp_path / "own" / "report.md").read_text()
+    assert "--like=numpy-test" in report and "--framework=numpy-port" not in report
+    case = "fwd/sum/log_target=0/4x6/float64/negative_target/s0"
+    row = next(r for r in iter_results(tmp_path / "own") if r.case_id == case)
+    assert "beside the profile" in row.message and not row.is_accepted
+    from conformance.core.manifest import read_manifest
+    from conformance.report.reprocommand import repro_command
+
+    words = shlex.split(repro_command(row, read_manifest(tmp_path / "own")).split(" > ")[0])
+    expected = []
+    for given in (words, [w for w in words if not w.startswith(("--like=", "--profiles="))]):
+        capsys.readouterr()
+        assert main(given[1:]) == 0
+        script = tmp_path / "repro.py"
+        script.write_text(capsys.readouterr().out)
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 1, done.stdout + done.stderr
+        expected.append(next(line for line in done.stdout.splitlines() if line.startswith("expected:")))
+    assert "nan" not in expected[0] and "nan" in expected[1]  # the port's doubled sum; the profile's zeros
+
+    base = ["repro", case, "--framework", HERE + "ReproPort", "--from", str(tmp_path / "own"),
+            "--profiles", str(profiles)]
+    for like, said in (("torch", "not like 'torch'"), ("no-such-framework", "unknown framework")):
+        code = main([*base, "--like", like]) if like == "torch" else \
+            main(["repro", case, "--framework", HERE + "ReproPort", "--like", like])
+        captured = capsys.readouterr()
+        assert code == 2 and captured.out == "" and said in captured.err, captured.err
+        assert len(captured.err.strip().splitlines()) == 1
+    assert main([*base, "--like", "numpy-test"]) == 0 and "port.kl_div" in capsys.readouterr().out
