@@ -230,7 +230,8 @@ def judge(case: Case, observed: Any, part: str = "forward", *, dialect: str = "c
     `observed` is what the framework gave: an array (NumPy or anything np.asarray takes; its dtype is the
     result's dtype unless `dtype` names it, e.g. "bfloat16" for values converted to float32), an exception
     it raised, or an Observation. `dialect` is the API's dialect in the spec (dialects:), canonical for
-    torch's convention. Profiles and known findings are not applied here: a run applies them.
+    torch's convention. Profiles and known findings are not applied here: a run applies them. An unexplained
+    divergence's message says, as a run's does, which spec alternatives its answer lies within rounding of.
     """
     spec = given_spec(spec)
     _check_call(case, part, dialect, spec)
@@ -240,7 +241,9 @@ def judge(case: Case, observed: Any, part: str = "forward", *, dialect: str = "c
     if not isinstance(warnings, (list, tuple)) or not all(isinstance(w, str) for w in warnings):
         raise UsageError(f"expected a list of warning messages, got {warnings!r}", where="warnings",
                          fix="pass a list of the messages the call warned with, e.g. warnings=['...']")
-    return CaseJudge(case, spec).judgement(part, dialect, observation_of(observed, dtype, tuple(warnings), spec))
+    judge, observation = CaseJudge(case, spec), observation_of(observed, dtype, tuple(warnings), spec)
+    judgement = judge.judgement(part, dialect, observation)
+    return judge.with_within(judgement, None, "", part, dialect, observation)
 
 
 def _check_call(case: Any, part: Any, dialect: Any, spec: Spec) -> None:

@@ -19,7 +19,8 @@ import numpy as np
 from conformance.core.case import Case
 from conformance.core.choices import touched_paths, with_alternatives
 from conformance.core.errors import UsageError
-from conformance.core.model import CLAIM, EAGER, Expected, Judgement, Observation, REFUSED, Spec, Verdict, not_refused
+from conformance.core.model import (CLAIM, EAGER, REFUSED, UNEXPLAINED, WITHIN, Expected, Judgement, Observation, Spec,
+                                    Verdict, not_refused)
 from conformance.core.details import array_detail, encoded_fields
 from conformance.judge.compare import classify, inputs_at, passes
 from conformance.judge.explain import explain, within_rounding
@@ -186,16 +187,17 @@ class CaseJudge:
             return None
         return residual
 
-    def within_rounding(self, ledger: DeviationLedger, api: str, part: str, dialect: str, observed: Observation,
-                        mode: str = EAGER, device: str | None = None) -> str | None:
+    def within_rounding(self, ledger: DeviationLedger | None, api: str, part: str, dialect: str,
+                        observed: Observation, mode: str = EAGER, device: str | None = None) -> str | None:
         """The alternatives an unexplained divergence lies within rounding of (explain.within_rounding), beside
-        `api`'s profile where it declares deviations, as a message states them; None where no set does. Decided
-        once for the APIs of the case that declare the same deviations and observed the same (warnings aside)."""
-        fingerprint = ledger.fingerprint(api, mode, device, self.case, part)
+        `api`'s profile where it declares deviations (no `ledger`: the spec alone), as a message states them; None
+        where no set does. Decided once for the APIs of the case that declare the same deviations and observed the
+        same (warnings aside)."""
+        fingerprint = ledger.fingerprint(api, mode, device, self.case, part) if ledger is not None else None
         key = (fingerprint, part, dialect, *without_warnings(self._key(observed)))
         if key not in self._within:
             def found():
-                declared = ledger.declared(api, mode, device, self.case, part)
+                declared = ledger.declared(api, mode, device, self.case, part) if ledger is not None else ()
                 base = ledger.spec_for(api, mode, device=device, case=self.case, part=part) if declared else self.spec
                 alts = within_rounding(self.case, observed, base, part,
                                        expect=lambda s: self.expected(s, part, dialect), touched=self._touched_paths())
@@ -206,6 +208,17 @@ class CaseJudge:
                 said = []
             self._within[key] = said[0] if said and isinstance(said[0], str) else None
         return self._within[key]
+
+    def with_within(self, judgement: Judgement, ledger: DeviationLedger | None, api: str, part: str, dialect: str,
+                    observed: Observation, mode: str = EAGER, device: str | None = None) -> Judgement:
+        """An unexplained divergence's judgement saying, before what its message claims, which alternatives its
+        answer lies within rounding of (for a maintainer; never a cause); any other judgement as it is."""
+        near = self.within_rounding(ledger, api, part, dialect, observed, mode, device) \
+            if judgement.cause == UNEXPLAINED else None
+        if not near:
+            return judgement
+        head, claim, said = judgement.message.partition(CLAIM)
+        return dataclasses.replace(judgement, message=f"{head}{WITHIN}{near}{claim}{said}")
 
     def _touched_paths(self) -> frozenset[str]:
         """touched_paths of the case, computed once: every explanation of it reads them."""

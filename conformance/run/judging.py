@@ -16,8 +16,7 @@ from conformance.cases.digest import case_digest
 from conformance.adapters.base import in_mode
 from conformance.core.case import Case
 from conformance.core.defects import BESIDE_PROFILE
-from conformance.core.model import (CLAIM, REFUSED, UNEXPLAINED, WITHIN, Judgement, Observation, Result, Spec,
-                                    Verdict, not_refused)
+from conformance.core.model import CLAIM, REFUSED, Judgement, Observation, Result, Spec, Verdict, not_refused
 from conformance.judge.casejudge import CaseJudge, ExpectationOutOfMemory
 from conformance.judge.refcache import ReferenceCache
 from conformance.reference.forward import takes_input_space
@@ -190,10 +189,8 @@ def _beside_profile(ctx: RunContext, judge: CaseJudge, judgement: Judgement, api
         judgement = dataclasses.replace(judgement, verdict=residual.verdict, max_abs_err=residual.max_abs_err,
                                         bound=residual.bound, where=residual.where, rules=residual.rules)
         message = f"{residual.message}{BESIDE_PROFILE}{message.split('; ', 1)[0]})"
-    if judgement.cause == UNEXPLAINED:  # where its answer lies, for a maintainer: never a cause
-        near = judge.within_rounding(ctx.ledger, api, part, dialect, observed, mode, device)
-        message += f"{WITHIN}{near}" if near else ""
-    return dataclasses.replace(judgement, message=message + (f"{CLAIM}{said}" if said else ""))
+    judgement = dataclasses.replace(judgement, message=message + (f"{CLAIM}{said}" if said else ""))
+    return judge.with_within(judgement, ctx.ledger, api, part, dialect, observed, mode, device)
 
 
 def selected_parts(case: Case, options: RunOptions) -> list[str]:

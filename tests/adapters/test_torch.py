@@ -346,6 +346,11 @@ def test_an_unexplained_sum_says_what_it_lies_within_rounding_of(framework_adapt
     rows = list(iter_results(tmp_path / "out"))
     assert rows and all(r.cause == "unexplained" and r.verdict is Verdict.VALUE for r in rows)
     assert all(r.message.endswith("; within rounding of dtypes.argument_terms = own_dtype") for r in rows)
+    import conformance.api as kl  # the API judges as the run does
+
+    case = kl.case(case_id)
+    observed = framework_adapter.run(case, framework_adapter.api(rows[0].api), "cpu", "forward")
+    assert kl.judge(case, observed).message == rows[0].message
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     (defect,) = [d for d in summary["defects"] if d["status"] == "undocumented"]
     assert defect["title"].endswith("within rounding of dtypes.argument_terms = own_dtype)")
