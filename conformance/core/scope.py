@@ -86,7 +86,9 @@ class Scope:
                 if isinstance(m.get("whole_targets"), list) else None
             scope.runs.setdefault(framework, []).append(_RunSelection(
                 narrowed, sel.get("shard"), sel.get("seed"), frozenset(parts) if parts else None,
-                apis, frozenset(sel.get("devices") or ()), targets, modes, _draw(sel, _CELL_FIELDS), whole))
+                apis, frozenset(sel.get("devices") or ()), targets, modes,
+                # one release's draw: cells run on two releases are not one run of either
+                _draw(sel, _CELL_FIELDS) + "\n" + str(m.get("framework_version")), whole))
         return scope
 
     def selects(self, framework: str, api: str, device: str, part: str, mode: str = EAGER) -> bool:
@@ -106,17 +108,16 @@ class Scope:
                   device: str | None = None, mode: str = EAGER) -> tuple[str, ...]:
         """The options by which the runs of `framework` selected less than the whole suite, for an entry pinned
         to `part`, `api`, `device` and `mode` (empty: the whole suite ran). Runs of one draw that together ran
-        every shard and every part, merged, are whole."""
+        every cell (shard, part, target), merged, are whole (_cells_cover)."""
         runs = self.runs.get(framework, ())
         cuts = [r.narrowing_for(part, api, device, mode) for r in runs]
         if not runs or any(not c for c in cuts):
             return ()
-        if all("--shard" in c for c in cuts) and _shards_cover([r.shard for r in runs], {r.seed for r in runs}):
-            cuts = [c - {"--shard"} for c in cuts]  # the shards together are the whole of their selection
-            if any(not c for c in cuts):
-                return ()
         if _cells_cover([(r, c) for r, c in zip(runs, cuts) if c <= _CELLS], api, device, mode):
             return ()
+        if all("--shard" in c for c in cuts) and _shards_cover([r.shard for r in runs], {r.seed for r in runs}):
+            unsharded = [c - {"--shard"} for c in cuts]  # the shards are the whole of their selection: not what cut it
+            cuts = unsharded if all(unsharded) else cuts
         return tuple(o for o in NARROWING if any(o in c for c in cuts))
 
 

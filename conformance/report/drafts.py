@@ -22,6 +22,7 @@ from conformance.core.known import KnownFindings
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec
 from conformance.core.atomicfile import write_atomic
 from conformance.core.rundirs import ISSUES_DIR, REPRO_DIR, iter_rows, script_name, snippet_name
+from conformance.core.scope import row_framework
 from conformance.core.text import visible, without_mentions
 from conformance.core.upstream import UpstreamIssue
 from conformance.report.defects import UNDOCUMENTED, Defect, Defects, expected_words, spec_of, title
@@ -126,8 +127,9 @@ def _reproducer_text(run_dir: Path, name: str) -> str | None:
 
 
 def _manifest_of(row: Result, manifests: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    matching = [m for m in manifests if m.get("framework") == row.framework] or \
-        [m for m in manifests if m.get("framework_version") == row.framework_version]  # a "module:Class" adapter
+    """The run.json of the run that wrote `row`: of its framework (by the adapter's name, which its rows carry),
+    and of its release where the manifests hold several."""
+    matching = [m for m in manifests if row_framework(m) == row.framework]
     return next((m for m in matching if m.get("framework_version") == row.framework_version), matching[0]) \
         if matching else {}
 

@@ -28,7 +28,7 @@ from conformance.core.rundirs import iter_rows, load_manifests, released, safe_f
 from conformance.core.scope import row_framework
 from conformance.core.specload import load_spec
 from conformance.report.provenance import check_runs
-from conformance.report.reprocommand import repro_command, runs_by_framework
+from conformance.report.reprocommand import Runs, repro_command
 from conformance.report.runrecord import damaged, held_by_framework
 from conformance.report.sitetext import code, text
 from conformance.report.summary import divergence_counts, render_summary
@@ -83,7 +83,7 @@ def write_findings(run_dirs: Sequence[str | Path], out_dir: str | Path, commit: 
 
 def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str, Any]], given: Sequence[str],
                           commit: str | None) -> str:
-    tally.runs = runs_by_framework(manifests)  # what its reproduce commands read
+    tally.runs = Runs(manifests)  # what its reproduce commands read
     summary = json.loads(render_summary(tally, manifests))
     lines = [f"# {text(name)}: findings of a matrix run", "", _generated(given, commit), "",
              "What each finding means, and the reasoning behind it, is written by hand on the "
@@ -123,7 +123,7 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
                   "prints its reproducer:", ""]
     for i, c in enumerate(summary["causes"], start=1):
         r = tally.group_example[(c["cause"], c["verdict"])]
-        run_info = tally.runs.get(r.framework, {})
+        run_info = tally.runs.of(r)
         lines.append(f"{i}. {text(c['cause'])} ({text(c['verdict'])}): case {code(r.case_id)}, "
                      f"{text(r.api)} on {text(r.device)}" + ("" if r.mode == EAGER else f" in mode {text(r.mode)}")
                      + f", {text(r.part)}: {code(repro_command(r, run_info))}")

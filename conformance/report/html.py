@@ -24,7 +24,7 @@ from conformance.report.gaps import mode_gaps, refused_gaps, refused_line, relea
 from conformance.report.htmlvalues import array_html, differing, escape, readable, shape_text, worst_text
 from conformance.report.plot import ratio_histogram_svg
 from conformance.report.releases import KINDS, call_text, release_pairs, seen_text
-from conformance.report.reprocommand import repro_command, runs_by_framework
+from conformance.report.reprocommand import Runs, repro_command
 from conformance.report.tally import LISTED_IN_PAGE, VERDICT_ORDER, Tally
 from conformance.report.tally import split_label as _split
 from conformance.report.tally import join_framework, target_label, where_label
@@ -301,7 +301,7 @@ def _plots(tally: Tally) -> list[str]:
 
 def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list[str]:
     """The listed divergences in groups by cause (the largest undocumented first), each cause by verdict."""
-    run_info = runs_by_framework(manifests)
+    runs = Runs(manifests)
     total = sum(tally.group_sizes.values())
     by_group: dict[tuple[str, str], list[Result]] = defaultdict(list)
     for r in listed:
@@ -335,7 +335,7 @@ def _divergences(listed: list[Result], tally: Tally, manifests, details) -> list
             out.append(f"<div class='group verdict-group' {_data({'verdict': key[1]})}><details><summary>"
                        f"<span class='v-div'>{escape(key[1])}</span>: {n}, {_acceptance(group, n)}, "
                        f"<span class='shown-n'>{len(group)}</span> shown</summary>")
-            out += [_divergence(r, run_info, details.get(_key(r)), tally.released) for r in group]
+            out += [_divergence(r, runs, details.get(_key(r)), tally.released) for r in group]
             out.append("</details></div>")
         out.append("</details></section>")
     return out + ["</div>"]
@@ -352,7 +352,7 @@ def _acceptance(rows: list[Result], size: int) -> str:
     return text + (f" (of the {len(rows)} in this page)" if len(rows) < size else "")
 
 
-def _divergence(r: Result, run_info: dict, detail: dict | None, released: frozenset[str] = frozenset()) -> str:
+def _divergence(r: Result, runs: Runs, detail: dict | None, released: frozenset[str] = frozenset()) -> str:
     accepted = "documented" if r.documented else ("known" if r.known_by else "no")
     attrs = {**_split(target_label(r, released)), "defect": r.defect, "cause": _group_key(r)[0],
              "verdict": r.verdict.value,
@@ -363,7 +363,7 @@ def _divergence(r: Result, run_info: dict, detail: dict | None, released: frozen
     body = [f"<p>{escape(r.message)}</p><p>cause: <code>{escape(r.cause)}</code></p>"]
     if r.rules:
         body.append(f"<p>rules the case touches: {', '.join(f'<code>{escape(x)}</code>' for x in r.rules)}</p>")
-    body.append(f"<p>reproduce:</p><pre>{escape(repro_command(r, run_info.get(r.framework, {})))}</pre>")
+    body.append(f"<p>reproduce:</p><pre>{escape(repro_command(r, runs.of(r)))}</pre>")
     if detail:
         body.append(f"<p>params: <code>{escape(json.dumps(detail['params']))}</code>, dtype {escape(detail['dtype'])}, "
                     f"layout {escape(detail['layout'])}</p>")

@@ -25,7 +25,7 @@ from conformance.report.matrices import family_matrix, fitted, summary_matrix
 from conformance.report.mdbudget import BUDGET, LINK, LISTED_CELL, PART_BUDGETS, fit, size_of
 from conformance.report.mdtext import CELL as _CELL, cell as _cell, code as _code, code_cell as _code_cell, cut as _cut
 from conformance.report.releases import KIND_TEXT, KINDS, ReleasePair, call_text, release_pairs, seen_text
-from conformance.report.reprocommand import repro_command, runs_by_framework
+from conformance.report.reprocommand import Runs, repro_command
 from conformance.report.tally import SPANS, Tally, framework_label
 
 _RELEASE_LISTS = (5, 2, 0)  # calls listed per kind in report.md's "Changed between releases", the most that fit
@@ -98,7 +98,7 @@ def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseli
            "The rows behind report.md's sections, by cause and verdict in the same order. Each row's `reproduce` "
            "command writes a standalone script (the framework and NumPy only) that prints the framework's result and "
            "the spec's expected value; run it in that framework's environment.", ""]
-    run_info = runs_by_framework(manifests)
+    runs = Runs(manifests)
     if not tally.group_sizes:
         out += ["No divergences: every judged result is within the spec.", ""]
     for key in tally.ordered_groups():
@@ -114,7 +114,7 @@ def render_divergences(tally: Tally, manifests: Sequence[dict[str, Any]], baseli
                        f"{'' if r.part == 'forward' else ' / ' + _cell(r.part)}"
                        f"{', release ' + _cell(r.framework_version) if r.framework in tally.released else ''}"
                        f" | {_cell(r.message, LISTED_CELL)}"
-                       f"{tags} | {_code_cell(repro_command(r, run_info.get(r.framework, {})))} |")
+                       f"{tags} | {_code_cell(repro_command(r, runs.of(r)))} |")
         if size > len(members):
             out.append(f"\n{size - len(members)} more in results.jsonl (cause {_code(cause)}, verdict "
                        f"{_code(verdict)}).")
@@ -264,11 +264,11 @@ def _divergences(tally: Tally, manifests: Sequence[dict[str, Any]], examples: di
             "a verdict states by itself, or `unexplained` (then the rules the rows touch are listed). Each section "
             "says what its rows span and shows one of them worked through; every divergent row, with its "
             f"reproduce command, is listed in {LINK}.", ""]
-    run_info = runs_by_framework(manifests)
+    runs = Runs(manifests)
     order = tally.ordered_groups()
     used, shown = size_of(out) + 400, 0  # room for the line that counts what is left out
     for key in order:
-        section = _section(tally, key, run_info.get(tally.group_example[key].framework, {}),
+        section = _section(tally, key, runs.of(tally.group_example[key]),
                            _example_detail(examples, tally.group_example[key]))
         if used + size_of(section) > budget:
             break

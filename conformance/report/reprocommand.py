@@ -10,22 +10,37 @@ import re
 import shlex
 from typing import Any, Iterable
 
+from conformance.core.defects import FRAMEWORK_NAME
 from conformance.core.model import EAGER, Result
 from conformance.core.scope import row_framework
 from conformance.core.text import CONTROL, INVISIBLE
 
 
-def runs_by_framework(manifests: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each run's run.json by the framework name its rows carry: what a row's reproduce command reads of it."""
-    return {row_framework(m): m for m in manifests}
+# the --framework word a run.json may give a command: a `package.module:Class` (or function) path, nothing else
+_ADAPTER_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+class Runs:
+    """The runs' run.json files, found for a row: what its reproduce command reads of the run that wrote it (by the
+    framework name rows carry, and by the release where a report holds several)."""
+
+    def __init__(self, manifests: Iterable[dict[str, Any]] = ()) -> None:
+        self._by: dict[Any, dict[str, Any]] = {}
+        for m in manifests:
+            self._by[row_framework(m)] = self._by[(row_framework(m), m.get("framework_version"))] = m
+
+    def of(self, r: Result) -> dict[str, Any]:
+        return self._by.get((r.framework, r.framework_version)) or self._by.get(r.framework, {})
 
 
 def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = None) -> str:
     """The one-line command that prints a standalone script reproducing exactly this result, as the run that wrote
     it (`run_info`, its run.json) judged it; `framework` is the word the user gave (a `module:Class` adapter's),
     where it is not the row's framework name: by default the run's."""
-    if framework is None and isinstance(run_info.get("framework"), str) and row_framework(run_info) == r.framework:
-        framework = run_info["framework"]
+    given = run_info.get("framework")
+    if framework is None and isinstance(given, str) and _ADAPTER_PATH.fullmatch(given) \
+            and row_framework(run_info) == r.framework:
+        framework = given
     # every value from a row is one shell word (shlex.quote) joined to its option, and the case id comes after
     # `--`: an id or path that starts with a dash is then never read as another option
     words = ["kl-conformance", "repro", f"--framework={framework or r.framework}", f"--api={r.api}", f"--device={r.device}",
@@ -37,7 +52,7 @@ def repro_command(r: Result, run_info: dict[str, Any], framework: str | None = N
     # judged beside the profiles the run judged it by: a --profiles DIR, a framework a port was judged like
     if isinstance(run_info.get("profiles"), str):
         words += [f"--profiles={run_info['profiles']}"]
-    if isinstance(run_info.get("like"), str):
+    if isinstance(run_info.get("like"), str) and FRAMEWORK_NAME.fullmatch(run_info["like"]):
         words += [f"--like={run_info['like']}"]
     words += ["--", r.case_id]
     if r.framework == "rtorch":  # R torch's reproducer is an R script

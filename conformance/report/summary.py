@@ -110,7 +110,7 @@ def _upstream_json(issue) -> dict[str, Any] | None:
 def _run_info(tally: Tally, r: Result) -> dict[str, Any]:
     """What repro_command reads of the run that wrote `r`: its run.json where the report read it, with the row's
     own seed."""
-    return {**tally.runs.get(r.framework, {}), **({"seed": r.seed} if r.seed is not None else {})}
+    return {**tally.runs.of(r), **({"seed": r.seed} if r.seed is not None else {})}
 
 
 def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bool = True) -> list[str]:
@@ -130,7 +130,7 @@ def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bo
         lines.append(f"UNDOCUMENTED {d.id}: {_short(title(d, spec), 200)} [{d.rows} rows; {_short(d.where(), 200)}] "
                      + f"e.g. {_short(shown(d.example), 300)}; "
                      + (f"upstream: {_short(issue.url, 200)} ({issue.state}) " if issue is not None else "")
-                     + f"reproduce: {_short(repro_command(d.example, _run_info(tally, d.example)), 400)}")
+                     + f"reproduce: {_short(repro_command(d.example, _run_info(tally, d.example)), 2000)}")
     if len(undocumented) > limit:
         rest = undocumented[limit:]
         lines.append(f"and {len(rest)} more undocumented defects ({sum(d.rows for d in rest)} rows): see report.md")

@@ -31,7 +31,7 @@ from conformance.report.junit import JunitWriter
 from conformance.report.like import LikeMarks, summary_json
 from conformance.report.markdown import render_divergences, render_markdown, wanted_details
 from conformance.report.runrecord import damaged
-from conformance.report.reprocommand import runs_by_framework
+from conformance.report.reprocommand import Runs
 from conformance.report.summary import divergence_counts, render_summary, short_summary
 from conformance.report.tally import Tally
 
@@ -116,7 +116,7 @@ class ReportFeed:
         `broken`: lines of runs found damaged before their rows were cut to some modes (gate.damaged); `merged`: a
         report's merge, gated as a whole (gate.decide)."""
         scope = Scope.of(manifests)
-        self._tally.runs = runs_by_framework(manifests)  # what the reproduce commands of its rows read
+        self._tally.runs = Runs(manifests)  # what the reproduce commands of its rows read
         try:
             diff = self._baseline.finish(scope) if self._baseline is not None else None
         except BaseException:

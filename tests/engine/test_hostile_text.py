@@ -224,6 +224,29 @@ def test_the_reports_repro_command_gives_the_case_id_as_one_argument(case_id, tm
         ("repro", case_id, "-cases.yaml", None, None)
 
 
+@pytest.mark.parametrize("word,like,profiles", [
+    ("x:y; touch pwned", "../evil", "/p\n$(touch pwned)"), ("$(touch pwned):a", "a b", "--all=/tmp/x"),
+    ("pkg.mod:Port", "torch", "`touch pwned`")])
+def test_what_a_reproduce_command_takes_from_run_json_is_a_word_of_its_option(word, like, profiles, tmp_path):
+    """run.json is read as found: its --framework word, --like and --profiles reach the printed command as one word
+    each of their own option, and a framework word that is not a `package.module:Class` path, or a --like that is
+    not a framework's name, is left out (the row's framework name instead)."""
+    import subprocess
+
+    from conformance.cli import build_parser
+    from conformance.report.reprocommand import repro_command
+    from tests.helpers import make_result
+
+    row = make_result(case_id="c")
+    run = {"framework": word, "like": like, "profiles": profiles, "selection": {"adapter": row.framework}}
+    head = repro_command(row, run).rsplit(" > ", 1)[0]
+    printed = subprocess.run(["bash", "-c", "printf '%s\\0' " + head], cwd=tmp_path, capture_output=True, check=True)
+    args = build_parser().parse_args(printed.stdout.decode().split("\0")[:-1][1:])
+    assert not list(tmp_path.iterdir())  # nothing in run.json ran
+    assert args.framework == (word if word == "pkg.mod:Port" else row.framework)
+    assert (args.like, args.profiles, args.case_id) == (like if like == "torch" else None, profiles, "c")
+
+
 
 def test_a_bare_cpu_is_still_a_keras_device():
     """Keras' devices are qualified ("tensorflow:cpu"); `repro`'s default "cpu", which the loaded adapter takes

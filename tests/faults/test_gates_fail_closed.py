@@ -299,6 +299,8 @@ def test_a_known_entry_is_stale_after_runs_that_split_the_parts(tmp_path, capsys
         assert main(["report", *(str(tmp_path / d) for d in dirs), "--out", str(tmp_path / out), *gate]) == 0
         err = capsys.readouterr().err
         assert "not exercised here" in err and "stale:" not in err, err
+
+
 class TwoApisTwoDevices(NumpyAdapter):
     """The honest stand-in through two APIs, on two devices present."""
 
@@ -336,6 +338,23 @@ def test_a_known_entry_is_stale_after_runs_that_split_the_apis_or_the_devices(tm
         assert main(["report", *(str(tmp_path / d) for d in dirs), "--out", str(tmp_path / "-".join(dirs)), *gate]) == 0
         err = capsys.readouterr().err
         assert err.count("not exercised here: matches none") == unexercised and "stale:" not in err, err
+    # shards and APIs split together: shard 1 of one API and shard 2 of the other hold half of the cells (as did
+    # shard 1's forward and shard 2's gradients before); shard by shard of each API, every cell
+    for k, api in ((1, "numpy.kl_div"), (2, "numpy.KLDivLoss"), (2, "numpy.kl_div"), (1, "numpy.KLDivLoss")):
+        assert _run(tmp_path, "", "--api", api, "--shard", f"{k}/2", *gate, out=f"s{k}-{api}", framework=framework) \
+            in (0, 1)
+    capsys.readouterr()
+    for dirs, stale in ((["s1-numpy.kl_div", "s2-numpy.KLDivLoss"], False),
+                        ([f"s{k}-{api}" for k in (1, 2) for api in ("numpy.kl_div", "numpy.KLDivLoss")], True)):
+        code = main(["report", *(str(tmp_path / d) for d in dirs), "--out", str(tmp_path / f"shards-{stale}"), *gate])
+        err = capsys.readouterr().err
+        assert (code, "entry 1 (id 'gone'): stale" in err) == (int(stale), stale), err
+    assert _run(tmp_path, "NumpyAdapter", "--part", "forward", "--shard", "1/2", *gate, out="p1") == 0
+    grads = ["--part", "grad_input", "--part", "grad_target", "--part", "grad2_input"]
+    assert _run(tmp_path, "NumpyAdapter", *grads, "--shard", "2/2", *gate, out="p2") == 3  # no gradients
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "p1"), str(tmp_path / "p2"), "--out", str(tmp_path / "p"), *gate]) == 0
+    assert "stale:" not in capsys.readouterr().err
     # a run.json of before the record (no whole_targets): its cuts are never known to cover every target
     for d in ("f", "m"):
         manifest = json.loads((tmp_path / d / "run.json").read_text())

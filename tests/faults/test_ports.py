@@ -266,7 +266,7 @@ def test_shared_observations_agree_within_the_ports_bound(theirs, same):
     assert _same_observation(nan_bound, {"got": {"shape": [1], "values": [0.5]}}) is False
 
 
-def test_a_ports_reproduce_command_judges_it_as_its_run_did(tmp_path, profiles, capsys):
+def test_a_ports_reproduce_command_judges_it_as_its_run_did(tmp_path, profiles, framework_run, capsys):
     """The reproduce command a report prints for a port run with `--like` and `--profiles` carries both (and
     the `module:Class` the run was given): the script it writes shows the port's own bug beside the framework's
     documented behaviour. Without them it showed that documented behaviour (NaN where negative targets give 0)."""
@@ -308,3 +308,10 @@ def test_a_ports_reproduce_command_judges_it_as_its_run_did(tmp_path, profiles, 
         assert code == 2 and captured.out == "" and said in captured.err, captured.err
         assert len(captured.err.strip().splitlines()) == 1
     assert main([*base, "--like", "numpy-test"]) == 0 and "port.kl_div" in capsys.readouterr().out
+    # merged beside the framework's run of the same release, each draft's command is its own run's
+    assert main(["report", str(framework_run), str(tmp_path / "own"), "--out", str(tmp_path / "both")]) == 0
+    drafts = {p.name: p.read_text() for p in (tmp_path / "both" / "issues").glob("*.md")}
+    ports = [text for name, text in drafts.items() if name.startswith("numpy-port-")]
+    assert ports and all(f"--framework={HERE}ReproPort" in t and "--like=numpy-test" in t for t in ports)
+    assert all("--like" not in t and "--framework=tests.faults.adapters:NumpyAdapter" in t
+               for name, t in drafts.items() if name.startswith("numpy-test-"))
