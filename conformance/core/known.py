@@ -13,8 +13,9 @@ id in `known_by`, shows as "known" in the reports, and does not fail `--strict` 
 but matches none of their divergences is stale: the finding is gone or changed, and the
 run or report fails, so the list cannot hide a regression once it has rotted. That is judged
 only when the run selected the whole suite the entry speaks about (no --only, --shard, --part,
---api, --device, --mode or other --seed cut into it, as run.json records); after a narrower run the
-entry is "not exercised here": said, never a failure. An entry pinned to a mode no run made concerns no row
+--api, --device, --mode or other --seed cut into it, as run.json records; runs merged that together made every
+shard, part and target of one draw count as whole: core/scope.py); after a narrower run the entry is "not
+exercised here": said, never a failure. An entry pinned to a mode no run made concerns no row
 here: it is "not in these results", never stale.
 
 Example::

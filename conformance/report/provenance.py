@@ -18,9 +18,12 @@ from typing import Sequence
 
 from conformance.core.details import iter_details
 from conformance.core.errors import ResultsError
+from conformance.core.manifest import read_manifest
 from conformance.core.model import key_label
 from conformance.core.results import RESULTS_FILE, iter_results
-from conformance.core.rundirs import load_manifests, other_spec
+from conformance.core.rundirs import RUNS_FILE, load_manifests, other_spec, read_runs
+from conformance.core.runfile import is_present
+from conformance.core.scope import row_framework
 from conformance.report.baselinefile import load_baseline, one_release
 
 
@@ -43,6 +46,7 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
             raise ResultsError("this run directory is given twice", file=str(run_dirs[i]),
                                fix="pass each run directory once")
     present, _ = load_manifests(run_dirs, allow_missing)
+    _one_profile_set(present)
     first_digest: dict[str, tuple[str, Path]] = {}
     seen_targets: dict[str, int] = {}  # case id -> bit mask over `targets`
     first_release: dict[str, str] = {}  # framework -> the release of its first row
@@ -77,6 +81,25 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
             pass
     if baseline is not None:
         _check_baseline(Path(baseline), first_digest, spec_hash, rebaseline)
+
+
+def _one_profile_set(present: Sequence[Path]) -> None:
+    """The runs of one framework release were judged by the same deviation profiles (run.json's profiles_digest:
+    the --profiles DIR and a port's --like): a merge of two sets would mark a behaviour documented in one run and
+    not in the other, and print every row's reproduce command with one run's."""
+    first: dict[tuple[str, str], tuple[str, Path]] = {}
+    for run_dir in present:
+        for manifest in read_runs(run_dir) if is_present(run_dir / RUNS_FILE) else [read_manifest(run_dir)]:
+            digest = manifest.get("profiles_digest")
+            if not isinstance(digest, str):  # a run.json of before the record
+                continue
+            release = (row_framework(manifest), str(manifest.get("framework_version")))
+            seen, origin = first.setdefault(release, (digest, run_dir))
+            if seen != digest:
+                raise ResultsError(f"{release[0]} {release[1]} was judged by other deviation profiles here than in "
+                                   f"{origin} (another --profiles DIR or --like)", file=str(run_dir),
+                                   where="run.json profiles_digest",
+                                   fix="run both with the same --profiles and --like, or report them apart")
 
 
 def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], spec_hash: str,

@@ -315,3 +315,11 @@ def test_a_ports_reproduce_command_judges_it_as_its_run_did(tmp_path, profiles, 
     assert ports and all(f"--framework={HERE}ReproPort" in t and "--like=numpy-test" in t for t in ports)
     assert all("--like" not in t and "--framework=tests.faults.adapters:NumpyAdapter" in t
                for name, t in drafts.items() if name.startswith("numpy-test-"))
+    # two runs of one release judged by two profile sets are not one report: one would print the other's commands
+    assert main(["run", "--framework", HERE + "ReproPort", "--only", "fwd/sum/log_target=1/4x6/float64/*", "--out",
+                 str(tmp_path / "shipped"), "--no-progress", "--no-repro", "--no-cache"]) == 0  # other cases
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "own"), str(tmp_path / "shipped"), "--out", str(tmp_path / "mixed")]) == 2
+    err = capsys.readouterr().err
+    assert "judged by other deviation profiles here than in" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "mixed").exists()
