@@ -52,7 +52,7 @@ from conformance.reference.forward import takes_input_space
 from conformance.report.gate import (EXIT_GATE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, LISTED_IN_BASELINE_JSON,
                                      Decision, Gates)
 from conformance.report.like import LikeMarks
-from conformance.report.provenance import check_runs
+from conformance.report.provenance import check_runs, manifests_of, one_profile_set
 from conformance.report.writer import ReportFeed
 from conformance.run.context import DEFAULT_TIMEOUT_S
 from conformance.run.jobs import default_jobs
@@ -296,6 +296,10 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
         if dirs:
             check_runs(dirs, spec.hash, baseline=baseline)
         present, manifests = load_manifests(dirs) if dirs else ([], [])
+        # as `report` refuses runs of one release judged by two profile sets, RunOutcomes among them
+        if outcomes:
+            one_profile_set([*((f"RunOutcome {i + 1}", o.manifest) for i, o in enumerate(outcomes)),
+                             *manifests_of(present)])
         manifests = [o.manifest for o in outcomes] + list(manifests)
         feed = ReportFeed(scratch, known, baseline, Gates(strict, fail_on_new, known is not None, fail_on_own))
         if marks is not None and marks.marking:  # the rows as a run with --like-run writes them: marked

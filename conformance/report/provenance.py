@@ -14,7 +14,7 @@ Reads rows and manifests; writes nothing, and never imports a framework or the r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 from conformance.core.details import iter_details
 from conformance.core.errors import ResultsError
@@ -46,7 +46,7 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
             raise ResultsError("this run directory is given twice", file=str(run_dirs[i]),
                                fix="pass each run directory once")
     present, _ = load_manifests(run_dirs, allow_missing)
-    _one_profile_set(present)
+    one_profile_set(manifests_of(present))
     first_digest: dict[str, tuple[str, Path]] = {}
     seen_targets: dict[str, int] = {}  # case id -> bit mask over `targets`
     first_release: dict[str, str] = {}  # framework -> the release of its first row
@@ -83,23 +83,28 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
         _check_baseline(Path(baseline), first_digest, spec_hash, rebaseline)
 
 
-def _one_profile_set(present: Sequence[Path]) -> None:
-    """The runs of one framework release were judged by the same deviation profiles (run.json's profiles_digest:
-    the --profiles DIR and a port's --like): a merge of two sets would mark a behaviour documented in one run and
-    not in the other, and print every row's reproduce command with one run's."""
-    first: dict[tuple[str, str], tuple[str, Path]] = {}
-    for run_dir in present:
-        for manifest in read_runs(run_dir) if is_present(run_dir / RUNS_FILE) else [read_manifest(run_dir)]:
-            digest = manifest.get("profiles_digest")
-            if not isinstance(digest, str):  # a run.json of before the record
-                continue
-            release = (row_framework(manifest), str(manifest.get("framework_version")))
-            seen, origin = first.setdefault(release, (digest, run_dir))
-            if seen != digest:
-                raise ResultsError(f"{release[0]} {release[1]} was judged by other deviation profiles here than in "
-                                   f"{origin} (another --profiles DIR or --like)", file=str(run_dir),
-                                   where="run.json profiles_digest",
-                                   fix="run both with the same --profiles and --like, or report them apart")
+def manifests_of(present: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
+    """Each run's run.json with its directory, a merged directory's runs each."""
+    return [(str(run_dir), manifest) for run_dir in present
+            for manifest in (read_runs(run_dir) if is_present(run_dir / RUNS_FILE) else [read_manifest(run_dir)])]
+
+
+def one_profile_set(runs: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    """The runs of one framework release, each (where it is, its run.json), were judged by the same deviation
+    profiles (run.json's profiles_digest: the --profiles DIR and a port's --like): a merge of two sets would mark a
+    behaviour documented in one run and not in the other, and print every row's reproduce command with one run's."""
+    first: dict[tuple[str, str], tuple[str, str]] = {}
+    for where, manifest in runs:
+        digest = manifest.get("profiles_digest")
+        if not isinstance(digest, str):  # a run.json of before the record
+            continue
+        release = (row_framework(manifest), str(manifest.get("framework_version")))
+        seen, origin = first.setdefault(release, (digest, where))
+        if seen != digest:
+            raise ResultsError(f"{release[0]} {release[1]} was judged by other deviation profiles here than in "
+                               f"{origin} (another --profiles DIR or --like)", file=where,
+                               where="run.json profiles_digest",
+                               fix="run both with the same --profiles and --like, or report them apart")
 
 
 def _check_baseline(baseline: Path, first_digest: dict[str, tuple[str, Path]], spec_hash: str,

@@ -143,6 +143,27 @@ def test_gate_refuses_the_same_results_twice_and_takes_a_baseline_among_its_runs
     assert kl.gate([other.out_dir], baseline=other.out_dir, fail_on_new=True).code == 0
 
 
+def test_gate_refuses_runs_of_one_release_judged_by_two_profile_sets(case_file, tmp_path):
+    """As `report` refuses them: a behaviour documented in one run and not in the other, and the reproduce
+    commands in the decision's lines carrying one run's profiles."""
+    import shutil
+
+    from conformance.core.profilefile import default_profiles_dir
+
+    other = tmp_path / "profiles"
+    shutil.copytree(default_profiles_dir(), other)
+    (other / "extra.yaml").write_text("framework: extra\ndeviations: []\n")
+    shipped = kl.run(OFF_BY_ONE, selection=_selection(case_file), parts=["forward"], out=tmp_path / "shipped")
+    mine = kl.run(OFF_BY_ONE, selection=_selection(case_file), parts=["grad_input"], profiles=other,
+                  out=tmp_path / "mine")
+    for given in ([shipped, mine], [shipped.out_dir, mine.out_dir], [shipped, mine.out_dir]):
+        with pytest.raises(kl.ConformanceError, match="judged by other deviation profiles here than in .*Fix: run "
+                                                      "both with the same profiles and like"):
+            kl.gate(given, strict=True)
+    again = kl.run(OFF_BY_ONE, selection=_selection(case_file), parts=["grad_input"], out=tmp_path / "again")
+    assert kl.gate([shipped, again], strict=True).code in (kl.EXIT_OK, kl.EXIT_GATE)  # one set: gated
+
+
 def test_judge_refuses_what_it_cannot_judge_in_one_line(case_file):
     """A case of the other input space than the dialect's, a hand-made Observation no adapter makes, or warnings
     of None raised a bare ValueError, TypeError or AttributeError from inside; a falsy selection of another type
