@@ -84,26 +84,33 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
 
 
 def manifests_of(present: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
-    """Each run's run.json with its directory, a merged directory's runs each."""
-    return [(str(run_dir), manifest) for run_dir in present
-            for manifest in (read_runs(run_dir) if is_present(run_dir / RUNS_FILE) else [read_manifest(run_dir)])]
+    """Each run's run.json with where it is: its directory, or a merged directory's runs.json and its place there."""
+    out = []
+    for run_dir in present:
+        if is_present(run_dir / RUNS_FILE):
+            out += [(f"{run_dir / RUNS_FILE} (run {k})", m) for k, m in enumerate(read_runs(run_dir), start=1)]
+        else:
+            out.append((str(run_dir), read_manifest(run_dir)))
+    return out
 
 
 def one_profile_set(runs: Iterable[tuple[str, dict[str, Any]]]) -> None:
-    """The runs of one framework release, each (where it is, its run.json), were judged by the same deviation
-    profiles (run.json's profiles_digest: the --profiles DIR and a port's --like): a merge of two sets would mark a
-    behaviour documented in one run and not in the other, and print every row's reproduce command with one run's."""
-    first: dict[tuple[str, str], tuple[str, str]] = {}
+    """The runs of one framework release, each (where it is, its run.json), were judged with the same deviation
+    profiles the user gave (run.json's `profiles`, the --profiles DIR, and `like`), or with two that hold the same
+    (its profiles_digest): a merge of two would mark a behaviour documented in one run and not in the other, and print
+    every row's reproduce command with one run's. Runs of two checkouts whose shipped profiles differ are merged."""
+    first: dict[tuple[str, str], tuple[tuple[Any, Any], Any, str]] = {}
     for where, manifest in runs:
-        digest = manifest.get("profiles_digest")
-        if not isinstance(digest, str):  # a run.json of before the record
+        if not isinstance(manifest, dict) or manifest.get("status") == "not_run":  # no row judged
             continue
         release = (row_framework(manifest), str(manifest.get("framework_version")))
-        seen, origin = first.setdefault(release, (digest, where))
-        if seen != digest:
-            raise ResultsError(f"{release[0]} {release[1]} was judged by other deviation profiles here than in "
-                               f"{origin} (another --profiles DIR or --like)", file=where,
-                               where="run.json profiles_digest",
+        given = (manifest.get("profiles"), manifest.get("like"))
+        seen, digest, origin = first.setdefault(release, (given, manifest.get("profiles_digest"), where))
+        if given != seen and not (isinstance(digest, str) and digest == manifest.get("profiles_digest")):
+            said = lambda g: f"--profiles {g[0] or '(shipped)'}" + (f" --like {g[1]}" if g[1] else "")  # noqa: E731
+            raise ResultsError(f"{release[0]} {release[1]} was judged here with {said(given)}, in {origin} with "
+                               f"{said(seen)}: a behaviour documented in one run would not be in the other",
+                               file=where, where="profiles and like",
                                fix="run both with the same --profiles and --like, or report them apart")
 
 

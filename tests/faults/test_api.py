@@ -157,11 +157,23 @@ def test_gate_refuses_runs_of_one_release_judged_by_two_profile_sets(case_file, 
     mine = kl.run(OFF_BY_ONE, selection=_selection(case_file), parts=["grad_input"], profiles=other,
                   out=tmp_path / "mine")
     for given in ([shipped, mine], [shipped.out_dir, mine.out_dir], [shipped, mine.out_dir]):
-        with pytest.raises(kl.ConformanceError, match="judged by other deviation profiles here than in .*Fix: run "
-                                                      "both with the same profiles and like"):
+        with pytest.raises(kl.ConformanceError, match=r"judged here with profiles .*/profiles, in .* with profiles "
+                                                      r"\(shipped\).*Fix: run both with the same profiles and like"):
             kl.gate(given, strict=True)
+    # the same options, or two folders that hold the same profiles: gated
     again = kl.run(OFF_BY_ONE, selection=_selection(case_file), parts=["grad_input"], out=tmp_path / "again")
-    assert kl.gate([shipped, again], strict=True).code in (kl.EXIT_OK, kl.EXIT_GATE)  # one set: gated
+    assert kl.gate([shipped, again], strict=True).code in (kl.EXIT_OK, kl.EXIT_GATE)
+    same = tmp_path / "same"
+    shutil.copytree(default_profiles_dir(), same)
+    copied = kl.run(OFF_BY_ONE, selection=_selection(case_file), parts=["grad_input"], profiles=same)
+    assert kl.gate([shipped, copied], strict=True).code in (kl.EXIT_OK, kl.EXIT_GATE)
+    # runs of two checkouts whose shipped profiles differ (their digests), given the same options: merged
+    import json
+
+    manifest = json.loads((tmp_path / "again" / "run.json").read_text())
+    manifest["profiles_digest"] = "another checkout's shipped profiles"
+    (tmp_path / "again" / "run.json").write_text(json.dumps(manifest))
+    assert kl.gate([shipped.out_dir, tmp_path / "again"], strict=True).code in (kl.EXIT_OK, kl.EXIT_GATE)
 
 
 def test_judge_refuses_what_it_cannot_judge_in_one_line(case_file):
