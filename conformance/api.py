@@ -37,7 +37,7 @@ from conformance.arguments import check_gate_options, like_marks, resolved_or_no
 from conformance.cases.generate import DEFAULT_SEED
 from conformance.core.case import Case
 from conformance.core.errors import ConformanceError, ResultsError, UsageError
-from conformance.core.manifest import read_manifest
+from conformance.core.manifest import check_manifest, read_manifest
 from conformance.core.model import Expected, Judgement, Observation, Result, Spec, Verdict, key_label
 from conformance.core.results import RESULTS_FILE, iter_results
 from conformance.core.runfile import is_present
@@ -286,6 +286,8 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
     try:
         check_gate_options(spec, _gate_args(fail_on_new, baseline, None, scratch))
         outcomes = [r for r in given if isinstance(r, RunOutcome)]
+        for number, outcome in enumerate(outcomes, start=1):  # one made by hand is read as `run` makes them
+            _check_outcome(outcome, f"RunOutcome {number}")
         for run_dir in dirs:  # as load_manifests refuses one, less the CLI's --allow-missing, which gate has not
             if not is_present(run_dir, directory=True) or not is_present(run_dir / RESULTS_FILE):
                 raise ResultsError("no results.jsonl here", file=str(run_dir),
@@ -323,6 +325,22 @@ def gate(runs: RunLike | Iterable[RunLike], *, strict: bool = False, fail_on_new
         return _written_nowhere(decision)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_outcome(outcome: RunOutcome, shown: str) -> None:
+    """A RunOutcome's manifest and rows of the types `run` gives, else one line (a report would crash on them)."""
+    fix = "pass the RunOutcome `run` gave back, or its run's directory"
+    if not isinstance(outcome.manifest, dict):
+        raise UsageError(f"its manifest is a {type(outcome.manifest).__name__}, not run.json's object", where=shown,
+                         fix=fix)
+    check_manifest(outcome.manifest, shown)
+    rows = outcome.rows
+    if not isinstance(rows, (list, tuple)):
+        raise UsageError(f"its rows are a {type(rows).__name__}, not a list of the Results `run` gives", where=shown,
+                         fix=fix)
+    wrong = next((r for r in rows if not isinstance(r, Result)), None)
+    if wrong is not None:
+        raise UsageError(f"its rows hold a {type(wrong).__name__}, not the Results `run` gives", where=shown, fix=fix)
 
 
 def _like_marks(spec: Spec, like: Any, like_run: Any, out: Path | None, profiles: Any = None, runs: Sequence[Path] = (),

@@ -71,7 +71,8 @@ _MANIFEST_FIELDS: dict[str, tuple[str, Any]] = {
     "selection": ("an object", lambda v: type(v) is dict),
     "written": ("a list of strings", _text_list),
     "notes": ("a list of strings", _text_list),
-    **{name: ("a string or null", lambda v: v is None or type(v) is str) for name in ("like", "profiles")},
+    **{name: ("a string or null", lambda v: v is None or type(v) is str)
+       for name in ("like", "profiles", "profiles_digest")},
     **{name: ("an object of strings", _text_object) for name in ("modes_not_run", "apis_not_run", "mirrors")},
 }
 # The fields of a manifest's `selection` that reports and gates read (core/scope.py), each with its test.

@@ -176,6 +176,21 @@ def test_gate_refuses_runs_of_one_release_judged_by_two_profile_sets(case_file, 
     assert kl.gate([shipped.out_dir, tmp_path / "again"], strict=True).code in (kl.EXIT_OK, kl.EXIT_GATE)
 
 
+def test_gate_refuses_a_run_outcome_made_by_hand_that_no_run_makes(case_file):
+    """A RunOutcome's manifest that is no object, holds a field of another type than run.json's, or rows that are
+    not Results crashed gate (AttributeError, TypeError) where a report refuses such a run.json in one line."""
+    import dataclasses
+
+    made = kl.run(OFF_BY_ONE, selection=_selection(case_file))
+    for changed, said in (({"manifest": [1]}, "its manifest is a list"),
+                          ({"manifest": {**made.manifest, "framework_version": [1]}}, "'framework_version' holds"),
+                          ({"manifest": {**made.manifest, "profiles_digest": 5}}, "'profiles_digest' holds"),
+                          ({"rows": [*made.rows, "a row"]}, "its rows hold a str"), ({"rows": None}, "its rows are a NoneType")):
+        with pytest.raises(kl.ConformanceError, match=said) as refused:
+            kl.gate([made, dataclasses.replace(made, **changed)], strict=True)
+        assert "RunOutcome 2" in str(refused.value) and "\n" not in str(refused.value)
+
+
 def test_judge_refuses_what_it_cannot_judge_in_one_line(case_file):
     """A case of the other input space than the dialect's, a hand-made Observation no adapter makes, or warnings
     of None raised a bare ValueError, TypeError or AttributeError from inside; a falsy selection of another type
