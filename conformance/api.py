@@ -41,7 +41,7 @@ from conformance.core.manifest import check_manifest, read_manifest
 from conformance.core.model import Expected, Judgement, Observation, Result, Spec, Verdict, key_label
 from conformance.core.results import RESULTS_FILE, iter_results
 from conformance.core.runfile import is_present
-from conformance.core.rundirs import iter_rows, load_manifests
+from conformance.core.rundirs import iter_rows, load_manifests, manifests_of
 from conformance.core.scratch import make_scratch
 from conformance.core.specload import load_spec as _load_spec
 from conformance.judge.casejudge import CaseJudge
@@ -52,7 +52,7 @@ from conformance.reference.forward import takes_input_space
 from conformance.report.gate import (EXIT_GATE, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, LISTED_IN_BASELINE_JSON,
                                      Decision, Gates)
 from conformance.report.like import LikeMarks
-from conformance.report.provenance import check_runs, manifests_of, one_profile_set
+from conformance.report.provenance import check_runs, one_profile_set
 from conformance.report.writer import ReportFeed
 from conformance.run.context import DEFAULT_TIMEOUT_S
 from conformance.run.jobs import default_jobs

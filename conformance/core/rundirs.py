@@ -70,13 +70,22 @@ def load_manifests(run_dirs: Sequence[str | Path], allow_missing: bool = False) 
                               "reason": f"no results in {run_dir}: its environment did not produce a run"})
             continue
         present.append(run_dir)
-        if is_present(run_dir / RUNS_FILE):  # a merged directory: the manifests of the runs it holds
-            manifests += read_runs(run_dir)
+        manifests += [manifest for _, manifest in manifests_of([run_dir])]
+    return present, manifests
+
+
+def manifests_of(present: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
+    """Each run's run.json with where it is: its directory, or a merged directory's runs.json (the manifests of
+    the runs it holds) and its place there."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for run_dir in present:
+        if is_present(run_dir / RUNS_FILE):
+            out += [(f"{run_dir / RUNS_FILE} (run {k})", m) for k, m in enumerate(read_runs(run_dir), start=1)]
             continue
         manifest = read_manifest(run_dir)
         if manifest:
-            manifests.append(manifest)
-    return present, manifests
+            out.append((str(run_dir), manifest))
+    return out
 
 
 def read_runs(merged_dir: Path) -> list[dict[str, Any]]:

@@ -22,11 +22,10 @@ from conformance.core.known import KnownFindings
 from conformance.core.model import EAGER, UNEXPLAINED, Result, Spec
 from conformance.core.atomicfile import write_atomic
 from conformance.core.rundirs import ISSUES_DIR, REPRO_DIR, iter_rows, script_name, snippet_name
-from conformance.core.scope import row_framework
 from conformance.core.text import visible, without_mentions
 from conformance.core.upstream import UpstreamIssue
 from conformance.report.defects import UNDOCUMENTED, Defect, Defects, expected_words, spec_of, title
-from conformance.report.reprocommand import repro_command
+from conformance.report.reprocommand import Runs, repro_command
 
 MAX_SCRIPT_CHARS = 40_000  # a reproducer longer than this is given as its command: an issue body holds 65,536
 MAX_TEXT_CHARS = 2_000  # of one message or spec excerpt
@@ -72,6 +71,7 @@ def write_drafts(out_dir: Path, run_dirs: Sequence[Path], manifests: Sequence[di
                     and len(draft.others) < MAX_OTHERS:
                 draft.others.append(row)
     spec = spec_of(next(iter(drafts.values())).defect.example.spec_hash) if drafts else None
+    runs = Runs(manifests)
     folder = out_dir / ISSUES_DIR
     if folder.is_dir():
         for old in folder.iterdir():
@@ -83,7 +83,7 @@ def write_drafts(out_dir: Path, run_dirs: Sequence[Path], manifests: Sequence[di
     written = []
     for draft in drafts.values():
         path = folder / draft_name(draft.defect.id)
-        write_atomic(path, render_draft(draft, _manifest_of(draft.defect.example, manifests), spec))
+        write_atomic(path, render_draft(draft, runs.of(draft.defect.example), spec))
         written.append(path)
     return written
 
@@ -124,14 +124,6 @@ def _reproducer_text(run_dir: Path, name: str) -> str | None:
     except OSError:
         pass
     return None
-
-
-def _manifest_of(row: Result, manifests: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The run.json of the run that wrote `row`: of its framework (by the adapter's name, which its rows carry),
-    and of its release where the manifests hold several."""
-    matching = [m for m in manifests if row_framework(m) == row.framework]
-    return next((m for m in matching if m.get("framework_version") == row.framework_version), matching[0]) \
-        if matching else {}
 
 
 def render_draft(draft: _Draft, manifest: dict[str, Any], spec: Spec | None) -> str:

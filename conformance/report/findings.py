@@ -83,7 +83,6 @@ def write_findings(run_dirs: Sequence[str | Path], out_dir: str | Path, commit: 
 
 def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str, Any]], given: Sequence[str],
                           commit: str | None) -> str:
-    tally.runs = Runs(manifests)  # what its reproduce commands read
     summary = json.loads(render_summary(tally, manifests))
     lines = [f"# {text(name)}: findings of a matrix run", "", _generated(given, commit), "",
              "What each finding means, and the reasoning behind it, is written by hand on the "
@@ -121,12 +120,12 @@ def render_framework_page(name: str, tally: Tally, manifests: Sequence[dict[str,
                      f"{c['documented']} | {c['known']} |")
     lines += ["", "One example of each cause (its first undocumented row, else its first row), and the command that "
                   "prints its reproducer:", ""]
+    runs = Runs(manifests)
     for i, c in enumerate(summary["causes"], start=1):
         r = tally.group_example[(c["cause"], c["verdict"])]
-        run_info = tally.runs.of(r)
         lines.append(f"{i}. {text(c['cause'])} ({text(c['verdict'])}): case {code(r.case_id)}, "
                      f"{text(r.api)} on {text(r.device)}" + ("" if r.mode == EAGER else f" in mode {text(r.mode)}")
-                     + f", {text(r.part)}: {code(repro_command(r, run_info))}")
+                     + f", {text(r.part)}: {code(repro_command(r, runs.of(r)))}")
     return "\n".join(lines + [""])
 
 

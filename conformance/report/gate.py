@@ -45,6 +45,7 @@ from conformance.report.baseline import BaselineDiff
 from conformance.report.defects import UNDOCUMENTED
 from conformance.report.gaps import refused_gaps, refused_line
 from conformance.report.runrecord import damaged, held_by_framework, names_rows, unrecorded
+from conformance.report.reprocommand import Runs
 from conformance.report.summary import short_summary
 from conformance.report.tally import Tally, split_label
 
@@ -271,7 +272,8 @@ def decide(gates: Gates, tally: Tally, manifests: Sequence[dict[str, Any]], base
             line = (f"--strict: {unaccepted} divergences neither documented nor known "
                     f"({_many(len(targets), 'target')}, {_many(defects, 'defect')})")
             decision.fail(line, "--strict")
-            decision.details[line] = _named(targets, "targets") + short_summary(tally, NAMED, accepted=False)
+            decision.details[line] = _named(targets, "targets") + short_summary(tally, Runs(manifests), NAMED,
+                                                                                  accepted=False)
     if gates.fail_on_own:  # --strict on the port's own divergences only
         targets = +tally.undocumented_like["own"]
         own = sum(targets.values())

@@ -18,11 +18,9 @@ from typing import Any, Iterable, Sequence
 
 from conformance.core.details import iter_details
 from conformance.core.errors import ResultsError
-from conformance.core.manifest import read_manifest
 from conformance.core.model import key_label
 from conformance.core.results import RESULTS_FILE, iter_results
-from conformance.core.rundirs import RUNS_FILE, load_manifests, other_spec, read_runs
-from conformance.core.runfile import is_present
+from conformance.core.rundirs import load_manifests, manifests_of, other_spec
 from conformance.core.scope import row_framework
 from conformance.report.baselinefile import load_baseline, one_release
 
@@ -81,17 +79,6 @@ def check_runs(run_dirs: Sequence[str | Path], spec_hash: str, allow_missing: bo
             pass
     if baseline is not None:
         _check_baseline(Path(baseline), first_digest, spec_hash, rebaseline)
-
-
-def manifests_of(present: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
-    """Each run's run.json with where it is: its directory, or a merged directory's runs.json and its place there."""
-    out = []
-    for run_dir in present:
-        if is_present(run_dir / RUNS_FILE):
-            out += [(f"{run_dir / RUNS_FILE} (run {k})", m) for k, m in enumerate(read_runs(run_dir), start=1)]
-        else:
-            out.append((str(run_dir), read_manifest(run_dir)))
-    return out
 
 
 def one_profile_set(runs: Iterable[tuple[str, dict[str, Any]]]) -> None:

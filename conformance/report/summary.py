@@ -15,7 +15,7 @@ from conformance.report.defects import DOCUMENTED, KNOWN, UNDOCUMENTED, UNSUPPOR
 from conformance.report.drafts import ISSUES_DIR, draft_name
 from conformance.report.releases import release_pairs
 from conformance.report.releases import summary_json as releases_json
-from conformance.report.reprocommand import repro_command
+from conformance.report.reprocommand import Runs, repro_command
 from conformance.report.tally import Tally, split_label
 
 SHORT_SUMMARY_DEFECTS = 20  # undocumented defects named at the end of a command's output; the rest are counted
@@ -84,7 +84,7 @@ def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]],
     """summary.json's `defects`: each defect once, as the reports list them, with its draft where one is written."""
     spec = tally.spec()
     tally.defects.record_bases(manifests)
-    found = []
+    runs, found = Runs(manifests), []
     for d in tally.defects.ordered():
         r = d.example
         found.append({
@@ -95,7 +95,7 @@ def defects_json(tally: Tally, manifests: Sequence[dict[str, Any]],
             "apis": sorted(d.apis), "modes": sorted(d.modes), "parts": sorted(d.parts), "dtypes": sorted(d.dtypes),
             "documented_by": list(d.documented_by), "like": d.like,
             "example": {"case_id": r.case_id, "api": r.api, "mode": r.mode, "part": r.part, "device": r.device},
-            "reproduce": repro_command(r, _run_info(tally, r)),
+            "reproduce": repro_command(r, _run_info(runs, r)),
             "draft": (f"{ISSUES_DIR}/{draft_name(d.id)}" if d.status == UNDOCUMENTED
                       and (shared_drafts or d.like != "shared") else None),
             "upstream": _upstream_json(tally.defects.upstream(d))})
@@ -107,13 +107,12 @@ def _upstream_json(issue) -> dict[str, Any] | None:
                                        "fixed_in": issue.fixed_in}
 
 
-def _run_info(tally: Tally, r: Result) -> dict[str, Any]:
-    """What repro_command reads of the run that wrote `r`: its run.json where the report read it, with the row's
-    own seed."""
-    return {**tally.runs.of(r), **({"seed": r.seed} if r.seed is not None else {})}
+def _run_info(runs: Runs, r: Result) -> dict[str, Any]:
+    """What repro_command reads of the run that wrote `r`: its run.json, with the row's own seed."""
+    return {**runs.of(r), **({"seed": r.seed} if r.seed is not None else {})}
 
 
-def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bool = True) -> list[str]:
+def short_summary(tally: Tally, runs: Runs, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bool = True) -> list[str]:
     """The defects, as a command's output ends: "N undocumented defects", then one line each (its id, plain
     title, rows, where it shows, the command that reproduces it), most rows first; past `limit`, one line counts
     the rest; then (with `accepted`) one line for what is accepted (documented, known) and one for what is
@@ -130,7 +129,7 @@ def short_summary(tally: Tally, limit: int = SHORT_SUMMARY_DEFECTS, accepted: bo
         lines.append(f"UNDOCUMENTED {d.id}: {_short(title(d, spec), 200)} [{d.rows} rows; {_short(d.where(), 200)}] "
                      + f"e.g. {_short(shown(d.example), 300)}; "
                      + (f"upstream: {_short(issue.url, 200)} ({issue.state}) " if issue is not None else "")
-                     + f"reproduce: {_short(repro_command(d.example, _run_info(tally, d.example)), 2000)}")
+                     + f"reproduce: {_short(repro_command(d.example, _run_info(runs, d.example)), 2000)}")
     if len(undocumented) > limit:
         rest = undocumented[limit:]
         lines.append(f"and {len(rest)} more undocumented defects ({sum(d.rows for d in rest)} rows): see report.md")

@@ -12,7 +12,6 @@ from typing import Iterable, NamedTuple
 
 from conformance.core.model import EAGER, PARTS, Result, Spec, Verdict
 from conformance.report.defects import Defects, spec_of
-from conformance.report.reprocommand import Runs
 
 VERDICT_ORDER = [v.value for v in Verdict]
 LISTED_PER_GROUP = 500  # divergences listed per cause group; the rest are counted and found in results.jsonl
@@ -116,7 +115,6 @@ class Tally:
         self.spec_hashes: set[str] = set()
         self._labels: dict[tuple[str, str, str, str, str, str], str] = {}
         self.defects = Defects()  # each distinct behaviour once: what the reports open with
-        self.runs = Runs()  # the runs' run.json, once read: what the reproduce commands of its rows read
         for r in rows:
             self.add(r)
 

@@ -116,7 +116,6 @@ class ReportFeed:
         `broken`: lines of runs found damaged before their rows were cut to some modes (gate.damaged); `merged`: a
         report's merge, gated as a whole (gate.decide)."""
         scope = Scope.of(manifests)
-        self._tally.runs = Runs(manifests)  # what the reproduce commands of its rows read
         try:
             diff = self._baseline.finish(scope) if self._baseline is not None else None
         except BaseException:
@@ -182,7 +181,7 @@ def _write_reports(out_dir: Path, tally: Tally, present: Sequence[Path], manifes
     write_atomic(path, markdown)
     if drafts:
         write_drafts(out_dir, present, manifests, known, shared=shared_drafts)
-    lines = short_summary(tally) + ([like.terminal_line()] if like is not None else [])
+    lines = short_summary(tally, Runs(manifests)) + ([like.terminal_line()] if like is not None else [])
     return Written(path, diff, tally.total, decision, lines, divergence_counts(tally), tally.defects)
 
 
