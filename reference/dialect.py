@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.core.formula import VARIABLES, sum_of_abs
+from conformance.core.formula import VARIABLES, evaluate, sum_of_abs
 from conformance.core.model import RULE_NAMES, Spec
 from conformance.core.rounding import round_to_dtype
 from conformance.core.tolerance import reduction_bound
@@ -85,7 +85,8 @@ def clip_slope(v: np.ndarray, low: float, high: float, boundary: str, selects: b
 def keras_gradient(q: np.ndarray, t: np.ndarray, which: str, result_dtype: str, spec: Spec):
     """d/d(which) of Keras' clipped term per element (spec: dialects.keras.gradients, clip): which is
     input, target or second_order (d/dt of d/dq). Returns the derivative (extended precision), the sum
-    of its terms' magnitudes and the rule map."""
+    of its terms' magnitudes, its sensitivity to an underflowing intermediate (spec:
+    dialects.keras.gradients.sensitivity, of the clipped arguments) and the rule map."""
     keras = spec.data["dialects"]["keras"]
     low, high = clip_bounds(spec, result_dtype)
     boundary, selects = keras["clip"]["boundary"]["choice"], keras["clip"]["nan"]["choice"] == "zero"
@@ -115,7 +116,10 @@ def keras_gradient(q: np.ndarray, t: np.ndarray, which: str, result_dtype: str, 
         d[nan] = np.nan
     rule_map[nan] = NAN
     magnitude[nan] = 0
-    return d, magnitude, rule_map
+    with np.errstate(all="ignore"):
+        s = np.broadcast_to(evaluate(keras["gradients"]["sensitivity"][which],
+                                     VARIABLES["dialects.keras.gradients.sensitivity.*"], input=qw, target=tw), d.shape)
+    return d, magnitude, np.where(nan, 0, s), rule_map  # a clipped argument's value is the formula's too
 
 
 def sum_distributions(loss: np.ndarray, bound: np.ndarray, rule_map: np.ndarray, result_dtype: str, u: float,

@@ -85,10 +85,11 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
                                     dialect.operand_dtype(result_dtype, spec), rounding)
 
     if rules_of["input_space"] == "probability":
-        derivative, magnitude, keras_map = dialect.keras_gradient(x, t, which, result_dtype, spec)
+        derivative, magnitude, keras_s, keras_map = dialect.keras_gradient(x, t, which, result_dtype, spec)
         rule_map = np.vectorize(KERAS_RULES.get, otypes=[np.int8])(keras_map) if keras_map.size else keras_map
     else:
         derivative, magnitude, rule_map = derivative_of(round_to_dtype)
+        keras_s = None
     reduction = effective_reduction(case.params, spec)
     out_shape = shape[:-1] if rules_of["axis_sum"] else shape  # spec: dialects.*.axis_sum
     divisor = 1 if reduction == "none" else reduction_divisor(reduction, int(np.prod(out_shape)),
@@ -112,7 +113,8 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
 
         contribution = contribution_of(derivative)
         u = max(spec.unit_roundoff(result_dtype), spec.unit_roundoff(arg_dtype))
-        s = np.where(rule_map == FORMULA, gradient_sensitivity(xb, tb, case.params.log_target, which, spec), 0)
+        s = (np.where(rule_map == FORMULA, gradient_sensitivity(xb, tb, case.params.log_target, which, spec), 0)
+             if keras_s is None else keras_s)
         bound = np.broadcast_to(gradient_bound(magnitude, scale, s, u, spec.smallest_subnormal(arg_dtype), spec),
                                 shape)
     arg_shape = case.input.shape if argument == "input" else case.target.shape

@@ -155,6 +155,25 @@ def test_keras_ratio_ieee_overflows_in_float16(spec):
     assert np.isfinite(expected_forward(case, spec, "keras").value).all()
 
 
+def test_keras_input_gradient_bound_covers_a_subnormal_product_divided_by_the_input(spec):
+    """float16, a zero target (clipped to epsilon, itself a float16 subnormal) and a subnormal input: the input
+    gradient formed as (upstream * target) / input in float16 rounds the product to a subnormal, which reads as the
+    upstream ignored (0.875 * epsilon rounds to epsilon); the bound covers that error divided by the input
+    (dialects.keras.gradients.sensitivity), and nothing like it where no product underflows."""
+    from conformance.core.model import upstream_gradient
+
+    case = _prob_case([[3.1888484954833984e-05, 0.5]], [[0.0, 0.25]], dtype="float16")
+    got = expected_grad(case, spec, "grad_input", "keras")
+    up = upstream_gradient((1,)).astype(np.float16)[:, None]  # the row's upstream: 0.75
+    q16, t16 = case.input.astype(np.float16), np.clip(case.target, 1e-7, 1).astype(np.float16)
+    float16_order = (-(up * t16) / q16).astype(np.float64)
+    assert float16_order[0, 0] == float(-t16[0, 0] / q16[0, 0])  # the product rounded back to epsilon
+    assert (np.abs(float16_order - got.value) <= got.bound).all()
+    assert abs(float16_order[0, 0] - got.value[0, 0]) > 8 * 2.0**-24  # more than the bound without the 1 / |input|
+    doubled = 2 * got.value[0, 1]  # an answer twice the spec's where the product is normal: still caught
+    assert abs(doubled - got.value[0, 1]) > got.bound[0, 1] and got.bound[0, 1] < 1e-2
+
+
 @pytest.mark.parametrize("which, q, t, want", [
     ("grad_input", 0.5, 0.25, -0.25 / 0.5),
     ("grad_target", 0.5, 0.25, float(mpmath.log(0.5) + 1)),
