@@ -196,8 +196,13 @@ def test_the_profile_documents_inductors_float32_gradients_under_jit_on_torch_on
     if not framework_adapter.devices()[0].startswith("torch:"):
         assert not named
         return
-    assert named == {("float16", "grad_input"), ("float16", "grad_target")}
+    assert named == {("float16", "grad_target")}
     assert all(r.cause == "dtypes.computation" for r in rows if entry in r.documented_by)
+    # the float16 input gradient's float32 answer is within its bound since spec version 12: the bound covers a
+    # subnormal upstream * target divided by the input (dialects.keras.gradients.sensitivity), which eager's
+    # float16 order rounds and the float32 computation does not
+    float16_input = next(r for r in rows if r.dtype == "float16" and r.part == "grad_input")
+    assert float16_input.verdict is Verdict.PASS
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
@@ -356,8 +361,10 @@ def test_mixed_dtypes_take_y_preds_dtype(framework_adapter, spec):
 
 def test_float16_gradient_goes_through_the_rounded_ratio(framework_adapter, spec):
     """d/dq of t * log(t / q) is -t / q, but autodiff differentiates through the float16 ratio: with
-    t = epsilon it multiplies t / r by -t / q**2, and q**2 = 1e-6 is subnormal in float16. TensorFlow and
-    torch lose digits (-1.19e-4 for -8.94e-5), JAX's q**2 underflows to 0 and the gradient is -inf."""
+    t = epsilon it multiplies t / r by -t / q**2, and q**2 = 1e-6 is subnormal in float16. JAX's q**2 underflows
+    to 0 and the gradient is -inf: a divergence. TensorFlow and torch answer -1.19e-4 for -8.94e-5, the answer of
+    (upstream * epsilon) / q in float16, where the product is a subnormal that rounds back to epsilon: since spec
+    version 12 the bound covers that rounding divided by q (dialects.keras.gradients.sensitivity), and they pass."""
     case = _case([[1e-3, 0.5]], [[0.0, 0.5]], dtype="float16")
     observed = _run(framework_adapter, case, part="grad_input")
     if framework_adapter.backend == "jax":
@@ -365,7 +372,9 @@ def test_float16_gradient_goes_through_the_rounded_ratio(framework_adapter, spec
         assert _judged(framework_adapter, spec, case, part="grad_input")[0] is Verdict.NONFINITE
     else:
         assert abs(observed.value[0, 0] - _expected(case, spec, "grad_input").value[0, 0]) > 2e-5
-        assert _judged(framework_adapter, spec, case, part="grad_input")[0] is Verdict.VALUE
+        epsilon, q = np.float16(1e-7), np.float16(1e-3)
+        assert observed.value[0, 0] == float(-(np.float16(0.75) * epsilon) / q)  # the float16 order's answer
+        assert _judged(framework_adapter, spec, case, part="grad_input")[0] is Verdict.PASS
 
 
 def test_python_floats_under_x64_beside_the_class_computing_in_floatx(framework_adapter, tmp_path):
