@@ -14,6 +14,7 @@ import numpy as np
 from conformance.core.formula import VARIABLES, sum_of_abs
 from conformance.core.model import Spec
 from conformance.core.rounding import round_to_dtype
+from conformance.reference.expapprox import approximated, saturated
 from conformance.reference.pointwise import WIDE, Rounding
 
 # Codes of a gradient's rule map, in the order of RULES.
@@ -41,6 +42,8 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
     with np.errstate(all="ignore"):
         if log_target:
             p = exp_target(t, own_dtype, held_dtype, rounding)
+            if approximated(spec, log_target):  # spec: dtypes.exp -- exp(target) as the approximation returns it
+                p = saturated(p, t, spec)
             d = -p if argument == "input" else p * (t - x) + p
         else:
             d = -t if argument == "input" else np.log(t) - x + 1
@@ -143,7 +146,10 @@ def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec
     space = f"log_target_{str(log_target).lower()}"
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     with np.errstate(all="ignore"):
-        d = np.array(-exp_target(t, own_dtype, held_dtype, rounding) if log_target else -np.ones_like(t), dtype=WIDE)
+        p = exp_target(t, own_dtype, held_dtype, rounding) if log_target else None
+        if approximated(spec, log_target):  # spec: dtypes.exp -- exp(target) as the approximation returns it
+            p = saturated(p, t, spec)
+        d = np.array(-p if log_target else -np.ones_like(t), dtype=WIDE)
     magnitude = np.array(np.broadcast_to(sum_of_abs(second["terms"][space],
                                                     VARIABLES["gradients.second_order.terms.*[]"],
                                                     input=x, target=t), x.shape), dtype=WIDE)

@@ -19,6 +19,7 @@ from conformance.core.tolerance import pointwise_bound as tolerance_pointwise_bo
 from conformance.core.tolerance import reduction_bound, sensitivity
 from conformance.reference.computation import as_inferred, computed_case, flushed_result, read_flushed
 from conformance.reference.dialect import keras_pointwise, operand_dtype, sum_distributions
+from conformance.reference.expapprox import approximated, looser_bound, saturated_terms
 from conformance.reference.pointwise import FORMULA, SMALL, WIDE, other_way, other_way_deltas, pointwise
 from conformance.reference.statements import verify_formulas
 
@@ -55,7 +56,7 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
     x, t, shape = broadcast_inputs(case, dialect, spec)
     u = spec.unit_roundoff(result_dtype)
     reduction = effective_reduction(case.params, spec)
-    alternate = moves = None
+    alternate = moves = looser = None
     if rules_of["input_space"] == "probability":
         loss, magnitude, rule_map = keras_pointwise(x, t, result_dtype, spec)
     else:
@@ -65,8 +66,13 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
         own_dtype = own_terms_dtype(case, result_dtype, spec)
         loss, magnitude, rule_map = pointwise(x, t, case.params.log_target, spec, extended=extended,
                                               own_dtype=own_dtype)
+        if approximated(spec, case.params.log_target):  # spec: dtypes.exp -- exp's error, then where it saturates
+            looser = looser_bound(loss, t, magnitude != 0, spec)
+            loss = saturated_terms(loss, x, t, spec)
         if own_dtype is not None and apart:  # each element's own term rounded the second way (divided below)
             alternate = other_way(x, t, case.params.log_target, own_dtype, loss)
+            if looser is not None:
+                alternate = saturated_terms(alternate, x, t, spec)
         elif own_dtype is not None and reduction != "none" and not rules_of["axis_sum"]:
             moves = other_way_deltas(x, t, case.params.log_target, own_dtype)  # a sum's candidates
     with np.errstate(invalid="ignore"):
@@ -75,6 +81,8 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
             s = np.where(rule_map == FORMULA, s, 0.0)
         # magnitude is this function's own array (klterm's or the dialect's), not needed after this
         pointwise_bound = tolerance_pointwise_bound(magnitude, s, result_dtype, spec, overwrite=True)
+        if looser is not None:
+            pointwise_bound = pointwise_bound + looser
 
     rules = _rules_used(case, spec, rule_map, reduction, shape)
     if rules_of["axis_sum"]:  # spec: dialects.*.axis_sum -- one value per distribution, then the reduction

@@ -22,6 +22,7 @@ from conformance.reference.forward import (WIDE, as_bound, broadcast_inputs, con
                                            legacy_then_batchmean, other_values, own_terms_dtype, reduction_divisor)
 from conformance.reference.derivative import (FORMULA, NAN_PROPAGATION, RULES, accepts_any,
                                               mixed_second_derivative, pointwise_derivative, xlogy_product_rule)
+from conformance.reference.expapprox import approximated, looser_bound
 from conformance.reference.pointwise import Rounding
 from conformance.reference.statements import verify_formulas
 
@@ -117,6 +118,8 @@ def expected_grad(case: Case, spec: Spec, part: str, dialect_name: str = "canoni
              if keras_s is None else keras_s)
         bound = np.broadcast_to(gradient_bound(magnitude, scale, s, u, spec.smallest_subnormal(arg_dtype), spec),
                                 shape)
+        if approximated(spec, case.params.log_target) and rules_of["input_space"] == "log":  # spec: dtypes.exp
+            bound = bound + looser_bound(contribution, tb, magnitude != 0, spec)
     arg_shape = case.input.shape if argument == "input" else case.target.shape
     summed = contribution.size // max(int(np.prod(arg_shape)), 1)
     with np.errstate(all="ignore"):

@@ -76,6 +76,8 @@ TOUCHES = {
     # a subnormal argument, or one whose products with the others and the gradient's scale may be (the scale is at
     # least 0.5 / numel**2), or whose exp may be, where the dtype it is computed in has subnormals to flush
     "dtypes.subnormals": lambda case, x, t: _may_be_subnormal(case, x, t),
+    # exp(target) as a float32 approximation: every log-target term holds it
+    "dtypes.exp": lambda case, x, t: case.params.log_target and not case.params.prob_input,
     # values given without a dtype: the framework's inference decides the call's dtype
     "dtypes.inferred.python_float": lambda case, x, t: case.construction.inferred
     and case.construction.source != "numpy",
@@ -125,7 +127,7 @@ def choice_points(data, path: str = "") -> list[str]:
 
 
 def check_choice_points(data, shown: str) -> None:
-    """Each choice names one of its own choices, each documents_only alternative is one of them and not the
+    """Each choice names one of its own choices, each documents_only and looser_bound alternative is one of them and not the
     spec's own, and the spec's choice points are exactly TOUCHES' keys."""
     points = choice_points(data)
     for path in points:
@@ -133,12 +135,13 @@ def check_choice_points(data, shown: str) -> None:
         if node["choice"] not in node["choices"]:
             raise SpecError(f"choice {node['choice']!r} is not one of its choices {list(node['choices'])}",
                             file=shown, where=f"{path}.choice", fix=f"use one of {list(node['choices'])}")
-        for name in node.get("documents_only", ()):
-            if name not in node["choices"] or name == node["choice"]:
-                raise SpecError(f"documents_only names {name!r}, which is not one of the alternatives "
-                                f"{[c for c in node['choices'] if c != node['choice']]}", file=shown,
-                                where=f"{path}.documents_only",
-                                fix="list only alternatives the choice point states, never its own choice")
+        for key in ("documents_only", "looser_bound"):
+            for name in node.get(key, ()):
+                if name not in node["choices"] or name == node["choice"]:
+                    raise SpecError(f"{key} names {name!r}, which is not one of the alternatives "
+                                    f"{[c for c in node['choices'] if c != node['choice']]}", file=shown,
+                                    where=f"{path}.{key}",
+                                    fix="list only alternatives the choice point states, never its own choice")
     missing, extra = sorted(set(points) - set(TOUCHES)), sorted(set(TOUCHES) - set(points))
     if missing or extra:
         raise SpecError(f"choice points {missing} have no `touches` test, and {extra} are not in the spec" if missing

@@ -50,6 +50,7 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "dialects.keras.gradients.second_order": ("input", "target"),
     "dialects.keras.gradients.terms.*[]": ("input", "target"),
     "dialects.keras.gradients.sensitivity.*": ("input", "target"),
+    "dtypes.exp_approximation.relative_error": ("target", "u"),
     "tolerance.pointwise.formula": ("factor", "u", "tiny", "magnitude", "s"),
     "tolerance.pointwise.sensitivity.*": ("input", "target"),
     "tolerance.reduction.formula": ("sum_bounds", "sum_abs", "gamma", "divisor", "result", "u"),

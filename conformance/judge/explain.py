@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from conformance.core.case import Case
-from conformance.core.choices import Alternative, alternatives, touched_paths, with_alternatives
+from conformance.core.choices import Alternative, alternatives, get_path, touched_paths, with_alternatives
 from conformance.core.model import Expected, Observation, Spec
 from conformance.judge.compare import differs_in_nonfinite_pattern, nearer, passes
 from conformance.reference.grad import expected_for
@@ -53,7 +53,7 @@ def explain(case: Case, observed: Observation, spec: Spec, part: str = "forward"
                 return alts
         elif passes(expected, observed) and not indistinguishable(as_answered(expected, observed), canonical) \
                 and _each_tells(spec, alts, expected, expect):
-            return alts
+            return approximations_last(spec, alts)
     return None
 
 
@@ -72,10 +72,12 @@ def within_rounding(case: Case, observed: Observation, spec: Spec, part: str = "
                     expect: Callable[[Spec], Expected] | None = None, dialect: str = "canonical",
                     touched: frozenset[str] | None = None) -> tuple[Alternative, ...] | None:
     """For a divergence `explain` leaves unexplained: the smallest set of alternatives under which `observed`
-    passes with the spec's own bound (the set moves values, it widens no tolerance), or None. Such a set is no
-    evidence (explain refuses it: its answer is within rounding of the spec's, or a member changes nothing
-    beyond rounding), so it is never a cause; a maintainer reads it as where the answer lies, "within rounding
-    of" a behaviour a row elsewhere shows beyond it."""
+    passes with the spec's own bound (the set moves values, it widens no tolerance), else the first such set (or
+    none) with the alternatives their choice points list as approximations added (`looser_bound`: an error
+    within their own bound), named last; or None.
+    Such a set is no evidence (explain refuses it: its answer is within rounding of the spec's, or a member
+    changes nothing beyond rounding), so it is never a cause; a maintainer reads it as where the answer lies,
+    "within rounding of" a behaviour a row elsewhere shows beyond it."""
     if observed.raised or observed.unsupported is not None or observed.value is None:
         return None
     if expect is None:
@@ -86,15 +88,37 @@ def within_rounding(case: Case, observed: Observation, spec: Spec, part: str = "
     touched = touched_paths(case) if touched is None else touched
     with np.errstate(over="ignore"):  # a bound near the largest float64 may round up to inf: no bound is wider
         limit = np.asarray(canonical.bound, dtype=np.float64) * (1 + 2.0**-20)  # the spec's bound, to its rounding
+    keeping = []  # the sets that widen no bound: beside an approximation, they may hold what it does not
     for alts in _touched_candidates(spec, max_combined, touched):
         expected = expect(_alternative_spec(spec, alts))
         if expected.error_id is not None or expected.value is None or np.shape(expected.bound) != np.shape(limit):
             continue
         with np.errstate(invalid="ignore"):
             wider = np.asarray(expected.bound, dtype=np.float64) > limit
-        if not wider[np.isfinite(expected.value)].any() and passes(expected, observed):
-            return alts
+        if not wider[np.isfinite(expected.value)].any():
+            if passes(expected, observed):
+                return alts
+            keeping.append(alts)
+    looser = tuple(alts[0] for alts in _touched_candidates(spec, 1, touched) if _is_looser(spec, alts[0]))
+    for alts in ((), *keeping) if looser else ():
+        if any(_is_looser(spec, a) for a in alts):
+            continue
+        expected = expect(_alternative_spec(spec, alts + looser))
+        if expected.error_id is None and expected.value is not None and passes(expected, observed):
+            return alts + looser  # the approximation last: a row joins the defect of the behaviour it shows beside
+            # it (core/defects.py: root_cause)
     return None
+
+
+def _is_looser(spec: Spec, alternative: Alternative) -> bool:
+    """Whether `alternative` states a looser bound of its own (its choice point's `looser_bound`)."""
+    return alternative.choice in get_path(spec.data, alternative.path).get("looser_bound", ())
+
+
+def approximations_last(spec: Spec, alts: tuple[Alternative, ...]) -> tuple[Alternative, ...]:
+    """`alts` with the alternatives that state a looser bound last: a row that shows another behaviour beside an
+    approximation is that behaviour's (core/defects.py: root_cause), explained or within rounding alike."""
+    return tuple(a for a in alts if not _is_looser(spec, a)) + tuple(a for a in alts if _is_looser(spec, a))
 
 
 def _each_tells(spec: Spec, alts: tuple[Alternative, ...], expected: Expected,

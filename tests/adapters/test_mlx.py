@@ -190,6 +190,51 @@ def test_exp_flushes_results_below_float32_normal_range_to_zero(framework_adapte
         assert observed.value.ravel()[0] == 0.0 and judgement.verdict is Verdict.VALUE, part
 
 
+def test_the_float64_saturation_is_the_float32_approximation(framework_adapter, spec):
+    """The float64 +inf at a log target of 89 is what the spec's float32_approximation choice gives (exp is +inf
+    above 88 in every dtype): the evidence of that choice, which names the behaviour (ml-explore/mlx#3047)."""
+    case = make_case([[0.0]], [[89.0]], reduction="none", log_target=True, dtype="float64")
+    assert _behaves_as(framework_adapter, spec, case) == ["dtypes.exp = float32_approximation"]
+
+
+@pytest.mark.parametrize("part", ["forward", "grad_input", "grad_target", "grad2_input"])
+def test_float64_float32_error_lies_within_rounding_of_the_approximation(framework_adapter, spec, part):
+    """The float64 answers with float32's error are no evidence of the approximation (they are within its bound
+    of the spec's answer), but lie within rounding of it, so their rows join its defect, not one per part, dtype
+    width and size of error."""
+    from conformance.judge.explain import within_rounding
+
+    case = make_case(LOG_Q, LOG_P * 3, reduction="none", log_target=True, dtype="float64")
+    observed, judgement = _judge(framework_adapter, spec, case, part)
+    assert judgement.verdict is Verdict.VALUE
+    assert explain(case, observed, spec, part, dialect=DIALECT) is None
+    assert [str(a) for a in within_rounding(case, observed, spec, part, dialect=DIALECT)] == \
+        ["dtypes.exp = float32_approximation"]
+
+
+def test_a_run_names_the_approximation_once_and_links_its_upstream_bug(framework_adapter, tmp_path):
+    """Saturated and float32-accurate float64 rows of every part are one defect, whose cause is the approximation,
+    linked to ml-explore/mlx#3047 (the profile's upstream entry); before spec version 13 they were a dozen
+    `unexplained` defects, split by part, dtype width and size of error."""
+    import json
+
+    from conformance.cli import main
+    from conformance.core.results import iter_results
+
+    ids = ["fwd/none/log_target=1/4x6/float64/large/s0", "fwd/none/log_target=1/4x6/float64/softmax/s0",
+           "fwd/sum/log_target=1/4x6/float64/tiny/s0"]
+    out = tmp_path / "out"
+    assert main(["run", "--framework", FRAMEWORK, "--out", str(out), "--no-progress", "--no-repro", "--no-cache",
+                 *[a for i in ids for a in ("--only", i)]]) in (0, 1)
+    divergent = [r for r in iter_results(out) if r.verdict is not Verdict.PASS and r.verdict is not Verdict.UNSUPPORTED]
+    assert {r.part for r in divergent} == {"forward", "grad_input", "grad_target", "grad2_input"}
+    assert {r.defect for r in divergent} == {divergent[0].defect}
+    assert any(r.cause == "dtypes.exp" for r in divergent)  # the evidence: a saturated exp
+    summary = json.loads((out / "summary.json").read_text())
+    defect = next(d for d in summary["defects"] if d["id"] == divergent[0].defect)
+    assert "https://github.com/ml-explore/mlx/issues/3047" in json.dumps(defect)
+
+
 def test_grad_target_is_nan_where_exp_overflows_as_the_spec_holds_it(framework_adapter, spec):
     """Autodiff sums the product rule's two terms, exp(t) * (t - x) * g + exp(t) * g, which are -inf and +inf once
     exp(t) overflows (float16: t = 35), so the sum is NaN. Spec 6 holds a gradient's intermediates in the result
