@@ -41,9 +41,7 @@ def pointwise_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, argumen
     by_formula = np.zeros(x.shape, dtype=bool)  # elements a convention hands to the formula (keep their bound)
     with np.errstate(all="ignore"):
         if log_target:
-            p = exp_target(t, own_dtype, held_dtype, rounding)
-            if approximated(spec, log_target):  # spec: dtypes.exp -- exp(target) as the approximation returns it
-                p = saturated(p, t, spec)
+            p = exp_target(t, spec, own_dtype, held_dtype, rounding)
             d = -p if argument == "input" else p * (t - x) + p
         else:
             d = -t if argument == "input" else np.log(t) - x + 1
@@ -123,11 +121,12 @@ def xlogy_product_rule(contribution: np.ndarray, derivative: np.ndarray, scale: 
     return out
 
 
-def exp_target(t: np.ndarray, own_dtype: str | None, held_dtype: str | None = None,
+def exp_target(t: np.ndarray, spec: Spec, own_dtype: str | None, held_dtype: str | None = None,
                rounding: Rounding = round_to_dtype):
     """exp(target), rounded to `own_dtype` where the target's own terms are evaluated there (spec:
-    dtypes.argument_terms.choices.own_dtype; by `rounding`), and +-inf where it overflows `held_dtype`, the dtype the
-    gradient's intermediates are held in (spec: reductions.operand); the wide value otherwise."""
+    dtypes.argument_terms.choices.own_dtype; by `rounding`), +-inf where it overflows `held_dtype`, the dtype the
+    gradient's intermediates are held in (spec: reductions.operand), and where `spec` takes exp from the float32
+    approximation, as that saturates (spec: dtypes.exp); the wide value otherwise."""
     p = np.exp(t)
     if own_dtype is not None:
         p = np.asarray(rounding(np.asarray(p, dtype=np.float64), own_dtype), dtype=p.dtype)
@@ -135,7 +134,7 @@ def exp_target(t: np.ndarray, own_dtype: str | None, held_dtype: str | None = No
         with np.errstate(over="ignore"):
             overflow = np.isinf(round_to_dtype(np.asarray(p, dtype=np.float64), held_dtype)) & np.isfinite(p)
         p = np.where(overflow, np.inf, p)  # exp is positive: the overflow is +inf
-    return p
+    return saturated(p, t, spec) if approximated(spec, log_target=True) else p
 
 
 def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec: Spec, own_dtype: str | None = None,
@@ -146,10 +145,8 @@ def mixed_second_derivative(x: np.ndarray, t: np.ndarray, log_target: bool, spec
     space = f"log_target_{str(log_target).lower()}"
     rule_map = np.full(x.shape, FORMULA, dtype=np.int8)
     with np.errstate(all="ignore"):
-        p = exp_target(t, own_dtype, held_dtype, rounding) if log_target else None
-        if approximated(spec, log_target):  # spec: dtypes.exp -- exp(target) as the approximation returns it
-            p = saturated(p, t, spec)
-        d = np.array(-p if log_target else -np.ones_like(t), dtype=WIDE)
+        d = np.array(-exp_target(t, spec, own_dtype, held_dtype, rounding) if log_target else -np.ones_like(t),
+                     dtype=WIDE)
     magnitude = np.array(np.broadcast_to(sum_of_abs(second["terms"][space],
                                                     VARIABLES["gradients.second_order.terms.*[]"],
                                                     input=x, target=t), x.shape), dtype=WIDE)

@@ -21,23 +21,30 @@ def approximated(spec: Spec, log_target: bool) -> bool:
     return log_target and spec.data["dtypes"]["exp"]["choice"] == APPROXIMATION
 
 
+def _beyond(t: np.ndarray, spec: Spec) -> tuple[np.ndarray, np.ndarray]:
+    """Where the approximation saturates exp(t): to +inf (t above `above`) and to 0 (t below `below`); a NaN
+    target is neither."""
+    limits = spec.data["dtypes"]["exp_approximation"]
+    with np.errstate(invalid="ignore"):
+        return t > limits["above"], t < limits["below"]
+
+
 def saturated(p: np.ndarray, t: np.ndarray, spec: Spec) -> np.ndarray:
     """exp(t) as the approximation returns it, given the exact `p`: +inf above `above`, 0 below `below`, `p`
     elsewhere (a NaN stays NaN), in p's dtype."""
-    limits = spec.data["dtypes"]["exp_approximation"]
     p = np.asarray(p)
-    with np.errstate(invalid="ignore"):
-        return np.where(t > limits["above"], p.dtype.type(np.inf), np.where(t < limits["below"], p.dtype.type(0), p))
+    high, low = _beyond(t, spec)
+    return np.where(high, p.dtype.type(np.inf), np.where(low, p.dtype.type(0), p))
 
 
 def saturated_terms(loss: np.ndarray, x: np.ndarray, t: np.ndarray, spec: Spec) -> np.ndarray:
     """The loss's terms exp(t) * (t - x) where the approximation saturates exp(t) (a finite target beyond its
     limits), in IEEE arithmetic whatever the input (inf * 0 and 0 * inf are NaN), as the gradients take them;
     `loss` elsewhere. A NaN input is nan_propagation's."""
-    limits = spec.data["dtypes"]["exp_approximation"]
+    high, low = _beyond(t, spec)
     with np.errstate(all="ignore"):
         beyond = np.isfinite(t) & ~np.isnan(x)
-        high, low = beyond & (t > limits["above"]), beyond & (t < limits["below"])
+        high, low = high & beyond, low & beyond
         if not (high.any() or low.any()):
             return loss
         loss = np.array(loss)
