@@ -34,7 +34,7 @@ def readable(a: Any) -> bool:
     if not all(type(n) is int and n >= 0 for n in a["shape"]):
         return False
     try:
-        [_value(v) for v in a["values"]]
+        list(map(_value, a["values"]))
     except (TypeError, ValueError):
         return False
     return True
@@ -42,11 +42,13 @@ def readable(a: Any) -> bool:
 
 def _fmt(x: float) -> str:
     """A value as a reader writes it: NaN, inf and -inf as such, others in their shortest exact form."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return repr(x)
+    text = repr(x)  # a float's repr is already inf and -inf; only NaN is written otherwise
+    return "NaN" if text == "nan" else text
+
+
+def _fmt_all(values: list) -> list[str]:
+    """_fmt of each value of details.jsonl, in one pass of C-level maps (a page formats every value it shows)."""
+    return ["NaN" if text == "nan" else text for text in map(repr, map(_value, values))]
 
 
 def shape_text(shape: list[int]) -> str:
@@ -69,8 +71,8 @@ class Differing:
 
     def __init__(self, got: dict, want: dict, bound: dict | None, row_bound: float | None) -> None:
         per_element = bool(bound) and bound["shape"] == want["shape"]
-        bounds = [_value(b) for b in bound["values"]] if per_element else []
-        self.got, self.want = [_value(v) for v in got["values"]], [_value(v) for v in want["values"]]
+        bounds = list(map(_value, bound["values"])) if per_element else []
+        self.got, self.want = list(map(_value, got["values"])), list(map(_value, want["values"]))
         self.shape, self.truncated = want["shape"], got["truncated"]
         self.positions: set[int] = set()
         pattern, ratio = [], {}
@@ -128,17 +130,17 @@ def array_html(a: dict, marks: set[int], cls: str) -> str:
     one table per index of the leading ones; the first elements only, with a note, when the run kept only those."""
     if not readable(a):
         return f"<pre>{escape(a)}</pre>"
-    shape, values = a["shape"], [_fmt(_value(v)) for v in a["values"]]
+    shape, values = a["shape"], _fmt_all(a["values"])
     size = math.prod(shape)
     if size == 0:
         return f"<p class='note'>no elements (shape {escape(shape_text(shape))})</p>"
     note = (f"<p class='note'>the first {len(values)} of {size} elements (the run keeps no more; the reproducer "
             "computes them all)</p>") if a["truncated"] or len(values) < size else ""
     # a value's text is _fmt's (digits, a sign, '.', 'e', NaN, inf): nothing in it needs escaping
-    marked, plain = f"<td class={cls}>", "<td>"
-    cell = lambda i: (marked if i in marks else plain) + values[i] + "</td>"  # noqa: E731
+    marked = f"<td class={cls}>"
+    cells = [f"{marked}{v}</td>" if i in marks else f"<td>{v}</td>" for i, v in enumerate(values)]
     if len(shape) == 0:
-        return f"<table class='arr'><tr>{cell(0)}</tr></table>"
+        return f"<table class='arr'><tr>{cells[0]}</tr></table>"
     rows, cols = (1, shape[0]) if len(shape) == 1 else (shape[-2], shape[-1])
     tables, start = [], 0
     for lead in product(*(range(n) for n in shape[:-2])):
@@ -150,8 +152,7 @@ def array_html(a: dict, marks: set[int], cls: str) -> str:
             first = start + i * cols
             if first >= len(values):
                 break
-            table.append(f"<tr><th>{i if len(shape) > 1 else ''}</th>"
-                         + "".join(cell(k) for k in range(first, min(first + cols, len(values)))) + "</tr>")
+            table.append(f"<tr><th>{i if len(shape) > 1 else ''}</th>{''.join(cells[first:first + cols])}</tr>")
         table.append("</table>")
         label = f"<p class='note'>[{', '.join(map(str, lead))}, :, :]</p>" if lead else ""
         tables.append(f"<div class='slab'>{label}{''.join(table)}</div>" if lead else "".join(table))
