@@ -73,8 +73,9 @@ def expected_forward(case: Case, spec: Spec, dialect: str = "canonical") -> Expe
             alternate = other_way(x, t, case.params.log_target, own_dtype, loss)
             if looser is not None:
                 alternate = saturated_terms(alternate, x, t, spec)
-        elif own_dtype is not None and reduction != "none" and not rules_of["axis_sum"]:
-            moves = other_way_deltas(x, t, case.params.log_target, own_dtype)  # a sum's candidates
+        elif own_dtype is not None and reduction != "none":
+            # a sum's candidates, a dialect's sums over the last axis included (their sum is the sum of every term)
+            moves = other_way_deltas(x, t, case.params.log_target, own_dtype)
     with np.errstate(invalid="ignore"):
         s = sensitivity(x, t, case.params.log_target, spec)
         if np.ndim(s) or s != 0:  # a constant 0 (spec: sensitivity without log_target) needs no mask

@@ -115,6 +115,28 @@ def test_mixed_float16_bfloat16_promotes_but_takes_exp_in_bfloat16(framework_ada
     assert observed.value == pytest.approx(exp_in_bfloat16, rel=1e-6)
 
 
+def test_a_bfloat16_exp_at_its_other_neighbour_in_a_sum_is_the_targets_own_dtype(framework_adapter, spec):
+    """In the default suite's float32:bfloat16 sum of large log targets, MLX takes exp(31.125) in bfloat16 as the
+    neighbour below where the one above is nearest (its float32 exp lands just under the midpoint), and the sum is
+    about two thousand bounds off the spec's. The spec's own_dtype choice allows one element of a sum the other
+    neighbour: the row joins the target's-own-dtype defect instead of a defect of its own that no choice
+    reproduces."""
+    from conformance.core.rounding import round_to_dtype
+
+    case = build_case(parse_id("fwd/sum/log_target=1/4x6/float32:bfloat16/large/s0"), DEFAULT_SEED)
+    observed, judgement = _judge(framework_adapter, spec, case)
+    assert judgement.verdict is Verdict.VALUE
+    t = round_to_dtype(case.target, "bfloat16").ravel()
+    assert 31.125 in t
+    # alone, with input 0: the loss is exp(31.125) * 31.125, its exp the bfloat16 neighbour below the nearest
+    nearest = float(round_to_dtype(np.exp(np.array([31.125])), "bfloat16")[0])
+    assert nearest > np.exp(31.125)  # so the other neighbour is the one below, a bfloat16 unit (2**37 here) down
+    term = _run(framework_adapter, make_case([[0.0]], [[31.125]], log_target=True, dtype=("float32", "bfloat16")))
+    got = float(np.ravel(term.value)[0])
+    assert abs(got - (nearest - 2.0**37) * 31.125) < abs(got - nearest * 31.125)
+    assert _behaves_as(framework_adapter, spec, case) == ["dtypes.argument_terms = own_dtype"]
+
+
 def test_incompatible_shapes_raise_value_error(framework_adapter, spec):
     case = make_case(np.zeros((2, 4)), np.zeros((2, 3)), reduction="sum", log_target=True, dtype="float32")
     observed, judgement = _judge(framework_adapter, spec, case)

@@ -130,6 +130,27 @@ def test_a_sum_may_take_one_elements_term_the_other_way_and_no_more(spec):
     assert expected_forward(case, spec).alternate is None  # the spec's own choice: one value
 
 
+def test_a_sum_over_the_last_axis_takes_one_elements_term_the_other_way_too(spec):
+    """MLX's kl_div_loss (dialects.distribution_sum) sums each distribution over the last axis, then reduces: the
+    total is still a sum of every element's term, so the spec's "in a sum, at most one element's term the other way"
+    holds for it as for torch's. MLX 0.32.4 took exp(31.125) in bfloat16 as the lower neighbour where the upper is
+    nearest (its float32 exp, reduced with a float32 ln 2, lands just below the midpoint). Worked out here in
+    mpmath; the answer with two elements moved is still no rounding of the sum."""
+    mpmath.mp.prec = 200
+    t = [LOG_T32, _single(-0.7), _single(-2.1), _single(-0.2)]
+    case = make_case([[X, X], [X, X]], [t[:2], t[2:]], log_target=True, reduction="sum", dtype=("float64", "float32"))
+    own = expected_forward(case, with_alternatives(spec, OWN), "distribution_sum")
+    near = [_single(mpmath.exp(v)) * (mpmath.mpf(v) - X) for v in t]
+    moved = [_other(mpmath.exp(v)) * (mpmath.mpf(v) - X) - n for v, n in zip(t, near)]
+    assert float(own.value) == pytest.approx(float(sum(near)), rel=2**-52)
+    assert own.alternate == pytest.approx(sorted(float(sum(near) + m) for m in moved), rel=2**-52)
+    flipped = Observation(value=np.array(float(sum(near) + moved[2])), dtype="float64", shape=())
+    assert explain(case, flipped, spec, dialect="distribution_sum") == OWN
+    two = Observation(value=np.array(float(sum(near) + moved[0] + moved[2])), dtype="float64", shape=())
+    assert explain(case, two, spec, dialect="distribution_sum") is None
+    assert expected_forward(case, spec, "distribution_sum").alternate is None  # the spec's own choice: one value
+
+
 def test_an_answer_with_one_element_rounded_the_other_way_is_explained_and_one_between_is_not(spec):
     """Per element, the answer must be one of the two roundings: an answer half way between them (the exact
     term, off the spec's float64 bound by far less than either) is no rounding of the target's term."""
