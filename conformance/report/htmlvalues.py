@@ -46,11 +46,6 @@ def _fmt(x: float) -> str:
     return "NaN" if text == "nan" else text
 
 
-def _fmt_all(values: list) -> list[str]:
-    """_fmt of each value of details.jsonl, in one pass of C-level maps (a page formats every value it shows)."""
-    return ["NaN" if text == "nan" else text for text in map(repr, map(_value, values))]
-
-
 def shape_text(shape: list[int]) -> str:
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 
@@ -130,7 +125,7 @@ def array_html(a: dict, marks: set[int], cls: str) -> str:
     one table per index of the leading ones; the first elements only, with a note, when the run kept only those."""
     if not readable(a):
         return f"<pre>{escape(a)}</pre>"
-    shape, values = a["shape"], _fmt_all(a["values"])
+    shape, values = a["shape"], list(map(_fmt, map(_value, a["values"])))
     size = math.prod(shape)
     if size == 0:
         return f"<p class='note'>no elements (shape {escape(shape_text(shape))})</p>"
